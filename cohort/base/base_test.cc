@@ -1,0 +1,73 @@
+// Unit tests for Status, Result, strings and settings parsing.
+#include <gtest/gtest.h>
+
+#include "cohort/base/status.h"
+#include "cohort/base/strings.h"
+#include "cohort/base/settings.h"
+#include "cohort/base/time.h"
+
+namespace cohort {
+namespace {
+
+Result<int> Half(int x) {
+  if (x % 2) return InvalidArgument("{} is odd", x);
+  return x / 2;
+}
+
+Result<int> Quarter(int x) {
+  COHORT_ASSIGN_OR_RETURN(int h, Half(x));
+  return Half(h);
+}
+
+TEST(StatusTest, CodesAndMessages) {
+  Status s = DeadlineExceeded("waited {} ms", 5);
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.ToString(), "DEADLINE_EXCEEDED: waited 5 ms");
+  EXPECT_EQ(s.WithContext("get key").message(), "get key: waited 5 ms");
+  EXPECT_TRUE(Status::Ok().ok());
+}
+
+TEST(StatusTest, ResultPropagates) {
+  EXPECT_EQ(*Quarter(8), 2);
+  auto r = Quarter(6);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "3 is odd");
+}
+
+TEST(StringsTest, SplitTrimHostPort) {
+  EXPECT_EQ(Split("a,,b", ','), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(Split("a,,b", ',', false), (std::vector<std::string>{"a", "", "b"}));
+  EXPECT_EQ(Trim("  x "), "x");
+  auto hp = ParseHostPort("node0:29500", 1);
+  ASSERT_TRUE(hp);
+  EXPECT_EQ(hp->first, "node0");
+  EXPECT_EQ(hp->second, 29500);
+  EXPECT_EQ(ParseHostPort("h", 29400)->second, 29400);
+  EXPECT_EQ(ParseHostPort("[::1]:5", 0)->first, "::1");
+  EXPECT_FALSE(ParseHostPort("h:99999", 0));
+  EXPECT_FALSE(ParseHostPort("h:x", 0));
+  EXPECT_EQ(RandomHex(16).size(), 32u);
+  EXPECT_NE(RandomHex(16), RandomHex(16));
+}
+
+TEST(SettingsTest, ParsesTypedValues) {
+  EXPECT_EQ(ParseInt64(" 42 "), 42);
+  EXPECT_FALSE(ParseInt64("4x"));
+  EXPECT_EQ(ParseBool("Yes"), true);
+  EXPECT_FALSE(ParseBool("maybe"));
+  ::setenv("COHORT_TEST_SETTING", "17", 1);
+  Setting<int> setting("COHORT_TEST_SETTING", 3, "test");
+  EXPECT_EQ(setting.Get(), 17);
+  Setting<int> missing("COHORT_TEST_SETTING_MISSING", 3, "test");
+  EXPECT_EQ(missing.Get(), 3);
+}
+
+TEST(DeadlineTest, Expiry) {
+  EXPECT_TRUE(Deadline::AfterMs(0).expired());
+  EXPECT_FALSE(Deadline::Infinite().expired());
+  EXPECT_EQ(Deadline::Infinite().PollTimeoutMs(), -1);
+  EXPECT_GT(Deadline::AfterMs(1000).PollTimeoutMs(), 900);
+}
+
+}  // namespace
+}  // namespace cohort

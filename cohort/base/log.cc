@@ -1,0 +1,60 @@
+// Implements subsystem loggers. Thread-safe: creation is serialized by a mutex;
+// spdlog loggers themselves are thread-safe.
+#include "cohort/base/log.h"
+
+#include <spdlog/sinks/stdout_sinks.h>
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+namespace cohort::log {
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::shared_ptr<spdlog::sinks::stderr_sink_mt> sink =
+      std::make_shared<spdlog::sinks::stderr_sink_mt>();
+  std::map<std::string, std::shared_ptr<spdlog::logger>, std::less<>> loggers;
+  spdlog::level::level_enum level = spdlog::level::info;
+  bool level_from_env = false;
+};
+
+Registry& TheRegistry() {
+  static Registry* registry = new Registry();  // never destroyed: used at exit
+  return *registry;
+}
+
+spdlog::level::level_enum ParseLevel(std::string_view text) {
+  auto level = spdlog::level::from_str(std::string(text));
+  if (level == spdlog::level::off && text != "off") return spdlog::level::info;
+  return level;
+}
+
+}  // namespace
+
+std::shared_ptr<spdlog::logger> Get(std::string_view subsystem) {
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (!r.level_from_env) {
+    r.level_from_env = true;
+    if (const char* env = std::getenv("COHORT_LOG_LEVEL"); env && *env) r.level = ParseLevel(env);
+  }
+  auto it = r.loggers.find(subsystem);
+  if (it != r.loggers.end()) return it->second;
+  auto logger = std::make_shared<spdlog::logger>(std::string(subsystem), r.sink);
+  logger->set_pattern("[cohort %H:%M:%S.%e %^%l%$ %n] %v");
+  logger->set_level(r.level);
+  r.loggers.emplace(std::string(subsystem), logger);
+  return logger;
+}
+
+void SetLevel(std::string_view level) {
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.level_from_env = true;
+  r.level = ParseLevel(level);
+  for (auto& [name, logger] : r.loggers) logger->set_level(r.level);
+}
+
+}  // namespace cohort::log

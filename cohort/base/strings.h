@@ -1,0 +1,22 @@
+// Small string helpers shared by every layer. Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cohort {
+
+std::vector<std::string> Split(std::string_view text, char sep, bool skip_empty = true);
+std::string_view Trim(std::string_view text);
+bool StartsWith(std::string_view text, std::string_view prefix);
+bool EndsWith(std::string_view text, std::string_view suffix);
+std::string ToLower(std::string_view text);
+// "host:port" -> (host, port); [v6]:port accepted. Port must be 0..65535.
+std::optional<std::pair<std::string, int>> ParseHostPort(std::string_view text, int default_port);
+// Random lowercase hex string of `bytes` random bytes from /dev/urandom.
+std::string RandomHex(size_t bytes);
+
+}  // namespace cohort

@@ -1,0 +1,50 @@
+// The cohort store wire protocol (documented in docs/store-protocol.md): opcodes, the
+// handshake constants and limits shared by TcpStore (client) and StoreServer.
+//
+// Thread-safety: constants only.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace cohort::store::protocol {
+
+inline constexpr std::string_view kMagic = "cohort-store";
+inline constexpr uint32_t kVersion = 1;
+inline constexpr uint32_t kDefaultMaxFrame = 64u << 20;  // 64 MiB
+inline constexpr uint32_t kMaxKeysPerRequest = 1u << 20;
+
+enum class Op : uint8_t {
+  kHello = 1,
+  kSet = 2,
+  kGet = 3,
+  kAdd = 4,
+  kCompareSet = 5,
+  kWait = 6,
+  kCheck = 7,
+  kDelete = 8,
+  kNumKeys = 9,
+  kMultiGet = 10,
+  kMultiSet = 11,
+  kPing = 12,
+};
+
+inline std::string_view OpName(Op op) {
+  switch (op) {
+    case Op::kHello: return "HELLO";
+    case Op::kSet: return "SET";
+    case Op::kGet: return "GET";
+    case Op::kAdd: return "ADD";
+    case Op::kCompareSet: return "COMPARE_SET";
+    case Op::kWait: return "WAIT";
+    case Op::kCheck: return "CHECK";
+    case Op::kDelete: return "DELETE";
+    case Op::kNumKeys: return "NUM_KEYS";
+    case Op::kMultiGet: return "MULTI_GET";
+    case Op::kMultiSet: return "MULTI_SET";
+    case Op::kPing: return "PING";
+  }
+  return "UNKNOWN";
+}
+
+}  // namespace cohort::store::protocol

@@ -1,0 +1,102 @@
+// Store: the key-value service that rendezvous, agents and workers coordinate through.
+//
+// Semantics shared by every implementation (MemoryStore, FileStore, PrefixStore, TcpStore):
+//  - Get blocks until the key exists or the deadline passes (kDeadlineExceeded).
+//  - Add treats the value as a decimal int64 (missing = 0) and returns the new value.
+//  - CompareSet sets `desired` when the current value equals `expected` (a missing key
+//    matches an empty `expected`) and returns the value the key holds afterwards.
+//  - Wait blocks until every key exists; MultiGet is Wait + Get of each key in one call.
+//  - Abort() makes every pending and later blocking call return kCancelled.
+// Every call takes a deadline. Waits are woken by the writer (or pushed by the server),
+// never by polling.
+//
+// Thread-safety: every implementation is safe to call from several threads; calls on one
+// TcpStore are serialized on its connection (open another TcpStore for a blocking watch).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cohort/base/status.h"
+#include "cohort/base/time.h"
+
+namespace cohort::store {
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  virtual Status Set(std::string_view key, std::string_view value, Deadline deadline) = 0;
+  virtual Result<std::string> Get(std::string_view key, Deadline deadline) = 0;
+  virtual Result<int64_t> Add(std::string_view key, int64_t delta, Deadline deadline) = 0;
+  virtual Result<std::string> CompareSet(std::string_view key, std::string_view expected,
+                                         std::string_view desired, Deadline deadline) = 0;
+  virtual Status Wait(const std::vector<std::string>& keys, Deadline deadline) = 0;
+  virtual Result<bool> Check(const std::vector<std::string>& keys, Deadline deadline) = 0;
+  // Returns whether the key existed.
+  virtual Result<bool> Delete(std::string_view key, Deadline deadline) = 0;
+  virtual Result<int64_t> NumKeys(Deadline deadline) = 0;
+  virtual Result<std::vector<std::string>> MultiGet(const std::vector<std::string>& keys,
+                                                    Deadline deadline) = 0;
+  virtual Status MultiSet(const std::vector<std::string>& keys,
+                          const std::vector<std::string>& values, Deadline deadline) = 0;
+  virtual void Abort() = 0;
+};
+
+// Wraps a store and prefixes every key with "<prefix>/". NumKeys counts the whole store.
+class PrefixStore final : public Store {
+ public:
+  PrefixStore(std::string prefix, std::shared_ptr<Store> base)
+      : prefix_(std::move(prefix) + "/"), base_(std::move(base)) {}
+
+  Status Set(std::string_view key, std::string_view value, Deadline deadline) override {
+    return base_->Set(Key(key), value, deadline);
+  }
+  Result<std::string> Get(std::string_view key, Deadline deadline) override {
+    return base_->Get(Key(key), deadline);
+  }
+  Result<int64_t> Add(std::string_view key, int64_t delta, Deadline deadline) override {
+    return base_->Add(Key(key), delta, deadline);
+  }
+  Result<std::string> CompareSet(std::string_view key, std::string_view expected,
+                                 std::string_view desired, Deadline deadline) override {
+    return base_->CompareSet(Key(key), expected, desired, deadline);
+  }
+  Status Wait(const std::vector<std::string>& keys, Deadline deadline) override {
+    return base_->Wait(Keys(keys), deadline);
+  }
+  Result<bool> Check(const std::vector<std::string>& keys, Deadline deadline) override {
+    return base_->Check(Keys(keys), deadline);
+  }
+  Result<bool> Delete(std::string_view key, Deadline deadline) override {
+    return base_->Delete(Key(key), deadline);
+  }
+  Result<int64_t> NumKeys(Deadline deadline) override { return base_->NumKeys(deadline); }
+  Result<std::vector<std::string>> MultiGet(const std::vector<std::string>& keys,
+                                            Deadline deadline) override {
+    return base_->MultiGet(Keys(keys), deadline);
+  }
+  Status MultiSet(const std::vector<std::string>& keys, const std::vector<std::string>& values,
+                  Deadline deadline) override {
+    return base_->MultiSet(Keys(keys), values, deadline);
+  }
+  void Abort() override { base_->Abort(); }
+
+  const std::shared_ptr<Store>& base() const { return base_; }
+
+ private:
+  std::string Key(std::string_view key) const { return prefix_ + std::string(key); }
+  std::vector<std::string> Keys(const std::vector<std::string>& keys) const {
+    std::vector<std::string> out;
+    out.reserve(keys.size());
+    for (const auto& k : keys) out.push_back(Key(k));
+    return out;
+  }
+  std::string prefix_;
+  std::shared_ptr<Store> base_;
+};
+
+}  // namespace cohort::store

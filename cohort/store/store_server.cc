@@ -1,0 +1,470 @@
+// Implements StoreServer on asio. Thread-safety: every member of Impl except the atomics
+// and the thread handle is touched only by the event-loop thread.
+#include "cohort/store/store_server.h"
+
+#include <sys/resource.h>
+
+#include <asio.hpp>
+#include <atomic>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "cohort/base/log.h"
+#include "cohort/net/codec.h"
+#include "cohort/store/kv_state.h"
+#include "cohort/store/memory_store.h"
+
+namespace cohort::store {
+
+using asio::ip::tcp;
+using protocol::Op;
+
+void RaiseFileLimit() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+  }
+}
+
+namespace {
+
+struct Connection;
+
+struct Waiter {
+  Waiter(asio::io_context& io, std::weak_ptr<Connection> c, uint64_t request_id, Op request_op,
+         std::vector<std::string> wanted)
+      : conn(std::move(c)), id(request_id), op(request_op), keys(std::move(wanted)), timer(io) {}
+  std::weak_ptr<Connection> conn;
+  uint64_t id;
+  Op op;
+  std::vector<std::string> keys;
+  asio::steady_timer timer;
+  bool done = false;
+};
+
+struct Connection {
+  explicit Connection(tcp::socket s) : socket(std::move(s)) {}
+  tcp::socket socket;
+  std::string peer;
+  bool authenticated = false;
+  bool closed = false;
+  bool close_after_write = false;
+  char header[4];
+  std::string body;
+  std::deque<std::string> out;
+  bool writing = false;
+  std::vector<std::shared_ptr<Waiter>> waiters;
+};
+
+bool ConstantTimeEquals(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  size_t n = std::max(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    unsigned char x = i < a.size() ? a[i] : 0;
+    unsigned char y = i < b.size() ? b[i] : 0;
+    diff |= x ^ y;
+  }
+  return diff == 0;
+}
+
+net::Writer OkResponse(uint64_t id) {
+  net::Writer w;
+  w.U64(id).U8(0);
+  return w;
+}
+
+std::string ErrorResponse(uint64_t id, const Status& status) {
+  net::Writer w;
+  w.U64(id).U8(static_cast<uint8_t>(status.code())).Str(status.message());
+  return std::move(w.Finish());
+}
+
+}  // namespace
+
+class StoreServer::Impl {
+ public:
+  explicit Impl(StoreServerOptions options)
+      : options_(std::move(options)), acceptor_(io_), retry_accept_(io_) {}
+
+  Status Open() {
+    asio::error_code ec;
+    auto address = asio::ip::make_address(options_.host.empty() ? "0.0.0.0" : options_.host, ec);
+    if (ec) return InvalidArgument("store server: bad listen address '{}'", options_.host);
+    tcp::endpoint endpoint(address, static_cast<uint16_t>(options_.port));
+    acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(endpoint, ec);
+    if (!ec) acceptor_.listen(4096, ec);
+    if (ec) {
+      Status st = ErrnoStatus(fmt::format("store server: listen on {}:{}", options_.host,
+                                          options_.port),
+                              ec.value());
+      return st;
+    }
+    port_ = acceptor_.local_endpoint().port();
+    RaiseFileLimit();
+    Accept();
+    thread_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "store-server");
+      io_.run();
+    });
+    COHORT_LOG_DEBUG("store", "store server listening on {}:{}", options_.host, port_);
+    return Status::Ok();
+  }
+
+  void Stop() {
+    std::call_once(stop_once_, [this] {
+      asio::post(io_, [this] {
+        asio::error_code ec;
+        acceptor_.close(ec);
+        retry_accept_.cancel();
+        auto conns = connections_;
+        for (auto& c : conns) Close(c, "");
+        io_.stop();
+      });
+      if (thread_.joinable()) thread_.join();
+    });
+  }
+
+  int port() const { return port_; }
+  StoreServerStats stats() const {
+    StoreServerStats s;
+    s.connections_accepted = accepted_;
+    s.connections_rejected = rejected_;
+    s.connections_open = open_;
+    s.requests = requests_;
+    return s;
+  }
+
+ private:
+  void Accept() {
+    acceptor_.async_accept([this](asio::error_code ec, tcp::socket socket) {
+      if (ec == asio::error::operation_aborted) return;
+      if (ec) {
+        // Typically EMFILE: back off briefly instead of spinning.
+        COHORT_LOG_WARN("store", "accept failed: {}; retrying", ec.message());
+        retry_accept_.expires_after(std::chrono::milliseconds(50));
+        retry_accept_.async_wait([this](asio::error_code e) {
+          if (!e) Accept();
+        });
+        return;
+      }
+      auto conn = std::make_shared<Connection>(std::move(socket));
+      asio::error_code ignored;
+      conn->socket.set_option(tcp::no_delay(true), ignored);
+      auto remote = conn->socket.remote_endpoint(ignored);
+      conn->peer = fmt::format("{}:{}", remote.address().to_string(), remote.port());
+      connections_.insert(conn);
+      ++accepted_;
+      ++open_;
+      ReadHeader(conn);
+      Accept();
+    });
+  }
+
+  void ReadHeader(const std::shared_ptr<Connection>& conn) {
+    asio::async_read(conn->socket, asio::buffer(conn->header, 4),
+                     [this, conn](asio::error_code ec, size_t) {
+                       if (conn->closed) return;
+                       if (ec) {
+                         Close(conn, "");
+                         return;
+                       }
+                       uint32_t n = net::DecodeFrameLength(conn->header);
+                       if (n > options_.max_frame) {
+                         Reject(conn, fmt::format("frame of {} bytes exceeds the limit of {}", n,
+                                                  options_.max_frame));
+                         return;
+                       }
+                       conn->body.resize(n);
+                       ReadBody(conn);
+                     });
+  }
+
+  void ReadBody(const std::shared_ptr<Connection>& conn) {
+    asio::async_read(conn->socket, asio::buffer(conn->body),
+                     [this, conn](asio::error_code ec, size_t) {
+                       if (conn->closed) return;
+                       if (ec) {
+                         Close(conn, "");
+                         return;
+                       }
+                       ++requests_;
+                       Handle(conn);
+                       if (!conn->closed) ReadHeader(conn);
+                     });
+  }
+
+  void Reject(const std::shared_ptr<Connection>& conn, const std::string& reason) {
+    ++rejected_;
+    Close(conn, reason);
+  }
+
+  void Close(const std::shared_ptr<Connection>& conn, const std::string& reason) {
+    if (conn->closed) return;
+    if (!reason.empty()) {
+      COHORT_LOG_WARN("store", "closing connection from {}: {}", conn->peer, reason);
+    }
+    conn->closed = true;
+    for (auto& w : conn->waiters) Finish(w);
+    conn->waiters.clear();
+    asio::error_code ignored;
+    conn->socket.shutdown(tcp::socket::shutdown_both, ignored);
+    conn->socket.close(ignored);
+    connections_.erase(conn);
+    --open_;
+  }
+
+  void Send(const std::shared_ptr<Connection>& conn, std::string frame) {
+    if (conn->closed) return;
+    conn->out.push_back(std::move(frame));
+    if (!conn->writing) Flush(conn);
+  }
+
+  void Flush(const std::shared_ptr<Connection>& conn) {
+    if (conn->out.empty()) {
+      conn->writing = false;
+      if (conn->close_after_write) Close(conn, "");
+      return;
+    }
+    conn->writing = true;
+    asio::async_write(conn->socket, asio::buffer(conn->out.front()),
+                      [this, conn](asio::error_code ec, size_t) {
+                        if (conn->closed) return;
+                        if (ec) {
+                          Close(conn, "");
+                          return;
+                        }
+                        conn->out.pop_front();
+                        Flush(conn);
+                      });
+  }
+
+  // Handles one request body. Protocol steps are in docs/store-protocol.md.
+  void Handle(const std::shared_ptr<Connection>& conn) {
+    net::Reader r(conn->body);
+    uint8_t raw_op;
+    uint64_t id;
+    if (!r.U8(&raw_op) || !r.U64(&id)) {
+      Reject(conn, "malformed frame: missing opcode or request id");
+      return;
+    }
+    Op op = static_cast<Op>(raw_op);
+    if (!conn->authenticated) {
+      HandleHello(conn, r, op, id);
+      return;
+    }
+    auto malformed = [&] {
+      Reject(conn, fmt::format("malformed {} request", protocol::OpName(op)));
+    };
+    std::string key, value, expected;
+    int64_t number;
+    std::vector<std::string> keys, values;
+    switch (op) {
+      case Op::kSet:
+        if (!r.Str(&key) || !r.Str(&value) || !r.AtEnd()) return malformed();
+        state_.Set(key, value);
+        Send(conn, std::move(OkResponse(id).Finish()));
+        Notify(key);
+        return;
+      case Op::kGet:
+      case Op::kWait:
+      case Op::kMultiGet: {
+        if (op == Op::kGet) {
+          if (!r.Str(&key)) return malformed();
+          keys.push_back(key);
+        } else if (!r.StrList(&keys, protocol::kMaxKeysPerRequest)) {
+          return malformed();
+        }
+        if (!r.I64(&number) || !r.AtEnd()) return malformed();
+        auto waiter = std::make_shared<Waiter>(io_, conn, id, op, std::move(keys));
+        if (state_.ContainsAll(waiter->keys)) {
+          Answer(*waiter, conn);
+          return;
+        }
+        Park(conn, waiter, number);
+        return;
+      }
+      case Op::kAdd: {
+        if (!r.Str(&key) || !r.I64(&number) || !r.AtEnd()) return malformed();
+        auto result = state_.Add(key, number);
+        if (!result.ok()) {
+          Send(conn, ErrorResponse(id, result.status()));
+          return;
+        }
+        Send(conn, std::move(OkResponse(id).I64(*result).Finish()));
+        Notify(key);
+        return;
+      }
+      case Op::kCompareSet: {
+        if (!r.Str(&key) || !r.Str(&expected) || !r.Str(&value) || !r.AtEnd()) {
+          return malformed();
+        }
+        std::string after = state_.CompareSet(key, expected, value);
+        Send(conn, std::move(OkResponse(id).Str(after).Finish()));
+        Notify(key);
+        return;
+      }
+      case Op::kCheck:
+        if (!r.StrList(&keys, protocol::kMaxKeysPerRequest) || !r.AtEnd()) return malformed();
+        Send(conn, std::move(OkResponse(id).U8(state_.ContainsAll(keys) ? 1 : 0).Finish()));
+        return;
+      case Op::kDelete:
+        if (!r.Str(&key) || !r.AtEnd()) return malformed();
+        Send(conn, std::move(OkResponse(id).U8(state_.Delete(key) ? 1 : 0).Finish()));
+        return;
+      case Op::kNumKeys:
+        if (!r.AtEnd()) return malformed();
+        Send(conn, std::move(OkResponse(id).I64(state_.size()).Finish()));
+        return;
+      case Op::kMultiSet:
+        if (!r.StrList(&keys, protocol::kMaxKeysPerRequest) ||
+            !r.StrList(&values, protocol::kMaxKeysPerRequest) || !r.AtEnd() ||
+            keys.size() != values.size()) {
+          return malformed();
+        }
+        for (size_t i = 0; i < keys.size(); ++i) state_.Set(keys[i], values[i]);
+        Send(conn, std::move(OkResponse(id).Finish()));
+        for (const auto& k : keys) Notify(k);
+        return;
+      case Op::kPing:
+        Send(conn, std::move(OkResponse(id).Finish()));
+        return;
+      case Op::kHello:
+        return Reject(conn, "second HELLO on an open connection");
+    }
+    Reject(conn, fmt::format("unknown opcode {}", raw_op));
+  }
+
+  // Step 1 of every connection: HELLO(magic, version, token). Anything else is refused.
+  void HandleHello(const std::shared_ptr<Connection>& conn, net::Reader& r, Op op, uint64_t id) {
+    std::string magic, token;
+    uint32_t version;
+    if (op != Op::kHello || !r.Str(&magic) || !r.U32(&version) || !r.Str(&token) ||
+        magic != protocol::kMagic) {
+      Reject(conn, "the first frame is not a cohort HELLO");
+      return;
+    }
+    if (version != protocol::kVersion) {
+      ++rejected_;
+      COHORT_LOG_WARN("store", "refusing {}: protocol version {} (server speaks {})", conn->peer,
+                      version, protocol::kVersion);
+      conn->close_after_write = true;
+      Send(conn, ErrorResponse(id, FailedPrecondition("protocol version {} not supported; "
+                                                      "this server speaks version {}",
+                                                      version, protocol::kVersion)));
+      return;
+    }
+    if (!ConstantTimeEquals(token, options_.token)) {
+      ++rejected_;
+      COHORT_LOG_WARN("store", "refusing {}: {} token", conn->peer,
+                      token.empty() ? "missing" : "wrong");
+      conn->close_after_write = true;
+      Send(conn, ErrorResponse(id, PermissionDenied("the store refused the job token; set "
+                                                    "COHORT_TOKEN to the job's token")));
+      return;
+    }
+    conn->authenticated = true;
+    Send(conn, std::move(OkResponse(id).Finish()));
+  }
+
+  void Park(const std::shared_ptr<Connection>& conn, const std::shared_ptr<Waiter>& waiter,
+            int64_t timeout_ms) {
+    for (const auto& k : waiter->keys) {
+      if (!state_.Find(k)) waiting_[k].push_back(waiter);
+    }
+    conn->waiters.push_back(waiter);
+    if (timeout_ms >= 0) {
+      waiter->timer.expires_after(std::chrono::milliseconds(timeout_ms));
+      waiter->timer.async_wait([this, waiter](asio::error_code ec) {
+        if (ec || waiter->done) return;
+        auto c = waiter->conn.lock();
+        Finish(waiter);
+        if (c) {
+          Send(c, ErrorResponse(waiter->id, WaitTimeout(waiter->keys)));
+          ForgetWaiter(*c, waiter);
+        }
+      });
+    }
+  }
+
+  // Answers a waiter whose keys all exist.
+  void Answer(Waiter& waiter, const std::shared_ptr<Connection>& conn) {
+    net::Writer w = OkResponse(waiter.id);
+    if (waiter.op == Op::kGet) {
+      w.Str(*state_.Find(waiter.keys[0]));
+    } else if (waiter.op == Op::kMultiGet) {
+      w.U32(static_cast<uint32_t>(waiter.keys.size()));
+      for (const auto& k : waiter.keys) w.Str(*state_.Find(k));
+    }
+    Send(conn, std::move(w.Finish()));
+  }
+
+  // Marks a waiter done and removes it from every key's list.
+  void Finish(const std::shared_ptr<Waiter>& waiter) {
+    if (waiter->done) return;
+    waiter->done = true;
+    waiter->timer.cancel();
+    for (const auto& k : waiter->keys) {
+      auto it = waiting_.find(k);
+      if (it == waiting_.end()) continue;
+      auto& list = it->second;
+      list.erase(std::remove(list.begin(), list.end(), waiter), list.end());
+      if (list.empty()) waiting_.erase(it);
+    }
+  }
+
+  void ForgetWaiter(Connection& conn, const std::shared_ptr<Waiter>& waiter) {
+    auto& list = conn.waiters;
+    list.erase(std::remove(list.begin(), list.end(), waiter), list.end());
+  }
+
+  // Wakes the waiters of `key` whose keys now all exist.
+  void Notify(const std::string& key) {
+    auto it = waiting_.find(key);
+    if (it == waiting_.end()) return;
+    std::vector<std::shared_ptr<Waiter>> ready;
+    for (const auto& w : it->second) {
+      if (state_.ContainsAll(w->keys)) ready.push_back(w);
+    }
+    for (const auto& w : ready) {
+      Finish(w);
+      if (auto c = w->conn.lock(); c && !c->closed) {
+        Answer(*w, c);
+        ForgetWaiter(*c, w);
+      }
+    }
+  }
+
+  const StoreServerOptions options_;
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  asio::steady_timer retry_accept_;
+  std::thread thread_;
+  std::once_flag stop_once_;
+  std::atomic<int> port_{0};
+  std::atomic<int64_t> accepted_{0}, rejected_{0}, open_{0}, requests_{0};
+  // Owned by the event-loop thread:
+  KvState state_;
+  std::unordered_set<std::shared_ptr<Connection>> connections_;
+  std::unordered_map<std::string, std::vector<std::shared_ptr<Waiter>>> waiting_;
+};
+
+StoreServer::StoreServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+StoreServer::~StoreServer() { Stop(); }
+
+Result<std::unique_ptr<StoreServer>> StoreServer::Start(const StoreServerOptions& options) {
+  auto impl = std::make_unique<Impl>(options);
+  COHORT_RETURN_IF_ERROR(impl->Open());
+  return std::unique_ptr<StoreServer>(new StoreServer(std::move(impl)));
+}
+
+int StoreServer::port() const { return impl_->port(); }
+StoreServerStats StoreServer::stats() const { return impl_->stats(); }
+void StoreServer::Stop() { impl_->Stop(); }
+
+}  // namespace cohort::store

@@ -1,0 +1,58 @@
+// StoreServer: the embedded store service (`cohort store`, or hosted inside `cohort run`).
+// Serves the protocol in docs/store-protocol.md to many clients on one event-loop thread
+// ("store-server"). Blocked GET/WAIT/MULTI_GET requests are parked on the keys they wait
+// for and answered when a writer sets them (push) or when their timeout fires.
+//
+// Robustness: a client must open with HELLO carrying the job's token; a wrong or missing
+// token, a malformed frame or an oversized frame closes that client's connection with a
+// logged reason (never the token) and does not disturb other clients.
+//
+// Thread-safety: Start/Stop/port/stats may be called from any thread; all store state is
+// owned by the event-loop thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "cohort/base/status.h"
+#include "cohort/store/protocol.h"
+
+namespace cohort::store {
+
+struct StoreServerOptions {
+  std::string host = "0.0.0.0";
+  int port = 0;  // 0 = kernel-chosen; read it back with port()
+  std::string token;
+  uint32_t max_frame = protocol::kDefaultMaxFrame;
+};
+
+struct StoreServerStats {
+  int64_t connections_accepted = 0;
+  int64_t connections_rejected = 0;  // bad token, malformed or oversized frames
+  int64_t connections_open = 0;
+  int64_t requests = 0;
+};
+
+class StoreServer {
+ public:
+  static Result<std::unique_ptr<StoreServer>> Start(const StoreServerOptions& options);
+  ~StoreServer();
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+
+  int port() const;
+  StoreServerStats stats() const;
+  // Closes every connection and joins the event-loop thread. Idempotent.
+  void Stop();
+
+ private:
+  class Impl;
+  explicit StoreServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Raises this process's open-file soft limit to its hard limit (for many connections).
+void RaiseFileLimit();
+
+}  // namespace cohort::store

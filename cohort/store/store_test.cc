@@ -1,0 +1,326 @@
+// Store tests: one suite run against every Store implementation, then StoreServer-specific
+// robustness tests (token, malformed and oversized frames, 1,000 concurrent clients).
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+#include "cohort/base/strings.h"
+#include "cohort/net/codec.h"
+#include "cohort/net/socket.h"
+#include "cohort/store/file_store.h"
+#include "cohort/store/memory_store.h"
+#include "cohort/store/store_server.h"
+#include "cohort/store/tcp_store.h"
+
+namespace cohort::store {
+namespace {
+
+Deadline Soon() { return Deadline::AfterMs(5000); }
+
+// Builds a fresh store of one kind; keeps what it needs (server, temp file) alive.
+class StoreFactory {
+ public:
+  virtual ~StoreFactory() = default;
+  virtual std::shared_ptr<Store> Make() = 0;  // a new client of the same store
+};
+
+class MemoryFactory : public StoreFactory {
+ public:
+  std::shared_ptr<Store> Make() override { return store_; }
+  std::shared_ptr<MemoryStore> store_ = std::make_shared<MemoryStore>();
+};
+
+class FileFactory : public StoreFactory {
+ public:
+  FileFactory() {
+    path_ = std::filesystem::temp_directory_path() / ("cohort-store-test-" + RandomHex(8));
+  }
+  ~FileFactory() override { std::filesystem::remove(path_); }
+  std::shared_ptr<Store> Make() override {
+    auto s = FileStore::Open(path_.string());
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return std::shared_ptr<Store>(std::move(s).value());
+  }
+  std::filesystem::path path_;
+};
+
+class TcpFactory : public StoreFactory {
+ public:
+  TcpFactory() {
+    auto server = StoreServer::Start({.host = "127.0.0.1", .port = 0, .token = token_});
+    EXPECT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(server).value();
+  }
+  std::shared_ptr<Store> Make() override {
+    auto s = TcpStore::Connect({.host = "127.0.0.1", .port = server_->port(), .token = token_},
+                               Soon());
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    return std::shared_ptr<Store>(std::move(s).value());
+  }
+  std::string token_ = RandomHex(16);
+  std::unique_ptr<StoreServer> server_;
+};
+
+class PrefixFactory : public StoreFactory {
+ public:
+  std::shared_ptr<Store> Make() override {
+    return std::make_shared<PrefixStore>("job", inner_.Make());
+  }
+  TcpFactory inner_;
+};
+
+std::unique_ptr<StoreFactory> MakeFactory(const std::string& kind) {
+  if (kind == "memory") return std::make_unique<MemoryFactory>();
+  if (kind == "file") return std::make_unique<FileFactory>();
+  if (kind == "tcp") return std::make_unique<TcpFactory>();
+  return std::make_unique<PrefixFactory>();
+}
+
+class StoreContract : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    factory_ = MakeFactory(GetParam());
+    store_ = factory_->Make();
+  }
+  std::unique_ptr<StoreFactory> factory_;
+  std::shared_ptr<Store> store_;
+};
+
+TEST_P(StoreContract, SetGetDeleteCheckNumKeys) {
+  ASSERT_TRUE(store_->Set("a", "1", Soon()).ok());
+  ASSERT_TRUE(store_->Set("b", std::string("\0bin\xff", 5), Soon()).ok());
+  EXPECT_EQ(*store_->Get("a", Soon()), "1");
+  EXPECT_EQ(*store_->Get("b", Soon()), std::string("\0bin\xff", 5));
+  EXPECT_TRUE(*store_->Check({"a", "b"}, Soon()));
+  EXPECT_FALSE(*store_->Check({"a", "zz"}, Soon()));
+  EXPECT_EQ(*store_->NumKeys(Soon()), 2);
+  EXPECT_TRUE(*store_->Delete("a", Soon()));
+  EXPECT_FALSE(*store_->Delete("a", Soon()));
+  EXPECT_FALSE(*store_->Check({"a"}, Soon()));
+  EXPECT_EQ(*store_->NumKeys(Soon()), 1);
+}
+
+TEST_P(StoreContract, GetTimesOutAtDeadline) {
+  auto start = SteadyClock::now();
+  auto r = store_->Get("missing", Deadline::AfterMs(100));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_GE(SecondsSince(start), 0.09);
+  EXPECT_LT(SecondsSince(start), 3.0);
+  // The connection stays usable after a timeout.
+  ASSERT_TRUE(store_->Set("k", "v", Soon()).ok());
+  EXPECT_EQ(*store_->Get("k", Soon()), "v");
+}
+
+TEST_P(StoreContract, AddIsAtomicAcrossClients) {
+  constexpr int kThreads = 4, kAdds = 200;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      auto client = factory_->Make();
+      for (int i = 0; i < kAdds; ++i) ASSERT_TRUE(client->Add("counter", 1, Soon()).ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(*store_->Add("counter", 0, Soon()), kThreads * kAdds);
+  ASSERT_TRUE(store_->Set("text", "abc", Soon()).ok());
+  EXPECT_EQ(store_->Add("text", 1, Soon()).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_P(StoreContract, CompareSet) {
+  EXPECT_EQ(*store_->CompareSet("c", "", "first", Soon()), "first");
+  EXPECT_EQ(*store_->CompareSet("c", "", "second", Soon()), "first");
+  EXPECT_EQ(*store_->CompareSet("c", "first", "third", Soon()), "third");
+  EXPECT_EQ(*store_->CompareSet("missing", "x", "y", Soon()), "");
+  EXPECT_FALSE(*store_->Check({"missing"}, Soon()));
+}
+
+TEST_P(StoreContract, WaitAndGetAreWokenByAnotherClient) {
+  auto writer = factory_->Make();
+  std::thread t([&] {
+    // The waiter blocks first; the writer's keys arrive one by one.
+    ASSERT_TRUE(writer->Set("w1", "x", Soon()).ok());
+    ASSERT_TRUE(writer->MultiSet({"w2", "w3"}, {"y", "z"}, Soon()).ok());
+  });
+  EXPECT_TRUE(store_->Wait({"w1", "w2", "w3"}, Soon()).ok());
+  auto values = store_->MultiGet({"w3", "w1"}, Soon());
+  ASSERT_TRUE(values.ok());
+  EXPECT_EQ(*values, (std::vector<std::string>{"z", "x"}));
+  t.join();
+}
+
+TEST_P(StoreContract, AbortUnblocksWaiters) {
+  auto waiter = factory_->Make();
+  std::atomic<bool> returned{false};
+  std::thread t([&] {
+    auto r = waiter->Get("never", Deadline::AfterMs(30000));
+    EXPECT_EQ(r.status().code(), StatusCode::kCancelled);
+    returned = true;
+  });
+  // Abort until the blocked call returns (Abort before the call starts also cancels it).
+  auto start = SteadyClock::now();
+  waiter->Abort();
+  t.join();
+  EXPECT_TRUE(returned);
+  EXPECT_LT(SecondsSince(start), 5.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllStores, StoreContract,
+                         ::testing::Values("memory", "file", "tcp", "prefix"),
+                         [](const auto& info) { return info.param; });
+
+TEST(PrefixStoreTest, KeysAreNamespaced) {
+  auto base = std::make_shared<MemoryStore>();
+  PrefixStore a("a", base), b("b", base);
+  ASSERT_TRUE(a.Set("k", "1", Soon()).ok());
+  ASSERT_TRUE(b.Set("k", "2", Soon()).ok());
+  EXPECT_EQ(*a.Get("k", Soon()), "1");
+  EXPECT_EQ(*base->Get("b/k", Soon()), "2");
+}
+
+class StoreServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto server = StoreServer::Start(
+        {.host = "127.0.0.1", .port = 0, .token = token_, .max_frame = 1 << 20});
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(server).value();
+  }
+  Result<std::unique_ptr<TcpStore>> Client(const std::string& token) {
+    return TcpStore::Connect({.host = "127.0.0.1", .port = server_->port(), .token = token},
+                             Soon());
+  }
+  net::Socket Raw() {
+    auto s = net::Connect("127.0.0.1", server_->port(), Soon());
+    EXPECT_TRUE(s.ok());
+    return std::move(s).value();
+  }
+  // True when the server closed `sock` (EOF) before the deadline.
+  static bool ClosedByServer(net::Socket& sock) {
+    char buf[256];
+    for (;;) {
+      Status st = sock.RecvAll(buf, 1, Deadline::AfterMs(5000));
+      if (st.code() == StatusCode::kUnavailable) return true;
+      if (!st.ok()) return false;
+    }
+  }
+  std::string token_ = RandomHex(16);
+  std::unique_ptr<StoreServer> server_;
+};
+
+TEST_F(StoreServerTest, WrongOrMissingTokenIsRefused) {
+  auto wrong = Client("not-the-token");
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(wrong.status().message().find("not-the-token"), std::string::npos);
+  auto missing = Client("");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_TRUE(Client(token_).ok());
+  EXPECT_GE(server_->stats().connections_rejected, 2);
+}
+
+TEST_F(StoreServerTest, RequestsBeforeHelloAreRefused) {
+  net::Socket sock = Raw();
+  net::Writer w;
+  w.U8(static_cast<uint8_t>(protocol::Op::kSet)).U64(1).Str("k").Str("v");
+  auto& frame = w.Finish();
+  ASSERT_TRUE(sock.SendAll(frame.data(), frame.size(), Soon()).ok());
+  EXPECT_TRUE(ClosedByServer(sock));
+}
+
+TEST_F(StoreServerTest, MalformedAndOversizedFramesCloseOnlyThatClient) {
+  auto good = Client(token_);
+  ASSERT_TRUE(good.ok());
+  ASSERT_TRUE((*good)->Set("before", "1", Soon()).ok());
+  // A blocked waiter on another connection must survive the bad clients.
+  auto waiter = Client(token_);
+  ASSERT_TRUE(waiter.ok());
+  std::thread t([&] { EXPECT_EQ(*(*waiter)->Get("after", Soon()), "2"); });
+
+  net::Socket garbage = Raw();
+  std::string junk("\x03\x00\x00\x00xyz", 7);
+  ASSERT_TRUE(garbage.SendAll(junk.data(), junk.size(), Soon()).ok());
+  EXPECT_TRUE(ClosedByServer(garbage));
+
+  net::Socket huge = Raw();
+  std::string header = "\xff\xff\xff\x7f";
+  ASSERT_TRUE(huge.SendAll(header.data(), header.size(), Soon()).ok());
+  EXPECT_TRUE(ClosedByServer(huge));
+
+  ASSERT_TRUE((*good)->Set("after", "2", Soon()).ok());
+  t.join();
+  EXPECT_EQ(*(*good)->Get("before", Soon()), "1");
+}
+
+TEST_F(StoreServerTest, ServesOneThousandConcurrentClients) {
+  RaiseFileLimit();
+  constexpr int kClients = 1000;
+  std::vector<std::unique_ptr<TcpStore>> clients;
+  for (int i = 0; i < kClients; ++i) {
+    auto c = Client(token_);
+    ASSERT_TRUE(c.ok()) << i << ": " << c.status().ToString();
+    clients.push_back(std::move(c).value());
+  }
+  EXPECT_EQ(server_->stats().connections_open, kClients);
+  // Every client blocks on a barrier key from its own thread; one Set releases them all.
+  constexpr int kThreads = 8;
+  std::atomic<int> released{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = t; i < kClients; i += kThreads) {
+        ASSERT_EQ(*clients[i]->Add("arrived", 1, Soon()) > 0, true);
+      }
+      for (int i = t; i < kClients; i += kThreads) {
+        ASSERT_TRUE(clients[i]->Wait({"go"}, Deadline::AfterMs(30000)).ok());
+        released++;
+      }
+    });
+  }
+  ASSERT_TRUE(clients[0]->Wait({"arrived"}, Soon()).ok());
+  auto setter = Client(token_);
+  ASSERT_TRUE(setter.ok());
+  ASSERT_TRUE((*setter)->Get("arrived", Soon()).ok());
+  ASSERT_TRUE((*setter)->Set("go", "1", Soon()).ok());
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(released, kClients);
+  EXPECT_EQ(*(*setter)->Add("arrived", 0, Soon()), kClients);
+}
+
+TEST_F(StoreServerTest, ClientSeesServerDeathAsUnavailable) {
+  auto client = Client(token_);
+  ASSERT_TRUE(client.ok());
+  std::thread t([&] {
+    auto r = (*client)->Get("never", Deadline::AfterMs(10000));
+    EXPECT_FALSE(r.ok());
+    EXPECT_NE(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().ToString();
+  });
+  server_->Stop();
+  t.join();
+}
+
+TEST(FileStoreTest, TornTailIsIgnoredUntilComplete) {
+  auto path = std::filesystem::temp_directory_path() / ("cohort-torn-" + RandomHex(8));
+  {
+    auto s = FileStore::Open(path.string());
+    ASSERT_TRUE(s.ok());
+    ASSERT_TRUE((*s)->Set("a", "1", Soon()).ok());
+  }
+  {
+    FILE* f = std::fopen(path.c_str(), "ab");
+    std::fwrite("\x40\x00\x00\x00\x01", 1, 5, f);  // a record header with no body yet
+    std::fclose(f);
+  }
+  auto s = FileStore::Open(path.string());
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(*(*s)->Get("a", Soon()), "1");
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace cohort::store

@@ -1,0 +1,240 @@
+// Implements TcpStore. Thread-safety: mu_ serializes calls; Abort() touches only atomics
+// and shutdown(2), which is safe against a concurrent poll on the same descriptor.
+#include "cohort/store/tcp_store.h"
+
+#include <sys/socket.h>
+
+#include "cohort/base/log.h"
+#include "cohort/net/codec.h"
+
+namespace cohort::store {
+
+using protocol::Op;
+
+namespace {
+
+int64_t TimeoutMs(Deadline deadline) {
+  return deadline.infinite() ? -1 : deadline.RemainingMs();
+}
+
+// Splits a response body into (code, payload reader); error responses become a Status.
+Status ParseResponseHead(net::Reader& r, uint64_t* id) {
+  uint8_t code;
+  if (!r.U64(id) || !r.U8(&code)) return DataLoss("malformed response from store server");
+  if (code == 0) return Status::Ok();
+  std::string message;
+  if (!r.Str(&message)) return DataLoss("malformed error response from store server");
+  return Status(static_cast<StatusCode>(code), message);
+}
+
+}  // namespace
+
+// One request: builds the frame, runs the round trip and hands back a payload reader.
+class TcpStore::Call {
+ public:
+  Call(TcpStore* store, Op op) : store_(store), lock_(store->mu_) {
+    id_ = store_->next_id_++;
+    writer_.U8(static_cast<uint8_t>(op)).U64(id_);
+  }
+  net::Writer& writer() { return writer_; }
+  Status Run(Deadline deadline) {
+    if (store_->aborted_) return Cancelled("store client aborted");
+    COHORT_RETURN_IF_ERROR(store_->EnsureConnected(deadline));
+    Status st = store_->RoundTrip(writer_.Finish(), id_, &body_, deadline);
+    if (!st.ok()) return st;
+    reader_.emplace(body_);
+    uint64_t id;
+    COHORT_RETURN_IF_ERROR(ParseResponseHead(*reader_, &id));
+    return Status::Ok();
+  }
+  net::Reader& reader() { return *reader_; }
+
+ private:
+  TcpStore* store_;
+  std::unique_lock<std::mutex> lock_;
+  uint64_t id_;
+  net::Writer writer_;
+  std::string body_;
+  std::optional<net::Reader> reader_;
+};
+
+Result<std::unique_ptr<TcpStore>> TcpStore::Connect(const TcpStoreOptions& options,
+                                                    Deadline deadline) {
+  std::unique_ptr<TcpStore> store(new TcpStore(options));
+  {
+    std::lock_guard<std::mutex> lock(store->mu_);
+    COHORT_RETURN_IF_ERROR(store->EnsureConnected(deadline));
+  }
+  return store;
+}
+
+TcpStore::~TcpStore() = default;
+
+std::string TcpStore::endpoint() const {
+  return fmt::format("{}:{}", options_.host, options_.port);
+}
+
+Status TcpStore::EnsureConnected(Deadline deadline) {
+  if (socket_.valid()) return Status::Ok();
+  auto sock = net::Connect(options_.host, options_.port, deadline);
+  if (!sock.ok()) {
+    return sock.status().WithContext(fmt::format("store at {}", endpoint()));
+  }
+  socket_ = std::move(sock).value();
+  live_fd_ = socket_.fd();
+  if (aborted_) {
+    ::shutdown(socket_.fd(), SHUT_RDWR);
+    return Cancelled("store client aborted");
+  }
+  // Handshake: HELLO(magic, version, token) -> OK or PERMISSION_DENIED.
+  uint64_t id = next_id_++;
+  net::Writer hello;
+  hello.U8(static_cast<uint8_t>(Op::kHello)).U64(id);
+  hello.Str(protocol::kMagic).U32(protocol::kVersion).Str(options_.token);
+  std::string body;
+  Status st = RoundTrip(hello.Finish(), id, &body, deadline);
+  if (st.ok()) {
+    net::Reader r(body);
+    uint64_t got;
+    st = ParseResponseHead(r, &got);
+  }
+  if (!st.ok()) {
+    socket_.Close();
+    live_fd_ = -1;
+    if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDataLoss) {
+      return Unavailable(
+          "store at {} did not complete the cohort handshake ({}); is it a cohort store?",
+          endpoint(), st.message());
+    }
+    return st.WithContext(fmt::format("store at {}", endpoint()));
+  }
+  return Status::Ok();
+}
+
+Status TcpStore::RoundTrip(std::string& frame, uint64_t id, std::string* body,
+                           Deadline deadline) {
+  Status st = socket_.SendAll(frame.data(), frame.size(), deadline);
+  while (st.ok()) {
+    st = net::ReadFrame(socket_, body, options_.max_frame, deadline);
+    if (!st.ok()) break;
+    net::Reader r(*body);
+    uint64_t got = 0;
+    if (!r.U64(&got)) {
+      st = DataLoss("malformed response from store server");
+      break;
+    }
+    if (got == id) return Status::Ok();
+    // A late answer to a call that already gave up: drop it and keep reading.
+  }
+  if (aborted_) {
+    socket_.Close();
+    live_fd_ = -1;
+    return Cancelled("store client aborted");
+  }
+  // The stream may hold part of a frame: drop the connection and reconnect on the next call
+  // (the server forgets requests of a closed connection).
+  socket_.Close();
+  live_fd_ = -1;
+  return st;
+}
+
+void TcpStore::Abort() {
+  aborted_ = true;
+  int fd = live_fd_.load();
+  if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
+}
+
+Status TcpStore::Set(std::string_view key, std::string_view value, Deadline deadline) {
+  Call call(this, Op::kSet);
+  call.writer().Str(key).Str(value);
+  return call.Run(deadline);
+}
+
+Result<std::string> TcpStore::Get(std::string_view key, Deadline deadline) {
+  Call call(this, Op::kGet);
+  call.writer().Str(key).I64(TimeoutMs(deadline));
+  COHORT_RETURN_IF_ERROR(call.Run(deadline));
+  std::string value;
+  if (!call.reader().Str(&value)) return DataLoss("malformed GET response");
+  return value;
+}
+
+Result<int64_t> TcpStore::Add(std::string_view key, int64_t delta, Deadline deadline) {
+  Call call(this, Op::kAdd);
+  call.writer().Str(key).I64(delta);
+  COHORT_RETURN_IF_ERROR(call.Run(deadline));
+  int64_t value;
+  if (!call.reader().I64(&value)) return DataLoss("malformed ADD response");
+  return value;
+}
+
+Result<std::string> TcpStore::CompareSet(std::string_view key, std::string_view expected,
+                                         std::string_view desired, Deadline deadline) {
+  Call call(this, Op::kCompareSet);
+  call.writer().Str(key).Str(expected).Str(desired);
+  COHORT_RETURN_IF_ERROR(call.Run(deadline));
+  std::string value;
+  if (!call.reader().Str(&value)) return DataLoss("malformed COMPARE_SET response");
+  return value;
+}
+
+Status TcpStore::Wait(const std::vector<std::string>& keys, Deadline deadline) {
+  Call call(this, Op::kWait);
+  call.writer().StrList(keys).I64(TimeoutMs(deadline));
+  return call.Run(deadline);
+}
+
+Result<bool> TcpStore::Check(const std::vector<std::string>& keys, Deadline deadline) {
+  Call call(this, Op::kCheck);
+  call.writer().StrList(keys);
+  COHORT_RETURN_IF_ERROR(call.Run(deadline));
+  uint8_t present;
+  if (!call.reader().U8(&present)) return DataLoss("malformed CHECK response");
+  return present != 0;
+}
+
+Result<bool> TcpStore::Delete(std::string_view key, Deadline deadline) {
+  Call call(this, Op::kDelete);
+  call.writer().Str(key);
+  COHORT_RETURN_IF_ERROR(call.Run(deadline));
+  uint8_t existed;
+  if (!call.reader().U8(&existed)) return DataLoss("malformed DELETE response");
+  return existed != 0;
+}
+
+Result<int64_t> TcpStore::NumKeys(Deadline deadline) {
+  Call call(this, Op::kNumKeys);
+  COHORT_RETURN_IF_ERROR(call.Run(deadline));
+  int64_t n;
+  if (!call.reader().I64(&n)) return DataLoss("malformed NUM_KEYS response");
+  return n;
+}
+
+Result<std::vector<std::string>> TcpStore::MultiGet(const std::vector<std::string>& keys,
+                                                    Deadline deadline) {
+  Call call(this, Op::kMultiGet);
+  call.writer().StrList(keys).I64(TimeoutMs(deadline));
+  COHORT_RETURN_IF_ERROR(call.Run(deadline));
+  std::vector<std::string> values;
+  if (!call.reader().StrList(&values, protocol::kMaxKeysPerRequest)) {
+    return DataLoss("malformed MULTI_GET response");
+  }
+  return values;
+}
+
+Status TcpStore::MultiSet(const std::vector<std::string>& keys,
+                          const std::vector<std::string>& values, Deadline deadline) {
+  if (keys.size() != values.size()) {
+    return InvalidArgument("MultiSet with {} keys and {} values", keys.size(), values.size());
+  }
+  Call call(this, Op::kMultiSet);
+  call.writer().StrList(keys).StrList(values);
+  return call.Run(deadline);
+}
+
+Status TcpStore::Ping(Deadline deadline) {
+  Call call(this, Op::kPing);
+  return call.Run(deadline);
+}
+
+}  // namespace cohort::store

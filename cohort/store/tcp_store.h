@@ -1,0 +1,70 @@
+// TcpStore: the client of StoreServer (see docs/store-protocol.md). One TCP connection,
+// opened with a HELLO carrying the job's token. Blocking calls (Get, Wait, MultiGet) send
+// their remaining time to the server, which holds the request and answers when the keys
+// appear (a push) or the time is up; the client never polls.
+//
+// A broken connection is reopened on the next call (within that call's deadline). A
+// response that arrives after its call gave up is recognised by its request id and dropped.
+//
+// Thread-safety: calls are serialized by a mutex (one request in flight per connection);
+// Abort() may be called from any thread and unblocks a call in progress.
+#pragma once
+
+#include <atomic>
+#include <mutex>
+#include <string>
+
+#include "cohort/net/socket.h"
+#include "cohort/store/protocol.h"
+#include "cohort/store/store.h"
+
+namespace cohort::store {
+
+struct TcpStoreOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;
+  std::string token;  // the job's token; never logged
+  uint32_t max_frame = protocol::kDefaultMaxFrame;
+};
+
+class TcpStore final : public Store {
+ public:
+  // Connects and completes the handshake before `deadline`.
+  static Result<std::unique_ptr<TcpStore>> Connect(const TcpStoreOptions& options,
+                                                   Deadline deadline);
+  ~TcpStore() override;
+
+  Status Set(std::string_view key, std::string_view value, Deadline deadline) override;
+  Result<std::string> Get(std::string_view key, Deadline deadline) override;
+  Result<int64_t> Add(std::string_view key, int64_t delta, Deadline deadline) override;
+  Result<std::string> CompareSet(std::string_view key, std::string_view expected,
+                                 std::string_view desired, Deadline deadline) override;
+  Status Wait(const std::vector<std::string>& keys, Deadline deadline) override;
+  Result<bool> Check(const std::vector<std::string>& keys, Deadline deadline) override;
+  Result<bool> Delete(std::string_view key, Deadline deadline) override;
+  Result<int64_t> NumKeys(Deadline deadline) override;
+  Result<std::vector<std::string>> MultiGet(const std::vector<std::string>& keys,
+                                            Deadline deadline) override;
+  Status MultiSet(const std::vector<std::string>& keys, const std::vector<std::string>& values,
+                  Deadline deadline) override;
+  Status Ping(Deadline deadline);
+  void Abort() override;
+
+  std::string endpoint() const;
+
+ private:
+  explicit TcpStore(TcpStoreOptions options) : options_(std::move(options)) {}
+  class Call;
+  Status EnsureConnected(Deadline deadline);
+  // Sends the request in `frame` (whose id is `id`) and reads its response body into `body`.
+  Status RoundTrip(std::string& frame, uint64_t id, std::string* body, Deadline deadline);
+
+  const TcpStoreOptions options_;
+  std::mutex mu_;  // serializes calls; guards socket_ and next_id_
+  net::Socket socket_;
+  uint64_t next_id_ = 1;
+  std::atomic<bool> aborted_{false};
+  std::atomic<int> live_fd_{-1};  // for Abort() from another thread
+};
+
+}  // namespace cohort::store
