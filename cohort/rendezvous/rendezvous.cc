@@ -1,0 +1,312 @@
+// Implements the elastic rendezvous protocol (docs/rendezvous.md). Thread-safety: see
+// rendezvous.h; this file keeps no global state.
+#include "cohort/rendezvous/rendezvous.h"
+
+#include <nlohmann/json.hpp>
+
+#include "cohort/base/log.h"
+#include "cohort/base/settings.h"
+#include "cohort/base/strings.h"
+
+namespace cohort::rendezvous {
+
+using nlohmann::json;
+
+namespace {
+constexpr const char* kLog = "rdzv";
+// Per-call deadline for non-blocking store calls.
+constexpr auto kCallTimeout = std::chrono::seconds(30);
+
+bool IsTimeout(const Status& s) { return s.code() == StatusCode::kDeadlineExceeded; }
+
+std::string SignalName(int sig) {
+  const char* name = sigabbrev_np(sig);
+  return name ? fmt::format("SIG{}", name) : fmt::format("signal {}", sig);
+}
+}  // namespace
+
+std::string NodeInfo::ToJson() const {
+  return json{{"host", host}, {"addr", addr}, {"local_world_size", local_world_size},
+              {"boot_id", boot_id}}
+      .dump();
+}
+
+Result<NodeInfo> NodeInfo::FromJson(std::string_view text) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return DataLoss("malformed node record");
+  NodeInfo n;
+  n.host = j.value("host", "");
+  n.addr = j.value("addr", "");
+  n.local_world_size = j.value("local_world_size", 1);
+  n.boot_id = j.value("boot_id", "");
+  return n;
+}
+
+std::string FailureRecord::ToJson() const {
+  return json{{"rank", rank}, {"host", host}, {"exit_code", exit_code}, {"signal", signal},
+              {"message", message}}
+      .dump();
+}
+
+Result<FailureRecord> FailureRecord::FromJson(std::string_view text) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return DataLoss("malformed failure record");
+  FailureRecord f;
+  f.rank = j.value("rank", -1);
+  f.host = j.value("host", "");
+  f.exit_code = j.value("exit_code", 0);
+  f.signal = j.value("signal", 0);
+  f.message = j.value("message", "");
+  return f;
+}
+
+std::string FailureRecord::Describe() const {
+  std::string how = signal != 0 ? fmt::format("was killed by {}", SignalName(signal))
+                                : fmt::format("exited with code {}", exit_code);
+  std::string text = fmt::format("rank {} (host {}) {}", rank, host, how);
+  if (!message.empty()) text += fmt::format(": {}", message);
+  return text;
+}
+
+int RendezvousInfo::RankOffset() const {
+  int offset = 0;
+  for (int i = 0; i < group_rank; ++i) offset += peers[i].local_world_size;
+  return offset;
+}
+
+int RendezvousInfo::WorldSize() const {
+  int n = 0;
+  for (const auto& p : peers) n += p.local_world_size;
+  return n;
+}
+
+Rendezvous::Rendezvous(std::shared_ptr<store::Store> store, RendezvousConfig config,
+                       NodeInfo self)
+    : store_(std::move(store)), config_(std::move(config)), self_(std::move(self)) {}
+
+std::string Rendezvous::Key(std::string_view suffix) const {
+  return fmt::format("rdzv/{}/{}", config_.run_id, suffix);
+}
+
+std::string Rendezvous::RoundKey(int64_t round, std::string_view suffix) const {
+  return fmt::format("rdzv/{}/r{}/{}", config_.run_id, round, suffix);
+}
+
+Deadline Rendezvous::CallDeadline() const { return Deadline::After(kCallTimeout); }
+
+// Waits until round `round` ends, then makes sure the round counter moved past it.
+Status Rendezvous::WaitForNextRound(int64_t round, Deadline deadline) {
+  COHORT_RETURN_IF_ERROR(store_->Wait({RoundKey(round, "next")}, deadline));
+  auto moved = store_->CompareSet(Key("round"), std::to_string(round),
+                                  std::to_string(round + 1), CallDeadline());
+  return moved.status();
+}
+
+// Protocol (each step a constant number of store calls):
+//  1. Refuse when the job is done or the restart budget is spent.
+//  2. Read the current round R. If R is already closed (running), this node is late: ask
+//     for a re-rendezvous when R has room (N < MAX), wait for R to end, go to 1.
+//  3. Take a slot S = Add(r<R>/slot, 1); publish node<S> and hb<S>.
+//  4. Wait until MIN nodes have joined (node<MIN> exists), bounded by the join timeout.
+//  5. Unless closed already, give late nodes the last-call window (or until node<MAX>).
+//  6. Close: CompareSet(closed, "", min(slots taken, MAX)); the first writer's N holds.
+//  7. S > N: spare or late; ask for a re-rendezvous when N < MAX, wait for the next round.
+//  8. Read the N node records in one MultiGet; this node's group rank is S - 1.
+Result<RendezvousInfo> Rendezvous::Next() {
+  const Deadline join_deadline = Deadline::After(config_.join_timeout);
+  for (;;) {
+    // Step 1.
+    COHORT_ASSIGN_OR_RETURN(bool done, store_->Check({Key("done")}, CallDeadline()));
+    if (done) {
+      auto outcome = store_->Get(Key("done"), CallDeadline());
+      return FailedPrecondition("job '{}' is already over ({})", config_.run_id,
+                                outcome.ok() ? *outcome : "unknown outcome");
+    }
+    COHORT_ASSIGN_OR_RETURN(int64_t restarts, store_->Add(Key("restarts"), 0, CallDeadline()));
+    if (restarts > config_.max_restarts) {
+      return FailedPrecondition("the job-wide restart budget is spent ({} failures, "
+                                "--max-restarts {})",
+                                restarts, config_.max_restarts);
+    }
+    // Step 2.
+    COHORT_ASSIGN_OR_RETURN(int64_t round, store_->Add(Key("round"), 0, CallDeadline()));
+    COHORT_ASSIGN_OR_RETURN(bool running, store_->Check({RoundKey(round, "closed")},
+                                                        CallDeadline()));
+    if (running) {
+      COHORT_ASSIGN_OR_RETURN(std::string closed_n, store_->Get(RoundKey(round, "closed"),
+                                                                CallDeadline()));
+      if (ParseInt64(closed_n).value_or(0) < config_.max_nodes) {
+        COHORT_LOG_INFO(kLog, "round {} is running with room; asking for a re-rendezvous",
+                        round);
+        COHORT_RETURN_IF_ERROR(
+            EndRound(round, fmt::format("join:{}", self_.host), false, nullptr).status());
+      } else {
+        COHORT_LOG_INFO(kLog, "round {} is full; waiting as a spare node", round);
+      }
+      COHORT_RETURN_IF_ERROR(WaitForNextRound(round, Deadline::Infinite()));
+      continue;
+    }
+    // Step 3.
+    COHORT_ASSIGN_OR_RETURN(int64_t slot, store_->Add(RoundKey(round, "slot"), 1,
+                                                      CallDeadline()));
+    COHORT_RETURN_IF_ERROR(store_->MultiSet(
+        {RoundKey(round, fmt::format("node{}", slot)), RoundKey(round, fmt::format("hb{}", slot))},
+        {self_.ToJson(), "0"}, CallDeadline()));
+    // Step 4.
+    Status enough = store_->Wait({RoundKey(round, fmt::format("node{}", config_.min_nodes))},
+                                 join_deadline);
+    if (!enough.ok()) {
+      if (!IsTimeout(enough)) return enough;
+      auto joined = store_->Add(RoundKey(round, "slot"), 0, CallDeadline());
+      return DeadlineExceeded(
+          "rendezvous '{}' timed out: {} of the minimum {} node(s) joined round {} within the "
+          "join timeout of {} s",
+          config_.run_id, joined.ok() ? *joined : -1, config_.min_nodes, round,
+          std::chrono::duration_cast<std::chrono::seconds>(config_.join_timeout).count());
+    }
+    // Step 5.
+    COHORT_ASSIGN_OR_RETURN(bool closed, store_->Check({RoundKey(round, "closed")},
+                                                       CallDeadline()));
+    if (!closed && config_.max_nodes > config_.min_nodes) {
+      Status full = store_->Wait({RoundKey(round, fmt::format("node{}", config_.max_nodes))},
+                                 Deadline::After(config_.last_call).Earlier(join_deadline));
+      if (!full.ok() && !IsTimeout(full)) return full;
+    }
+    // Step 6.
+    COHORT_ASSIGN_OR_RETURN(int64_t taken, store_->Add(RoundKey(round, "slot"), 0,
+                                                       CallDeadline()));
+    int64_t proposal = std::min<int64_t>(taken, config_.max_nodes);
+    COHORT_ASSIGN_OR_RETURN(std::string closed_value,
+                            store_->CompareSet(RoundKey(round, "closed"), "",
+                                               std::to_string(proposal), CallDeadline()));
+    int64_t members = ParseInt64(closed_value).value_or(0);
+    if (members <= 0) return DataLoss("round {} closed with a bad member count", round);
+    // Step 7.
+    if (slot > members) {
+      if (members < config_.max_nodes) {
+        COHORT_RETURN_IF_ERROR(
+            EndRound(round, fmt::format("join:{}", self_.host), false, nullptr).status());
+      } else {
+        COHORT_LOG_INFO(kLog, "round {} closed with {} nodes; waiting as a spare", round,
+                        members);
+      }
+      COHORT_RETURN_IF_ERROR(WaitForNextRound(round, Deadline::Infinite()));
+      continue;
+    }
+    // Step 8.
+    std::vector<std::string> keys;
+    for (int64_t s = 1; s <= members; ++s) keys.push_back(RoundKey(round, fmt::format("node{}", s)));
+    COHORT_ASSIGN_OR_RETURN(std::vector<std::string> records,
+                            store_->MultiGet(keys, join_deadline.Earlier(CallDeadline())));
+    RendezvousInfo info;
+    info.round = round;
+    info.slot = static_cast<int>(slot);
+    info.group_rank = static_cast<int>(slot - 1);
+    info.group_world_size = static_cast<int>(members);
+    info.restart_count = restarts;
+    info.store_prefix = fmt::format("rdzv/{}/r{}/w", config_.run_id, round);
+    for (const auto& r : records) {
+      COHORT_ASSIGN_OR_RETURN(NodeInfo node, NodeInfo::FromJson(r));
+      info.peers.push_back(std::move(node));
+    }
+    COHORT_LOG_DEBUG(kLog, "round {}: node {} of {}", round, info.group_rank, members);
+    return info;
+  }
+}
+
+// Protocol: claim the end of the round (first claimant wins), count a failure once in
+// `restarts`, publish the failure record, then `next` (which wakes every watcher) and
+// finally advance the round counter.
+Result<bool> Rendezvous::EndRound(int64_t round, std::string_view reason, bool is_failure,
+                                  const FailureRecord* failure) {
+  std::string claim = fmt::format("{}#{}", reason, RandomHex(8));
+  COHORT_ASSIGN_OR_RETURN(std::string owner, store_->CompareSet(RoundKey(round, "ended_by"), "",
+                                                                claim, CallDeadline()));
+  bool won = owner == claim;
+  if (failure != nullptr) {
+    COHORT_RETURN_IF_ERROR(store_->CompareSet(RoundKey(round, "failure"), "", failure->ToJson(),
+                                              CallDeadline())
+                               .status());
+  }
+  if (won && is_failure) {
+    COHORT_RETURN_IF_ERROR(store_->Add(Key("restarts"), 1, CallDeadline()).status());
+  }
+  if (won) {
+    COHORT_RETURN_IF_ERROR(
+        store_->CompareSet(RoundKey(round, "next"), "", std::string(reason), CallDeadline())
+            .status());
+  } else {
+    // The winner sets `next`; make sure it exists before returning so callers can rely on it.
+    COHORT_RETURN_IF_ERROR(store_->Wait({RoundKey(round, "next")}, CallDeadline()));
+  }
+  COHORT_RETURN_IF_ERROR(store_->CompareSet(Key("round"), std::to_string(round),
+                                            std::to_string(round + 1), CallDeadline())
+                             .status());
+  return won;
+}
+
+Result<FailureRecord> Rendezvous::GetFailure(int64_t round) {
+  COHORT_ASSIGN_OR_RETURN(bool present, store_->Check({RoundKey(round, "failure")},
+                                                      CallDeadline()));
+  if (!present) return NotFound("round {} has no failure record", round);
+  COHORT_ASSIGN_OR_RETURN(std::string text, store_->Get(RoundKey(round, "failure"),
+                                                        CallDeadline()));
+  return FailureRecord::FromJson(text);
+}
+
+Result<std::string> Rendezvous::WatchStep(const RendezvousInfo& info) {
+  const int64_t round = info.round;
+  COHORT_RETURN_IF_ERROR(
+      store_->Add(RoundKey(round, fmt::format("hb{}", info.slot)), 1, CallDeadline()).status());
+  if (info.group_world_size > 1) {
+    if (watched_round_ != round) {
+      watched_round_ = round;
+      last_beats_.assign(info.group_world_size, -1);
+      last_change_.assign(info.group_world_size, SteadyClock::now());
+    }
+    std::vector<std::string> keys;
+    for (int s = 1; s <= info.group_world_size; ++s) {
+      keys.push_back(RoundKey(round, fmt::format("hb{}", s)));
+    }
+    COHORT_ASSIGN_OR_RETURN(std::vector<std::string> beats,
+                            store_->MultiGet(keys, CallDeadline()));
+    auto now = SteadyClock::now();
+    for (int i = 0; i < info.group_world_size; ++i) {
+      if (i + 1 == info.slot || beats[i] == "finished") continue;
+      int64_t beat = ParseInt64(beats[i]).value_or(-1);
+      if (beat != last_beats_[i]) {
+        last_beats_[i] = beat;
+        last_change_[i] = now;
+      } else if (now - last_change_[i] > config_.dead_timeout) {
+        std::string reason = fmt::format("dead:node {} ({}) stopped sending heartbeats", i,
+                                         info.peers[i].host);
+        COHORT_LOG_WARN(kLog, "round {}: {}", round, reason.substr(5));
+        FailureRecord record;
+        record.host = info.peers[i].host;
+        record.message = reason.substr(5);
+        COHORT_RETURN_IF_ERROR(EndRound(round, reason, true, &record).status());
+        break;
+      }
+    }
+  }
+  Status ended = store_->Wait({RoundKey(round, "next")},
+                              Deadline::After(config_.heartbeat_interval));
+  if (IsTimeout(ended)) return std::string();
+  COHORT_RETURN_IF_ERROR(ended);
+  return store_->Get(RoundKey(round, "next"), CallDeadline());
+}
+
+Status Rendezvous::MarkFinished(const RendezvousInfo& info) {
+  return store_->Set(RoundKey(info.round, fmt::format("hb{}", info.slot)), "finished",
+                     CallDeadline());
+}
+
+Status Rendezvous::CloseJob(std::string_view outcome) {
+  COHORT_RETURN_IF_ERROR(
+      store_->CompareSet(Key("done"), "", std::string(outcome), CallDeadline()).status());
+  // Wake spares and late joiners parked on the current round's `next`.
+  COHORT_ASSIGN_OR_RETURN(int64_t round, store_->Add(Key("round"), 0, CallDeadline()));
+  return store_->CompareSet(RoundKey(round, "next"), "", "done", CallDeadline()).status();
+}
+
+}  // namespace cohort::rendezvous

@@ -1,0 +1,117 @@
+// Elastic rendezvous over any Store: nodes (agents) agree on numbered rounds, each with a
+// closed member list, within --nnodes MIN:MAX.
+//
+// Keys under "rdzv/<run_id>/" (see docs/rendezvous.md for the full protocol):
+//   round            the current round number (advanced by CompareSet only)
+//   r<R>/slot        join counter of round R; Add(1) hands out slots 1, 2, ...
+//   r<R>/node<S>     NodeInfo of slot S (JSON);  r<R>/hb<S> its heartbeat counter
+//   r<R>/closed      member count N of round R, set once by CompareSet (first writer wins)
+//   r<R>/next        why round R ends ("failure:...", "join:...", "dead:..."), first writer wins
+//   r<R>/failure     JSON summary of the failure that ended round R
+//   r<R>/finished<S> slot S finished successfully (not a dead node)
+//   restarts         job-wide count of rounds ended by a failure
+//   done             the job is over ("succeeded" or "failed: ...")
+// A join is a constant number of store round trips per node, whatever the node count.
+//
+// Thread-safety: a Rendezvous is used by one thread (the agent's); Watch runs on the
+// watcher's own Rendezvous object over its own store connection.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cohort/base/status.h"
+#include "cohort/base/time.h"
+#include "cohort/store/store.h"
+
+namespace cohort::rendezvous {
+
+struct NodeInfo {
+  std::string host;            // hostname, for messages
+  std::string addr;            // address other nodes reach this node at
+  int local_world_size = 1;
+  std::string boot_id;         // same host + boot id = shared memory possible
+
+  std::string ToJson() const;
+  static Result<NodeInfo> FromJson(std::string_view text);
+};
+
+struct RendezvousConfig {
+  std::string run_id = "none";
+  int min_nodes = 1;
+  int max_nodes = 1;
+  Duration join_timeout = std::chrono::seconds(600);
+  Duration last_call = std::chrono::seconds(1);
+  Duration heartbeat_interval = std::chrono::seconds(1);
+  Duration dead_timeout = std::chrono::seconds(10);
+  int64_t max_restarts = 0;  // Next() refuses to start a round once `restarts` exceeds it
+};
+
+struct RendezvousInfo {
+  int64_t round = 0;
+  int group_rank = 0;        // this node's rank among the round's nodes
+  int group_world_size = 0;  // nodes in the round
+  std::vector<NodeInfo> peers;
+  int64_t restart_count = 0;  // job-wide rounds ended by a failure so far
+  std::string store_prefix;   // per-round namespace for workers ("rdzv/<id>/r<R>/w")
+  int slot = 0;               // join slot (1-based) in this round
+
+  // Global rank of local rank 0 of this node (sum of lower nodes' local world sizes).
+  int RankOffset() const;
+  int WorldSize() const;
+};
+
+struct FailureRecord {
+  int rank = -1;
+  std::string host;
+  int exit_code = 0;       // valid when signal == 0
+  int signal = 0;
+  std::string message;     // from the worker's error file, may be empty
+  std::string ToJson() const;
+  static Result<FailureRecord> FromJson(std::string_view text);
+  std::string Describe() const;
+};
+
+class Rendezvous {
+ public:
+  Rendezvous(std::shared_ptr<store::Store> store, RendezvousConfig config, NodeInfo self);
+
+  // Joins the next open round and returns it once closed. Spare nodes (beyond MAX) and
+  // late joiners wait here for the next round. Errors: kDeadlineExceeded when MIN nodes do
+  // not join within the join timeout; kFailedPrecondition when the job is over or the
+  // restart budget is spent (message says which).
+  Result<RendezvousInfo> Next();
+
+  // Ends `round` (first caller wins) with `reason`. A failure counts against the job-wide
+  // restart budget once, however many nodes report it. Returns whether this call won.
+  Result<bool> EndRound(int64_t round, std::string_view reason, bool is_failure,
+                        const FailureRecord* failure);
+  Result<FailureRecord> GetFailure(int64_t round);
+
+  // One watcher step: bumps this node's heartbeat, checks peers for silence, and waits up
+  // to one heartbeat interval for the round to end. Returns the end reason, or "" when the
+  // round is still running.
+  Result<std::string> WatchStep(const RendezvousInfo& info);
+  Status MarkFinished(const RendezvousInfo& info);
+  Status CloseJob(std::string_view outcome);
+
+  const RendezvousConfig& config() const { return config_; }
+  store::Store& store() { return *store_; }
+
+ private:
+  std::string Key(std::string_view suffix) const;
+  std::string RoundKey(int64_t round, std::string_view suffix) const;
+  Deadline CallDeadline() const;
+  Status WaitForNextRound(int64_t round, Deadline join_deadline);
+
+  std::shared_ptr<store::Store> store_;
+  RendezvousConfig config_;
+  NodeInfo self_;
+  // Dead-node detection state (watcher thread only).
+  std::vector<int64_t> last_beats_;
+  std::vector<SteadyClock::time_point> last_change_;
+  int64_t watched_round_ = -1;
+};
+
+}  // namespace cohort::rendezvous

@@ -1,0 +1,252 @@
+// Rendezvous tests: agents as threads over one MemoryStore.
+#include "cohort/rendezvous/rendezvous.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <set>
+#include <thread>
+
+#include "cohort/store/memory_store.h"
+
+namespace cohort::rendezvous {
+namespace {
+
+using namespace std::chrono_literals;
+
+RendezvousConfig Config(int min_nodes, int max_nodes) {
+  RendezvousConfig c;
+  c.run_id = "test";
+  c.min_nodes = min_nodes;
+  c.max_nodes = max_nodes;
+  c.join_timeout = 20s;
+  c.last_call = 200ms;
+  c.heartbeat_interval = 50ms;
+  c.dead_timeout = 300ms;
+  c.max_restarts = 3;
+  return c;
+}
+
+NodeInfo Node(int i) {
+  NodeInfo n;
+  n.host = "host" + std::to_string(i);
+  n.addr = "10.0.0." + std::to_string(i);
+  n.local_world_size = 2;
+  return n;
+}
+
+// Runs Next() on `n` agents at once and returns their results in agent order.
+std::vector<Result<RendezvousInfo>> JoinAll(std::shared_ptr<store::Store> store,
+                                            const RendezvousConfig& config, int n) {
+  std::vector<std::optional<Result<RendezvousInfo>>> results(n);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      Rendezvous r(store, config, Node(i));
+      results[i] = r.Next();
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<Result<RendezvousInfo>> out;
+  for (auto& r : results) out.push_back(std::move(*r));
+  return out;
+}
+
+TEST(RendezvousTest, TwoHundredFiftySixAgentsJoinAtOnce) {
+  auto store = std::make_shared<store::MemoryStore>();
+  constexpr int kAgents = 256;
+  auto start = SteadyClock::now();
+  auto results = JoinAll(store, Config(kAgents, kAgents), kAgents);
+  std::set<int> ranks;
+  for (auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->round, 0);
+    EXPECT_EQ(r->group_world_size, kAgents);
+    EXPECT_EQ(r->WorldSize(), 2 * kAgents);
+    EXPECT_EQ(r->RankOffset(), 2 * r->group_rank);
+    ranks.insert(r->group_rank);
+  }
+  EXPECT_EQ(ranks.size(), static_cast<size_t>(kAgents));
+  EXPECT_EQ(*ranks.begin(), 0);
+  EXPECT_EQ(*ranks.rbegin(), kAgents - 1);
+  EXPECT_LT(SecondsSince(start), 10.0);
+}
+
+TEST(RendezvousTest, ElasticRoundClosesAfterLastCall) {
+  auto store = std::make_shared<store::MemoryStore>();
+  auto results = JoinAll(store, Config(2, 4), 3);
+  for (auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->group_world_size, 3);
+  }
+}
+
+TEST(RendezvousTest, JoinTimeoutNamesTheShortfall) {
+  auto store = std::make_shared<store::MemoryStore>();
+  auto config = Config(2, 2);
+  config.join_timeout = 200ms;
+  Rendezvous r(store, config, Node(0));
+  auto start = SteadyClock::now();
+  auto info = r.Next();
+  ASSERT_FALSE(info.ok());
+  EXPECT_EQ(info.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(info.status().message().find("1 of the minimum 2"), std::string::npos)
+      << info.status().message();
+  EXPECT_LT(SecondsSince(start), 5.0);
+}
+
+TEST(RendezvousTest, LateJoinerTriggersLargerRoundWithoutSpendingBudget) {
+  auto store = std::make_shared<store::MemoryStore>();
+  auto config = Config(2, 3);
+  config.last_call = 50ms;
+  auto first = JoinAll(store, config, 2);
+  for (auto& r : first) ASSERT_TRUE(r.ok());
+  ASSERT_EQ(first[0]->group_world_size, 2);
+
+  // Agents 0 and 1 watch the running round; agent 2 arrives late.
+  std::vector<std::optional<Result<RendezvousInfo>>> second(3);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i) {
+    threads.emplace_back([&, i] {
+      Rendezvous r(store, config, Node(i));
+      for (;;) {
+        auto reason = r.WatchStep(*first[i]);
+        ASSERT_TRUE(reason.ok()) << reason.status().ToString();
+        if (!reason->empty()) {
+          EXPECT_EQ(reason->rfind("join:", 0), 0u) << *reason;
+          break;
+        }
+      }
+      second[i] = r.Next();
+    });
+  }
+  threads.emplace_back([&] {
+    Rendezvous r(store, config, Node(2));
+    second[2] = r.Next();
+  });
+  for (auto& t : threads) t.join();
+  for (auto& r : second) {
+    ASSERT_TRUE(r->ok()) << r->status().ToString();
+    EXPECT_EQ((*r)->round, 1);
+    EXPECT_EQ((*r)->group_world_size, 3);
+    EXPECT_EQ((*r)->restart_count, 0);
+  }
+}
+
+TEST(RendezvousTest, SilentNodeIsDeclaredDead) {
+  auto store = std::make_shared<store::MemoryStore>();
+  auto config = Config(2, 2);
+  auto infos = JoinAll(store, config, 2);
+  for (auto& r : infos) ASSERT_TRUE(r.ok());
+  // Node 0 keeps watching; node 1 never sends a heartbeat (it "died").
+  int watcher = infos[0]->slot == 1 ? 0 : 1;
+  Rendezvous r(store, config, Node(watcher));
+  auto start = SteadyClock::now();
+  std::string reason;
+  while (reason.empty()) {
+    auto step = r.WatchStep(*infos[watcher]);
+    ASSERT_TRUE(step.ok()) << step.status().ToString();
+    reason = *step;
+    ASSERT_LT(SecondsSince(start), 10.0) << "dead node not detected";
+  }
+  EXPECT_EQ(reason.rfind("dead:", 0), 0u) << reason;
+  EXPECT_GE(SecondsSince(start), 0.25);
+  auto failure = r.GetFailure(infos[watcher]->round);
+  ASSERT_TRUE(failure.ok());
+  EXPECT_NE(failure->message.find("heartbeats"), std::string::npos);
+}
+
+TEST(RendezvousTest, FinishedNodeIsNotDead) {
+  auto store = std::make_shared<store::MemoryStore>();
+  auto config = Config(2, 2);
+  auto infos = JoinAll(store, config, 2);
+  for (auto& r : infos) ASSERT_TRUE(r.ok());
+  Rendezvous finisher(store, config, Node(1));
+  ASSERT_TRUE(finisher.MarkFinished(*infos[1]).ok());
+  Rendezvous r(store, config, Node(0));
+  auto start = SteadyClock::now();
+  while (SecondsSince(start) < 0.6) {
+    auto step = r.WatchStep(*infos[0]);
+    ASSERT_TRUE(step.ok());
+    ASSERT_TRUE(step->empty()) << *step;
+  }
+}
+
+TEST(RendezvousTest, FailuresSpendTheJobWideBudgetOnce) {
+  auto store = std::make_shared<store::MemoryStore>();
+  auto config = Config(2, 2);
+  config.max_restarts = 1;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto infos = JoinAll(store, config, 2);
+    for (auto& r : infos) ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(infos[0]->restart_count, attempt);
+    // Both nodes report the failure; it counts once.
+    FailureRecord f;
+    f.rank = 3;
+    f.exit_code = 1;
+    f.message = "boom";
+    std::atomic<int> winners{0};
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 2; ++i) {
+      threads.emplace_back([&, i] {
+        Rendezvous r(store, config, Node(i));
+        auto won = r.EndRound(infos[i]->round, "failure:rank 3", true, &f);
+        ASSERT_TRUE(won.ok());
+        if (*won) winners++;
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(winners, 1);
+  }
+  Rendezvous r(store, config, Node(0));
+  auto next = r.Next();
+  ASSERT_FALSE(next.ok());
+  EXPECT_EQ(next.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(next.status().message().find("restart budget"), std::string::npos);
+  auto failure = r.GetFailure(1);
+  ASSERT_TRUE(failure.ok());
+  EXPECT_EQ(failure->Describe(), "rank 3 (host ) exited with code 1: boom");
+}
+
+TEST(RendezvousTest, SpareReplacesFailedNode) {
+  auto store = std::make_shared<store::MemoryStore>();
+  auto config = Config(2, 2);
+  std::optional<Result<RendezvousInfo>> spare_result;
+  auto first = JoinAll(store, config, 2);
+  for (auto& r : first) ASSERT_TRUE(r.ok());
+  std::thread spare([&] {
+    Rendezvous r(store, config, Node(9));
+    spare_result = r.Next();  // waits: round 0 is full
+  });
+  // Node of slot 2 fails; the survivor and the spare form round 1.
+  Rendezvous survivor(store, config, Node(0));
+  FailureRecord f;
+  ASSERT_TRUE(survivor.EndRound(0, "failure:node died", true, &f).ok());
+  auto next = survivor.Next();
+  spare.join();
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  ASSERT_TRUE(spare_result->ok()) << spare_result->status().ToString();
+  EXPECT_EQ(next->round, 1);
+  EXPECT_EQ((*spare_result)->round, 1);
+  EXPECT_EQ(next->group_world_size, 2);
+}
+
+TEST(RendezvousTest, ClosedJobRefusesJoinsAndWakesSpares) {
+  auto store = std::make_shared<store::MemoryStore>();
+  auto config = Config(1, 1);
+  auto first = JoinAll(store, config, 1);
+  ASSERT_TRUE(first[0].ok());
+  std::optional<Result<RendezvousInfo>> spare_result;
+  std::thread spare([&] {
+    Rendezvous r(store, config, Node(5));
+    spare_result = r.Next();
+  });
+  Rendezvous owner(store, config, Node(0));
+  ASSERT_TRUE(owner.CloseJob("succeeded").ok());
+  spare.join();
+  ASSERT_FALSE(spare_result->ok());
+  EXPECT_EQ(spare_result->status().code(), StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace cohort::rendezvous
