@@ -18,7 +18,8 @@ the same script must give the same result under `torchrun` and under `cohort run
   {"event": "done", ...} just before exiting, and the faulting rank appends
   {"event": "kill", ...} just before killing itself.
 
-Unknown command-line arguments are ignored, so tests can pass a marker string.
+The step count is --steps N or a leading positional N. Other unknown
+command-line arguments are ignored, so tests can pass a marker string.
 """
 import argparse
 import json
@@ -40,8 +41,6 @@ EVAL_SIZE = 512
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("steps_pos", nargs="?", type=int, default=None,
-                   help="number of steps (same as --steps)")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--ckpt-dir", default=None,
                    help="checkpoint directory; resume from it when a checkpoint exists")
@@ -49,9 +48,10 @@ def parse_args(argv):
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--step-sleep", type=float, default=0.0,
                    help="seconds to sleep in each step (to make runs last longer)")
-    args, _unknown = p.parse_known_args(argv)
-    if args.steps_pos is not None:
-        args.steps = args.steps_pos
+    args, unknown = p.parse_known_args(argv)
+    # `ddp_train.py 30` also works; other unknown arguments (markers) are ignored.
+    if unknown and unknown[0].isdigit():
+        args.steps = int(unknown[0])
     return args
 
 

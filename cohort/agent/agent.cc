@@ -1,0 +1,543 @@
+// Implements the elastic agent (see agent.h for the thread model). Only the monitor thread
+// touches workers_, the log sinks and the rendezvous object; the watcher and the signal
+// guard share nothing with it but an eventfd, an atomic and a store connection of their own.
+#include "cohort/agent/agent.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+
+#include "cohort/agent/log_sink.h"
+#include "cohort/base/log.h"
+#include "cohort/base/settings.h"
+#include "cohort/base/subprocess.h"
+#include "cohort/net/socket.h"
+
+namespace cohort::agent {
+
+namespace fs = std::filesystem;
+using rendezvous::FailureRecord;
+using rendezvous::Rendezvous;
+using rendezvous::RendezvousInfo;
+
+namespace {
+constexpr const char* kLog = "agent";
+
+sigset_t AgentSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) sigaddset(&set, sig);
+  return set;
+}
+
+bool IsTermination(int sig) { return sig == SIGINT || sig == SIGTERM || sig == SIGHUP; }
+
+// Reads the "message" of a PyTorch @record error file; empty when absent or unreadable.
+std::string ReadErrorFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return "";
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("message")) return "";
+  const auto& m = j["message"];
+  if (m.is_string()) return m.get<std::string>();
+  if (m.is_object() && m.contains("message") && m["message"].is_string()) {
+    return m["message"].get<std::string>();
+  }
+  return m.dump();
+}
+
+// An eventfd used as a one-shot wake-up between threads.
+class Event {
+ public:
+  Event() : fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+  ~Event() { ::close(fd_); }
+  void Notify() {
+    uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(fd_, &one, sizeof(one));
+  }
+  int fd() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+std::string_view WorkerStateName(WorkerState state) {
+  switch (state) {
+    case WorkerState::kInit: return "INIT";
+    case WorkerState::kHealthy: return "HEALTHY";
+    case WorkerState::kUnhealthy: return "UNHEALTHY";
+    case WorkerState::kStopped: return "STOPPED";
+    case WorkerState::kSucceeded: return "SUCCEEDED";
+    case WorkerState::kFailed: return "FAILED";
+  }
+  return "UNKNOWN";
+}
+
+void BlockAgentSignals() {
+  sigset_t set = AgentSignals();
+  ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+}
+
+class Agent::Impl {
+ public:
+  explicit Impl(AgentOptions options) : o_(std::move(options)) {}
+  ~Impl() {
+    StopWorkers(SIGKILL);
+    if (signal_fd_ >= 0) ::close(signal_fd_);
+  }
+
+  AgentResult Run();
+
+ private:
+  struct Worker {
+    int local_rank = 0;
+    int rank = 0;
+    Child child;
+    bool alive = false;
+    ExitStatus status;
+    std::unique_ptr<LogSink> out, err;
+    std::string error_file;
+  };
+  enum class Outcome { kSucceeded, kFailed, kRoundEnded, kSignaled };
+
+  Result<RendezvousInfo> GuardedNext();
+  Result<std::pair<std::string, int>> MasterEndpoint(const RendezvousInfo& info);
+  Status StartWorkers(const RendezvousInfo& info, int attempt);
+  Outcome Monitor(int watch_fd);
+  void OnWorkerExit(Worker& w);
+  void StopWorkers(int first_signal);
+  void ForwardSignal(int sig);
+  void CloseWorkerPipes(Worker& w);
+  AgentResult FailureResult(const std::string& why);
+
+  AgentOptions o_;
+  int signal_fd_ = -1;
+  std::shared_ptr<store::Store> store_;
+  std::unique_ptr<Rendezvous> rdzv_;
+  std::vector<Worker> workers_;
+  net::Socket reserved_port_;
+  int reserved_port_number_ = 0;
+  std::atomic<int> terminating_signal_{0};
+  std::optional<FailureRecord> failure_;  // first failure of the current attempt
+  int64_t last_round_ = -1;
+  std::string attempt_dir_;
+  WorkerState state_ = WorkerState::kInit;
+};
+
+Agent::Agent(AgentOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+Agent::~Agent() = default;
+AgentResult Agent::Run() { return impl_->Run(); }
+
+// Runs Rendezvous::Next on this thread while a guard thread turns a terminating signal
+// into an abort of the store, so a long rendezvous never ignores Ctrl-C.
+Result<RendezvousInfo> Agent::Impl::GuardedNext() {
+  Event stop;
+  std::thread guard([&] {
+    pthread_setname_np(pthread_self(), "rdzv-signal");
+    for (;;) {
+      pollfd fds[2] = {{signal_fd_, POLLIN, 0}, {stop.fd(), POLLIN, 0}};
+      if (::poll(fds, 2, -1) < 0 && errno != EINTR) return;
+      if (fds[1].revents) return;
+      signalfd_siginfo si{};
+      while (::read(signal_fd_, &si, sizeof(si)) == sizeof(si)) {
+        if (IsTermination(static_cast<int>(si.ssi_signo))) {
+          terminating_signal_ = static_cast<int>(si.ssi_signo);
+          store_->Abort();
+          return;
+        }
+      }
+    }
+  });
+  auto info = rdzv_->Next();
+  stop.Notify();
+  guard.join();
+  return info;
+}
+
+Result<std::pair<std::string, int>> Agent::Impl::MasterEndpoint(const RendezvousInfo& info) {
+  const WorkerSpec& spec = o_.spec;
+  std::string addr = !spec.master_addr.empty() ? spec.master_addr
+                     : info.group_world_size == 1 ? std::string("127.0.0.1")
+                                                  : info.peers[0].addr;
+  if (spec.master_port > 0) return std::make_pair(addr, spec.master_port);
+  std::string key = fmt::format("rdzv/{}/r{}/master_port", o_.rdzv.run_id, info.round);
+  if (info.group_rank == 0) {
+    if (!reserved_port_.valid()) {
+      // Held (bound, not listening) for the agent's lifetime: the kernel hands this port to
+      // no other port-0 bind, so two jobs on one machine never share a MASTER_PORT, while the
+      // rank-0 worker (SO_REUSEADDR) can still listen on it.
+      COHORT_ASSIGN_OR_RETURN(reserved_port_, net::ReservePort("0.0.0.0", 0));
+      COHORT_ASSIGN_OR_RETURN(reserved_port_number_, reserved_port_.LocalPort());
+    }
+    if (info.group_world_size > 1) {
+      COHORT_RETURN_IF_ERROR(store_->Set(key, std::to_string(reserved_port_number_),
+                                         Deadline::AfterMs(30000)));
+    }
+    return std::make_pair(addr, reserved_port_number_);
+  }
+  COHORT_ASSIGN_OR_RETURN(std::string port, store_->Get(key, Deadline::After(o_.rdzv.join_timeout)));
+  return std::make_pair(addr, static_cast<int>(ParseInt64(port).value_or(0)));
+}
+
+Status Agent::Impl::StartWorkers(const RendezvousInfo& info, int attempt) {
+  const WorkerSpec& spec = o_.spec;
+  COHORT_ASSIGN_OR_RETURN(auto master, MasterEndpoint(info));
+  const int world = info.WorldSize();
+  const int offset = info.RankOffset();
+  attempt_dir_ = fmt::format("{}/{}/attempt_{}", spec.log_dir, spec.run_id, attempt);
+  failure_.reset();
+  workers_.clear();
+  workers_.reserve(spec.nproc_per_node);
+  const bool set_omp = std::getenv("OMP_NUM_THREADS") == nullptr && spec.nproc_per_node > 1;
+  for (int local = 0; local < spec.nproc_per_node; ++local) {
+    Worker w;
+    w.local_rank = local;
+    w.rank = offset + local;
+    std::string dir = fmt::format("{}/{}", attempt_dir_, w.rank);
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) return Internal("cannot create log directory {}: {}", dir, ec.message());
+    w.error_file = dir + "/error.json";
+    fs::remove(w.error_file, ec);
+    std::vector<std::pair<std::string, std::string>> env = {
+        {"RANK", std::to_string(w.rank)},
+        {"LOCAL_RANK", std::to_string(local)},
+        {"WORLD_SIZE", std::to_string(world)},
+        {"LOCAL_WORLD_SIZE", std::to_string(spec.nproc_per_node)},
+        {"GROUP_RANK", std::to_string(info.group_rank)},
+        {"GROUP_WORLD_SIZE", std::to_string(info.group_world_size)},
+        {"ROLE_RANK", std::to_string(w.rank)},
+        {"ROLE_WORLD_SIZE", std::to_string(world)},
+        {"ROLE_NAME", spec.role},
+        {"MASTER_ADDR", master.first},
+        {"MASTER_PORT", std::to_string(master.second)},
+        {"TORCHELASTIC_RESTART_COUNT", std::to_string(info.restart_count)},
+        {"TORCHELASTIC_MAX_RESTARTS", std::to_string(spec.max_restarts)},
+        {"TORCHELASTIC_RUN_ID", spec.run_id},
+        {"TORCHELASTIC_ERROR_FILE", w.error_file},
+        {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+        {"COHORT_STORE_PREFIX", info.store_prefix},
+        {"COHORT_ATTEMPT", std::to_string(attempt)},
+    };
+    if (set_omp) env.emplace_back("OMP_NUM_THREADS", "1");
+    for (const auto& kv : spec.extra_env) env.push_back(kv);
+    SpawnOptions so;
+    so.argv = spec.argv;
+    so.env = MergeEnvironment(env);
+    auto child = Spawn(so);
+    if (!child.ok()) return child.status();
+    w.child = *child;
+    w.alive = true;
+    const bool shown = spec.local_ranks_filter.empty() || spec.local_ranks_filter.count(local);
+    const int redirect = spec.redirects.For(local), tee = spec.tee.For(local);
+    auto console = [&](int bit, int fd) {
+      bool to_console = shown && (!(redirect & bit) || (tee & bit));
+      return to_console ? fd : -1;
+    };
+    w.out = std::make_unique<LogSink>(w.rank, console(1, STDOUT_FILENO), dir + "/stdout.log");
+    w.err = std::make_unique<LogSink>(w.rank, console(2, STDERR_FILENO), dir + "/stderr.log");
+    workers_.push_back(std::move(w));
+  }
+  state_ = WorkerState::kHealthy;
+  COHORT_LOG_DEBUG(kLog, "attempt {}: started {} worker(s), ranks {}..{} of {}", attempt,
+                   spec.nproc_per_node, offset, offset + spec.nproc_per_node - 1, world);
+  return Status::Ok();
+}
+
+void Agent::Impl::CloseWorkerPipes(Worker& w) {
+  for (auto [fd, sink] : {std::pair{&w.child.out_fd, w.out.get()},
+                          std::pair{&w.child.err_fd, w.err.get()}}) {
+    if (*fd >= 0) {
+      sink->Drain(*fd);
+      ::close(*fd);
+      *fd = -1;
+    }
+    if (sink) sink->Finish();
+  }
+}
+
+void Agent::Impl::OnWorkerExit(Worker& w) {
+  w.status = Reap(w.child.pid);
+  w.alive = false;
+  ::close(w.child.pidfd);
+  w.child.pidfd = -1;
+  // Whatever the worker wrote before exiting is in its pipes now; a grandchild that keeps
+  // the pipe open must not delay us, so read what is there and close.
+  CloseWorkerPipes(w);
+  if (!w.status.success() && !failure_) {
+    FailureRecord f;
+    f.rank = w.rank;
+    f.host = o_.self.host;
+    f.exit_code = w.status.exited ? w.status.code : 0;
+    f.signal = w.status.exited ? 0 : w.status.signal;
+    f.message = ReadErrorFile(w.error_file);
+    if (f.message.empty()) f.message = w.err->LastLine();
+    failure_ = f;
+  }
+}
+
+void Agent::Impl::ForwardSignal(int sig) {
+  for (auto& w : workers_) {
+    if (w.alive) SignalGroup(w.child.pid, sig);
+  }
+}
+
+Agent::Impl::Outcome Agent::Impl::Monitor(int watch_fd) {
+  std::vector<pollfd> fds;
+  // What each pollfd stands for: -1 signal, -2 watcher, else worker index * 3 + kind.
+  std::vector<int> owners;
+  for (;;) {
+    fds.clear();
+    owners.clear();
+    fds.push_back({signal_fd_, POLLIN, 0});
+    owners.push_back(-1);
+    if (watch_fd >= 0) {
+      fds.push_back({watch_fd, POLLIN, 0});
+      owners.push_back(-2);
+    }
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      const Worker& w = workers_[i];
+      if (w.alive) {
+        fds.push_back({w.child.pidfd, POLLIN, 0});
+        owners.push_back(static_cast<int>(i) * 3);
+      }
+      if (w.child.out_fd >= 0) {
+        fds.push_back({w.child.out_fd, POLLIN, 0});
+        owners.push_back(static_cast<int>(i) * 3 + 1);
+      }
+      if (w.child.err_fd >= 0) {
+        fds.push_back({w.child.err_fd, POLLIN, 0});
+        owners.push_back(static_cast<int>(i) * 3 + 2);
+      }
+    }
+    int rc = ::poll(fds.data(), fds.size(), -1);
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      COHORT_LOG_ERROR(kLog, "poll failed: {}", std::strerror(errno));
+      return Outcome::kSignaled;
+    }
+    bool exited = false;
+    for (size_t k = 0; k < fds.size(); ++k) {
+      if (!fds[k].revents) continue;
+      int owner = owners[k];
+      if (owner == -1) {
+        signalfd_siginfo si{};
+        while (::read(signal_fd_, &si, sizeof(si)) == sizeof(si)) {
+          int sig = static_cast<int>(si.ssi_signo);
+          COHORT_LOG_INFO(kLog, "received {}; forwarding to the workers", strsignal(sig));
+          ForwardSignal(sig);
+          if (IsTermination(sig)) terminating_signal_ = sig;
+        }
+        if (terminating_signal_) return Outcome::kSignaled;
+        continue;
+      }
+      if (owner == -2) return Outcome::kRoundEnded;
+      Worker& w = workers_[owner / 3];
+      switch (owner % 3) {
+        case 0:
+          OnWorkerExit(w);
+          exited = true;
+          break;
+        case 1:
+          if (w.child.out_fd >= 0 && !w.out->Drain(w.child.out_fd)) {
+            ::close(w.child.out_fd);
+            w.child.out_fd = -1;
+          }
+          break;
+        case 2:
+          if (w.child.err_fd >= 0 && !w.err->Drain(w.child.err_fd)) {
+            ::close(w.child.err_fd);
+            w.child.err_fd = -1;
+          }
+          break;
+      }
+    }
+    if (!exited) continue;
+    if (failure_) {
+      state_ = WorkerState::kFailed;
+      return Outcome::kFailed;
+    }
+    bool all_done = true;
+    for (const auto& w : workers_) all_done = all_done && !w.alive;
+    if (all_done) {
+      state_ = WorkerState::kSucceeded;
+      return Outcome::kSucceeded;
+    }
+  }
+}
+
+// Stops the group: `first_signal` to every live worker's process group, the grace period
+// (draining pipes so no worker blocks on a full pipe), then SIGKILL. Finally SIGKILL each
+// worker's process group again so no descendant outlives the attempt.
+void Agent::Impl::StopWorkers(int first_signal) {
+  if (workers_.empty()) return;
+  for (auto& w : workers_) {
+    if (w.alive) SignalGroup(w.child.pid, first_signal);
+  }
+  Deadline grace = Deadline::After(o_.spec.stop_grace);
+  for (;;) {
+    std::vector<pollfd> fds;
+    std::vector<size_t> idx;
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      if (workers_[i].alive) {
+        fds.push_back({workers_[i].child.pidfd, POLLIN, 0});
+        idx.push_back(i);
+      }
+    }
+    if (fds.empty() || grace.expired()) break;
+    int rc = ::poll(fds.data(), fds.size(), grace.PollTimeoutMs());
+    if (rc < 0 && errno != EINTR) break;
+    for (size_t k = 0; k < fds.size(); ++k) {
+      if (fds[k].revents) OnWorkerExit(workers_[idx[k]]);
+    }
+    for (auto& w : workers_) {
+      if (w.child.out_fd >= 0) w.out->Drain(w.child.out_fd);
+      if (w.child.err_fd >= 0) w.err->Drain(w.child.err_fd);
+    }
+  }
+  for (auto& w : workers_) {
+    if (w.alive) {
+      COHORT_LOG_WARN(kLog, "rank {} did not stop within the grace period; killing it", w.rank);
+      SignalGroup(w.child.pid, SIGKILL);
+      OnWorkerExit(w);
+    }
+    SignalGroup(w.child.pid, SIGKILL);
+    CloseWorkerPipes(w);
+  }
+  workers_.clear();
+  state_ = WorkerState::kStopped;
+}
+
+AgentResult Agent::Impl::FailureResult(const std::string& why) {
+  std::string text = fmt::format("cohort: job '{}' failed: {}", o_.spec.run_id, why);
+  if (last_round_ >= 0) {
+    auto f = rdzv_->GetFailure(last_round_);
+    if (f.ok()) text += fmt::format("\ncohort: first failure: {}", f->Describe());
+  }
+  text += fmt::format("\ncohort: logs: {}/{}", o_.spec.log_dir, o_.spec.run_id);
+  return {kExitWorkerFailed, text};
+}
+
+AgentResult Agent::Impl::Run() {
+  sigset_t set = AgentSignals();
+  signal_fd_ = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (signal_fd_ < 0) return {kExitInternal, "cohort: signalfd failed"};
+  auto store = o_.connect_store();
+  if (!store.ok()) {
+    return {kExitRendezvous,
+            fmt::format("cohort: cannot reach the rendezvous store: {}", store.status().message())};
+  }
+  store_ = *store;
+  rdzv_ = std::make_unique<Rendezvous>(store_, o_.rdzv, o_.self);
+
+  for (int attempt = 0;; ++attempt) {
+    auto info = GuardedNext();
+    if (int sig = terminating_signal_.load()) {
+      return {128 + sig, fmt::format("cohort: interrupted by {} during rendezvous",
+                                     strsignal(sig))};
+    }
+    if (!info.ok()) {
+      if (last_round_ >= 0 && info.status().code() == StatusCode::kFailedPrecondition) {
+        return FailureResult(info.status().message());
+      }
+      return {kExitRendezvous, fmt::format("cohort: rendezvous failed: {}",
+                                           info.status().message())};
+    }
+    last_round_ = info->round;
+    if (attempt > 0) {
+      COHORT_LOG_INFO(kLog, "round {}: restarting the workers (restart {} of {}), world size {}",
+                      info->round, info->restart_count, o_.spec.max_restarts, info->WorldSize());
+    }
+    Status started = StartWorkers(*info, attempt);
+    if (!started.ok()) {
+      StopWorkers(SIGKILL);
+      int code = started.code() == StatusCode::kNotFound ? 127 : kExitInternal;
+      return {code, fmt::format("cohort: cannot start the workers: {}", started.message())};
+    }
+
+    // The watcher: heartbeats and round-end notices, only when other nodes may exist.
+    Event round_ended;
+    std::atomic<bool> stop_watch{false};
+    std::shared_ptr<store::Store> watch_store;
+    std::thread watcher;
+    if (o_.rdzv.max_nodes > 1) {
+      auto ws = o_.connect_store();
+      if (ws.ok()) {
+        watch_store = *ws;
+        watcher = std::thread([&, info = *info] {
+          pthread_setname_np(pthread_self(), "rdzv-watch");
+          Rendezvous watch(watch_store, o_.rdzv, o_.self);
+          while (!stop_watch) {
+            auto reason = watch.WatchStep(info);
+            if (stop_watch) return;
+            if (!reason.ok()) {
+              COHORT_LOG_WARN(kLog, "lost the rendezvous store: {}", reason.status().message());
+              round_ended.Notify();
+              return;
+            }
+            if (!reason->empty()) {
+              COHORT_LOG_INFO(kLog, "round {} ended: {}", info.round, *reason);
+              round_ended.Notify();
+              return;
+            }
+          }
+        });
+      } else {
+        COHORT_LOG_WARN(kLog, "no watcher connection: {}", ws.status().message());
+      }
+    }
+    Outcome outcome = Monitor(watcher.joinable() ? round_ended.fd() : -1);
+    if (watcher.joinable()) {
+      stop_watch = true;
+      watch_store->Abort();
+      watcher.join();
+    }
+
+    switch (outcome) {
+      case Outcome::kSucceeded: {
+        StopWorkers(SIGKILL);  // clears leftover descendants; workers are already gone
+        Status s = rdzv_->MarkFinished(*info);
+        if (o_.rdzv.max_nodes == 1) s = rdzv_->CloseJob("succeeded");
+        if (!s.ok()) COHORT_LOG_WARN(kLog, "could not record success: {}", s.message());
+        return {0, ""};
+      }
+      case Outcome::kSignaled: {
+        int sig = terminating_signal_.load();
+        StopWorkers(sig);
+        if (rdzv_->CloseJob(fmt::format("interrupted by {}", strsignal(sig))).ok()) {
+        }
+        return {128 + sig, fmt::format("cohort: stopped by {}", strsignal(sig))};
+      }
+      case Outcome::kFailed: {
+        FailureRecord f = *failure_;
+        COHORT_LOG_WARN(kLog, "{}; stopping the worker group", f.Describe());
+        StopWorkers(SIGTERM);
+        auto ended = rdzv_->EndRound(info->round, fmt::format("failure:rank {}", f.rank), true, &f);
+        if (!ended.ok()) {
+          return {kExitRendezvous,
+                  fmt::format("cohort: {}; and the store is unreachable: {}", f.Describe(),
+                              ended.status().message())};
+        }
+        break;
+      }
+      case Outcome::kRoundEnded:
+        StopWorkers(SIGTERM);
+        break;
+    }
+  }
+}
+
+}  // namespace cohort::agent

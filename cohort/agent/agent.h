@@ -1,0 +1,91 @@
+// The elastic agent: one per node. It joins a rendezvous round, spawns the node's workers
+// with the torchrun environment, watches them (exits are noticed through pidfds at once),
+// and on a failure stops the group (SIGTERM, grace period, SIGKILL), ends the round and
+// rejoins while the job-wide restart budget lasts. Membership changes from other nodes end
+// the round without spending the budget. Signals to the agent are forwarded to the workers.
+//
+// Threads: Run() executes on the calling thread (the "monitor" thread), which owns every
+// worker, pipe and log sink. For multi-node rounds a "rdzv-watch" thread sends heartbeats
+// and waits for the round to end on its own store connection; it reports through an
+// eventfd. Call BlockAgentSignals() at the start of main(), before any thread exists.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cohort/base/status.h"
+#include "cohort/base/time.h"
+#include "cohort/rendezvous/rendezvous.h"
+#include "cohort/store/store.h"
+
+namespace cohort::agent {
+
+enum class WorkerState { kInit, kHealthy, kUnhealthy, kStopped, kSucceeded, kFailed };
+std::string_view WorkerStateName(WorkerState state);
+
+// Which of a worker's streams go to files only (redirect) or to console and files (tee).
+// Bit 1 = stdout, bit 2 = stderr, as torchrun's --redirects/--tee.
+struct StreamPolicy {
+  int all = 0;
+  std::map<int, int> per_local_rank;
+  int For(int local_rank) const {
+    auto it = per_local_rank.find(local_rank);
+    return it == per_local_rank.end() ? all : it->second;
+  }
+};
+
+struct WorkerSpec {
+  std::vector<std::string> argv;  // the worker command line
+  int nproc_per_node = 1;
+  std::string role = "default";
+  int max_restarts = 0;
+  std::string run_id = "none";
+  std::string log_dir;  // attempt logs under <log_dir>/<run_id>/attempt_<k>/<rank>/
+  StreamPolicy redirects;
+  StreamPolicy tee;
+  std::set<int> local_ranks_filter;  // empty = every rank on the console
+  std::string master_addr;           // empty = rank-0 node's address
+  int master_port = 0;               // 0 = reserve a free port for the job
+  Duration stop_grace = std::chrono::seconds(5);
+  std::vector<std::pair<std::string, std::string>> extra_env;
+};
+
+struct AgentOptions {
+  WorkerSpec spec;
+  rendezvous::RendezvousConfig rdzv;
+  rendezvous::NodeInfo self;
+  // Opens a new connection to the job's store (the agent's own, and the watcher's).
+  std::function<Result<std::shared_ptr<store::Store>>()> connect_store;
+};
+
+struct AgentResult {
+  int exit_code = 0;
+  std::string summary;  // one paragraph for the user; empty on success
+};
+
+// Exit codes of `cohort run` (docs/exit-codes.md).
+inline constexpr int kExitWorkerFailed = 1;
+inline constexpr int kExitRendezvous = 4;
+inline constexpr int kExitPortInUse = 5;
+inline constexpr int kExitInternal = 70;
+
+// Blocks the signals the agent handles (INT, TERM, HUP, USR1, USR2) in the calling thread
+// and every thread it creates later; ignores SIGPIPE.
+void BlockAgentSignals();
+
+class Agent {
+ public:
+  explicit Agent(AgentOptions options);
+  ~Agent();
+  AgentResult Run();
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cohort::agent

@@ -1,0 +1,44 @@
+// LogSink: one worker stream (stdout or stderr) of one attempt. Bytes read from the
+// worker's pipe are written whole to <attempt dir>/<rank>/<stream>.log and, line by line
+// with a "[rank<R>]: " prefix, to the agent's console stream unless filtered or redirected.
+// Keeps the last lines for failure summaries.
+//
+// Thread-safety: owned by the agent's monitor thread.
+#pragma once
+
+#include <cstdio>
+#include <deque>
+#include <string>
+
+#include "cohort/base/status.h"
+
+namespace cohort::agent {
+
+class LogSink {
+ public:
+  // `console_fd` < 0 disables console output. `file_path` empty disables the file.
+  LogSink(int rank, int console_fd, const std::string& file_path);
+  ~LogSink();
+  LogSink(const LogSink&) = delete;
+  LogSink& operator=(const LogSink&) = delete;
+
+  // Reads what the pipe has now. Returns false at EOF (the pipe is then closed).
+  bool Drain(int fd);
+  // Flushes a trailing partial line.
+  void Finish();
+  // The last non-empty line the worker wrote on this stream.
+  std::string LastLine() const;
+  bool file_ok() const { return file_ != nullptr; }
+
+ private:
+  void Consume(const char* data, size_t n);
+  void EmitLine(std::string_view line);
+
+  const int rank_;
+  const int console_fd_;
+  FILE* file_ = nullptr;
+  std::string partial_;
+  std::deque<std::string> tail_;
+};
+
+}  // namespace cohort::agent

@@ -1,0 +1,60 @@
+// Subprocess helpers: spawn a child in its own process group that dies with its parent,
+// with stdout/stderr on pipes and a pidfd that becomes readable the instant it exits.
+//
+// Thread-safety: Spawn may be called from any thread, but PR_SET_PDEATHSIG fires when the
+// *thread* that forked exits, so spawn workers from a thread that lives as long as they do
+// (the agent's main thread). A Child is owned by one thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "cohort/base/status.h"
+#include "cohort/base/time.h"
+
+namespace cohort {
+
+struct SpawnOptions {
+  std::vector<std::string> argv;       // argv[0] is resolved through PATH
+  std::vector<std::string> env;        // full environment, "KEY=VALUE"
+  std::string working_dir;             // empty = inherit
+  bool capture_output = true;          // stdout/stderr to pipes (else inherited)
+  int death_signal = 9;                // signal the child gets when the spawning thread dies
+};
+
+struct Child {
+  pid_t pid = -1;
+  int pidfd = -1;   // readable when the child exits
+  int out_fd = -1;  // read ends of the stdout/stderr pipes (non-blocking), -1 if not captured
+  int err_fd = -1;
+};
+
+// Forks and execs. Errors from exec (program missing, not executable) are reported to the
+// caller through a close-on-exec pipe, not as a child that exits 127.
+Result<Child> Spawn(const SpawnOptions& options);
+
+// Sends `sig` to the child's process group (its pgid is its pid).
+void SignalGroup(pid_t pid, int sig);
+
+// Decoded wait status.
+struct ExitStatus {
+  bool exited = false;
+  int code = 0;    // exit code when exited
+  int signal = 0;  // terminating signal otherwise
+  bool success() const { return exited && code == 0; }
+  std::string Describe() const;
+};
+// Reaps `pid` (blocking); call after its pidfd became readable.
+ExitStatus Reap(pid_t pid);
+
+// Finds `program` like execvp would: absolute/relative paths are checked directly,
+// bare names through PATH. Returns the path or kNotFound / kPermissionDenied.
+Result<std::string> FindProgram(const std::string& program);
+
+// Current environment as "KEY=VALUE" strings, with `overrides` replacing or adding keys.
+std::vector<std::string> MergeEnvironment(
+    const std::vector<std::pair<std::string, std::string>>& overrides);
+
+}  // namespace cohort

@@ -1,0 +1,492 @@
+"""End-to-end tests of `cohort run` against its torchrun-compatible contract.
+
+Run:  /usr/bin/python3 -m pytest -v tests/e2e
+(COHORT_BIN overrides the binary; COHORT_PYTHON=/usr/bin/python3 is set for workers.)
+
+Rules kept here: every wait is bounded, no fixed ports, no sleeping as synchronisation,
+every process is reaped, leftovers are found by a marker on the worker command line and
+killed in the fixture's finally.
+"""
+import json
+import os
+import re
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+import e2e_util as U
+
+STEPS = 12
+FAULT_STEP = 5
+# Generous bounds: a worker importing torch takes ~1-3 s on the 2-core CI machine.
+DDP_TIMEOUT = 180
+QUICK_TIMEOUT = 60
+
+# The torchrun contract's worker variables, that cohort must set.
+CONTRACT_KEYS = [
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+    "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR",
+    "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+    "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE",
+]
+COHORT_KEYS = ["COHORT_TOKEN", "COHORT_STORE_ADDR", "COHORT_STORE_PORT"]
+
+PREFIXED = re.compile(r"^\[[A-Za-z_]*\d+\]:")
+
+
+def summary_lines(text):
+    """Lines the launcher wrote itself: those not prefixed `[rankN]:` by worker capture."""
+    return [l for l in text.splitlines() if not PREFIXED.match(l)]
+
+
+def ddp_cmd(ckpt_dir, marker, steps=STEPS):
+    return [str(U.DDP_TRAIN), "--steps", str(steps), "--ckpt-dir", str(ckpt_dir), marker]
+
+
+def assert_no_leftovers(marker):
+    """No process with marker in its command line survives the launcher (bounded wait)."""
+    deadline = time.monotonic() + 3.0
+    left = U.marker_pids(marker)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = U.marker_pids(marker)
+    assert not left, "leftover processes after cohort exited: %r" % left
+
+
+@pytest.fixture(scope="session")
+def reference_loss(tmp_path_factory):
+    """final_loss of an uninterrupted 2-worker run of ddp_train.py under torchrun."""
+    if not U.torch_available():
+        pytest.skip("/usr/bin/python3 cannot import torch")
+    tmp = tmp_path_factory.mktemp("reference")
+    marker = U.new_marker()
+    p = U.Proc([U.TORCHRUN, "--nproc_per_node", "2", *U.TORCHRUN_FIXED, "--standalone",
+                *ddp_cmd(tmp / "ckpt", marker)], U.clean_env(), tmp, "torchrun_ref")
+    try:
+        rc = p.wait(DDP_TIMEOUT)
+        assert rc == 0, p.describe()
+        loss = U.final_loss(p.stdout)
+        assert loss is not None, p.describe()
+        return loss
+    finally:
+        p.kill()
+        U.kill_marker_procs(marker)
+
+
+# ---------------------------------------------------------------------------------------
+# Training: same result as torchrun, restarts, failures
+
+
+@pytest.mark.parametrize("flags", [
+    ["--nproc-per-node", "2"],
+    ["--nproc_per_node=2", "--standalone"],
+    ["--nproc-per-node", "2", "--"],
+], ids=["dash", "underscore-standalone", "double-dash"])
+def test_ddp_same_final_loss_as_torchrun(cohort, need_torch, launcher, marker, tmp_path,
+                                         reference_loss, flags):
+    p = launcher.run([cohort, "run", *flags, *ddp_cmd(tmp_path / "ckpt", marker)],
+                     DDP_TIMEOUT, name="cohort")
+    assert p.p.returncode == 0, p.describe()
+    loss = U.final_loss(p.stdout)
+    assert loss is not None, "no final_loss line on cohort's stdout\n" + p.describe()
+    assert abs(loss - reference_loss) <= 1e-6, (loss, reference_loss)
+    # rank 0's lines reach the console with the rank prefix
+    assert re.search(r"^\[rank0\]:.*final_loss", p.stdout, re.M), p.describe()
+    assert_no_leftovers(marker)
+
+
+def test_restart_after_sigkill_resumes_to_same_loss(cohort, need_torch, launcher, marker,
+                                                    tmp_path, reference_loss):
+    logs = tmp_path / "logs"
+    env = U.clean_env(FAULT_RANK=1, FAULT_STEP=FAULT_STEP)
+    p = launcher.run([cohort, "run", "--nproc-per-node", "2", "--max-restarts", "2",
+                      "--log-dir", logs, "--rdzv-id", "restartjob",
+                      *ddp_cmd(tmp_path / "ckpt", marker)],
+                     DDP_TIMEOUT, env=env, name="cohort")
+    assert p.p.returncode == 0, p.describe()
+    assert "injecting SIGKILL" in p.stdout, "fault was not injected\n" + p.describe()
+    assert "resumed at step" in p.stdout, "attempt 1 did not resume\n" + p.describe()
+    loss = U.final_loss(p.stdout)
+    assert loss is not None, p.describe()
+    assert abs(loss - reference_loss) <= 1e-6, (loss, reference_loss)
+    for attempt in (0, 1):
+        for rank in (0, 1):
+            d = logs / "restartjob" / ("attempt_%d" % attempt) / str(rank)
+            for f in ("stdout.log", "stderr.log"):
+                assert (d / f).is_file(), "missing %s; log dir holds: %s" % (
+                    d / f, sorted(str(x.relative_to(logs)) for x in logs.rglob("*")))
+    a1 = (logs / "restartjob" / "attempt_1" / "0" / "stdout.log").read_text()
+    assert "final_loss" in a1 and "resumed at step" in a1, a1
+    a0 = (logs / "restartjob" / "attempt_0" / "1" / "stdout.log").read_text()
+    assert "injecting SIGKILL" in a0, a0
+    assert_no_leftovers(marker)
+
+
+def test_restart_budget_spent_reports_killed_rank(cohort, need_torch, launcher, marker,
+                                                  tmp_path):
+    env = U.clean_env(FAULT_RANK=1, FAULT_STEP=2)
+    p = launcher.run([cohort, "run", "--nproc-per-node", "2", "--max-restarts", "0",
+                      *ddp_cmd(tmp_path / "ckpt", marker)], DDP_TIMEOUT, env=env,
+                     name="cohort")
+    assert p.p.returncode == 1, p.describe()
+    own = "\n".join(summary_lines(p.stderr))
+    assert re.search(r"\brank 1\b", own), "summary does not name rank 1\n" + p.describe()
+    assert re.search(r"SIGKILL|signal 9|\b-9\b|KILLED", own, re.I), (
+        "summary does not name the signal\n" + p.describe())
+    assert_no_leftovers(marker)
+
+
+def test_record_error_file_in_summary(cohort, need_torch, launcher, marker):
+    p = launcher.run([cohort, "run", "--nproc-per-node", "2", U.RECORD_FAIL, marker],
+                     DDP_TIMEOUT, name="cohort")
+    assert p.p.returncode == 1, p.describe()
+    own = "\n".join(summary_lines(p.stderr))
+    # Not the worker's own traceback (that arrives prefixed [rank1]:) but cohort's summary.
+    assert re.search(r"\brank 1\b", own), "summary does not name rank 1\n" + p.describe()
+    assert "boom from rank 1" in own, (
+        "summary lacks the message from the error file\n" + p.describe())
+    assert not re.search(r"\brank 0\b.*(fail|exit code)", own, re.I), p.describe()
+    assert_no_leftovers(marker)
+
+
+def test_worker_exit_code_in_summary(cohort, launcher, marker):
+    script = 'if [ "$RANK" = 1 ]; then exit 3; fi'
+    p = launcher.run([cohort, "run", "--nproc-per-node", "2", "--no-python", "/bin/sh",
+                      "-c", script, marker], QUICK_TIMEOUT, name="cohort")
+    assert p.p.returncode == 1, p.describe()
+    own = "\n".join(summary_lines(p.stderr))
+    assert re.search(r"\brank 1\b", own), p.describe()
+    assert re.search(r"\b3\b", own), "summary lacks exit code 3\n" + p.describe()
+    assert_no_leftovers(marker)
+
+
+def test_two_jobs_at_once(cohort, need_torch, launcher, marker, tmp_path):
+    a = launcher.start([cohort, "run", "--nproc-per-node", "2",
+                        *ddp_cmd(tmp_path / "ckpt_a", marker, steps=8)], name="job_a")
+    b = launcher.start([cohort, "run", "--nproc-per-node", "2",
+                        *ddp_cmd(tmp_path / "ckpt_b", marker, steps=8)], name="job_b")
+    ra = a.wait(DDP_TIMEOUT)
+    rb = b.wait(DDP_TIMEOUT)
+    assert ra == 0, a.describe()
+    assert rb == 0, b.describe()
+    la, lb = U.final_loss(a.stdout), U.final_loss(b.stdout)
+    assert la is not None and lb is not None and abs(la - lb) <= 1e-6, (la, lb)
+    assert_no_leftovers(marker)
+
+
+# ---------------------------------------------------------------------------------------
+# Signals
+
+
+def _start_blockers(cohort, launcher, marker, tmp_path, extra=()):
+    out = tmp_path / "pids"
+    out.mkdir()
+    p = launcher.start([cohort, "run", "--nproc-per-node", "2", U.BLOCK_WORKER, out,
+                        marker, *extra], name="cohort")
+
+    def ready():
+        if p.poll() is not None:
+            raise AssertionError("cohort exited before workers started\n" + p.describe())
+        files = [out / "pid_0", out / "pid_1"]
+        return all(f.exists() for f in files) and files
+
+    files = U.wait_for(ready, 60, what="both pid files")
+    return p, [int(f.read_text()) for f in files]
+
+
+def test_sigint_stops_all_workers(cohort, launcher, marker, tmp_path):
+    p, pids = _start_blockers(cohort, launcher, marker, tmp_path)
+    t0 = time.monotonic()
+    os.kill(p.pid, signal.SIGINT)
+    rc = p.wait(15)
+    took = time.monotonic() - t0
+    assert rc == 130, p.describe()
+    assert took < 5, "cohort took %.2fs to exit after SIGINT" % took
+    alive = [pid for pid in pids if not U.pid_gone(pid)]
+    assert not alive, "workers still running after cohort exited: %r" % alive
+    assert_no_leftovers(marker)
+
+
+def test_sigint_escalates_when_workers_ignore_it(cohort, launcher, marker, tmp_path):
+    p, pids = _start_blockers(cohort, launcher, marker, tmp_path,
+                              extra=["--ignore-sigint"])
+    t0 = time.monotonic()
+    os.kill(p.pid, signal.SIGINT)
+    rc = p.wait(90)
+    took = time.monotonic() - t0
+    assert rc == 130, p.describe()
+    alive = [pid for pid in pids if not U.pid_gone(pid)]
+    assert not alive, "workers still running after cohort exited: %r" % alive
+    assert_no_leftovers(marker)
+    print("exit after SIGINT with SIGINT-ignoring workers: %.2fs" % took)
+
+
+def test_sigterm_exit_code(cohort, launcher, marker, tmp_path):
+    p, pids = _start_blockers(cohort, launcher, marker, tmp_path)
+    os.kill(p.pid, signal.SIGTERM)
+    rc = p.wait(60)
+    assert rc == 128 + signal.SIGTERM, p.describe()
+    alive = [pid for pid in pids if not U.pid_gone(pid)]
+    assert not alive, "workers still running after cohort exited: %r" % alive
+    assert_no_leftovers(marker)
+
+
+# ---------------------------------------------------------------------------------------
+# Bad input
+
+
+def _listening_socket():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("0.0.0.0", 0))
+    s.listen(16)
+    return s
+
+
+def _closed_port():
+    return U.free_port()
+
+
+@pytest.mark.parametrize("case", [
+    "unknown_flag", "nnodes_min_gt_max", "nproc_zero", "missing_py", "missing_program",
+    "unreachable_endpoint", "port_in_use",
+])
+def test_bad_input(cohort, launcher, marker, tmp_path, case):
+    echo = [str(U.ECHO_RANKS), marker]
+    held = None
+    max_time = 30
+    try:
+        if case == "unknown_flag":
+            args, rc, needle = ["--no-such-flag-zz", "1", *echo], 2, "no-such-flag-zz"
+        elif case == "nnodes_min_gt_max":
+            args, rc, needle = ["--nnodes", "3:1", *echo], 3, "nnodes"
+        elif case == "nproc_zero":
+            args, rc, needle = ["--nproc-per-node", "0", *echo], 3, "nproc"
+        elif case == "missing_py":
+            missing = str(tmp_path / ("missing_%s.py" % marker))
+            args, rc, needle = ["--nproc-per-node", "1", missing], 127, missing
+        elif case == "missing_program":
+            name = "no_such_program_%s" % marker
+            args, rc, needle = ["--nproc-per-node", "1", "--no-python", name], 127, name
+        elif case == "unreachable_endpoint":
+            port = _closed_port()
+            join_timeout = 3
+            args = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+                    "--rdzv-endpoint", "127.0.0.1:%d" % port, "--rdzv-id", marker,
+                    "--rdzv-conf", "join_timeout=%d" % join_timeout, *echo]
+            rc, needle = 4, None
+            max_time = join_timeout + 5
+        elif case == "port_in_use":
+            held = _listening_socket()
+            port = held.getsockname()[1]
+            args = ["--nproc-per-node", "1", "--master-port", str(port), *echo]
+            rc, needle = 5, str(port)
+        p = launcher.run([cohort, "run", *args], max_time + 30, name="cohort")
+        assert p.p.returncode == rc, "expected exit %d\n%s" % (rc, p.describe())
+        assert p.elapsed < max_time, "took %.2fs (limit %ss)\n%s" % (
+            p.elapsed, max_time, p.describe())
+        err = p.stderr
+        assert err.strip(), "no message on stderr\n" + p.describe()
+        if needle is not None:
+            assert needle.lower() in err.lower(), (
+                "stderr does not mention %r\n%s" % (needle, p.describe()))
+        if case == "unreachable_endpoint":
+            assert re.search(r"rendezvous|rdzv|%d" % port, err, re.I), p.describe()
+        # Nothing was launched, or what was launched is gone.
+        assert "hello-stdout" not in p.stdout or case in ("unreachable_endpoint",), (
+            p.describe())
+        assert_no_leftovers(marker)
+    finally:
+        if held is not None:
+            held.close()
+
+
+# ---------------------------------------------------------------------------------------
+# Worker environment
+
+
+def _read_envs(out, n):
+    files = sorted(out.glob("env_*.json"))
+    envs = {}
+    for f in files:
+        d = json.loads(f.read_text())
+        envs[int(d["RANK"])] = d
+    assert sorted(envs) == list(range(n)), "env files: %s" % [f.name for f in files]
+    return envs
+
+
+def test_worker_environment(cohort, launcher, marker, tmp_path):
+    out = tmp_path / "env"
+    out.mkdir()
+    p = launcher.run([cohort, "run", "--nproc-per-node", "2", "--max-restarts", "3",
+                      "--rdzv-id", "envjob", U.ENV_DUMP, out, marker], QUICK_TIMEOUT,
+                     name="cohort")
+    assert p.p.returncode == 0, p.describe()
+    envs = _read_envs(out, 2)
+    for rank, e in envs.items():
+        missing = [k for k in CONTRACT_KEYS + COHORT_KEYS + ["OMP_NUM_THREADS"]
+                   if k not in e]
+        assert not missing, "rank %d lacks %s" % (rank, missing)
+        assert e["RANK"] == str(rank)
+        assert e["LOCAL_RANK"] == str(rank)
+        assert e["WORLD_SIZE"] == "2"
+        assert e["LOCAL_WORLD_SIZE"] == "2"
+        assert e["GROUP_RANK"] == "0"
+        assert e["GROUP_WORLD_SIZE"] == "1"
+        assert e["ROLE_RANK"] == str(rank)
+        assert e["ROLE_WORLD_SIZE"] == "2"
+        assert e["ROLE_NAME"] == "default"
+        assert e["OMP_NUM_THREADS"] == "1"
+        assert e["TORCHELASTIC_MAX_RESTARTS"] == "3"
+        assert e["TORCHELASTIC_RESTART_COUNT"] == "0"
+        assert e["TORCHELASTIC_RUN_ID"] == "envjob"
+        assert e["TORCHELASTIC_ERROR_FILE"]
+        assert e["MASTER_ADDR"]
+        assert int(e["MASTER_PORT"]) > 0
+        assert e["COHORT_TOKEN"]
+        assert int(e["COHORT_STORE_PORT"]) > 0
+        assert e["COHORT_STORE_ADDR"]
+    for k in ("MASTER_ADDR", "MASTER_PORT", "COHORT_TOKEN", "COHORT_STORE_PORT",
+              "TORCHELASTIC_RUN_ID"):
+        assert envs[0][k] == envs[1][k], k
+    assert envs[0]["TORCHELASTIC_ERROR_FILE"] != envs[1]["TORCHELASTIC_ERROR_FILE"]
+    # the job token must not leak into the console
+    assert envs[0]["COHORT_TOKEN"] not in p.stdout + p.stderr
+    assert_no_leftovers(marker)
+
+
+def test_pet_env_sets_nproc(cohort, launcher, marker, tmp_path):
+    out = tmp_path / "env"
+    out.mkdir()
+    env = U.clean_env(PET_NPROC_PER_NODE=3, PET_MAX_RESTARTS=2, OMP_NUM_THREADS=4)
+    p = launcher.run([cohort, "run", U.ENV_DUMP, out, marker], QUICK_TIMEOUT, env=env,
+                     name="cohort")
+    assert p.p.returncode == 0, p.describe()
+    envs = _read_envs(out, 3)
+    for rank, e in envs.items():
+        assert e["WORLD_SIZE"] == "3" and e["LOCAL_WORLD_SIZE"] == "3", e
+        assert e["TORCHELASTIC_MAX_RESTARTS"] == "2", e
+        assert e["OMP_NUM_THREADS"] == "4", "a user's OMP_NUM_THREADS must be kept"
+    assert_no_leftovers(marker)
+
+
+def test_flag_overrides_pet_env(cohort, launcher, marker, tmp_path):
+    out = tmp_path / "env"
+    out.mkdir()
+    env = U.clean_env(PET_NPROC_PER_NODE=3)
+    p = launcher.run([cohort, "run", "--nproc-per-node", "2", U.ENV_DUMP, out, marker],
+                     QUICK_TIMEOUT, env=env, name="cohort")
+    assert p.p.returncode == 0, p.describe()
+    _read_envs(out, 2)
+
+
+def test_single_worker_leaves_omp_unset(cohort, launcher, marker, tmp_path):
+    out = tmp_path / "env"
+    out.mkdir()
+    p = launcher.run([cohort, "run", "--nproc-per-node", "1", U.ENV_DUMP, out, marker],
+                     QUICK_TIMEOUT, name="cohort")
+    assert p.p.returncode == 0, p.describe()
+    e = _read_envs(out, 1)[0]
+    assert "OMP_NUM_THREADS" not in e, "torchrun sets OMP_NUM_THREADS only for >1 worker"
+
+
+def test_environment_matches_torchrun_keys(cohort, need_torch, launcher, marker, tmp_path):
+    outs = {}
+    for name, argv in (
+            ("cohort", [cohort, "run", "--nproc-per-node", "2", "--standalone"]),
+            ("torchrun", [U.TORCHRUN, "--nproc_per_node", "2", *U.TORCHRUN_FIXED,
+                          "--standalone"])):
+        out = tmp_path / name
+        out.mkdir()
+        p = launcher.run([*argv, U.ENV_DUMP, out, marker], DDP_TIMEOUT, name=name)
+        assert p.p.returncode == 0, p.describe()
+        outs[name] = _read_envs(out, 2)
+    for rank in (0, 1):
+        c, t = outs["cohort"][rank], outs["torchrun"][rank]
+        missing = [k for k in CONTRACT_KEYS if k in t and k not in c]
+        assert not missing, "cohort lacks keys torchrun sets: %s" % missing
+        for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                  "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
+                  "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+                  "OMP_NUM_THREADS"):
+            assert c.get(k) == t.get(k), (k, c.get(k), t.get(k))
+
+
+# ---------------------------------------------------------------------------------------
+# Console and logs
+
+
+def test_console_prefix_and_log_layout(cohort, launcher, marker, tmp_path):
+    logs = tmp_path / "logs"
+    p = launcher.run([cohort, "run", "--nproc-per-node", "2", "--log-dir", logs,
+                      "--rdzv-id", "echojob", U.ECHO_RANKS, marker], QUICK_TIMEOUT,
+                     name="cohort")
+    assert p.p.returncode == 0, p.describe()
+    for r in (0, 1):
+        assert re.search(r"^\[rank%d\]: ?hello-stdout from rank %d$" % (r, r), p.stdout,
+                         re.M), p.describe()
+        assert re.search(r"^\[rank%d\]: ?hello-stderr from rank %d$" % (r, r), p.stderr,
+                         re.M), p.describe()
+        d = logs / "echojob" / "attempt_0" / str(r)
+        assert "hello-stdout from rank %d" % r in (d / "stdout.log").read_text()
+        assert "hello-stderr from rank %d" % r in (d / "stderr.log").read_text()
+
+
+def test_local_ranks_filter(cohort, launcher, marker, tmp_path):
+    logs = tmp_path / "logs"
+    p = launcher.run([cohort, "run", "--nproc-per-node", "2", "--local-ranks-filter", "1",
+                      "--log-dir", logs, "--rdzv-id", "filterjob", U.ECHO_RANKS, marker],
+                     QUICK_TIMEOUT, name="cohort")
+    assert p.p.returncode == 0, p.describe()
+    console = p.stdout + p.stderr
+    assert re.search(r"^\[rank1\]: ?hello-stdout from rank 1$", p.stdout, re.M), p.describe()
+    assert re.search(r"^\[rank1\]: ?hello-stderr from rank 1$", p.stderr, re.M), p.describe()
+    assert "from rank 0" not in console, "rank 0 output shown despite the filter\n" + (
+        p.describe())
+    assert not re.search(r"^\[rank0\]", console, re.M), p.describe()
+    # the full logs still hold both ranks
+    for r in (0, 1):
+        d = logs / "filterjob" / "attempt_0" / str(r)
+        assert "hello-stdout from rank %d" % r in (d / "stdout.log").read_text()
+        assert "hello-stderr from rank %d" % r in (d / "stderr.log").read_text()
+
+
+# ---------------------------------------------------------------------------------------
+# Entrypoint forms and prompt exit
+
+
+def test_module_entrypoint(cohort, launcher, marker):
+    # `-m platform` prints the platform string and exits 0; the marker is an ignored arg.
+    p = launcher.run([cohort, "run", "--nproc-per-node", "2", "-m", "platform", marker],
+                     QUICK_TIMEOUT, name="cohort")
+    assert p.p.returncode == 0, p.describe()
+    assert re.search(r"^\[rank0\]: ?Linux", p.stdout, re.M), p.describe()
+    assert re.search(r"^\[rank1\]: ?Linux", p.stdout, re.M), p.describe()
+
+
+def test_exits_promptly_when_workers_finish(cohort, launcher, marker):
+    p = launcher.run([cohort, "run", "--nproc-per-node", "2", "--no-python", "/bin/sh",
+                      "-c", "exit 0", marker], QUICK_TIMEOUT, name="cohort")
+    assert p.p.returncode == 0, p.describe()
+    assert p.elapsed < 2.0, "a no-op job took %.2fs" % p.elapsed
+
+
+def test_two_nodes_on_one_machine(cohort, need_torch, launcher, marker, tmp_path,
+                                  reference_loss):
+    """Two agents (--nnodes 2, one worker each) meet through a c10d endpoint."""
+    port = U.free_port()
+    common = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+              "--rdzv-endpoint", "127.0.0.1:%d" % port, "--rdzv-id", marker]
+    n0 = launcher.start([cohort, "run", *common, "--node-rank", "0",
+                         *ddp_cmd(tmp_path / "ckpt", marker)], name="node0")
+    n1 = launcher.start([cohort, "run", *common, "--node-rank", "1",
+                         *ddp_cmd(tmp_path / "ckpt", marker)], name="node1")
+    r0, r1 = n0.wait(DDP_TIMEOUT), n1.wait(DDP_TIMEOUT)
+    assert r0 == 0, n0.describe()
+    assert r1 == 0, n1.describe()
+    loss = U.final_loss(n0.stdout + n1.stdout)
+    assert loss is not None, n0.describe() + n1.describe()
+    assert abs(loss - reference_loss) <= 1e-6, (loss, reference_loss)
+    assert_no_leftovers(marker)
