@@ -1,0 +1,43 @@
+// The `cohort` binary: dispatches to subcommands. Thread-safety: main thread only; signals
+// the agent handles are blocked before any thread starts.
+#include <fmt/format.h>
+
+#include <string>
+#include <vector>
+
+#include "cohort/agent/agent.h"
+#include "cohort/cli/exit_codes.h"
+#include "cohort/cli/run_command.h"
+#include "cohort/cli/store_command.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "cohort: elastic data-parallel training launcher\n"
+    "\n"
+    "Usage: cohort <command> [options]\n"
+    "\n"
+    "Commands:\n"
+    "  run     launch workers on this node (torchrun-compatible flags)\n"
+    "  store   serve the rendezvous store for multi-node jobs\n"
+    "\n"
+    "Run 'cohort <command> --help' for a command's options.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Before any thread exists: every thread inherits this mask, so the agent's signalfd is
+  // the only receiver of INT/TERM/HUP/USR1/USR2.
+  cohort::agent::BlockAgentSignals();
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+    fmt::print("{}", kUsage);
+    return args.empty() ? cohort::cli::kExitUsage : cohort::cli::kExitOk;
+  }
+  std::string command = args[0];
+  args.erase(args.begin());
+  if (command == "run") return cohort::cli::RunCommand(args);
+  if (command == "store") return cohort::cli::StoreCommand(args);
+  fmt::print(stderr, "cohort: unknown command '{}'\n\n{}", command, kUsage);
+  return cohort::cli::kExitUsage;
+}

@@ -1,0 +1,471 @@
+// Implements `cohort run`. Thread-safety: single-threaded until the agent starts; the
+// embedded StoreServer runs on its own thread.
+#include "cohort/cli/run_command.h"
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <thread>
+
+#include "cohort/agent/agent.h"
+#include "cohort/base/log.h"
+#include "cohort/base/settings.h"
+#include "cohort/base/strings.h"
+#include "cohort/base/subprocess.h"
+#include "cohort/cli/exit_codes.h"
+#include "cohort/net/socket.h"
+#include "cohort/store/store_server.h"
+#include "cohort/store/tcp_store.h"
+
+namespace cohort::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kDefaultStorePort = 29400;
+
+// Values of every flag, as strings where torchrun accepts several forms.
+struct RunFlags {
+  std::string nproc_per_node = "1";
+  std::string nnodes = "1";
+  int node_rank = 0;
+  std::string rdzv_backend = "store";
+  std::string rdzv_endpoint;
+  std::string rdzv_id = "none";
+  std::string rdzv_conf;
+  bool standalone = false;
+  int max_restarts = 0;
+  double monitor_interval = 0.1;
+  std::string start_method = "spawn";
+  std::string role = "default";
+  std::string log_dir;
+  std::string redirects = "0";
+  std::string tee = "0";
+  std::string local_ranks_filter;
+  bool module = false;
+  bool no_python = false;
+  bool run_path = false;
+  std::string master_addr;
+  int master_port = 0;
+  std::string local_addr;
+  double stop_grace = 5.0;
+};
+
+// A user error: message plus exit code.
+struct UsageError {
+  int code;
+  std::string message;
+};
+
+void AddFlags(CLI::App& app, RunFlags& f) {
+  auto opt = [&](const char* names, auto& value, const char* env, const char* help) {
+    return app.add_option(names, value, help)->envname(env);
+  };
+  opt("--nproc-per-node,--nproc_per_node", f.nproc_per_node, "PET_NPROC_PER_NODE",
+      "workers per node: a number, or cpu/auto (one per CPU core)");
+  opt("--nnodes", f.nnodes, "PET_NNODES", "number of nodes, N or MIN:MAX (elastic)");
+  opt("--node-rank,--node_rank", f.node_rank, "PET_NODE_RANK", "rank of this node (informational)");
+  opt("--rdzv-backend,--rdzv_backend", f.rdzv_backend, "PET_RDZV_BACKEND",
+      "rendezvous backend: store (embedded, default; c10d is an alias)");
+  opt("--rdzv-endpoint,--rdzv_endpoint", f.rdzv_endpoint, "PET_RDZV_ENDPOINT",
+      "host:port of the rendezvous store; the node on that host serves it");
+  opt("--rdzv-id,--rdzv_id", f.rdzv_id, "PET_RDZV_ID", "job id shared by all nodes");
+  opt("--rdzv-conf,--rdzv_conf", f.rdzv_conf, "PET_RDZV_CONF",
+      "key=value,... : join_timeout, last_call_timeout, close_timeout, keep_alive_interval, "
+      "keep_alive_max_attempt, is_host");
+  app.add_flag("--standalone", f.standalone, "single node with its own embedded store")
+      ->envname("PET_STANDALONE");
+  opt("--max-restarts,--max_restarts", f.max_restarts, "PET_MAX_RESTARTS",
+      "job-wide number of worker-group restarts before the job fails");
+  opt("--monitor-interval,--monitor_interval", f.monitor_interval, "PET_MONITOR_INTERVAL",
+      "accepted for torchrun compatibility; cohort notices exits at once");
+  opt("--start-method,--start_method", f.start_method, "PET_START_METHOD",
+      "accepted for torchrun compatibility (workers are always exec'd)");
+  opt("--role", f.role, "PET_ROLE", "worker role name");
+  opt("--log-dir,--log_dir", f.log_dir, "PET_LOG_DIR",
+      "directory for per-attempt, per-rank logs (default: $TMPDIR/cohort-logs)");
+  opt("-r,--redirects", f.redirects, "PET_REDIRECTS",
+      "streams sent to log files only: 0 none, 1 stdout, 2 stderr, 3 both, or 0:1,1:2");
+  opt("-t,--tee", f.tee, "PET_TEE", "streams sent to console and files (same syntax)");
+  opt("--local-ranks-filter,--local_ranks_filter", f.local_ranks_filter,
+      "PET_LOCAL_RANKS_FILTER", "show only these local ranks on the console, e.g. 0,1");
+  app.add_flag("-m,--module", f.module, "run the entrypoint as a python module")
+      ->envname("PET_MODULE");
+  app.add_flag("--no-python,--no_python", f.no_python, "exec the entrypoint directly")
+      ->envname("PET_NO_PYTHON");
+  app.add_flag("--run-path,--run_path", f.run_path, "accepted for torchrun compatibility")
+      ->envname("PET_RUN_PATH");
+  opt("--master-addr,--master_addr", f.master_addr, "PET_MASTER_ADDR",
+      "MASTER_ADDR given to workers (default: the first node's address)");
+  opt("--master-port,--master_port", f.master_port, "PET_MASTER_PORT",
+      "MASTER_PORT given to workers (default: a free port reserved for this job)");
+  opt("--local-addr,--local_addr", f.local_addr, "PET_LOCAL_ADDR",
+      "address other nodes reach this node at");
+  opt("--stop-grace", f.stop_grace, "COHORT_STOP_GRACE",
+      "seconds between the stop signal and SIGKILL when stopping workers");
+}
+
+// Splits "cohort run [options] program [args]" into the options part and the program part,
+// so that the program's own flags are never parsed as ours.
+Result<std::pair<std::vector<std::string>, std::vector<std::string>>> SplitArgs(
+    const CLI::App& app, const std::vector<std::string>& args) {
+  std::map<std::string, bool> takes_value;  // "--name" or "-n" -> expects a value
+  for (const CLI::Option* o : app.get_options()) {
+    bool value = o->get_type_size_max() > 0;
+    for (const auto& l : o->get_lnames()) takes_value["--" + l] = value;
+    for (const auto& s : o->get_snames()) takes_value["-" + s] = value;
+  }
+  std::vector<std::string> ours, program;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") {
+      program.assign(args.begin() + static_cast<long>(i) + 1, args.end());
+      break;
+    }
+    if (a.size() < 2 || a[0] != '-') {
+      program.assign(args.begin() + static_cast<long>(i), args.end());
+      break;
+    }
+    std::string name = a.substr(0, a.find('='));
+    auto it = takes_value.find(name);
+    if (it == takes_value.end()) {
+      return InvalidArgument("unknown option '{}'", name);
+    }
+    ours.push_back(a);
+    if (it->second && a.find('=') == std::string::npos && i + 1 < args.size()) {
+      ours.push_back(args[++i]);
+    }
+  }
+  return std::make_pair(ours, program);
+}
+
+Result<std::pair<int, int>> ParseNnodes(const std::string& text) {
+  auto parts = Split(text, ':', false);
+  auto bad = [&] {
+    return InvalidArgument("--nnodes '{}' is not N or MIN:MAX with positive integers", text);
+  };
+  if (parts.empty() || parts.size() > 2) return bad();
+  auto lo = ParseInt64(parts[0]);
+  auto hi = parts.size() == 2 ? ParseInt64(parts[1]) : lo;
+  if (!lo || !hi || *lo < 1 || *hi < 1) return bad();
+  if (*lo > *hi) {
+    return InvalidArgument("--nnodes {}: the minimum ({}) exceeds the maximum ({}); write MIN:MAX",
+                           text, *lo, *hi);
+  }
+  return std::make_pair(static_cast<int>(*lo), static_cast<int>(*hi));
+}
+
+Result<int> ParseNproc(const std::string& text) {
+  if (text == "cpu" || text == "auto") {
+    return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
+  if (text == "gpu") {
+    int gpus = 0;
+    while (fs::exists(fmt::format("/dev/nvidia{}", gpus))) ++gpus;
+    if (gpus == 0) return InvalidArgument("--nproc-per-node gpu: this machine has no GPU");
+    return gpus;
+  }
+  auto n = ParseInt64(text);
+  if (!n || *n < 1 || *n > 4096) {
+    return InvalidArgument("--nproc-per-node '{}' must be a number from 1 to 4096, or cpu/auto",
+                           text);
+  }
+  return static_cast<int>(*n);
+}
+
+Result<agent::StreamPolicy> ParseStreams(const std::string& flag, const std::string& text) {
+  agent::StreamPolicy p;
+  auto bad = [&] {
+    return InvalidArgument("{} '{}' must be 0-3 or a list like 0:1,1:2", flag, text);
+  };
+  if (text.find(':') == std::string::npos) {
+    auto v = ParseInt64(text);
+    if (!v || *v < 0 || *v > 3) return bad();
+    p.all = static_cast<int>(*v);
+    return p;
+  }
+  for (const auto& item : Split(text, ',')) {
+    auto kv = Split(item, ':');
+    if (kv.size() != 2) return bad();
+    auto rank = ParseInt64(kv[0]), v = ParseInt64(kv[1]);
+    if (!rank || !v || *rank < 0 || *v < 0 || *v > 3) return bad();
+    p.per_local_rank[static_cast<int>(*rank)] = static_cast<int>(*v);
+  }
+  return p;
+}
+
+Status ApplyRdzvConf(const std::string& text, rendezvous::RendezvousConfig& c,
+                     std::optional<bool>& is_host) {
+  int64_t keep_alive_attempts = 10;
+  for (const auto& item : Split(text, ',')) {
+    auto eq = item.find('=');
+    if (eq == std::string::npos) {
+      return InvalidArgument("--rdzv-conf item '{}' is not key=value", item);
+    }
+    std::string key = std::string(Trim(item.substr(0, eq)));
+    std::string value = std::string(Trim(item.substr(eq + 1)));
+    auto seconds = ParseDouble(value);
+    auto dur = [&](Duration& out) -> Status {
+      if (!seconds || *seconds < 0) {
+        return InvalidArgument("--rdzv-conf {}={} is not a number of seconds", key, value);
+      }
+      out = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(*seconds));
+      return Status::Ok();
+    };
+    if (key == "join_timeout" || key == "timeout") {
+      COHORT_RETURN_IF_ERROR(dur(c.join_timeout));
+    } else if (key == "last_call_timeout") {
+      COHORT_RETURN_IF_ERROR(dur(c.last_call));
+    } else if (key == "keep_alive_interval") {
+      COHORT_RETURN_IF_ERROR(dur(c.heartbeat_interval));
+    } else if (key == "keep_alive_max_attempt") {
+      auto n = ParseInt64(value);
+      if (!n || *n < 1) return InvalidArgument("--rdzv-conf keep_alive_max_attempt={}", value);
+      keep_alive_attempts = *n;
+    } else if (key == "is_host") {
+      auto b = ParseBool(value);
+      if (!b) return InvalidArgument("--rdzv-conf is_host={} is not a boolean", value);
+      is_host = *b;
+    } else if (key == "close_timeout" || key == "read_timeout") {
+      Duration ignored;
+      COHORT_RETURN_IF_ERROR(dur(ignored));
+    } else {
+      return InvalidArgument(
+          "--rdzv-conf: unknown key '{}' (known: join_timeout, last_call_timeout, "
+          "close_timeout, read_timeout, keep_alive_interval, keep_alive_max_attempt, is_host)",
+          key);
+    }
+  }
+  c.dead_timeout = c.heartbeat_interval * keep_alive_attempts;
+  return Status::Ok();
+}
+
+// The worker command line, resolved the way torchrun does for .py files and -m.
+Result<std::vector<std::string>> WorkerArgv(const RunFlags& f,
+                                            const std::vector<std::string>& program) {
+  const std::string& entry = program[0];
+  std::vector<std::string> rest(program.begin() + 1, program.end());
+  const char* py_env = std::getenv("COHORT_PYTHON");
+  std::string python = py_env && *py_env ? py_env : "python3";
+  std::vector<std::string> argv;
+  if (f.module) {
+    if (f.no_python) return InvalidArgument("-m and --no-python cannot be combined");
+    argv = {python, "-u", "-m", entry};
+  } else if (!f.no_python && EndsWith(entry, ".py")) {
+    if (!fs::is_regular_file(entry)) {
+      return NotFound("the script '{}' does not exist", entry);
+    }
+    argv = {python, "-u", entry};
+  } else {
+    argv = {entry};
+  }
+  auto found = FindProgram(argv[0]);
+  if (!found.ok()) {
+    return Status(found.status().code(),
+                  fmt::format("cannot run the entrypoint: {}", found.status().message()));
+  }
+  argv.insert(argv.end(), rest.begin(), rest.end());
+  return argv;
+}
+
+// Where this node's agent finds the store, and whether it serves it.
+struct StorePlan {
+  std::string host;
+  int port = 0;
+  bool serve = false;
+  std::string token;
+};
+
+int Fail(int code, const std::string& message) {
+  fmt::print(stderr, "cohort run: {}\n", message);
+  return code;
+}
+
+}  // namespace
+
+int RunCommand(const std::vector<std::string>& args) {
+  CLI::App app("Launch workers on this node (torchrun-compatible).", "cohort run");
+  RunFlags f;
+  AddFlags(app, f);
+  app.footer(
+      "Usage: cohort run [options] ENTRYPOINT [ARGS...]\n"
+      "A .py entrypoint runs with $COHORT_PYTHON (default python3) -u; -m runs a module;\n"
+      "anything else is executed directly. Exit codes: docs/exit-codes.md.");
+
+  auto split = SplitArgs(app, args);
+  if (!split.ok()) {
+    return Fail(kExitUsage, split.status().message() + "; see 'cohort run --help'");
+  }
+  auto [ours, program] = std::move(split).value();
+  std::vector<std::string> reversed(ours.rbegin(), ours.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    fmt::print("{}", app.help());
+    return kExitOk;
+  } catch (const CLI::ConversionError& e) {
+    return Fail(kExitInvalidValue, std::string(e.what()));
+  } catch (const CLI::ValidationError& e) {
+    return Fail(kExitInvalidValue, std::string(e.what()));
+  } catch (const CLI::ParseError& e) {
+    return Fail(kExitUsage, std::string(e.what()) + "; see 'cohort run --help'");
+  }
+  if (program.empty()) {
+    return Fail(kExitUsage, "no entrypoint given: cohort run [options] ENTRYPOINT [ARGS...]");
+  }
+
+  // Validate every value before anything starts.
+  auto nnodes = ParseNnodes(f.nnodes);
+  if (!nnodes.ok()) return Fail(kExitInvalidValue, nnodes.status().message());
+  auto nproc = ParseNproc(f.nproc_per_node);
+  if (!nproc.ok()) return Fail(kExitInvalidValue, nproc.status().message());
+  auto redirects = ParseStreams("--redirects", f.redirects);
+  if (!redirects.ok()) return Fail(kExitInvalidValue, redirects.status().message());
+  auto tee = ParseStreams("--tee", f.tee);
+  if (!tee.ok()) return Fail(kExitInvalidValue, tee.status().message());
+  if (f.max_restarts < 0) return Fail(kExitInvalidValue, "--max-restarts must be >= 0");
+  if (f.stop_grace < 0) return Fail(kExitInvalidValue, "--stop-grace must be >= 0");
+  std::set<int> filter;
+  for (const auto& item : Split(f.local_ranks_filter, ',')) {
+    auto r = ParseInt64(item);
+    if (!r || *r < 0) {
+      return Fail(kExitInvalidValue,
+                  fmt::format("--local-ranks-filter '{}' must list local ranks like 0,1",
+                              f.local_ranks_filter));
+    }
+    filter.insert(static_cast<int>(*r));
+  }
+  std::string backend = ToLower(f.rdzv_backend);
+  if (backend != "store" && backend != "c10d" && backend != "static") {
+    return Fail(kExitInvalidValue,
+                fmt::format("--rdzv-backend '{}' is not supported here (use store; c10d is an "
+                            "alias; etcd arrives with multi-node support)",
+                            f.rdzv_backend));
+  }
+  rendezvous::RendezvousConfig rdzv;
+  rdzv.min_nodes = nnodes->first;
+  rdzv.max_nodes = nnodes->second;
+  rdzv.max_restarts = f.max_restarts;
+  std::optional<bool> is_host;
+  if (Status s = ApplyRdzvConf(f.rdzv_conf, rdzv, is_host); !s.ok()) {
+    return Fail(kExitInvalidValue, s.message());
+  }
+  if (f.standalone && rdzv.max_nodes > 1) {
+    return Fail(kExitInvalidValue, "--standalone runs one node; drop it or use --nnodes 1");
+  }
+  auto argv = WorkerArgv(f, program);
+  if (!argv.ok()) {
+    int code = argv.status().code() == StatusCode::kNotFound ||
+                       argv.status().code() == StatusCode::kPermissionDenied
+                   ? kExitNotFound
+                   : kExitInvalidValue;
+    return Fail(code, argv.status().message());
+  }
+
+  // Where the store is: embedded on a free loopback port for one node without an endpoint,
+  // else the endpoint, served by this node when its host is local.
+  const bool single = rdzv.max_nodes == 1;
+  StorePlan plan;
+  const char* env_token = std::getenv("COHORT_TOKEN");
+  if (f.standalone || (single && f.rdzv_endpoint.empty())) {
+    plan = {"127.0.0.1", 0, true, env_token && *env_token ? env_token : RandomHex(16)};
+  } else {
+    auto hp = ParseHostPort(f.rdzv_endpoint.empty() ? "127.0.0.1" : f.rdzv_endpoint,
+                            kDefaultStorePort);
+    if (!hp) {
+      return Fail(kExitInvalidValue,
+                  fmt::format("--rdzv-endpoint '{}' is not host[:port]", f.rdzv_endpoint));
+    }
+    plan.host = hp->first;
+    plan.port = hp->second;
+    plan.serve = is_host.value_or(net::IsLocalHost(plan.host));
+    if (env_token && *env_token) {
+      plan.token = env_token;
+    } else if (single) {
+      plan.token = RandomHex(16);
+    } else {
+      return Fail(kExitInvalidValue,
+                  "a multi-node job needs a shared secret: set COHORT_TOKEN to the same value "
+                  "on every node (for example: export COHORT_TOKEN=$(head -c16 /dev/urandom | "
+                  "od -An -tx1 | tr -d ' \\n'))");
+    }
+  }
+  std::string run_id = f.rdzv_id;
+  if (run_id == "none" && (f.standalone || single)) run_id = "cohort-" + RandomHex(6);
+  rdzv.run_id = run_id;
+
+  if (single && f.master_port > 0) {
+    auto probe = net::Listen({.host = "0.0.0.0", .port = f.master_port, .reuse_addr = true});
+    if (!probe.ok()) {
+      return Fail(kExitPortInUse,
+                  fmt::format("--master-port {} is already in use on this machine; pick another "
+                              "port or leave it out to get a free one",
+                              f.master_port));
+    }
+  }
+
+  log::Get("cli");
+  std::unique_ptr<store::StoreServer> server;
+  if (plan.serve) {
+    auto started = store::StoreServer::Start(
+        {.host = plan.port == 0 ? "127.0.0.1" : "0.0.0.0", .port = plan.port, .token = plan.token});
+    if (started.ok()) {
+      server = std::move(started).value();
+      plan.port = server->port();
+    } else if (started.status().code() == StatusCode::kAlreadyExists && !single) {
+      COHORT_LOG_INFO("cli", "port {} is served already; joining it as a client", plan.port);
+    } else if (started.status().code() == StatusCode::kAlreadyExists) {
+      return Fail(kExitPortInUse,
+                  fmt::format("cannot serve the rendezvous store on port {}: the port is already "
+                              "in use; choose another --rdzv-endpoint port",
+                              plan.port));
+    } else {
+      return Fail(kExitRendezvous, started.status().message());
+    }
+  }
+
+  agent::AgentOptions o;
+  o.spec.argv = *argv;
+  o.spec.nproc_per_node = *nproc;
+  o.spec.role = f.role;
+  o.spec.max_restarts = f.max_restarts;
+  o.spec.run_id = run_id;
+  const char* tmp = std::getenv("TMPDIR");
+  o.spec.log_dir = !f.log_dir.empty() ? f.log_dir
+                                      : fmt::format("{}/cohort-logs", tmp && *tmp ? tmp : "/tmp");
+  o.spec.redirects = *redirects;
+  o.spec.tee = *tee;
+  o.spec.local_ranks_filter = filter;
+  o.spec.master_addr = f.master_addr;
+  o.spec.master_port = f.master_port;
+  o.spec.stop_grace = std::chrono::duration_cast<Duration>(
+      std::chrono::duration<double>(f.stop_grace));
+  std::string store_addr = plan.host;
+  if (plan.serve && server && net::IsLocalHost(plan.host)) store_addr = "127.0.0.1";
+  o.spec.extra_env = {{"COHORT_TOKEN", plan.token},
+                      {"COHORT_STORE_ADDR", store_addr},
+                      {"COHORT_STORE_PORT", std::to_string(plan.port)},
+                      {"COHORT_RUN_ID", run_id}};
+  o.rdzv = rdzv;
+  o.self.host = net::HostName();
+  o.self.addr = !f.local_addr.empty() ? f.local_addr
+                : single        ? std::string("127.0.0.1")
+                                : net::ResolveIpv4(o.self.host).value_or(o.self.host);
+  o.self.local_world_size = *nproc;
+  const Deadline connect_deadline = Deadline::After(rdzv.join_timeout);
+  const store::TcpStoreOptions store_options{
+      .host = store_addr, .port = plan.port, .token = plan.token};
+  o.connect_store = [store_options, connect_deadline]()
+      -> Result<std::shared_ptr<store::Store>> {
+    Deadline d = connect_deadline.expired() ? Deadline::AfterMs(5000) : connect_deadline;
+    COHORT_ASSIGN_OR_RETURN(auto s, store::TcpStore::Connect(store_options, d));
+    return std::shared_ptr<store::Store>(std::move(s));
+  };
+
+  agent::Agent the_agent(std::move(o));
+  agent::AgentResult result = the_agent.Run();
+  if (server) server->Stop();
+  if (!result.summary.empty()) fmt::print(stderr, "{}\n", result.summary);
+  return result.exit_code;
+}
+
+}  // namespace cohort::cli

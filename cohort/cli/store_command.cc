@@ -1,0 +1,75 @@
+// Implements `cohort store`: serves until SIGINT/SIGTERM. The token comes from
+// COHORT_TOKEN (or --token-file) and is never printed.
+#include "cohort/cli/store_command.h"
+
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <fstream>
+
+#include "cohort/base/strings.h"
+#include "cohort/cli/exit_codes.h"
+#include "cohort/store/store_server.h"
+
+namespace cohort::cli {
+
+int StoreCommand(const std::vector<std::string>& args) {
+  CLI::App app("Serve the cohort rendezvous store.", "cohort store");
+  std::string host = "0.0.0.0";
+  int port = 29400;
+  std::string token_file;
+  app.add_option("--host", host, "address to listen on");
+  app.add_option("--port", port, "port to listen on (0 = any free port)");
+  app.add_option("--token-file", token_file,
+                 "file holding the job token (default: the COHORT_TOKEN variable)");
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    fmt::print("{}", app.help());
+    return kExitOk;
+  } catch (const CLI::ParseError& e) {
+    fmt::print(stderr, "cohort store: {}; see 'cohort store --help'\n", e.what());
+    return kExitUsage;
+  }
+  std::string token;
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
+    if (!in || !std::getline(in, token)) {
+      fmt::print(stderr, "cohort store: cannot read the token from {}\n", token_file);
+      return kExitInvalidValue;
+    }
+    token = std::string(Trim(token));
+  } else if (const char* env = std::getenv("COHORT_TOKEN"); env && *env) {
+    token = env;
+  }
+  if (token.empty()) {
+    fmt::print(stderr,
+               "cohort store: no job token: set COHORT_TOKEN (the same value on every node) or "
+               "pass --token-file\n");
+    return kExitInvalidValue;
+  }
+  auto server = store::StoreServer::Start({.host = host, .port = port, .token = token});
+  if (!server.ok()) {
+    bool in_use = server.status().code() == StatusCode::kAlreadyExists;
+    fmt::print(stderr, "cohort store: {}\n", server.status().message());
+    return in_use ? kExitPortInUse : kExitInvalidValue;
+  }
+  fmt::print("cohort store listening on {}:{}\n", host, (*server)->port());
+  std::fflush(stdout);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  int sfd = ::signalfd(-1, &set, SFD_CLOEXEC);
+  signalfd_siginfo si{};
+  while (::read(sfd, &si, sizeof(si)) != sizeof(si)) {
+  }
+  ::close(sfd);
+  (*server)->Stop();
+  return 0;
+}
+
+}  // namespace cohort::cli
