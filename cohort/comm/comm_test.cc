@@ -1,0 +1,404 @@
+// Collectives against a scalar reference: every collective x type x op x world size 1-8 x
+// element count (0, 1, 7, 1023, 2^20+3), over shared memory, over TCP, and mixed (two
+// simulated hosts: shared memory inside, TCP between). Ranks are threads over a
+// MemoryStore; failure tests use real peer processes (comm_test_peer).
+#include "cohort/comm/communicator.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include "cohort/base/strings.h"
+#include "cohort/base/subprocess.h"
+#include "cohort/comm/reduce.h"
+#include "cohort/store/memory_store.h"
+#include "cohort/store/store_server.h"
+#include "cohort/store/tcp_store.h"
+
+namespace cohort::comm {
+namespace {
+
+constexpr size_t kCounts[] = {0, 1, 7, 1023, (1u << 20) + 3};
+
+CommOptions Options(const std::string& topo, int rank, int world) {
+  CommOptions o;
+  o.timeout = std::chrono::seconds(120);
+  o.shm_slot_bytes = 64 << 10;  // small slots: large counts take many chunks
+  o.host_id = "h0";
+  if (topo == "tcp") o.transport = "tcp";
+  if (topo == "mixed") o.host_id = rank < (world + 1) / 2 ? "hostA" : "hostB";
+  return o;
+}
+
+template <typename Body>
+void RunRanks(int world, const std::string& topo, Body body) {
+  auto store = std::make_shared<store::MemoryStore>();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      auto comm = Communicator::Create(store, r, world, Options(topo, r, world));
+      ASSERT_TRUE(comm.ok()) << comm.status().ToString();
+      body(**comm);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+// Inputs chosen so that every result is exact in every type (sums stay within +-24,
+// products within +-256 with wrap-around for 8-bit integers).
+double Value(int rank, size_t i, ReduceOp op, DataType t) {
+  bool is_unsigned = t == DataType::kU8;
+  if (op == ReduceOp::kProd) {
+    int k = static_cast<int>((rank + i) % 3);
+    return k == 0 ? 1 : k == 1 ? 2 : (is_unsigned ? 1 : -1);
+  }
+  int v = static_cast<int>((rank * 7 + i * 13) % 7);
+  return is_unsigned ? v : v - 3;
+}
+
+void Put(void* buf, size_t i, DataType t, double v) {
+  switch (t) {
+    case DataType::kF32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
+    case DataType::kF64: static_cast<double*>(buf)[i] = v; break;
+    case DataType::kF16: static_cast<uint16_t*>(buf)[i] = FloatToHalf(static_cast<float>(v)); break;
+    case DataType::kBF16:
+      static_cast<uint16_t*>(buf)[i] = FloatToBFloat16(static_cast<float>(v));
+      break;
+    case DataType::kI8: static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(static_cast<int64_t>(v)); break;
+    case DataType::kU8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(static_cast<int64_t>(v)); break;
+    case DataType::kI32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
+    case DataType::kI64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); break;
+  }
+}
+
+double Get(const void* buf, size_t i, DataType t) {
+  switch (t) {
+    case DataType::kF32: return static_cast<const float*>(buf)[i];
+    case DataType::kF64: return static_cast<const double*>(buf)[i];
+    case DataType::kF16: return HalfToFloat(static_cast<const uint16_t*>(buf)[i]);
+    case DataType::kBF16: return BFloat16ToFloat(static_cast<const uint16_t*>(buf)[i]);
+    case DataType::kI8: return static_cast<const int8_t*>(buf)[i];
+    case DataType::kU8: return static_cast<const uint8_t*>(buf)[i];
+    case DataType::kI32: return static_cast<const int32_t*>(buf)[i];
+    case DataType::kI64: return static_cast<const int64_t*>(buf)[i];
+  }
+  return 0;
+}
+
+// The reduction of Value(0..world-1, i) in double, before conversion to the type.
+double Reference(int world, size_t i, ReduceOp op, DataType t) {
+  double acc = Value(0, i, op, t);
+  for (int r = 1; r < world; ++r) {
+    double v = Value(r, i, op, t);
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg: acc += v; break;
+      case ReduceOp::kProd: acc *= v; break;
+      case ReduceOp::kMin: acc = std::min(acc, v); break;
+      case ReduceOp::kMax: acc = std::max(acc, v); break;
+    }
+  }
+  return op == ReduceOp::kAvg ? acc / world : acc;
+}
+
+// Compares got with the expected value as the type represents it.
+bool Matches(double got, double expected, DataType t, ReduceOp op) {
+  if (op != ReduceOp::kAvg) {
+    char tmp[8];
+    Put(tmp, 0, t, expected);
+    return got == Get(tmp, 0, t);
+  }
+  double tol = t == DataType::kF64 ? 1e-12 : t == DataType::kF32 ? 1e-6
+               : t == DataType::kF16 ? 2e-3 : 1e-2;
+  return std::fabs(got - expected) <= tol * std::max(1.0, std::fabs(expected));
+}
+
+struct Checker {
+  std::string context;
+  int errors = 0;
+  void Expect(bool ok, size_t i, double got, double want) {
+    if (ok) return;
+    if (++errors <= 3) {
+      ADD_FAILURE() << context << ": element " << i << " is " << got << ", expected " << want;
+    }
+  }
+};
+
+std::vector<char> Buffer(size_t count, DataType t) {
+  return std::vector<char>(count * DataTypeSize(t) + 1, 0x5a);
+}
+
+// Block size of the block collectives (reduce-scatter, all-gather, gather, scatter,
+// all-to-all): the listed count per rank, except the large one, which is the total.
+size_t Block(size_t count, int world) {
+  return count > 4096 ? (count / world) | 1 : count;
+}
+
+void RunMatrix(Communicator& comm, const std::string& topo) {
+  const int w = comm.size(), r = comm.rank();
+  for (DataType t : kAllDataTypes) {
+    for (size_t n : kCounts) {
+      const size_t es = DataTypeSize(t);
+      // Reductions: allreduce (out of place and in place), reduce-scatter, reduce.
+      for (ReduceOp op : kAllReduceOps) {
+        if (op == ReduceOp::kAvg && !IsFloating(t)) continue;
+        std::string ctx = fmt::format("{} world {} rank {} {} {} n={}", topo, w, r,
+                                      DataTypeName(t), ReduceOpName(op), n);
+        auto in = Buffer(n, t), out = Buffer(n, t);
+        for (size_t i = 0; i < n; ++i) Put(in.data(), i, t, Value(r, i, op, t));
+        Status st = comm.AllReduce(in.data(), out.data(), n, t, op)->Wait();
+        ASSERT_TRUE(st.ok()) << ctx << ": " << st.ToString();
+        Checker ar{"allreduce " + ctx};
+        for (size_t i = 0; i < n; ++i) {
+          double want = Reference(w, i, op, t), got = Get(out.data(), i, t);
+          ar.Expect(Matches(got, want, t, op), i, got, want);
+        }
+        if (n <= 1023) {
+          st = comm.AllReduce(in.data(), in.data(), n, t, op)->Wait();
+          ASSERT_TRUE(st.ok()) << ctx << ": " << st.ToString();
+          Checker ip{"in-place allreduce " + ctx};
+          for (size_t i = 0; i < n; ++i) {
+            double want = Reference(w, i, op, t), got = Get(in.data(), i, t);
+            ip.Expect(Matches(got, want, t, op), i, got, want);
+          }
+        }
+        const size_t b = Block(n, w);
+        auto rs_in = Buffer(b * w, t), rs_out = Buffer(b, t);
+        for (size_t i = 0; i < b * w; ++i) Put(rs_in.data(), i, t, Value(r, i, op, t));
+        st = comm.ReduceScatter(rs_in.data(), rs_out.data(), b, t, op)->Wait();
+        ASSERT_TRUE(st.ok()) << ctx << ": " << st.ToString();
+        Checker rs{"reducescatter " + ctx};
+        for (size_t i = 0; i < b; ++i) {
+          double want = Reference(w, r * b + i, op, t), got = Get(rs_out.data(), i, t);
+          rs.Expect(Matches(got, want, t, op), i, got, want);
+        }
+        const int root = w - 1;
+        auto red_in = Buffer(n, t), red_out = Buffer(n, t);
+        for (size_t i = 0; i < n; ++i) Put(red_in.data(), i, t, Value(r, i, op, t));
+        st = comm.Reduce(red_in.data(), red_out.data(), n, t, op, root)->Wait();
+        ASSERT_TRUE(st.ok()) << ctx << ": " << st.ToString();
+        if (r == root) {
+          Checker rd{"reduce " + ctx};
+          for (size_t i = 0; i < n; ++i) {
+            double want = Reference(w, i, op, t), got = Get(red_out.data(), i, t);
+            rd.Expect(Matches(got, want, t, op), i, got, want);
+          }
+        }
+      }
+      // Data movement: all-gather, broadcast (two roots), gather, scatter, all-to-all,
+      // send/recv around a ring.
+      const ReduceOp v = ReduceOp::kSum;  // selects the value pattern
+      std::string ctx = fmt::format("{} world {} rank {} {} n={}", topo, w, r, DataTypeName(t), n);
+      const size_t b = Block(n, w);
+      auto ag_in = Buffer(b, t), ag_out = Buffer(b * w, t);
+      for (size_t i = 0; i < b; ++i) Put(ag_in.data(), i, t, Value(r, i, v, t));
+      ASSERT_TRUE(comm.AllGather(ag_in.data(), ag_out.data(), b, t)->Wait().ok()) << ctx;
+      Checker ag{"allgather " + ctx};
+      for (int q = 0; q < w; ++q) {
+        for (size_t i = 0; i < b; ++i) {
+          double want = Value(q, i, v, t), got = Get(ag_out.data(), q * b + i, t);
+          ag.Expect(got == want, q * b + i, got, want);
+        }
+      }
+      for (int root : {0, w - 1}) {
+        auto buf = Buffer(n, t);
+        if (r == root) {
+          for (size_t i = 0; i < n; ++i) Put(buf.data(), i, t, Value(root, i, v, t));
+        }
+        ASSERT_TRUE(comm.Broadcast(buf.data(), n, t, root)->Wait().ok()) << ctx;
+        Checker bc{fmt::format("broadcast root {} {}", root, ctx)};
+        for (size_t i = 0; i < n; ++i) {
+          double want = Value(root, i, v, t), got = Get(buf.data(), i, t);
+          bc.Expect(got == want, i, got, want);
+        }
+      }
+      const int root = w / 2;
+      auto g_out = Buffer(b * w, t);
+      ASSERT_TRUE(comm.Gather(ag_in.data(), g_out.data(), b, t, root)->Wait().ok()) << ctx;
+      if (r == root) {
+        Checker g{"gather " + ctx};
+        for (int q = 0; q < w; ++q) {
+          for (size_t i = 0; i < b; ++i) {
+            double want = Value(q, i, v, t), got = Get(g_out.data(), q * b + i, t);
+            g.Expect(got == want, q * b + i, got, want);
+          }
+        }
+      }
+      auto sc_in = Buffer(b * w, t), sc_out = Buffer(b, t);
+      if (r == root) {
+        for (size_t i = 0; i < b * w; ++i) Put(sc_in.data(), i, t, Value(root, i, v, t));
+      }
+      ASSERT_TRUE(comm.Scatter(sc_in.data(), sc_out.data(), b, t, root)->Wait().ok()) << ctx;
+      Checker sc{"scatter " + ctx};
+      for (size_t i = 0; i < b; ++i) {
+        double want = Value(root, r * b + i, v, t), got = Get(sc_out.data(), i, t);
+        sc.Expect(got == want, i, got, want);
+      }
+      auto a_in = Buffer(b * w, t), a_out = Buffer(b * w, t);
+      for (size_t i = 0; i < b * w; ++i) Put(a_in.data(), i, t, Value(r, i, v, t));
+      ASSERT_TRUE(comm.AllToAll(a_in.data(), a_out.data(), b, t)->Wait().ok()) << ctx;
+      Checker a2a{"alltoall " + ctx};
+      for (int q = 0; q < w; ++q) {
+        for (size_t i = 0; i < b; ++i) {
+          double want = Value(q, r * b + i, v, t), got = Get(a_out.data(), q * b + i, t);
+          a2a.Expect(got == want, q * b + i, got, want);
+        }
+      }
+      if (w > 1) {
+        auto s_buf = Buffer(n, t), r_buf = Buffer(n, t);
+        for (size_t i = 0; i < n; ++i) Put(s_buf.data(), i, t, Value(r, i, v, t));
+        int right = (r + 1) % w, left = (r + w - 1) % w;
+        auto send = [&] { return comm.Send(s_buf.data(), n, t, right, 7)->Wait(); };
+        auto recv = [&] { return comm.Recv(r_buf.data(), n, t, left, 7)->Wait(); };
+        // Even ranks send first: no cycle of blocked senders.
+        Status a = r % 2 == 0 ? send() : recv();
+        Status c = r % 2 == 0 ? recv() : send();
+        ASSERT_TRUE(a.ok() && c.ok()) << ctx << ": " << a.ToString() << " " << c.ToString();
+        Checker p2p{"send/recv " + ctx};
+        for (size_t i = 0; i < n; ++i) {
+          double want = Value(left, i, v, t), got = Get(r_buf.data(), i, t);
+          p2p.Expect(got == want, i, got, want);
+        }
+      }
+    }
+  }
+  ASSERT_TRUE(comm.Barrier()->Wait().ok());
+}
+
+class CollectivesTest : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(CollectivesTest, MatchReference) {
+  auto [topo, world] = GetParam();
+  RunRanks(world, topo, [&](Communicator& comm) { RunMatrix(comm, topo); });
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllTransports, CollectivesTest,
+    ::testing::Combine(::testing::Values("shm", "tcp", "mixed"), ::testing::Range(1, 9)),
+    [](const auto& info) {
+      return fmt::format("{}_world{}", std::get<0>(info.param), std::get<1>(info.param));
+    });
+
+TEST(CommunicatorTest, TopologyFollowsHostIds) {
+  RunRanks(4, "mixed", [](Communicator& c) { EXPECT_EQ(c.topology(), "shm+tcp"); });
+  RunRanks(3, "shm", [](Communicator& c) { EXPECT_EQ(c.topology(), "shm"); });
+  RunRanks(3, "tcp", [](Communicator& c) { EXPECT_EQ(c.topology(), "tcp"); });
+}
+
+TEST(CommunicatorTest, AsyncOperationsCompleteInIssueOrder) {
+  RunRanks(3, "shm", [](Communicator& comm) {
+    std::vector<std::vector<float>> bufs(20, std::vector<float>(1000, 1.0f));
+    std::vector<Communicator::WorkPtr> works;
+    for (auto& b : bufs) {
+      works.push_back(comm.AllReduce(b.data(), b.data(), b.size(), DataType::kF32,
+                                     ReduceOp::kSum, Exec::kAsync));
+    }
+    // An inline op after async ones runs after them.
+    float x = 1;
+    ASSERT_TRUE(comm.AllReduce(&x, &x, 1, DataType::kF32, ReduceOp::kSum)->Wait().ok());
+    for (auto& w : works) EXPECT_TRUE(w->IsCompleted());
+    for (auto& b : bufs) EXPECT_EQ(b[999], 3.0f);
+    EXPECT_EQ(x, 3.0f);
+  });
+}
+
+TEST(CommunicatorTest, MismatchedCollectivesNameTheRanks) {
+  for (std::string topo : {"shm", "tcp"}) {
+    RunRanks(2, topo, [&](Communicator& comm) {
+      std::vector<float> buf(64, 1.0f), out(128);
+      Status st = comm.rank() == 0
+                      ? comm.AllReduce(buf.data(), buf.data(), 64, DataType::kF32, ReduceOp::kSum)
+                            ->Wait()
+                      : comm.AllGather(buf.data(), out.data(), 64, DataType::kF32)->Wait();
+      ASSERT_FALSE(st.ok()) << topo;
+      EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition) << st.ToString();
+      EXPECT_NE(st.message().find("mismatch"), std::string::npos) << st.message();
+      EXPECT_NE(st.message().find(fmt::format("rank {}", 1 - comm.rank())), std::string::npos)
+          << st.message();
+      // The communicator is broken afterwards; later operations fail at once.
+      EXPECT_FALSE(comm.Barrier()->Wait().ok());
+    });
+  }
+}
+
+TEST(CommunicatorTest, MismatchedCountsAreDetected) {
+  RunRanks(2, "tcp", [&](Communicator& comm) {
+    std::vector<float> buf(100, 1.0f);
+    size_t n = comm.rank() == 0 ? 100 : 50;
+    Status st = comm.AllReduce(buf.data(), buf.data(), n, DataType::kF32, ReduceOp::kSum)->Wait();
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("mismatch"), std::string::npos) << st.message();
+  });
+}
+
+TEST(CommunicatorTest, AbortUnblocksAWaitingRank) {
+  auto store = std::make_shared<store::MemoryStore>();
+  std::unique_ptr<Communicator> comms[2];
+  std::thread t([&] { comms[1] = std::move(Communicator::Create(store, 1, 2, Options("shm", 1, 2)).value()); });
+  comms[0] = std::move(Communicator::Create(store, 0, 2, Options("shm", 0, 2)).value());
+  t.join();
+  float x = 1;
+  auto work = comms[0]->AllReduce(&x, &x, 1, DataType::kF32, ReduceOp::kSum, Exec::kAsync);
+  EXPECT_EQ(work->Wait(Deadline::AfterMs(100)).code(), StatusCode::kDeadlineExceeded);
+  auto start = SteadyClock::now();
+  comms[0]->Abort();
+  Status st = work->Wait(Deadline::AfterMs(10000));
+  EXPECT_EQ(st.code(), StatusCode::kCancelled) << st.ToString();
+  EXPECT_LT(SecondsSince(start), 5.0);
+  EXPECT_NE(comms[0]->FlightRecorderDump().find("allreduce"), std::string::npos);
+}
+
+// Failure tests with a real peer process: rank 1 is comm_test_peer, which joins, completes
+// one allreduce, then dies (or hangs) while this rank is in the second.
+class PeerFailureTest : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(PeerFailureTest, SurvivorGetsAnErrorNamingThePeerWithinTheDeadline) {
+  auto [transport, mode] = GetParam();
+  std::string token = RandomHex(8);
+  auto server = store::StoreServer::Start({.host = "127.0.0.1", .port = 0, .token = token});
+  ASSERT_TRUE(server.ok());
+  SpawnOptions so;
+  so.argv = {COMM_TEST_PEER, std::to_string((*server)->port()), token, transport, mode};
+  so.env = MergeEnvironment({});
+  so.capture_output = false;
+  auto child = Spawn(so);
+  ASSERT_TRUE(child.ok()) << child.status().ToString();
+  auto tcp = store::TcpStore::Connect({.host = "127.0.0.1", .port = (*server)->port(),
+                                       .token = token},
+                                      Deadline::AfterMs(10000));
+  ASSERT_TRUE(tcp.ok());
+  CommOptions o;
+  o.transport = transport;
+  o.timeout = std::chrono::seconds(3);
+  auto comm = Communicator::Create(std::shared_ptr<store::Store>(std::move(tcp).value()), 0, 2, o);
+  ASSERT_TRUE(comm.ok()) << comm.status().ToString();
+  std::vector<float> buf(1 << 16, 1.0f);
+  ASSERT_TRUE((*comm)->AllReduce(buf.data(), buf.data(), buf.size(), DataType::kF32,
+                                 ReduceOp::kSum)->Wait().ok());
+  auto start = SteadyClock::now();
+  Status st = (*comm)->AllReduce(buf.data(), buf.data(), buf.size(), DataType::kF32,
+                                 ReduceOp::kSum)->Wait();
+  double took = SecondsSince(start);
+  ::kill(child->pid, SIGKILL);
+  Reap(child->pid);
+  ::close(child->pidfd);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("rank 1"), std::string::npos) << st.ToString();
+  EXPECT_LT(took, 3.0 + 2.0) << st.ToString();
+  if (mode == "hang") {
+    EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.ToString();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Peers, PeerFailureTest,
+                         ::testing::Combine(::testing::Values("auto", "tcp"),
+                                            ::testing::Values("die", "hang")),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                         });
+
+}  // namespace
+}  // namespace cohort::comm

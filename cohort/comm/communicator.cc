@@ -1,0 +1,556 @@
+// Implements Communicator: setup, the ordered operation queue, algorithm selection.
+// Thread-safety: mu_ guards the queue, sequence counters and worker state; runner_mu_ is
+// held by whichever thread executes operations and so owns the transports and scratch_;
+// status_mu_ guards broken_.
+#include "cohort/comm/communicator.h"
+
+#include <cstring>
+#include <fstream>
+
+#include "cohort/base/log.h"
+#include "cohort/base/settings.h"
+#include "cohort/base/strings.h"
+#include "cohort/comm/algorithms.h"
+#include "cohort/comm/flight_recorder.h"
+#include "cohort/comm/reduce.h"
+#include "cohort/net/socket.h"
+#include "cohort/store/tcp_store.h"
+
+namespace cohort::comm {
+namespace {
+
+constexpr const char* kLog = "comm";
+constexpr size_t kDefaultSlotBytes = 4u << 20;
+constexpr size_t kShmDirectMaxBytes = 256u << 10;
+constexpr size_t kTcpRecursiveDoublingMaxBytes = 64u << 10;
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+std::string DefaultHostId() {
+  std::string boot;
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::getline(in, boot);
+  return net::HostName() + ":" + boot;
+}
+
+enum class Algo { kShmDirect, kShmReduceScatter, kRing, kRecursiveDoubling, kHierarchical };
+
+}  // namespace
+
+void Work::Finish(Status s) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+    status_ = std::move(s);
+  }
+  cv_.notify_all();
+}
+
+Status Work::Wait(Deadline deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (deadline.infinite()) {
+    cv_.wait(lock, [&] { return done_; });
+  } else if (!cv_.wait_until(lock, deadline.time(), [&] { return done_; })) {
+    return DeadlineExceeded("operation still running at the wait deadline");
+  }
+  return status_;
+}
+
+bool Work::IsCompleted() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_;
+}
+
+class Communicator::Impl {
+ public:
+  Impl(int rank, int size, CommOptions options)
+      : rank_(rank), size_(size), o_(std::move(options)), recorder_(rank, o_.flight_recorder),
+        send_seq_(size, 0), recv_seq_(size, 0) {}
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    queue_cv_.notify_all();
+    if (worker_.joinable()) worker_.join();
+  }
+
+  Status Setup(store::Store& store);
+  WorkPtr Issue(OpDesc desc, std::function<Status(Call&)> body, Exec exec, bool p2p_send,
+                int peer);
+  WorkPtr Failed(Status s) {
+    auto w = std::make_shared<Work>();
+    w->Finish(std::move(s));
+    return w;
+  }
+  void Abort();
+  std::string topology() const {
+    if (size_ == 1) return "self";
+    if (single_host_ && shm_ && tcp_only_ == false) return "shm";
+    if (shm_) return "shm+tcp";
+    return "tcp";
+  }
+  std::string Dump() const { return recorder_.Dump(); }
+
+  // Collective bodies (run by the runner).
+  Status AllReduce(const void* in, void* out, size_t count, DataType t, ReduceOp op, Call& c);
+  bool UseShm() const { return shm_ && single_host_ && !tcp_only_; }
+  ShmGroup& shm() { return *shm_; }
+  TcpGroup& all() { return all_; }
+  int size() const { return size_; }
+  TcpMesh& mesh() { return *mesh_; }
+
+ private:
+  struct Pending {
+    OpDesc desc;
+    std::function<Status(Call&)> body;
+    WorkPtr work;
+    size_t recorder_id;
+  };
+  Algo ChooseAllReduce(size_t bytes) const;
+  void Execute(Pending& p);
+  void WorkerLoop();
+  Status Broken() {
+    std::lock_guard<std::mutex> lock(status_mu_);
+    return broken_;
+  }
+
+  const int rank_, size_;
+  const CommOptions o_;
+  FlightRecorder recorder_;
+  // Topology, fixed after Setup.
+  bool single_host_ = true;
+  bool tcp_only_ = false;
+  std::unique_ptr<ShmGroup> shm_;
+  std::unique_ptr<TcpMesh> mesh_;
+  TcpGroup all_, leaders_;
+  bool leader_ = true;
+  std::string forced_algo_;
+  Duration timeout_;
+  // Queue (mu_).
+  std::mutex mu_;
+  std::condition_variable queue_cv_;
+  std::deque<Pending> queue_;
+  uint32_t next_seq_ = 0;
+  std::vector<uint32_t> send_seq_, recv_seq_;
+  bool stopping_ = false;
+  std::thread worker_;
+  // Runner (runner_mu_).
+  std::mutex runner_mu_;
+  std::vector<char> scratch_;
+  // Failure state (status_mu_).
+  std::mutex status_mu_;
+  Status broken_;
+};
+
+Status Communicator::Impl::Setup(store::Store& store) {
+  timeout_ = o_.timeout;
+  if (auto t = ParseDouble(Env("COHORT_COMM_TIMEOUT")); t && *t > 0) {
+    timeout_ = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(*t));
+  }
+  std::string transport = !o_.transport.empty() ? o_.transport : Env("COHORT_TRANSPORT");
+  tcp_only_ = transport == "tcp";
+  if (!transport.empty() && transport != "tcp" && transport != "shm" && transport != "auto") {
+    return InvalidArgument("unknown transport '{}' (auto, shm, tcp)", transport);
+  }
+  forced_algo_ = !o_.algo.empty() ? o_.algo : Env("COHORT_ALGO");
+  if (!forced_algo_.empty() && forced_algo_ != "ring" && forced_algo_ != "rd" &&
+      forced_algo_ != "shm_direct" && forced_algo_ != "shm_rs" && forced_algo_ != "hier") {
+    return InvalidArgument("COHORT_ALGO '{}' is not one of ring, rd, shm_direct, shm_rs, hier",
+                           forced_algo_);
+  }
+  size_t slot = o_.shm_slot_bytes;
+  if (slot == 0) slot = static_cast<size_t>(ParseInt64(Env("COHORT_SHM_SLOT_BYTES")).value_or(0));
+  if (slot == 0) slot = kDefaultSlotBytes;
+  const Deadline deadline = Deadline::After(timeout_);
+  const std::string prefix = "comm/" + o_.name;
+
+  // Topology: who shares a host with whom.
+  std::string host = !o_.host_id.empty() ? o_.host_id : Env("COHORT_HOST_ID");
+  if (host.empty()) host = DefaultHostId();
+  COHORT_RETURN_IF_ERROR(store.Set(fmt::format("{}/host/{}", prefix, rank_), host, deadline));
+  std::vector<std::string> keys;
+  for (int r = 0; r < size_; ++r) keys.push_back(fmt::format("{}/host/{}", prefix, r));
+  COHORT_ASSIGN_OR_RETURN(std::vector<std::string> hosts, store.MultiGet(keys, deadline));
+  std::vector<int> local, leaders;
+  std::vector<std::string> seen;
+  for (int r = 0; r < size_; ++r) {
+    if (hosts[r] == host) local.push_back(r);
+    if (std::find(seen.begin(), seen.end(), hosts[r]) == seen.end()) {
+      seen.push_back(hosts[r]);
+      leaders.push_back(r);
+    }
+  }
+  single_host_ = seen.size() == 1;
+  const int local_index =
+      static_cast<int>(std::find(local.begin(), local.end(), rank_) - local.begin());
+  leader_ = local_index == 0;
+  if (local.size() > 1 && !tcp_only_) {
+    COHORT_ASSIGN_OR_RETURN(shm_, ShmGroup::Create(store, fmt::format("{}/shm{}", prefix, local[0]),
+                                                   local, local_index, slot, deadline));
+  }
+  if (transport == "shm" && !single_host_) {
+    return FailedPrecondition("transport 'shm' needs every rank on one host; ranks span {} hosts",
+                              seen.size());
+  }
+  if (size_ > 1) {
+    std::string addr = !o_.listen_addr.empty() ? o_.listen_addr : Env("COHORT_LISTEN_ADDR");
+    if (addr.empty()) {
+      addr = single_host_ ? "127.0.0.1" : net::ResolveIpv4(net::HostName()).value_or("127.0.0.1");
+    }
+    COHORT_ASSIGN_OR_RETURN(mesh_, TcpMesh::Create(store, prefix, rank_, size_, addr, deadline));
+  }
+  all_.mesh = mesh_.get();
+  all_.index = rank_;
+  for (int r = 0; r < size_; ++r) all_.members.push_back(r);
+  leaders_.mesh = mesh_.get();
+  leaders_.members = leaders;
+  leaders_.index = leader_ ? static_cast<int>(std::find(leaders.begin(), leaders.end(), rank_) -
+                                              leaders.begin())
+                           : -1;
+  COHORT_LOG_DEBUG(kLog, "rank {} of {}: {} host(s), {} local rank(s), transport {}", rank_,
+                   size_, seen.size(), local.size(), topology());
+  return Status::Ok();
+}
+
+Algo Communicator::Impl::ChooseAllReduce(size_t bytes) const {
+  const std::string& f = forced_algo_;
+  if (UseShm()) {
+    if (f == "shm_direct") return Algo::kShmDirect;
+    if (f == "shm_rs") return Algo::kShmReduceScatter;
+    if (f.empty()) {
+      return shm_->size() <= 2 || bytes <= kShmDirectMaxBytes ? Algo::kShmDirect
+                                                               : Algo::kShmReduceScatter;
+    }
+  }
+  // Every rank must choose the same algorithm: decide from job-wide facts only.
+  if (!single_host_ && !tcp_only_ && (f.empty() || f == "hier")) {
+    return Algo::kHierarchical;
+  }
+  if (f == "ring") return Algo::kRing;
+  if (f == "rd") return Algo::kRecursiveDoubling;
+  return bytes <= kTcpRecursiveDoublingMaxBytes ? Algo::kRecursiveDoubling : Algo::kRing;
+}
+
+Status Communicator::Impl::AllReduce(const void* in, void* out, size_t count, DataType t,
+                                     ReduceOp op, Call& c) {
+  const size_t bytes = count * DataTypeSize(t);
+  if (size_ == 1) {
+    if (in != out) std::memmove(out, in, bytes);
+    if (op == ReduceOp::kAvg) FinishAvg(out, count, t, 1);
+    return Status::Ok();
+  }
+  Algo algo = ChooseAllReduce(bytes);
+  switch (algo) {
+    case Algo::kShmDirect:
+    case Algo::kShmReduceScatter:
+      return ShmAllReduce(*shm_, in, out, count, t, op, algo == Algo::kShmDirect, c);
+    case Algo::kRing:
+    case Algo::kRecursiveDoubling:
+      if (in != out) std::memmove(out, in, bytes);
+      return algo == Algo::kRing ? TcpAllReduceRing(all_, out, count, t, op, c)
+                                 : TcpAllReduceRecursiveDoubling(all_, out, count, t, op, c);
+    case Algo::kHierarchical: {
+      // Sum inside the host to the local leader, across hosts among leaders, then
+      // broadcast inside the host. kAvg divides once, at the leaders.
+      const ReduceOp sub = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+      if (shm_) {
+        COHORT_RETURN_IF_ERROR(ShmReduce(*shm_, in, out, count, t, sub, 0, c));
+      } else if (in != out) {
+        std::memmove(out, in, bytes);  // the only rank on its host
+      }
+      if (leader_) {
+        Status st = bytes <= kTcpRecursiveDoublingMaxBytes
+                        ? TcpAllReduceRecursiveDoubling(leaders_, out, count, t, sub, c)
+                        : TcpAllReduceRing(leaders_, out, count, t, sub, c);
+        COHORT_RETURN_IF_ERROR(st);
+        if (op == ReduceOp::kAvg) FinishAvg(out, count, t, size_);
+      }
+      return shm_ ? ShmBroadcast(*shm_, out, bytes, 0, c) : Status::Ok();
+    }
+  }
+  return Internal("unreachable");
+}
+
+Communicator::WorkPtr Communicator::Impl::Issue(OpDesc desc, std::function<Status(Call&)> body,
+                                                Exec exec, bool p2p_send, int peer) {
+  auto work = std::make_shared<Work>();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (desc.kind == OpKind::kSend) {
+      desc.seq = p2p_send ? send_seq_[peer]++ : recv_seq_[peer]++;
+    } else {
+      desc.seq = next_seq_++;
+    }
+    size_t id = recorder_.Record(desc);
+    queue_.push_back(Pending{desc, std::move(body), work, id});
+    if (exec == Exec::kAsync) {
+      if (!worker_.joinable()) worker_ = std::thread([this] { WorkerLoop(); });
+      queue_cv_.notify_one();
+      return work;
+    }
+  }
+  // Inline: run queued operations (ours is last) on this thread.
+  std::lock_guard<std::mutex> runner(runner_mu_);
+  while (!work->IsCompleted()) {
+    Pending p;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (queue_.empty()) break;
+      p = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    Execute(p);
+  }
+  return work;
+}
+
+void Communicator::Impl::WorkerLoop() {
+  pthread_setname_np(pthread_self(), "comm-worker");
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_ && queue_.empty()) return;
+    }
+    std::lock_guard<std::mutex> runner(runner_mu_);
+    for (;;) {
+      Pending p;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (queue_.empty()) break;
+        p = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      Execute(p);
+    }
+  }
+}
+
+void Communicator::Impl::Execute(Pending& p) {
+  Status broken = Broken();
+  if (!broken.ok()) {
+    Status st(broken.code(), fmt::format("{} not run: the communicator failed earlier: {}",
+                                         p.desc.ToString(), broken.message()));
+    recorder_.Update(p.recorder_id, p.desc.seq, OpState::kFailed, "not run");
+    p.work->Finish(st);
+    return;
+  }
+  recorder_.Update(p.recorder_id, p.desc.seq, OpState::kStarted);
+  Call call{p.desc, Deadline::After(timeout_), scratch_};
+  Status st = p.body(call);
+  if (st.ok()) {
+    recorder_.Update(p.recorder_id, p.desc.seq, OpState::kCompleted);
+  } else {
+    recorder_.Update(p.recorder_id, p.desc.seq, OpState::kFailed, st.message());
+    {
+      std::lock_guard<std::mutex> lock(status_mu_);
+      if (broken_.ok()) broken_ = st;
+    }
+    COHORT_LOG_ERROR(kLog, "rank {}: {}", rank_, st.ToString());
+    if (st.code() == StatusCode::kDeadlineExceeded) recorder_.DumpNow("timeout");
+  }
+  p.work->Finish(std::move(st));
+}
+
+void Communicator::Impl::Abort() {
+  {
+    std::lock_guard<std::mutex> lock(status_mu_);
+    if (broken_.ok()) broken_ = Cancelled("rank {} aborted the communicator", rank_);
+  }
+  if (mesh_) mesh_->Abort();
+  if (shm_) shm_->Abort();
+  recorder_.DumpNow("abort");
+}
+
+// ---------------------------------------------------------------------------------------
+
+Communicator::Communicator(std::unique_ptr<Impl> impl, int rank, int size)
+    : impl_(std::move(impl)), rank_(rank), size_(size) {}
+Communicator::~Communicator() = default;
+
+Result<std::unique_ptr<Communicator>> Communicator::Create(std::shared_ptr<store::Store> store,
+                                                           int rank, int size,
+                                                           CommOptions options) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return InvalidArgument("rank {} is not in a world of {} rank(s)", rank, size);
+  }
+  auto impl = std::make_unique<Impl>(rank, size, std::move(options));
+  COHORT_RETURN_IF_ERROR(impl->Setup(*store));
+  return std::unique_ptr<Communicator>(new Communicator(std::move(impl), rank, size));
+}
+
+Result<std::unique_ptr<Communicator>> Communicator::FromEnvironment(CommOptions options) {
+  auto rank = ParseInt64(Env("RANK")), size = ParseInt64(Env("WORLD_SIZE"));
+  auto port = ParseInt64(Env("COHORT_STORE_PORT"));
+  if (!rank || !size) {
+    return FailedPrecondition("RANK and WORLD_SIZE are not set; start this program with "
+                              "`cohort run`");
+  }
+  if (!port || Env("COHORT_STORE_ADDR").empty()) {
+    return FailedPrecondition("COHORT_STORE_ADDR/COHORT_STORE_PORT are not set; start this "
+                              "program with `cohort run`");
+  }
+  store::TcpStoreOptions so{.host = Env("COHORT_STORE_ADDR"),
+                            .port = static_cast<int>(*port),
+                            .token = Env("COHORT_TOKEN")};
+  COHORT_ASSIGN_OR_RETURN(auto tcp, store::TcpStore::Connect(so, Deadline::After(options.timeout)));
+  std::string prefix = Env("COHORT_STORE_PREFIX");
+  std::shared_ptr<store::Store> store = std::move(tcp);
+  if (!prefix.empty()) store = std::make_shared<store::PrefixStore>(prefix, store);
+  return Create(store, static_cast<int>(*rank), static_cast<int>(*size), std::move(options));
+}
+
+std::string Communicator::topology() const { return impl_->topology(); }
+void Communicator::Abort() { impl_->Abort(); }
+std::string Communicator::FlightRecorderDump() const { return impl_->Dump(); }
+
+namespace {
+Status ValidRoot(int root, int size, std::string_view what) {
+  if (root < 0 || root >= size) {
+    return InvalidArgument("{} rank {} is not in a world of {}", what, root, size);
+  }
+  return Status::Ok();
+}
+}  // namespace
+
+Communicator::WorkPtr Communicator::AllReduce(const void* in, void* out, size_t count,
+                                              DataType t, ReduceOp op, Exec exec) {
+  if (Status s = CheckOp(t, op); !s.ok()) return impl_->Failed(s);
+  OpDesc d{0, OpKind::kAllReduce, t, op, 0, -1, count};
+  Impl* impl = impl_.get();
+  return impl_->Issue(d, [=](Call& c) { return impl->AllReduce(in, out, count, t, op, c); },
+                      exec, false, 0);
+}
+
+Communicator::WorkPtr Communicator::ReduceScatter(const void* in, void* out, size_t count,
+                                                  DataType t, ReduceOp op, Exec exec) {
+  if (Status s = CheckOp(t, op); !s.ok()) return impl_->Failed(s);
+  OpDesc d{0, OpKind::kReduceScatter, t, op, 0, -1, count};
+  Impl* impl = impl_.get();
+  return impl_->Issue(d, [=](Call& c) {
+    if (impl->UseShm()) return ShmReduceScatter(impl->shm(), in, out, count, t, op, c);
+    return TcpReduceScatterRing(impl->all(), in, out, count, t, op, c);
+  }, exec, false, 0);
+}
+
+Communicator::WorkPtr Communicator::AllGather(const void* in, void* out, size_t count,
+                                              DataType t, Exec exec) {
+  OpDesc d{0, OpKind::kAllGather, t, ReduceOp::kSum, 0, -1, count};
+  Impl* impl = impl_.get();
+  const size_t bytes = count * DataTypeSize(t);
+  return impl_->Issue(d, [=](Call& c) {
+    if (impl->UseShm()) return ShmAllGather(impl->shm(), in, out, bytes, c);
+    return TcpAllGatherRing(impl->all(), in, out, bytes, c);
+  }, exec, false, 0);
+}
+
+Communicator::WorkPtr Communicator::Broadcast(void* buf, size_t count, DataType t, int root,
+                                              Exec exec) {
+  if (Status s = ValidRoot(root, size_, "broadcast root"); !s.ok()) return impl_->Failed(s);
+  OpDesc d{0, OpKind::kBroadcast, t, ReduceOp::kSum, 0, root, count};
+  Impl* impl = impl_.get();
+  const size_t bytes = count * DataTypeSize(t);
+  return impl_->Issue(d, [=](Call& c) {
+    if (impl->size() == 1) return Status::Ok();
+    if (impl->UseShm()) return ShmBroadcast(impl->shm(), buf, bytes, root, c);
+    return TcpBroadcastTree(impl->all(), buf, bytes, root, c);
+  }, exec, false, 0);
+}
+
+Communicator::WorkPtr Communicator::Reduce(const void* in, void* out, size_t count, DataType t,
+                                           ReduceOp op, int root, Exec exec) {
+  if (Status s = CheckOp(t, op); !s.ok()) return impl_->Failed(s);
+  if (Status s = ValidRoot(root, size_, "reduce root"); !s.ok()) return impl_->Failed(s);
+  OpDesc d{0, OpKind::kReduce, t, op, 0, root, count};
+  Impl* impl = impl_.get();
+  return impl_->Issue(d, [=](Call& c) {
+    if (impl->UseShm()) return ShmReduce(impl->shm(), in, out, count, t, op, root, c);
+    if (impl->size() == 1) {
+      if (in != out) std::memmove(out, in, count * DataTypeSize(t));
+      if (op == ReduceOp::kAvg) FinishAvg(out, count, t, 1);
+      return Status::Ok();
+    }
+    return TcpReduceTree(impl->all(), in, out, count, t, op, root, c);
+  }, exec, false, 0);
+}
+
+Communicator::WorkPtr Communicator::Gather(const void* in, void* out, size_t count, DataType t,
+                                           int root, Exec exec) {
+  if (Status s = ValidRoot(root, size_, "gather root"); !s.ok()) return impl_->Failed(s);
+  OpDesc d{0, OpKind::kGather, t, ReduceOp::kSum, 0, root, count};
+  Impl* impl = impl_.get();
+  const size_t bytes = count * DataTypeSize(t);
+  return impl_->Issue(d, [=](Call& c) {
+    if (impl->UseShm()) return ShmGather(impl->shm(), in, out, bytes, root, c);
+    return TcpGather(impl->all(), in, out, bytes, root, c);
+  }, exec, false, 0);
+}
+
+Communicator::WorkPtr Communicator::Scatter(const void* in, void* out, size_t count, DataType t,
+                                            int root, Exec exec) {
+  if (Status s = ValidRoot(root, size_, "scatter root"); !s.ok()) return impl_->Failed(s);
+  OpDesc d{0, OpKind::kScatter, t, ReduceOp::kSum, 0, root, count};
+  Impl* impl = impl_.get();
+  const size_t bytes = count * DataTypeSize(t);
+  return impl_->Issue(d, [=](Call& c) {
+    if (impl->UseShm()) return ShmScatter(impl->shm(), in, out, bytes, root, c);
+    return TcpScatter(impl->all(), in, out, bytes, root, c);
+  }, exec, false, 0);
+}
+
+Communicator::WorkPtr Communicator::AllToAll(const void* in, void* out, size_t count,
+                                             DataType t, Exec exec) {
+  OpDesc d{0, OpKind::kAllToAll, t, ReduceOp::kSum, 0, -1, count};
+  Impl* impl = impl_.get();
+  const size_t bytes = count * DataTypeSize(t);
+  return impl_->Issue(d, [=](Call& c) {
+    if (impl->UseShm()) return ShmAllToAll(impl->shm(), in, out, bytes, c);
+    if (in == out) {
+      // The pairwise exchange reads blocks it already overwrote: work from a copy.
+      std::vector<char> copy(static_cast<const char*>(in),
+                             static_cast<const char*>(in) + bytes * impl->size());
+      return TcpAllToAll(impl->all(), copy.data(), out, bytes, c);
+    }
+    return TcpAllToAll(impl->all(), in, out, bytes, c);
+  }, exec, false, 0);
+}
+
+Communicator::WorkPtr Communicator::Barrier(Exec exec) {
+  OpDesc d{0, OpKind::kBarrier, DataType::kU8, ReduceOp::kSum, 0, -1, 0};
+  Impl* impl = impl_.get();
+  return impl_->Issue(d, [=](Call& c) {
+    if (impl->size() == 1) return Status::Ok();
+    if (impl->UseShm()) return ShmBarrier(impl->shm(), c);
+    return TcpBarrier(impl->all(), c);
+  }, exec, false, 0);
+}
+
+Communicator::WorkPtr Communicator::Send(const void* buf, size_t count, DataType t, int peer,
+                                         int tag, Exec exec) {
+  if (Status s = ValidRoot(peer, size_, "send peer"); !s.ok()) return impl_->Failed(s);
+  if (peer == rank_) return impl_->Failed(InvalidArgument("rank {} cannot send to itself", peer));
+  OpDesc d{0, OpKind::kSend, t, ReduceOp::kSum, 0, tag, count};
+  Impl* impl = impl_.get();
+  const size_t bytes = count * DataTypeSize(t);
+  return impl_->Issue(d, [=](Call& c) { return impl->mesh().Send(peer, buf, bytes, c.desc, c.deadline); },
+                      exec, true, peer);
+}
+
+Communicator::WorkPtr Communicator::Recv(void* buf, size_t count, DataType t, int peer, int tag,
+                                         Exec exec) {
+  if (Status s = ValidRoot(peer, size_, "recv peer"); !s.ok()) return impl_->Failed(s);
+  if (peer == rank_) {
+    return impl_->Failed(InvalidArgument("rank {} cannot receive from itself", peer));
+  }
+  OpDesc d{0, OpKind::kSend, t, ReduceOp::kSum, 0, tag, count};
+  Impl* impl = impl_.get();
+  const size_t bytes = count * DataTypeSize(t);
+  return impl_->Issue(d, [=](Call& c) { return impl->mesh().Recv(peer, buf, bytes, c.desc, c.deadline); },
+                      exec, false, peer);
+}
+
+}  // namespace cohort::comm

@@ -1,0 +1,127 @@
+// Communicator: collective communication among the ranks of a job (libcohort).
+//
+//   auto comm = Communicator::Create(store, rank, size, {}).value();
+//   comm->AllReduce(grad.data(), grad.data(), grad.size(), DataType::kF32, ReduceOp::kAvg)
+//       ->Wait(Deadline::AfterMs(60000));
+//
+// Setup: ranks publish their host id (hostname + boot id, or options.host_id) through the
+// store; ranks on one host share a memory segment (ShmGroup), and every rank has a TCP
+// connection to every other (TcpMesh). Algorithm choice by size and topology (see
+// docs/collectives.md), overridable with COHORT_ALGO.
+//
+// Ordering: every operation gets the next sequence number when issued and operations run in
+// issue order. kInline operations run on the caller's thread (after any queued async ones);
+// kAsync operations run on the communicator's "comm-worker" thread and complete through
+// their Work handle. Every rank must issue the same collectives in the same order; a
+// mismatch fails on every rank that sees it, naming both ranks and operations.
+//
+// Failure: a dead or stuck peer makes the operation fail within the timeout with an error
+// that names the peer; the communicator is then broken (later operations fail at once with
+// the first error). Abort() unblocks every rank-local wait. The flight recorder is dumped
+// on timeout, on abort and on SIGUSR1.
+//
+// Thread-safety: all methods may be called from any thread; issue order is the order in
+// which calls acquire the internal queue lock.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cohort/base/status.h"
+#include "cohort/base/time.h"
+#include "cohort/comm/dtype.h"
+#include "cohort/comm/op.h"
+#include "cohort/store/store.h"
+
+namespace cohort::comm {
+
+struct CommOptions {
+  std::string name = "default";   // distinguishes communicators of one job in the store
+  std::string host_id;            // empty: COHORT_HOST_ID, else hostname + boot id
+  std::string transport;          // "", "auto", "shm" (same-host only) or "tcp"
+  std::string algo;               // empty: COHORT_ALGO, else by size and topology
+  Duration timeout = std::chrono::seconds(300);  // per operation; COHORT_COMM_TIMEOUT (s)
+  size_t shm_slot_bytes = 0;      // 0: COHORT_SHM_SLOT_BYTES or 4 MiB
+  size_t flight_recorder = 64;    // entries kept
+  std::string listen_addr;        // address peers reach this rank at (default: hostname's)
+};
+
+enum class Exec { kInline, kAsync };
+
+class Work {
+ public:
+  // Waits until the operation finished (kDeadlineExceeded if `deadline` passes first; the
+  // operation keeps running) and returns its status.
+  Status Wait(Deadline deadline = Deadline::Infinite());
+  bool IsCompleted() const;
+
+ private:
+  friend class Communicator;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  Status status_;
+  void Finish(Status s);
+};
+
+class Communicator {
+ public:
+  static Result<std::unique_ptr<Communicator>> Create(std::shared_ptr<store::Store> store,
+                                                      int rank, int size, CommOptions options);
+  // From the worker environment `cohort run` sets: RANK, WORLD_SIZE, COHORT_STORE_ADDR,
+  // COHORT_STORE_PORT, COHORT_TOKEN, COHORT_STORE_PREFIX.
+  static Result<std::unique_ptr<Communicator>> FromEnvironment(CommOptions options = {});
+  ~Communicator();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // "shm", "tcp" or "shm+tcp": how this communicator reaches its peers.
+  std::string topology() const;
+
+  using WorkPtr = std::shared_ptr<Work>;
+  // in == out is allowed for every collective (in place).
+  WorkPtr AllReduce(const void* in, void* out, size_t count, DataType t, ReduceOp op,
+                    Exec exec = Exec::kInline);
+  // in: size() blocks of `count`; out: this rank's reduced block of `count`.
+  WorkPtr ReduceScatter(const void* in, void* out, size_t count, DataType t, ReduceOp op,
+                        Exec exec = Exec::kInline);
+  // in: `count`; out: size() blocks of `count`, in rank order.
+  WorkPtr AllGather(const void* in, void* out, size_t count, DataType t,
+                    Exec exec = Exec::kInline);
+  WorkPtr Broadcast(void* buf, size_t count, DataType t, int root, Exec exec = Exec::kInline);
+  // out is written on the root only.
+  WorkPtr Reduce(const void* in, void* out, size_t count, DataType t, ReduceOp op, int root,
+                 Exec exec = Exec::kInline);
+  // out (size() blocks) on the root only.
+  WorkPtr Gather(const void* in, void* out, size_t count, DataType t, int root,
+                 Exec exec = Exec::kInline);
+  // in (size() blocks) on the root only.
+  WorkPtr Scatter(const void* in, void* out, size_t count, DataType t, int root,
+                  Exec exec = Exec::kInline);
+  // in and out: size() blocks of `count`; block j of in goes to rank j.
+  WorkPtr AllToAll(const void* in, void* out, size_t count, DataType t,
+                   Exec exec = Exec::kInline);
+  WorkPtr Barrier(Exec exec = Exec::kInline);
+  WorkPtr Send(const void* buf, size_t count, DataType t, int peer, int tag = 0,
+               Exec exec = Exec::kInline);
+  WorkPtr Recv(void* buf, size_t count, DataType t, int peer, int tag = 0,
+               Exec exec = Exec::kInline);
+
+  // Fails every pending and future operation with kCancelled and unblocks waits.
+  void Abort();
+  std::string FlightRecorderDump() const;
+
+ private:
+  class Impl;
+  explicit Communicator(std::unique_ptr<Impl> impl, int rank, int size);
+  std::unique_ptr<Impl> impl_;
+  int rank_, size_;
+};
+
+}  // namespace cohort::comm
