@@ -9,6 +9,7 @@
 #include "cohort/cli/exit_codes.h"
 #include "cohort/cli/run_command.h"
 #include "cohort/cli/store_command.h"
+#include "cohort/cli/exec_sibling.h"
 
 namespace {
 
@@ -20,6 +21,7 @@ constexpr const char* kUsage =
     "Commands:\n"
     "  run     launch workers on this node (torchrun-compatible flags)\n"
     "  store   serve the rendezvous store for multi-node jobs\n"
+    "  bench   nccl-tests-style collective benchmarks (runs cohort-bench)\n"
     "\n"
     "Run 'cohort <command> --help' for a command's options.\n";
 
@@ -38,6 +40,7 @@ int main(int argc, char** argv) {
   args.erase(args.begin());
   if (command == "run") return cohort::cli::RunCommand(args);
   if (command == "store") return cohort::cli::StoreCommand(args);
+  if (command == "bench") return cohort::cli::ExecSibling("cohort-bench", args);
   fmt::print(stderr, "cohort: unknown command '{}'\n\n{}", command, kUsage);
   return cohort::cli::kExitUsage;
 }

@@ -39,13 +39,15 @@ Status RingReduceStep(TcpGroup& g, char* buf, size_t count, size_t es, int send_
   auto [r_off, r_len] = Segment(count, n, recv_seg);
   const size_t piece = std::max<size_t>(1, kPieceBytes / es);
   char* tmp = Scratch(c, std::min(r_len, piece) * es + 1);
-  size_t pieces = std::max((s_len + piece - 1) / piece, (r_len + piece - 1) / piece);
-  for (size_t p = 0; p < pieces; ++p) {
-    size_t so = std::min(s_len, p * piece), sl = std::min(piece, s_len - so);
-    size_t ro = std::min(r_len, p * piece), rl = std::min(piece, r_len - ro);
-    COHORT_RETURN_IF_ERROR(g.mesh->SendRecv(right, buf + (s_off + so) * es, sl * es, left, tmp,
-                                            rl * es, c.desc, c.deadline));
-    ReduceInto(buf + (r_off + ro) * es, tmp, rl, t, op);
+  // Each direction sends ceil(len / piece) messages, so the neighbours agree on the count.
+  const size_t s_pieces = (s_len + piece - 1) / piece, r_pieces = (r_len + piece - 1) / piece;
+  for (size_t p = 0; p < std::max(s_pieces, r_pieces); ++p) {
+    size_t so = p * piece, sl = p < s_pieces ? std::min(piece, s_len - so) : 0;
+    size_t ro = p * piece, rl = p < r_pieces ? std::min(piece, r_len - ro) : 0;
+    COHORT_RETURN_IF_ERROR(g.mesh->SendRecv(p < s_pieces ? right : -1, buf + (s_off + so) * es,
+                                            sl * es, p < r_pieces ? left : -1, tmp, rl * es,
+                                            c.desc, c.deadline));
+    if (rl) ReduceInto(buf + (r_off + ro) * es, tmp, rl, t, op);
   }
   return Status::Ok();
 }

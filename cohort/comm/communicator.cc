@@ -20,7 +20,7 @@ namespace cohort::comm {
 namespace {
 
 constexpr const char* kLog = "comm";
-constexpr size_t kDefaultSlotBytes = 4u << 20;
+constexpr size_t kDefaultSlotBytes = 256u << 10;  // L2-sized chunks: see docs/collectives.md
 constexpr size_t kShmDirectMaxBytes = 256u << 10;
 constexpr size_t kTcpRecursiveDoublingMaxBytes = 64u << 10;
 
@@ -148,8 +148,10 @@ class Communicator::Impl {
 
 Status Communicator::Impl::Setup(store::Store& store) {
   timeout_ = o_.timeout;
-  if (auto t = ParseDouble(Env("COHORT_COMM_TIMEOUT")); t && *t > 0) {
-    timeout_ = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(*t));
+  if (timeout_ <= Duration::zero()) {
+    auto t = ParseDouble(Env("COHORT_COMM_TIMEOUT"));
+    timeout_ = t && *t > 0 ? std::chrono::duration_cast<Duration>(std::chrono::duration<double>(*t))
+                           : std::chrono::seconds(300);
   }
   std::string transport = !o_.transport.empty() ? o_.transport : Env("COHORT_TRANSPORT");
   tcp_only_ = transport == "tcp";
@@ -397,7 +399,7 @@ Result<std::unique_ptr<Communicator>> Communicator::FromEnvironment(CommOptions 
   store::TcpStoreOptions so{.host = Env("COHORT_STORE_ADDR"),
                             .port = static_cast<int>(*port),
                             .token = Env("COHORT_TOKEN")};
-  COHORT_ASSIGN_OR_RETURN(auto tcp, store::TcpStore::Connect(so, Deadline::After(options.timeout)));
+  COHORT_ASSIGN_OR_RETURN(auto tcp, store::TcpStore::Connect(so, Deadline::AfterMs(60000)));
   std::string prefix = Env("COHORT_STORE_PREFIX");
   std::shared_ptr<store::Store> store = std::move(tcp);
   if (!prefix.empty()) store = std::make_shared<store::PrefixStore>(prefix, store);

@@ -46,8 +46,8 @@ struct CommOptions {
   std::string host_id;            // empty: COHORT_HOST_ID, else hostname + boot id
   std::string transport;          // "", "auto", "shm" (same-host only) or "tcp"
   std::string algo;               // empty: COHORT_ALGO, else by size and topology
-  Duration timeout = std::chrono::seconds(300);  // per operation; COHORT_COMM_TIMEOUT (s)
-  size_t shm_slot_bytes = 0;      // 0: COHORT_SHM_SLOT_BYTES or 4 MiB
+  Duration timeout{0};  // per operation; 0: COHORT_COMM_TIMEOUT (seconds) or 300 s
+  size_t shm_slot_bytes = 0;      // 0: COHORT_SHM_SLOT_BYTES or 256 KiB
   size_t flight_recorder = 64;    // entries kept
   std::string listen_addr;        // address peers reach this rank at (default: hostname's)
 };

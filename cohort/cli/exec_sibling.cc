@@ -1,0 +1,35 @@
+// Implements ExecSibling with execv. Thread-safety: main thread only.
+#include "cohort/cli/exec_sibling.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "cohort/cli/exit_codes.h"
+
+namespace cohort::cli {
+
+int ExecSibling(const std::string& program, const std::vector<std::string>& args) {
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  std::string path = (ec ? std::filesystem::path(".") : self.parent_path()) / program;
+  std::vector<char*> argv;
+  std::string name = "cohort " + program.substr(program.find('-') + 1);
+  argv.push_back(name.data());
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  // The launcher blocked some signals for its agent; the companion gets the default mask.
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::execv(path.c_str(), argv.data());
+  fmt::print(stderr, "cohort: cannot run {}: {}\n", path, std::strerror(errno));
+  return errno == ENOENT ? kExitNotFound : kExitInternal;
+}
+
+}  // namespace cohort::cli
