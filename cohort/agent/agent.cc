@@ -113,7 +113,10 @@ class Agent::Impl {
   };
   enum class Outcome { kSucceeded, kFailed, kRoundEnded, kSignaled };
 
-  Result<RendezvousInfo> GuardedNext();
+  // Runs a blocking store call while a guard thread turns a terminating signal into an
+  // abort of the store, so no rendezvous wait ever ignores Ctrl-C.
+  template <typename Fn>
+  auto Guarded(Fn fn) -> decltype(fn());
   Result<std::pair<std::string, int>> MasterEndpoint(const RendezvousInfo& info);
   Status StartWorkers(const RendezvousInfo& info, int attempt);
   Outcome Monitor(int watch_fd);
@@ -141,9 +144,8 @@ Agent::Agent(AgentOptions options) : impl_(std::make_unique<Impl>(std::move(opti
 Agent::~Agent() = default;
 AgentResult Agent::Run() { return impl_->Run(); }
 
-// Runs Rendezvous::Next on this thread while a guard thread turns a terminating signal
-// into an abort of the store, so a long rendezvous never ignores Ctrl-C.
-Result<RendezvousInfo> Agent::Impl::GuardedNext() {
+template <typename Fn>
+auto Agent::Impl::Guarded(Fn fn) -> decltype(fn()) {
   Event stop;
   std::thread guard([&] {
     pthread_setname_np(pthread_self(), "rdzv-signal");
@@ -161,10 +163,10 @@ Result<RendezvousInfo> Agent::Impl::GuardedNext() {
       }
     }
   });
-  auto info = rdzv_->Next();
+  auto result = fn();
   stop.Notify();
   guard.join();
-  return info;
+  return result;
 }
 
 Result<std::pair<std::string, int>> Agent::Impl::MasterEndpoint(const RendezvousInfo& info) {
@@ -444,14 +446,17 @@ AgentResult Agent::Impl::Run() {
   rdzv_ = std::make_unique<Rendezvous>(store_, o_.rdzv, o_.self);
 
   for (int attempt = 0;; ++attempt) {
-    auto info = GuardedNext();
+    auto info = Guarded([&] { return rdzv_->Next(); });
     if (int sig = terminating_signal_.load()) {
       return {128 + sig, fmt::format("cohort: interrupted by {} during rendezvous",
                                      strsignal(sig))};
     }
     if (!info.ok()) {
       if (last_round_ >= 0 && info.status().code() == StatusCode::kFailedPrecondition) {
-        return FailureResult(info.status().message());
+        AgentResult failed = FailureResult(info.status().message());
+        // Wake a store host waiting for the job to end (ignored if already closed).
+        (void)rdzv_->CloseJob("failed");
+        return failed;
       }
       return {kExitRendezvous, fmt::format("cohort: rendezvous failed: {}",
                                            info.status().message())};
@@ -510,8 +515,21 @@ AgentResult Agent::Impl::Run() {
       case Outcome::kSucceeded: {
         StopWorkers(SIGKILL);  // clears leftover descendants; workers are already gone
         Status s = rdzv_->MarkFinished(*info);
-        if (o_.rdzv.max_nodes == 1) s = rdzv_->CloseJob("succeeded");
         if (!s.ok()) COHORT_LOG_WARN(kLog, "could not record success: {}", s.message());
+        if (o_.serves_store && info->group_world_size > 1) {
+          // Other nodes still need the store: serve it until the job is over.
+          COHORT_LOG_INFO(kLog, "workers done; serving the store until the other nodes finish");
+          auto outcome = Guarded([&] { return rdzv_->WaitForJobEnd(*info); });
+          if (int sig = terminating_signal_.load()) {
+            return {128 + sig, fmt::format("cohort: stopped by {}", strsignal(sig))};
+          }
+          if (!outcome.ok()) {
+            COHORT_LOG_WARN(kLog, "stopped waiting for the other nodes: {}",
+                            outcome.status().message());
+          } else if (*outcome != "succeeded") {
+            COHORT_LOG_WARN(kLog, "the job ended on another node: {}", *outcome);
+          }
+        }
         return {0, ""};
       }
       case Outcome::kSignaled: {

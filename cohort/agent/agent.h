@@ -60,6 +60,9 @@ struct AgentOptions {
   rendezvous::NodeInfo self;
   // Opens a new connection to the job's store (the agent's own, and the watcher's).
   std::function<Result<std::shared_ptr<store::Store>>()> connect_store;
+  // This node serves the job's store: after its workers succeed it keeps running until the
+  // job is over, so the other nodes keep their store.
+  bool serves_store = false;
 };
 
 struct AgentResult {

@@ -110,7 +110,7 @@ Result<std::pair<std::vector<std::string>, std::vector<std::string>>> SplitArgs(
     const CLI::App& app, const std::vector<std::string>& args) {
   std::map<std::string, bool> takes_value;  // "--name" or "-n" -> expects a value
   for (const CLI::Option* o : app.get_options()) {
-    bool value = o->get_type_size_max() > 0;
+    bool value = o->get_expected_max() > 0;  // flags expect no value
     for (const auto& l : o->get_lnames()) takes_value["--" + l] = value;
     for (const auto& s : o->get_snames()) takes_value["-" + s] = value;
   }
@@ -403,23 +403,48 @@ int RunCommand(const std::vector<std::string>& args) {
     }
   }
 
-  log::Get("cli");
+  // Serve the store, or join the agent that does. Two agents may race for the port: the
+  // loser finds a cohort store there and becomes a client; if the winner then vanishes,
+  // the port is free again and the next try serves it.
   std::unique_ptr<store::StoreServer> server;
   if (plan.serve) {
-    auto started = store::StoreServer::Start(
-        {.host = plan.port == 0 ? "127.0.0.1" : "0.0.0.0", .port = plan.port, .token = plan.token});
-    if (started.ok()) {
-      server = std::move(started).value();
-      plan.port = server->port();
-    } else if (started.status().code() == StatusCode::kAlreadyExists && !single) {
-      COHORT_LOG_INFO("cli", "port {} is served already; joining it as a client", plan.port);
-    } else if (started.status().code() == StatusCode::kAlreadyExists) {
-      return Fail(kExitPortInUse,
-                  fmt::format("cannot serve the rendezvous store on port {}: the port is already "
-                              "in use; choose another --rdzv-endpoint port",
-                              plan.port));
-    } else {
-      return Fail(kExitRendezvous, started.status().message());
+    const Deadline give_up = Deadline::After(rdzv.join_timeout);
+    for (;;) {
+      auto started = store::StoreServer::Start({.host = plan.port == 0 ? "127.0.0.1" : "0.0.0.0",
+                                                .port = plan.port,
+                                                .token = plan.token});
+      if (started.ok()) {
+        server = std::move(started).value();
+        plan.port = server->port();
+        break;
+      }
+      if (started.status().code() != StatusCode::kAlreadyExists) {
+        return Fail(kExitRendezvous, started.status().message());
+      }
+      auto probe = store::TcpStore::Connect(
+          {.host = "127.0.0.1", .port = plan.port, .token = plan.token},
+          Deadline::AfterMs(2000).Earlier(give_up));
+      if (probe.ok()) {
+        COHORT_LOG_INFO("cli", "port {} is served by another agent; joining it", plan.port);
+        break;
+      }
+      const Status& why = probe.status();
+      if (why.code() == StatusCode::kPermissionDenied) {
+        return Fail(kExitRendezvous, fmt::format("the store on port {} refused this job's token; "
+                                                 "set the same COHORT_TOKEN on every node",
+                                                 plan.port));
+      }
+      if (why.message().find("handshake") != std::string::npos || single) {
+        return Fail(kExitPortInUse,
+                    fmt::format("cannot serve the rendezvous store on port {}: another program "
+                                "holds the port; choose another --rdzv-endpoint port",
+                                plan.port));
+      }
+      if (give_up.expired()) {
+        return Fail(kExitRendezvous, fmt::format("could neither serve nor reach the store on "
+                                                 "port {}: {}",
+                                                 plan.port, why.message()));
+      }
     }
   }
 
@@ -461,6 +486,7 @@ int RunCommand(const std::vector<std::string>& args) {
     return std::shared_ptr<store::Store>(std::move(s));
   };
 
+  o.serves_store = server != nullptr;
   agent::Agent the_agent(std::move(o));
   agent::AgentResult result = the_agent.Run();
   if (server) server->Stop();

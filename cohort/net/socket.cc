@@ -104,7 +104,7 @@ Status Socket::RecvAll(void* data, size_t size, Deadline deadline) {
       size -= static_cast<size_t>(n);
       continue;
     }
-    if (n == 0) return Unavailable("connection closed by peer {}", PeerName());
+    if (n == 0) return Unavailable("the peer closed the connection");
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       COHORT_ASSIGN_OR_RETURN(bool ready, PollFd(fd_, POLLIN, deadline));

@@ -254,10 +254,12 @@ Result<FailureRecord> Rendezvous::GetFailure(int64_t round) {
   return FailureRecord::FromJson(text);
 }
 
-Result<std::string> Rendezvous::WatchStep(const RendezvousInfo& info) {
+Result<std::string> Rendezvous::WatchStep(const RendezvousInfo& info, bool beat) {
   const int64_t round = info.round;
-  COHORT_RETURN_IF_ERROR(
-      store_->Add(RoundKey(round, fmt::format("hb{}", info.slot)), 1, CallDeadline()).status());
+  if (beat) {
+    COHORT_RETURN_IF_ERROR(
+        store_->Add(RoundKey(round, fmt::format("hb{}", info.slot)), 1, CallDeadline()).status());
+  }
   if (info.group_world_size > 1) {
     if (watched_round_ != round) {
       watched_round_ = round;
@@ -296,9 +298,30 @@ Result<std::string> Rendezvous::WatchStep(const RendezvousInfo& info) {
   return store_->Get(RoundKey(round, "next"), CallDeadline());
 }
 
+// The last member of the round to finish closes the job, which wakes a store host that
+// stays up for the others (see Agent) and refuses later joins.
 Status Rendezvous::MarkFinished(const RendezvousInfo& info) {
-  return store_->Set(RoundKey(info.round, fmt::format("hb{}", info.slot)), "finished",
-                     CallDeadline());
+  COHORT_RETURN_IF_ERROR(store_->Set(RoundKey(info.round, fmt::format("hb{}", info.slot)),
+                                     "finished", CallDeadline()));
+  COHORT_ASSIGN_OR_RETURN(int64_t finished,
+                          store_->Add(RoundKey(info.round, "finished"), 1, CallDeadline()));
+  if (finished >= info.group_world_size) return CloseJob("succeeded");
+  return Status::Ok();
+}
+
+Result<std::string> Rendezvous::WaitForJobEnd(const RendezvousInfo& info) {
+  for (;;) {
+    // This node's heartbeat reads "finished"; it only watches the others.
+    COHORT_ASSIGN_OR_RETURN(std::string reason, WatchStep(info, /*beat=*/false));
+    if (reason.empty()) continue;
+    if (reason == "done") break;
+    // The round ended without this node (a failure elsewhere); the others may form a new
+    // round and finish it. Wait for the job's end at most one join timeout.
+    Status st = store_->Wait({Key("done")}, Deadline::After(config_.join_timeout));
+    if (!st.ok()) return st;
+    break;
+  }
+  return store_->Get(Key("done"), CallDeadline());
 }
 
 Status Rendezvous::CloseJob(std::string_view outcome) {

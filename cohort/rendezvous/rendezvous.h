@@ -89,11 +89,16 @@ class Rendezvous {
                         const FailureRecord* failure);
   Result<FailureRecord> GetFailure(int64_t round);
 
-  // One watcher step: bumps this node's heartbeat, checks peers for silence, and waits up
-  // to one heartbeat interval for the round to end. Returns the end reason, or "" when the
-  // round is still running.
-  Result<std::string> WatchStep(const RendezvousInfo& info);
+  // One watcher step: bumps this node's heartbeat (when `beat`), checks peers for silence,
+  // and waits up to one heartbeat interval for the round to end. Returns the end reason, or
+  // "" when the round is still running.
+  Result<std::string> WatchStep(const RendezvousInfo& info, bool beat = true);
+  // Records that this node's workers all succeeded; the last member closes the job.
   Status MarkFinished(const RendezvousInfo& info);
+  // For the node serving the store: keeps heartbeating until the job is over, and returns
+  // its outcome ("succeeded", "failed: ..."). Gives up one join timeout after the round
+  // ended without a new one finishing the job.
+  Result<std::string> WaitForJobEnd(const RendezvousInfo& info);
   Status CloseJob(std::string_view outcome);
 
   const RendezvousConfig& config() const { return config_; }

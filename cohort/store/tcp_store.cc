@@ -135,6 +135,9 @@ Status TcpStore::RoundTrip(std::string& frame, uint64_t id, std::string* body,
   // (the server forgets requests of a closed connection).
   socket_.Close();
   live_fd_ = -1;
+  if (st.code() == StatusCode::kUnavailable) {
+    return Unavailable("lost the store at {}: {}", endpoint(), st.message());
+  }
   return st;
 }
 

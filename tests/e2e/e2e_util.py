@@ -76,6 +76,21 @@ def free_port():
         return s.getsockname()[1]
 
 
+def port_listening(port):
+    """True when some socket on this machine listens on TCP port (from /proc/net/tcp*)."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    parts = line.split()
+                    if parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:
+                        return True
+        except OSError:
+            pass
+    return False
+
+
 def marker_pids(marker):
     """Live (non-zombie) processes whose command line contains marker."""
     needle = marker.encode()

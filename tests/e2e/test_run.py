@@ -156,8 +156,9 @@ def test_record_error_file_in_summary(cohort, need_torch, launcher, marker):
 
 def test_worker_exit_code_in_summary(cohort, launcher, marker):
     script = 'if [ "$RANK" = 1 ]; then exit 3; fi'
-    p = launcher.run([cohort, "run", "--nproc-per-node", "2", "--no-python", "/bin/sh",
-                      "-c", script, marker], QUICK_TIMEOUT, name="cohort")
+    # `--` keeps this test independent of boolean-flag parsing (tested on its own below).
+    p = launcher.run([cohort, "run", "--nproc-per-node", "2", "--no-python", "--",
+                      "/bin/sh", "-c", script, marker], QUICK_TIMEOUT, name="cohort")
     assert p.p.returncode == 1, p.describe()
     own = "\n".join(summary_lines(p.stderr))
     assert re.search(r"\brank 1\b", own), p.describe()
@@ -271,7 +272,7 @@ def test_bad_input(cohort, launcher, marker, tmp_path, case):
             args, rc, needle = ["--nproc-per-node", "1", missing], 127, missing
         elif case == "missing_program":
             name = "no_such_program_%s" % marker
-            args, rc, needle = ["--nproc-per-node", "1", "--no-python", name], 127, name
+            args, rc, needle = ["--nproc-per-node", "1", "--no-python", "--", name], 127, name
         elif case == "unreachable_endpoint":
             port = _closed_port()
             join_timeout = 3
@@ -285,7 +286,9 @@ def test_bad_input(cohort, launcher, marker, tmp_path, case):
             port = held.getsockname()[1]
             args = ["--nproc-per-node", "1", "--master-port", str(port), *echo]
             rc, needle = 5, str(port)
-        p = launcher.run([cohort, "run", *args], max_time + 30, name="cohort")
+        # A multi-node job needs the shared secret (cohort refuses to start without it).
+        env = U.clean_env(COHORT_TOKEN=os.urandom(16).hex())
+        p = launcher.run([cohort, "run", *args], max_time + 30, env=env, name="cohort")
         assert p.p.returncode == rc, "expected exit %d\n%s" % (rc, p.describe())
         assert p.elapsed < max_time, "took %.2fs (limit %ss)\n%s" % (
             p.elapsed, max_time, p.describe())
@@ -397,7 +400,7 @@ def test_single_worker_leaves_omp_unset(cohort, launcher, marker, tmp_path):
 def test_environment_matches_torchrun_keys(cohort, need_torch, launcher, marker, tmp_path):
     outs = {}
     for name, argv in (
-            ("cohort", [cohort, "run", "--nproc-per-node", "2", "--standalone"]),
+            ("cohort", [cohort, "run", "--nproc-per-node", "2", "--standalone", "--"]),
             ("torchrun", [U.TORCHRUN, "--nproc_per_node", "2", *U.TORCHRUN_FIXED,
                           "--standalone"])):
         out = tmp_path / name
@@ -468,9 +471,46 @@ def test_module_entrypoint(cohort, launcher, marker):
     assert re.search(r"^\[rank1\]: ?Linux", p.stdout, re.M), p.describe()
 
 
+SH_ECHO = ["/bin/sh", "-c", 'echo "hello-stdout from rank $RANK"']
+
+
+@pytest.mark.parametrize("case", [
+    "standalone-first", "standalone-last", "no-python-last", "no-python-first",
+    "run-path", "module-first", "args-after-entrypoint",
+])
+def test_torchrun_style_flag_order(cohort, launcher, marker, case):
+    """Boolean flags (--standalone, --no-python, --run-path, -m) anywhere before the
+    entrypoint, without `--`, as torchrun accepts them; options after the entrypoint
+    belong to the program."""
+    echo = [str(U.ECHO_RANKS), marker]
+    args = {
+        "standalone-first": ["--standalone", "--nproc-per-node", "1", *echo],
+        "standalone-last": ["--nproc-per-node", "1", "--standalone", *echo],
+        "no-python-last": ["--nproc-per-node", "1", "--no-python", *SH_ECHO, marker],
+        "no-python-first": ["--no-python", "--nproc-per-node", "1", *SH_ECHO, marker],
+        "run-path": ["--nproc_per_node=1", "--run_path", *echo],
+        "module-first": ["-m", "--nproc-per-node", "1", "platform", marker],
+        "args-after-entrypoint": ["--nproc-per-node", "1", str(U.ECHO_RANKS), "--steps",
+                                  "3", "-m", "--standalone", "--nproc-per-node", "7",
+                                  marker],
+    }[case]
+    p = launcher.run([cohort, "run", *args], QUICK_TIMEOUT, name="cohort")
+    assert p.p.returncode == 0, p.describe()
+    if case == "module-first":
+        assert re.search(r"^\[rank0\]: ?Linux", p.stdout, re.M), p.describe()
+    else:
+        assert re.search(r"^\[rank0\]: ?hello-stdout from rank 0$", p.stdout, re.M), (
+            p.describe())
+    if case == "args-after-entrypoint":
+        m = re.search(r"argv from rank 0: (.*)$", p.stdout, re.M)
+        assert m, p.describe()
+        assert json.loads(m.group(1)) == args[3:], p.describe()
+    assert_no_leftovers(marker)
+
+
 def test_exits_promptly_when_workers_finish(cohort, launcher, marker):
-    p = launcher.run([cohort, "run", "--nproc-per-node", "2", "--no-python", "/bin/sh",
-                      "-c", "exit 0", marker], QUICK_TIMEOUT, name="cohort")
+    p = launcher.run([cohort, "run", "--nproc-per-node", "2", "--no-python", "--",
+                      "/bin/sh", "-c", "exit 0", marker], QUICK_TIMEOUT, name="cohort")
     assert p.p.returncode == 0, p.describe()
     assert p.elapsed < 2.0, "a no-op job took %.2fs" % p.elapsed
 
@@ -480,11 +520,13 @@ def test_two_nodes_on_one_machine(cohort, need_torch, launcher, marker, tmp_path
     """Two agents (--nnodes 2, one worker each) meet through a c10d endpoint."""
     port = U.free_port()
     common = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
-              "--rdzv-endpoint", "127.0.0.1:%d" % port, "--rdzv-id", marker]
+              "--rdzv-endpoint", "127.0.0.1:%d" % port, "--rdzv-id", marker,
+              "--rdzv-conf", "join_timeout=30"]
+    env = U.clean_env(COHORT_TOKEN=os.urandom(16).hex())  # same secret on both nodes
     n0 = launcher.start([cohort, "run", *common, "--node-rank", "0",
-                         *ddp_cmd(tmp_path / "ckpt", marker)], name="node0")
+                         *ddp_cmd(tmp_path / "ckpt", marker)], env=env, name="node0")
     n1 = launcher.start([cohort, "run", *common, "--node-rank", "1",
-                         *ddp_cmd(tmp_path / "ckpt", marker)], name="node1")
+                         *ddp_cmd(tmp_path / "ckpt", marker)], env=env, name="node1")
     r0, r1 = n0.wait(DDP_TIMEOUT), n1.wait(DDP_TIMEOUT)
     assert r0 == 0, n0.describe()
     assert r1 == 0, n1.describe()
@@ -492,3 +534,67 @@ def test_two_nodes_on_one_machine(cohort, need_torch, launcher, marker, tmp_path
     assert loss is not None, n0.describe() + n1.describe()
     assert abs(loss - reference_loss) <= 1e-6, (loss, reference_loss)
     assert_no_leftovers(marker)
+
+
+def test_store_host_waits_for_other_nodes(cohort, launcher, marker):
+    """The node serving the rendezvous store must not take the store away while another
+    node's workers still run: node 0 (started first, so it serves the store) has a worker
+    that exits at once, node 1's worker runs about a second longer; both must exit 0."""
+    port = U.free_port()
+    env = U.clean_env(COHORT_TOKEN=os.urandom(16).hex())
+    common = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+              "--rdzv-endpoint", "127.0.0.1:%d" % port, "--rdzv-id", marker,
+              "--rdzv-conf", "join_timeout=30"]
+    n0 = launcher.start([cohort, "run", *common, "--node-rank", "0", "--no-python", "--",
+                         "/bin/sh", "-c", "exit 0", marker], env=env, name="node0")
+
+    def serving():
+        if n0.poll() is not None:
+            raise AssertionError("node 0 exited early\n" + n0.describe())
+        return U.port_listening(port)
+
+    U.wait_for(serving, 30, what="node 0 to serve the store on port %d" % port)
+    n1 = launcher.start([cohort, "run", *common, "--node-rank", "1", "--no-python", "--",
+                         "/bin/sh", "-c", "sleep 1; exit 0", marker], env=env, name="node1")
+    r0, r1 = n0.wait(QUICK_TIMEOUT), n1.wait(QUICK_TIMEOUT)
+    assert r1 == 0, n1.describe()
+    assert r0 == 0, n0.describe()
+    # node 0 should have waited for node 1 to finish
+    assert n0.t_end >= n1.t_end - 0.5, (n0.t_end, n1.t_end)
+    assert_no_leftovers(marker)
+
+
+@pytest.mark.parametrize("redirects", ["3", "1"])
+def test_redirects_to_log_files(cohort, launcher, marker, tmp_path, redirects):
+    """--redirects 3: worker output only in the log files; 1: only stdout redirected."""
+    logs = tmp_path / "logs"
+    p = launcher.run([cohort, "run", "--nproc-per-node", "2", "--redirects", redirects,
+                      "--log-dir", logs, "--rdzv-id", "redirjob", U.ECHO_RANKS, marker],
+                     QUICK_TIMEOUT, name="cohort")
+    assert p.p.returncode == 0, p.describe()
+    console = p.stdout + p.stderr
+    assert "hello-stdout" not in console, p.describe()
+    if redirects == "3":
+        assert "hello-stderr" not in console, p.describe()
+    else:
+        for r in (0, 1):
+            assert re.search(r"^\[rank%d\]: ?hello-stderr from rank %d$" % (r, r),
+                             p.stderr, re.M), p.describe()
+    for r in (0, 1):
+        d = logs / "redirjob" / "attempt_0" / str(r)
+        assert "hello-stdout from rank %d" % r in (d / "stdout.log").read_text()
+        assert "hello-stderr from rank %d" % r in (d / "stderr.log").read_text()
+
+
+def test_role_and_master_flags(cohort, launcher, marker, tmp_path):
+    out = tmp_path / "env"
+    out.mkdir()
+    port = U.free_port()
+    p = launcher.run([cohort, "run", "--nproc-per-node", "2", "--role", "trainer",
+                      "--master-addr", "127.0.0.1", "--master-port", str(port),
+                      U.ENV_DUMP, out, marker], QUICK_TIMEOUT, name="cohort")
+    assert p.p.returncode == 0, p.describe()
+    for e in _read_envs(out, 2).values():
+        assert e["ROLE_NAME"] == "trainer", e
+        assert e["MASTER_ADDR"] == "127.0.0.1", e
+        assert e["MASTER_PORT"] == str(port), e
