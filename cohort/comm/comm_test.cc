@@ -5,7 +5,13 @@
 #include "cohort/comm/communicator.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/inotify.h>
 #include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include <cmath>
 #include <cstring>
@@ -349,6 +355,31 @@ TEST(CommunicatorTest, AbortUnblocksAWaitingRank) {
   EXPECT_EQ(st.code(), StatusCode::kCancelled) << st.ToString();
   EXPECT_LT(SecondsSince(start), 5.0);
   EXPECT_NE(comms[0]->FlightRecorderDump().find("allreduce"), std::string::npos);
+}
+
+TEST(CommunicatorTest, FlightRecorderDumpsOnSigusr1) {
+  auto dir = std::filesystem::temp_directory_path() / ("cohort-fr-" + RandomHex(6));
+  std::filesystem::create_directories(dir);
+  ::setenv("COHORT_FLIGHT_RECORDER_DIR", dir.c_str(), 1);
+  auto comm = Communicator::Create(std::make_shared<store::MemoryStore>(), 0, 1, {});
+  ASSERT_TRUE(comm.ok());
+  float x = 2;
+  ASSERT_TRUE((*comm)->AllReduce(&x, &x, 1, DataType::kF32, ReduceOp::kMax)->Wait().ok());
+  // Wait for the dump file with inotify (no sleeping).
+  int in = ::inotify_init1(IN_CLOEXEC);
+  ASSERT_GE(in, 0);
+  ASSERT_GE(::inotify_add_watch(in, dir.c_str(), IN_CLOSE_WRITE), 0);
+  ::raise(SIGUSR1);
+  pollfd p{in, POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 10000), 1) << "no flight recorder dump within 10 s";
+  ::close(in);
+  ::unsetenv("COHORT_FLIGHT_RECORDER_DIR");
+  std::ifstream dump(dir / "rank0.txt");
+  std::string text((std::istreambuf_iterator<char>(dump)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("SIGUSR1"), std::string::npos) << text;
+  EXPECT_NE(text.find("allreduce"), std::string::npos) << text;
+  EXPECT_NE(text.find("completed"), std::string::npos) << text;
+  std::filesystem::remove_all(dir);
 }
 
 // Failure tests with a real peer process: rank 1 is comm_test_peer, which joins, completes
