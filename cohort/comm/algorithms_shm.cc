@@ -5,6 +5,7 @@
 
 #include "cohort/comm/algorithms.h"
 #include "cohort/comm/reduce.h"
+#include "cohort/comm/stream_copy.h"
 
 namespace cohort::comm {
 namespace {
@@ -37,14 +38,34 @@ Status ShmAllReduce(ShmGroup& g, const void* in, void* out, size_t count, DataTy
   const void* srcs[64];
   std::vector<const void*> many;
   const void** s = n <= 64 ? srcs : (many.resize(n), many.data());
-  return ForChunks(g, count, g.slot_bytes() / es, c, [&](size_t off, size_t len, int b) {
+  // Outputs much larger than the caches are written with non-temporal stores.
+  const bool stream = count * es >= (8u << 20);
+  char* scratch = nullptr;
+  if (stream && direct) {
+    if (c.scratch.size() < g.slot_bytes()) c.scratch.resize(g.slot_bytes());
+    scratch = c.scratch.data();
+  }
+  auto copy_out = [&](void* dst, const void* src, size_t bytes) {
+    if (stream) {
+      StreamCopy(dst, src, bytes);
+    } else {
+      std::memcpy(dst, src, bytes);
+    }
+  };
+  Status st = ForChunks(g, count, g.slot_bytes() / es, c, [&](size_t off, size_t len, int b) {
     std::memcpy(g.slot(me, b), At(in, off * es), len * es);
     g.Arrive(c.desc);
     COHORT_RETURN_IF_ERROR(g.WaitArrivals(c.desc, c.deadline));
     if (direct) {
-      // Every member reduces everything, in rank order: one synchronization.
+      // Every member reduces everything, in rank order: one synchronization. Large outputs
+      // are reduced into cache-resident scratch and streamed out.
       for (int r = 0; r < n; ++r) s[r] = g.slot(r, b);
-      ReduceMany(At(out, off * es), s, n, len, t, op, n);
+      if (!stream) {
+        ReduceMany(At(out, off * es), s, n, len, t, op, n);
+        return Status::Ok();
+      }
+      ReduceMany(scratch, s, n, len, t, op, n);
+      StreamCopy(At(out, off * es), scratch, len * es);
       return Status::Ok();
     }
     // Reduce-scatter: this member reduces its part once (own slot first: it is the
@@ -59,10 +80,12 @@ Status ShmAllReduce(ShmGroup& g, const void* in, void* out, size_t count, DataTy
     COHORT_RETURN_IF_ERROR(g.WaitArrivals(c.desc, c.deadline));
     for (int r = 0; r < n; ++r) {
       size_t rlo = len * r / n, rhi = len * (r + 1) / n;
-      std::memcpy(At(out, (off + rlo) * es), g.slot(r, b) + rlo * es, (rhi - rlo) * es);
+      copy_out(At(out, (off + rlo) * es), g.slot(r, b) + rlo * es, (rhi - rlo) * es);
     }
     return Status::Ok();
   });
+  if (stream) StreamFence();
+  return st;
 }
 
 Status ShmReduceScatter(ShmGroup& g, const void* in, void* out, size_t count, DataType t,

@@ -135,6 +135,12 @@ Result<std::unique_ptr<ShmGroup>> ShmGroup::Create(store::Store& store, const st
                               n);
   }
   g->control(index).pid = static_cast<int32_t>(::getpid());
+  cpu_set_t cpus;
+  int cores = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  if (n > cores) {
+    g->spin_pauses_ = 64;
+    g->spin_yields_ = 8;
+  }
   // Step 3.
   COHORT_RETURN_IF_ERROR(store.Set(fmt::format("{}/shm/member{}", prefix, index), "1", deadline));
   if (index == 0) {
@@ -181,9 +187,11 @@ Status ShmGroup::WaitCounter(int member, bool arrive, uint32_t target, const OpD
   Control& c = control(member);
   std::atomic<uint32_t>& counter = arrive ? c.arrive : c.depart;
   auto* header = reinterpret_cast<SegmentHeader*>(base_);
-  for (int i = 0; i < 4000; ++i) {
+  // Spin while the peer is likely running on another core; sleep on the futex soon when
+  // ranks outnumber cores (spinning would only steal the peer's time slice).
+  for (int i = 0; i < spin_pauses_ + spin_yields_; ++i) {
     if (Reached(counter.load(std::memory_order_acquire), target)) return Status::Ok();
-    if (i < 2000) {
+    if (i < spin_pauses_) {
       _mm_pause();
     } else {
       sched_yield();

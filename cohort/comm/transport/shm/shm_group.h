@@ -77,6 +77,8 @@ class ShmGroup {
   size_t data_offset_ = 0;
   uint32_t arrivals_ = 0;  // our arrive counter (owner thread)
   uint32_t chunks_ = 0;    // our depart counter
+  int spin_pauses_ = 2000;  // busy-wait budget before sleeping (smaller when oversubscribed)
+  int spin_yields_ = 2000;
 };
 
 }  // namespace cohort::comm
