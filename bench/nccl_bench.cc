@@ -48,34 +48,14 @@ double BusFactor(Kind k, int n) {
 // Small integers: every reduction is exact in every type.
 double Pattern(int rank, size_t i) { return static_cast<double>((rank * 3 + i) % 5) - 2.0; }
 
-void Fill(void* buf, size_t n, DataType t, int rank, size_t offset) {  // offset: first index
-  for (size_t i = 0; i < n; ++i) {
-    double v = Pattern(rank, offset + i);
-    switch (t) {
-      case DataType::kF32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
-      case DataType::kF64: static_cast<double*>(buf)[i] = v; break;
-      case DataType::kF16: static_cast<uint16_t*>(buf)[i] = FloatToHalf(static_cast<float>(v)); break;
-      case DataType::kBF16: static_cast<uint16_t*>(buf)[i] = FloatToBFloat16(static_cast<float>(v)); break;
-      case DataType::kI8: static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v); break;
-      case DataType::kU8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v + 2); break;
-      case DataType::kI32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
-      case DataType::kI64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); break;
-    }
-  }
+// uint8 holds the pattern shifted by +2 (it has no negatives).
+void Fill(void* buf, size_t n, DataType t, int rank, size_t first) {
+  const double shift = t == DataType::kU8 ? 2.0 : 0.0;
+  for (size_t i = 0; i < n; ++i) SetElement(buf, i, t, Pattern(rank, first + i) + shift);
 }
 
 double Load(const void* buf, size_t i, DataType t) {
-  switch (t) {
-    case DataType::kF32: return static_cast<const float*>(buf)[i];
-    case DataType::kF64: return static_cast<const double*>(buf)[i];
-    case DataType::kF16: return HalfToFloat(static_cast<const uint16_t*>(buf)[i]);
-    case DataType::kBF16: return BFloat16ToFloat(static_cast<const uint16_t*>(buf)[i]);
-    case DataType::kI8: return static_cast<const int8_t*>(buf)[i];
-    case DataType::kU8: return static_cast<const uint8_t*>(buf)[i] - 2.0;
-    case DataType::kI32: return static_cast<const int32_t*>(buf)[i];
-    case DataType::kI64: return static_cast<const int64_t*>(buf)[i];
-  }
-  return 0;
+  return GetElement(buf, i, t) - (t == DataType::kU8 ? 2.0 : 0.0);
 }
 
 double Reduced(ReduceOp op, int n, size_t i, DataType t) {

@@ -476,6 +476,10 @@ int RunCommand(const std::vector<std::string>& args) {
                 : single        ? std::string("127.0.0.1")
                                 : net::ResolveIpv4(o.self.host).value_or(o.self.host);
   o.self.local_world_size = *nproc;
+  // libcohort in the workers listens for its peers on this node's address.
+  if (std::getenv("COHORT_LISTEN_ADDR") == nullptr) {
+    o.spec.extra_env.emplace_back("COHORT_LISTEN_ADDR", o.self.addr);
+  }
   const Deadline connect_deadline = Deadline::After(rdzv.join_timeout);
   const store::TcpStoreOptions store_options{
       .host = store_addr, .port = plan.port, .token = plan.token};

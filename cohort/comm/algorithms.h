@@ -42,7 +42,9 @@ struct Call {
 };
 
 // --- TCP ---
-Status TcpAllReduceRing(TcpGroup& g, void* buf, size_t count, DataType t, ReduceOp op, Call c);
+// Out of place: `in` is read, `buf` receives the result (in == buf is allowed).
+Status TcpAllReduceRing(TcpGroup& g, const void* in, void* buf, size_t count, DataType t,
+                        ReduceOp op, Call c);
 Status TcpAllReduceRecursiveDoubling(TcpGroup& g, void* buf, size_t count, DataType t,
                                      ReduceOp op, Call c);
 Status TcpReduceScatterRing(TcpGroup& g, const void* in, void* out, size_t count, DataType t,

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "cohort/base/settings.h"
 #include "cohort/comm/algorithms.h"
 #include "cohort/comm/reduce.h"
 
@@ -10,7 +11,8 @@ namespace {
 
 // Reduction pieces: a ring step is split so that reducing one piece overlaps the kernel
 // moving the next.
-constexpr size_t kPieceBytes = 256 << 10;
+const Setting<int64_t> kPieceBytes{"COHORT_TCP_PIECE_BYTES", 256 << 10,
+                                   "bytes per pipelined piece of a TCP ring step"};
 
 char* At(void* p, size_t off) { return static_cast<char*>(p) + off; }
 const char* At(const void* p, size_t off) { return static_cast<const char*>(p) + off; }
@@ -31,39 +33,53 @@ char* Scratch(Call& c, size_t bytes) {
 
 // Sends segment `send_seg` to the right while receiving `recv_seg` from the left, reducing
 // it into buf piece by piece.
-Status RingReduceStep(TcpGroup& g, char* buf, size_t count, size_t es, int send_seg,
-                      int recv_seg, DataType t, ReduceOp op, Call& c) {
+// `send_from` holds the segment to send and `acc_from` the partial sums to add the received
+// data to; both are `buf` except in the first step of an out-of-place allreduce, where they
+// are the input (so no copy of the input into the output is needed).
+Status RingReduceStep(TcpGroup& g, char* buf, const char* send_from, const char* acc_from,
+                      size_t count, size_t es, int send_seg, int recv_seg, DataType t,
+                      ReduceOp op, Call& c) {
   const int n = g.size();
   const int right = g.members[Mod(g.index + 1, n)], left = g.members[Mod(g.index - 1, n)];
   auto [s_off, s_len] = Segment(count, n, send_seg);
   auto [r_off, r_len] = Segment(count, n, recv_seg);
-  const size_t piece = std::max<size_t>(1, kPieceBytes / es);
+  const size_t piece = std::max<size_t>(1, static_cast<size_t>(kPieceBytes.Get()) / es);
   char* tmp = Scratch(c, std::min(r_len, piece) * es + 1);
   // Each direction sends ceil(len / piece) messages, so the neighbours agree on the count.
   const size_t s_pieces = (s_len + piece - 1) / piece, r_pieces = (r_len + piece - 1) / piece;
   for (size_t p = 0; p < std::max(s_pieces, r_pieces); ++p) {
     size_t so = p * piece, sl = p < s_pieces ? std::min(piece, s_len - so) : 0;
     size_t ro = p * piece, rl = p < r_pieces ? std::min(piece, r_len - ro) : 0;
-    COHORT_RETURN_IF_ERROR(g.mesh->SendRecv(p < s_pieces ? right : -1, buf + (s_off + so) * es,
-                                            sl * es, p < r_pieces ? left : -1, tmp, rl * es,
-                                            c.desc, c.deadline));
-    if (rl) ReduceInto(buf + (r_off + ro) * es, tmp, rl, t, op);
+    COHORT_RETURN_IF_ERROR(g.mesh->SendRecv(p < s_pieces ? right : -1,
+                                            send_from + (s_off + so) * es, sl * es,
+                                            p < r_pieces ? left : -1, tmp, rl * es, c.desc,
+                                            c.deadline));
+    if (rl == 0) continue;
+    const void* srcs[2] = {acc_from + (r_off + ro) * es, tmp};
+    ReduceMany(buf + (r_off + ro) * es, srcs, 2, rl, t, op == ReduceOp::kAvg ? ReduceOp::kSum : op,
+               1);
   }
   return Status::Ok();
 }
 
 }  // namespace
 
-Status TcpAllReduceRing(TcpGroup& g, void* buf_, size_t count, DataType t, ReduceOp op, Call c) {
+Status TcpAllReduceRing(TcpGroup& g, const void* in, void* buf_, size_t count, DataType t,
+                        ReduceOp op, Call c) {
   const int n = g.size();
-  if (n == 1) return Status::Ok();
   const size_t es = DataTypeSize(t);
   char* buf = static_cast<char*>(buf_);
+  if (n == 1) {
+    if (in != buf) std::memmove(buf, in, count * es);
+    return Status::Ok();
+  }
   const int r = g.index;
-  // Reduce-scatter: after n-1 steps this member holds segment r+1 fully reduced.
+  // Reduce-scatter: after n-1 steps this member holds segment r+1 fully reduced. Step 0
+  // reads the input directly; later steps send what the previous step reduced.
   for (int s = 0; s < n - 1; ++s) {
-    COHORT_RETURN_IF_ERROR(RingReduceStep(g, buf, count, es, Mod(r - s, n), Mod(r - s - 1, n),
-                                          t, op, c));
+    const char* from = s == 0 ? static_cast<const char*>(in) : buf;
+    COHORT_RETURN_IF_ERROR(RingReduceStep(g, buf, from, static_cast<const char*>(in), count, es,
+                                          Mod(r - s, n), Mod(r - s - 1, n), t, op, c));
   }
   if (op == ReduceOp::kAvg) {
     auto [off, len] = Segment(count, n, Mod(r + 1, n));

@@ -65,34 +65,8 @@ double Value(int rank, size_t i, ReduceOp op, DataType t) {
   return is_unsigned ? v : v - 3;
 }
 
-void Put(void* buf, size_t i, DataType t, double v) {
-  switch (t) {
-    case DataType::kF32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
-    case DataType::kF64: static_cast<double*>(buf)[i] = v; break;
-    case DataType::kF16: static_cast<uint16_t*>(buf)[i] = FloatToHalf(static_cast<float>(v)); break;
-    case DataType::kBF16:
-      static_cast<uint16_t*>(buf)[i] = FloatToBFloat16(static_cast<float>(v));
-      break;
-    case DataType::kI8: static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(static_cast<int64_t>(v)); break;
-    case DataType::kU8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(static_cast<int64_t>(v)); break;
-    case DataType::kI32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); break;
-    case DataType::kI64: static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v); break;
-  }
-}
-
-double Get(const void* buf, size_t i, DataType t) {
-  switch (t) {
-    case DataType::kF32: return static_cast<const float*>(buf)[i];
-    case DataType::kF64: return static_cast<const double*>(buf)[i];
-    case DataType::kF16: return HalfToFloat(static_cast<const uint16_t*>(buf)[i]);
-    case DataType::kBF16: return BFloat16ToFloat(static_cast<const uint16_t*>(buf)[i]);
-    case DataType::kI8: return static_cast<const int8_t*>(buf)[i];
-    case DataType::kU8: return static_cast<const uint8_t*>(buf)[i];
-    case DataType::kI32: return static_cast<const int32_t*>(buf)[i];
-    case DataType::kI64: return static_cast<const int64_t*>(buf)[i];
-  }
-  return 0;
-}
+void Put(void* buf, size_t i, DataType t, double v) { SetElement(buf, i, t, v); }
+double Get(const void* buf, size_t i, DataType t) { return GetElement(buf, i, t); }
 
 // The reduction of Value(0..world-1, i) in double, before conversion to the type.
 double Reference(int world, size_t i, ReduceOp op, DataType t) {

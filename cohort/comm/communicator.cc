@@ -252,9 +252,9 @@ Status Communicator::Impl::AllReduce(const void* in, void* out, size_t count, Da
       return ShmAllReduce(*shm_, in, out, count, t, op, algo == Algo::kShmDirect, c);
     case Algo::kRing:
     case Algo::kRecursiveDoubling:
+      if (algo == Algo::kRing) return TcpAllReduceRing(all_, in, out, count, t, op, c);
       if (in != out) std::memmove(out, in, bytes);
-      return algo == Algo::kRing ? TcpAllReduceRing(all_, out, count, t, op, c)
-                                 : TcpAllReduceRecursiveDoubling(all_, out, count, t, op, c);
+      return TcpAllReduceRecursiveDoubling(all_, out, count, t, op, c);
     case Algo::kHierarchical: {
       // Sum inside the host to the local leader, across hosts among leaders, then
       // broadcast inside the host. kAvg divides once, at the leaders.
@@ -267,7 +267,7 @@ Status Communicator::Impl::AllReduce(const void* in, void* out, size_t count, Da
       if (leader_) {
         Status st = bytes <= kTcpRecursiveDoublingMaxBytes
                         ? TcpAllReduceRecursiveDoubling(leaders_, out, count, t, sub, c)
-                        : TcpAllReduceRing(leaders_, out, count, t, sub, c);
+                        : TcpAllReduceRing(leaders_, out, out, count, t, sub, c);
         COHORT_RETURN_IF_ERROR(st);
         if (op == ReduceOp::kAvg) FinishAvg(out, count, t, size_);
       }

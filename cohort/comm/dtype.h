@@ -69,4 +69,9 @@ inline uint16_t FloatToBFloat16(float f) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
+// Element i of a typed buffer as a double, and back (integers wrap, halves round to
+// nearest even). For tests, checks and benchmarks, not hot paths.
+double GetElement(const void* buf, size_t i, DataType t);
+void SetElement(void* buf, size_t i, DataType t, double v);
+
 }  // namespace cohort::comm

@@ -114,6 +114,36 @@ Result<ReduceOp> ParseReduceOp(std::string_view name) {
   return InvalidArgument("unknown reduction '{}' (sum, prod, min, max, avg)", name);
 }
 
+double GetElement(const void* buf, size_t i, DataType t) {
+  switch (t) {
+    case DataType::kF32: return static_cast<const float*>(buf)[i];
+    case DataType::kF64: return static_cast<const double*>(buf)[i];
+    case DataType::kF16: return HalfToFloat(static_cast<const uint16_t*>(buf)[i]);
+    case DataType::kBF16: return BFloat16ToFloat(static_cast<const uint16_t*>(buf)[i]);
+    case DataType::kI8: return static_cast<const int8_t*>(buf)[i];
+    case DataType::kU8: return static_cast<const uint8_t*>(buf)[i];
+    case DataType::kI32: return static_cast<const int32_t*>(buf)[i];
+    case DataType::kI64: return static_cast<double>(static_cast<const int64_t*>(buf)[i]);
+  }
+  return 0;
+}
+
+void SetElement(void* buf, size_t i, DataType t, double v) {
+  const int64_t w = static_cast<int64_t>(v);  // integers wrap like the kernels do
+  switch (t) {
+    case DataType::kF32: static_cast<float*>(buf)[i] = static_cast<float>(v); break;
+    case DataType::kF64: static_cast<double*>(buf)[i] = v; break;
+    case DataType::kF16: static_cast<uint16_t*>(buf)[i] = FloatToHalf(static_cast<float>(v)); break;
+    case DataType::kBF16:
+      static_cast<uint16_t*>(buf)[i] = FloatToBFloat16(static_cast<float>(v));
+      break;
+    case DataType::kI8: static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(w); break;
+    case DataType::kU8: static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(w); break;
+    case DataType::kI32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(w); break;
+    case DataType::kI64: static_cast<int64_t*>(buf)[i] = w; break;
+  }
+}
+
 float HalfToFloat(uint16_t h) { return static_cast<float>(std::bit_cast<_Float16>(h)); }
 uint16_t FloatToHalf(float f) { return std::bit_cast<uint16_t>(static_cast<_Float16>(f)); }
 

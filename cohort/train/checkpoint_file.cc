@@ -1,0 +1,198 @@
+// Checkpoint file format and atomic writes (see checkpoint_file.h).
+// Thread-safety: no shared state.
+#include "cohort/train/checkpoint_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "cohort/base/log.h"
+
+namespace cohort::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kMagic[8] = {'C', 'O', 'H', 'O', 'R', 'T', 'C', 'K'};
+constexpr size_t kHeaderSize = 8 + 4 + 4 + 8 + 8;
+
+template <typename T>
+void PutLe(std::string& out, T v) {
+  for (size_t i = 0; i < sizeof(T); ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+template <typename T>
+T GetLe(const std::string& in, size_t off) {
+  T v = 0;
+  for (size_t i = 0; i < sizeof(T); ++i) {
+    v |= static_cast<T>(static_cast<uint8_t>(in[off + i])) << (8 * i);
+  }
+  return v;
+}
+
+uint32_t Crc32(const std::string& a, const std::string& b) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  // crc32 takes uInt lengths; feed in pieces.
+  for (const std::string* s : {&a, &b}) {
+    const char* p = s->data();
+    size_t left = s->size();
+    while (left > 0) {
+      uInt n = static_cast<uInt>(std::min<size_t>(left, 1u << 30));
+      crc = crc32(crc, reinterpret_cast<const Bytef*>(p), n);
+      p += n;
+      left -= n;
+    }
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+Status WriteAll(int fd, const char* p, size_t n, const std::string& path) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus("write " + path, errno);
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return Status::Ok();
+}
+
+Status FsyncPath(const std::string& path, int flags) {
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus("open " + path, errno);
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) return ErrnoStatus("fsync " + path, err);
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string EncodeCheckpoint(const CheckpointBlob& blob) {
+  std::string out(kMagic, sizeof(kMagic));
+  PutLe<uint32_t>(out, kCheckpointVersion);
+  PutLe<uint32_t>(out, Crc32(blob.meta, blob.payload));
+  PutLe<uint64_t>(out, blob.meta.size());
+  PutLe<uint64_t>(out, blob.payload.size());
+  out.reserve(out.size() + blob.meta.size() + blob.payload.size());
+  out += blob.meta;
+  out += blob.payload;
+  return out;
+}
+
+Result<CheckpointBlob> DecodeCheckpoint(const std::string& bytes, const std::string& what) {
+  if (bytes.size() < kHeaderSize) {
+    return DataLoss("{}: truncated: {} bytes, shorter than the {}-byte header", what,
+                    bytes.size(), kHeaderSize);
+  }
+  if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
+    return DataLoss("{}: not a cohort checkpoint (bad magic)", what);
+  }
+  uint32_t version = GetLe<uint32_t>(bytes, 8);
+  if (version != kCheckpointVersion) {
+    return DataLoss("{}: checkpoint version {} is not supported (expected {})", what, version,
+                    kCheckpointVersion);
+  }
+  uint32_t crc = GetLe<uint32_t>(bytes, 12);
+  uint64_t meta_len = GetLe<uint64_t>(bytes, 16);
+  uint64_t payload_len = GetLe<uint64_t>(bytes, 24);
+  uint64_t body = bytes.size() - kHeaderSize;
+  if (meta_len > body || payload_len > body - meta_len) {
+    return DataLoss("{}: truncated: header announces {} + {} bytes, file holds {}", what,
+                    meta_len, payload_len, body);
+  }
+  if (meta_len + payload_len != body) {
+    return DataLoss("{}: {} unexpected trailing bytes", what, body - meta_len - payload_len);
+  }
+  CheckpointBlob blob;
+  blob.meta = bytes.substr(kHeaderSize, meta_len);
+  blob.payload = bytes.substr(kHeaderSize + meta_len);
+  uint32_t actual = Crc32(blob.meta, blob.payload);
+  if (actual != crc) {
+    return DataLoss("{}: checksum mismatch (stored crc32 {:08x}, computed {:08x})", what, crc,
+                    actual);
+  }
+  return blob;
+}
+
+Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
+  fs::path final_path(path);
+  fs::path dir = final_path.parent_path();
+  if (dir.empty()) dir = ".";
+  std::string tmp = (dir / ("." + final_path.filename().string() + ".tmp." +
+                            std::to_string(::getpid())))
+                        .string();
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus("create " + tmp, errno);
+  Status st = WriteAll(fd, bytes.data(), bytes.size(), tmp);
+  if (st.ok() && ::fsync(fd) != 0) st = ErrnoStatus("fsync " + tmp, errno);
+  if (::close(fd) != 0 && st.ok()) st = ErrnoStatus("close " + tmp, errno);
+  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    st = ErrnoStatus("rename " + tmp + " to " + path, errno);
+  }
+  if (!st.ok()) {
+    ::unlink(tmp.c_str());
+    return st;
+  }
+  return FsyncPath(dir.string(), O_RDONLY | O_DIRECTORY);
+}
+
+Result<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("{}: cannot open", path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return DataLoss("{}: read error", path);
+  return ss.str();
+}
+
+std::string CheckpointDir::PathFor(int64_t step) const {
+  return (fs::path(dir_) / fmt::format("ckpt-{:012d}.cohort", step)).string();
+}
+
+std::vector<int64_t> CheckpointDir::Steps() const {
+  std::vector<int64_t> steps;
+  std::error_code ec;
+  if (!fs::is_directory(dir_, ec)) return steps;
+  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
+    std::string name = entry.path().filename().string();
+    constexpr std::string_view kPrefix = "ckpt-", kSuffix = ".cohort";
+    if (name.size() != kPrefix.size() + 12 + kSuffix.size()) continue;
+    if (name.compare(0, kPrefix.size(), kPrefix) != 0) continue;
+    if (name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0) continue;
+    std::string digits = name.substr(kPrefix.size(), 12);
+    if (!std::all_of(digits.begin(), digits.end(), ::isdigit)) continue;
+    steps.push_back(std::stoll(digits));
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+Status CheckpointDir::Write(int64_t step, const CheckpointBlob& blob, int keep) {
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec) return Internal("create checkpoint directory {}: {}", dir_, ec.message());
+  COHORT_RETURN_IF_ERROR(WriteFileAtomically(PathFor(step), EncodeCheckpoint(blob)));
+  std::vector<int64_t> steps = Steps();
+  if (keep > 0 && steps.size() > static_cast<size_t>(keep)) {
+    for (size_t i = 0; i + keep < steps.size(); ++i) {
+      if (steps[i] == step) continue;
+      fs::remove(PathFor(steps[i]), ec);
+      if (ec) COHORT_LOG_WARN("train", "could not delete old checkpoint {}: {}",
+                              PathFor(steps[i]), ec.message());
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace cohort::train

@@ -1,0 +1,54 @@
+// The checkpoint file format and directory, torch-free.
+//
+// A checkpoint file is
+//   "COHORTCK" | u32 version | u32 crc32 | u64 meta_len | u64 payload_len | meta | payload
+// (integers little-endian; crc32 from zlib over meta + payload). `meta` is JSON text that
+// the trainer defines (model name, step, sampler position, ...); `payload` is opaque (the
+// torch archive). Files are named ckpt-<step, 12 digits>.cohort and written atomically:
+//   1. write to a temporary file in the same directory, 2. fsync it, 3. rename over the
+//   final name, 4. fsync the directory; then 5. older checkpoints beyond the last K are
+//   deleted. A crash at any point leaves either the old set or the new file complete.
+//
+// Thread-safety: functions are safe from any thread; two writers on one directory must be
+// serialised by the caller (only rank 0 writes).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cohort/base/status.h"
+
+namespace cohort::train {
+
+inline constexpr uint32_t kCheckpointVersion = 1;
+
+struct CheckpointBlob {
+  std::string meta;
+  std::string payload;
+};
+
+std::string EncodeCheckpoint(const CheckpointBlob& blob);
+// DataLoss for a bad magic, unknown version, truncation, trailing bytes or a checksum
+// mismatch; the message says which.
+Result<CheckpointBlob> DecodeCheckpoint(const std::string& bytes, const std::string& what);
+
+// Writes `bytes` to `path` atomically (steps 1-4 above).
+Status WriteFileAtomically(const std::string& path, const std::string& bytes);
+Result<std::string> ReadWholeFile(const std::string& path);
+
+class CheckpointDir {
+ public:
+  explicit CheckpointDir(std::string dir) : dir_(std::move(dir)) {}
+  const std::string& dir() const { return dir_; }
+  std::string PathFor(int64_t step) const;
+  // Steps of the checkpoints present, ascending (temporary files are ignored).
+  std::vector<int64_t> Steps() const;
+  // Creates the directory, writes the checkpoint for `step`, keeps the newest `keep`.
+  Status Write(int64_t step, const CheckpointBlob& blob, int keep);
+
+ private:
+  std::string dir_;
+};
+
+}  // namespace cohort::train

@@ -1,0 +1,62 @@
+// Checkpointer: saves and restores a training run (model parameters and buffers, optimizer
+// state, sampler position, epoch/step, torch's default generator state and the sampler
+// seed) as checkpoint files (checkpoint_file.h: atomic, checksummed, newest K kept).
+//
+// Loading walks the checkpoints from newest to oldest: one that is truncated, corrupt or
+// unreadable is skipped with a warning and the previous one is tried. The newest readable
+// checkpoint must belong to this model (same model name, same parameter and buffer names,
+// dtypes and shapes) and optimizer; otherwise LoadLatest fails with kFailedPrecondition and
+// restores nothing.
+//
+// Thread-safety: not thread-safe; one owner. Only one process (rank 0) should Save into a
+// directory.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cohort/base/status.h"
+#include "cohort/train/checkpoint_file.h"
+
+namespace cohort::train {
+
+// Where training stands at a step boundary.
+struct TrainState {
+  int64_t global_step = 0;     // optimizer steps done
+  int64_t epoch = 0;           // epoch of the next batch
+  int64_t batch_in_epoch = 0;  // index of the next batch within `epoch`
+  uint64_t seed = 0;           // sampler/model seed of the run
+  int world_size = 1;
+  int64_t batch_size = 0;      // per rank
+};
+
+// "name:dtype[d0,d1,...]" for every parameter and buffer, ';'-separated.
+std::string ModelSignature(torch::nn::Module& model);
+
+class Checkpointer {
+ public:
+  // `model_name` and `optimizer_name` ("sgd", "adam") are recorded and checked on load.
+  Checkpointer(std::string dir, std::string model_name, std::string optimizer_name, int keep);
+
+  const std::string& dir() const { return dir_.dir(); }
+  Status Save(const TrainState& state, torch::nn::Module& model,
+              torch::optim::Optimizer* optimizer);
+  // NotFound when no checkpoint is usable (none, or all corrupt: each is warned about);
+  // FailedPrecondition for another model or optimizer.
+  Result<TrainState> LoadLatest(torch::nn::Module& model, torch::optim::Optimizer* optimizer);
+  // The step of the checkpoint LoadLatest restored, for logs.
+  const std::string& loaded_path() const { return loaded_path_; }
+
+ private:
+  Result<TrainState> LoadFile(const std::string& path, torch::nn::Module& model,
+                              torch::optim::Optimizer* optimizer, bool* wrong_model);
+
+  CheckpointDir dir_;
+  std::string model_name_, optimizer_name_;
+  int keep_;
+  std::string loaded_path_;
+};
+
+}  // namespace cohort::train
