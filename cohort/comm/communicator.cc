@@ -102,6 +102,24 @@ class Communicator::Impl {
   TcpGroup& all() { return all_; }
   int size() const { return size_; }
   TcpMesh& mesh() { return *mesh_; }
+  // Point-to-point through shared memory when the peer shares this host, else TCP.
+  Status SendTo(int peer, const void* buf, size_t bytes, Call& c) {
+    int member = LocalMember(peer);
+    if (member >= 0) return shm_->Send(member, buf, bytes, c.desc, c.deadline);
+    return mesh_->Send(peer, buf, bytes, c.desc, c.deadline);
+  }
+  Status RecvFrom(int peer, void* buf, size_t bytes, Call& c) {
+    int member = LocalMember(peer);
+    if (member >= 0) return shm_->Recv(member, buf, bytes, c.desc, c.deadline);
+    return mesh_->Recv(peer, buf, bytes, c.desc, c.deadline);
+  }
+  int LocalMember(int rank) const {
+    if (!shm_) return -1;
+    for (int m = 0; m < shm_->size(); ++m) {
+      if (shm_->global_rank(m) == rank) return m;
+    }
+    return -1;
+  }
 
  private:
   struct Pending {
@@ -538,8 +556,8 @@ Communicator::WorkPtr Communicator::Send(const void* buf, size_t count, DataType
   OpDesc d{0, OpKind::kSend, t, ReduceOp::kSum, 0, tag, count};
   Impl* impl = impl_.get();
   const size_t bytes = count * DataTypeSize(t);
-  return impl_->Issue(d, [=](Call& c) { return impl->mesh().Send(peer, buf, bytes, c.desc, c.deadline); },
-                      exec, true, peer);
+  return impl_->Issue(d, [=](Call& c) { return impl->SendTo(peer, buf, bytes, c); }, exec, true,
+                      peer);
 }
 
 Communicator::WorkPtr Communicator::Recv(void* buf, size_t count, DataType t, int peer, int tag,
@@ -551,8 +569,8 @@ Communicator::WorkPtr Communicator::Recv(void* buf, size_t count, DataType t, in
   OpDesc d{0, OpKind::kSend, t, ReduceOp::kSum, 0, tag, count};
   Impl* impl = impl_.get();
   const size_t bytes = count * DataTypeSize(t);
-  return impl_->Issue(d, [=](Call& c) { return impl->mesh().Recv(peer, buf, bytes, c.desc, c.deadline); },
-                      exec, false, peer);
+  return impl_->Issue(d, [=](Call& c) { return impl->RecvFrom(peer, buf, bytes, c); }, exec,
+                      false, peer);
 }
 
 }  // namespace cohort::comm

@@ -295,9 +295,11 @@ int Run(const Flags& f) {
     state.batch_in_epoch = 0;
   }
   if (leader) {
-    fmt::print("training {} on {} ({} samples, {} test) with {} worker(s), batch {} per "
-               "worker, {} steps per epoch, {} steps in all, {} lr {}\n",
-               f.model, f.dataset, train_set.size(), test_set.size(), world, f.batch_size,
+    int64_t num_params = 0;
+    for (const auto& p : model->parameters()) num_params += p.numel();
+    fmt::print("training {} ({} parameters) on {} ({} samples, {} test) with {} worker(s), "
+               "batch {} per worker, {} steps per epoch, {} steps in all, {} lr {}\n",
+               f.model, num_params, f.dataset, train_set.size(), test_set.size(), world, f.batch_size,
                per_epoch, total_steps, f.optimizer, f.lr);
     std::fflush(stdout);
   }

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -72,6 +73,15 @@ struct ShmGroup::Control {
 };
 constexpr uint32_t kDescRing = 16;
 
+constexpr size_t kPairRingBytes = 64u << 10;
+
+struct ShmGroup::PairControl {
+  alignas(64) std::atomic<uint32_t> written;  // bytes produced (mod 2^32), by the sender
+  alignas(64) std::atomic<uint32_t> read;     // bytes consumed, by the receiver
+  alignas(64) std::atomic<uint32_t> sleepers;
+};
+constexpr size_t kPairStride = 192 + kPairRingBytes;
+
 ShmGroup::Control& ShmGroup::control(int member) const {
   return reinterpret_cast<Control*>(base_ + control_offset_)[member];
 }
@@ -87,7 +97,8 @@ Result<std::unique_ptr<ShmGroup>> ShmGroup::Create(store::Store& store, const st
   const int n = g->size();
   g->control_offset_ = AlignUp(sizeof(SegmentHeader), 64);
   g->data_offset_ = AlignUp(g->control_offset_ + sizeof(Control) * n, 4096);
-  g->mapped_bytes_ = g->data_offset_ + g->slot_bytes_ * 2 * n;
+  g->pairs_offset_ = g->data_offset_ + g->slot_bytes_ * 2 * n;
+  g->mapped_bytes_ = g->pairs_offset_ + kPairStride * n * n;
   const std::string name_key = fmt::format("{}/shm/name", prefix);
   std::string name;
   int fd;
@@ -122,6 +133,9 @@ Result<std::unique_ptr<ShmGroup>> ShmGroup::Create(store::Store& store, const st
     header->slot_bytes = g->slot_bytes_;
     header->aborted.store(0);
     for (int m = 0; m < n; ++m) new (&g->control(m)) Control();
+    for (int a = 0; a < n; ++a) {
+      for (int b = 0; b < n; ++b) new (&g->pair(a, b)) PairControl();
+    }
     header->magic = kMagic;
     std::atomic_thread_fence(std::memory_order_seq_cst);
     Status st = store.Set(name_key, name, deadline);
@@ -179,6 +193,10 @@ void ShmGroup::Abort() {
   for (int m = 0; m < size(); ++m) {
     Futex(&control(m).arrive, FUTEX_WAKE, INT_MAX, nullptr);
     Futex(&control(m).depart, FUTEX_WAKE, INT_MAX, nullptr);
+    for (int k = 0; k < size(); ++k) {
+      Futex(&pair(m, k).written, FUTEX_WAKE, INT_MAX, nullptr);
+      Futex(&pair(m, k).read, FUTEX_WAKE, INT_MAX, nullptr);
+    }
   }
 }
 
@@ -216,6 +234,123 @@ Status ShmGroup::WaitCounter(int member, bool arrive, uint32_t target, const OpD
                               ranks_[member], arrive ? "arrive" : "finish the previous chunk");
     }
   }
+}
+
+ShmGroup::PairControl& ShmGroup::pair(int from, int to) const {
+  return *reinterpret_cast<PairControl*>(base_ + pairs_offset_ +
+                                         (static_cast<size_t>(from) * size() + to) * kPairStride);
+}
+
+char* ShmGroup::ring(int from, int to) const {
+  return reinterpret_cast<char*>(&pair(from, to)) + 192;
+}
+
+Status ShmGroup::WaitChange(std::atomic<uint32_t>& word, uint32_t seen,
+                            std::atomic<uint32_t>& sleepers, int peer, const OpDesc& desc,
+                            Deadline deadline, const char* what) {
+  auto* header = reinterpret_cast<SegmentHeader*>(base_);
+  for (int i = 0; i < spin_pauses_ + spin_yields_; ++i) {
+    if (word.load(std::memory_order_acquire) != seen) return Status::Ok();
+    if (i < spin_pauses_) {
+      _mm_pause();
+    } else {
+      sched_yield();
+    }
+  }
+  const int32_t pid = control(peer).pid;
+  for (;;) {
+    sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (word.load(std::memory_order_seq_cst) == seen && !header->aborted.load()) {
+      int64_t ms = std::min<int64_t>(deadline.RemainingMs(), 100);
+      timespec ts{ms / 1000, (ms % 1000) * 1000000};
+      Futex(&word, FUTEX_WAIT, seen, &ts);
+    }
+    sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    if (word.load(std::memory_order_acquire) != seen) return Status::Ok();
+    if (header->aborted.load()) return Cancelled("{}: the communicator was aborted", desc.ToString());
+    if (pid > 0 && pid != ::getpid() && !ProcessAlive(pid)) {
+      return Unavailable("{}: rank {} (pid {}) exited", desc.ToString(), ranks_[peer], pid);
+    }
+    if (deadline.expired()) {
+      return DeadlineExceeded("{}: timed out waiting for rank {} to {}", desc.ToString(),
+                              ranks_[peer], what);
+    }
+  }
+}
+
+Status ShmGroup::Push(int to, const char* data, size_t bytes, const OpDesc& desc,
+                      Deadline deadline) {
+  PairControl& pc = pair(index_, to);
+  char* buf = ring(index_, to);
+  while (bytes > 0) {
+    const uint32_t w = pc.written.load(std::memory_order_relaxed);
+    const uint32_t r = pc.read.load(std::memory_order_acquire);
+    const size_t free = kPairRingBytes - (w - r);
+    if (free == 0) {
+      COHORT_RETURN_IF_ERROR(WaitChange(pc.read, r, pc.sleepers, to, desc, deadline,
+                                        "receive"));
+      continue;
+    }
+    const size_t at = w % kPairRingBytes;
+    const size_t k = std::min({bytes, free, kPairRingBytes - at});
+    std::memcpy(buf + at, data, k);
+    pc.written.store(w + static_cast<uint32_t>(k), std::memory_order_seq_cst);
+    if (pc.sleepers.load(std::memory_order_seq_cst) > 0) {
+      Futex(&pc.written, FUTEX_WAKE, INT_MAX, nullptr);
+    }
+    data += k;
+    bytes -= k;
+  }
+  return Status::Ok();
+}
+
+Status ShmGroup::Pull(int from, char* data, size_t bytes, const OpDesc& desc,
+                      Deadline deadline) {
+  PairControl& pc = pair(from, index_);
+  const char* buf = ring(from, index_);
+  while (bytes > 0) {
+    const uint32_t r = pc.read.load(std::memory_order_relaxed);
+    const uint32_t w = pc.written.load(std::memory_order_acquire);
+    const size_t avail = w - r;
+    if (avail == 0) {
+      COHORT_RETURN_IF_ERROR(WaitChange(pc.written, w, pc.sleepers, from, desc, deadline,
+                                        "send"));
+      continue;
+    }
+    const size_t at = r % kPairRingBytes;
+    const size_t k = std::min({bytes, avail, kPairRingBytes - at});
+    std::memcpy(data, buf + at, k);
+    pc.read.store(r + static_cast<uint32_t>(k), std::memory_order_seq_cst);
+    if (pc.sleepers.load(std::memory_order_seq_cst) > 0) {
+      Futex(&pc.read, FUTEX_WAKE, INT_MAX, nullptr);
+    }
+    data += k;
+    bytes -= k;
+  }
+  return Status::Ok();
+}
+
+struct ShmMessageHeader {
+  OpDesc desc;
+  uint64_t bytes;
+};
+
+Status ShmGroup::Send(int to, const void* buf, size_t bytes, const OpDesc& desc,
+                      Deadline deadline) {
+  ShmMessageHeader h{desc, bytes};
+  COHORT_RETURN_IF_ERROR(Push(to, reinterpret_cast<const char*>(&h), sizeof(h), desc, deadline));
+  return Push(to, static_cast<const char*>(buf), bytes, desc, deadline);
+}
+
+Status ShmGroup::Recv(int from, void* buf, size_t bytes, const OpDesc& desc, Deadline deadline) {
+  ShmMessageHeader h{};
+  COHORT_RETURN_IF_ERROR(Pull(from, reinterpret_cast<char*>(&h), sizeof(h), desc, deadline));
+  if (!(h.desc == desc) || h.bytes != bytes) {
+    return FailedPrecondition(
+        "send/recv mismatch: rank {} expects {} ({} bytes) but rank {} sent {} ({} bytes)",
+        ranks_[index_], desc.ToString(), bytes, ranks_[from], h.desc.ToString(), h.bytes);
+  }
+  return Pull(from, static_cast<char*>(buf), bytes, desc, deadline);
 }
 
 Result<int> ShmGroup::BeginChunk(const OpDesc& desc, Deadline deadline) {

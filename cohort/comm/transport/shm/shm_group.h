@@ -57,10 +57,24 @@ class ShmGroup {
   // Publishes that this member is done reading other slots for the current chunk.
   void Depart();
 
+  // Point-to-point: a byte stream per ordered pair of members through a ring in the
+  // segment (single producer, single consumer), carrying the OpDesc header first so a
+  // mismatched send/recv is reported like a mismatched collective.
+  Status Send(int to, const void* buf, size_t bytes, const OpDesc& desc, Deadline deadline);
+  Status Recv(int from, void* buf, size_t bytes, const OpDesc& desc, Deadline deadline);
+
   void Abort();
 
  private:
   struct Control;
+  struct PairControl;
+  PairControl& pair(int from, int to) const;
+  char* ring(int from, int to) const;
+  // Waits until `word` differs from `seen`; `peer` is the member expected to change it.
+  Status WaitChange(std::atomic<uint32_t>& word, uint32_t seen, std::atomic<uint32_t>& sleepers,
+                    int peer, const OpDesc& desc, Deadline deadline, const char* what);
+  Status Push(int to, const char* data, size_t bytes, const OpDesc& desc, Deadline deadline);
+  Status Pull(int from, char* data, size_t bytes, const OpDesc& desc, Deadline deadline);
   ShmGroup(std::vector<int> ranks, int index, size_t slot_bytes)
       : ranks_(std::move(ranks)), index_(index), slot_bytes_(slot_bytes) {}
   Control& control(int member) const;
@@ -75,6 +89,7 @@ class ShmGroup {
   size_t mapped_bytes_ = 0;
   size_t control_offset_ = 0;
   size_t data_offset_ = 0;
+  size_t pairs_offset_ = 0;
   uint32_t arrivals_ = 0;  // our arrive counter (owner thread)
   uint32_t chunks_ = 0;    // our depart counter
   int spin_pauses_ = 2000;  // busy-wait budget before sleeping (smaller when oversubscribed)
