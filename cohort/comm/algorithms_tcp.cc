@@ -164,7 +164,7 @@ Status TcpReduceScatterRing(TcpGroup& g, const void* in, void* out, size_t count
                                             tmp, block, c.desc, c.deadline));
     ReduceInto(work.data() + recv_block * block, tmp, count, t, op);
   }
-  std::memcpy(out, work.data() + r * block, block);
+  if (block > 0) std::memcpy(out, work.data() + r * block, block);
   if (op == ReduceOp::kAvg) FinishAvg(out, count, t, n);
   return Status::Ok();
 }

@@ -2,8 +2,8 @@
 // collectives. Under `cohort run` (RANK and COHORT_STORE_PORT set) every worker joins one
 // Communicator; otherwise it trains as a single process.
 //
-//   cohort run --nproc-per-node 2 -- cohort-train --model cnn --dataset fashion-mnist \
-//       --data-dir /usr/share/datasets/fashion-mnist --epochs 3 --batch-size 64 \
+//   cohort run --nproc-per-node 2 -- cohort-train --model cnn --dataset fashion-mnist
+//       --data-dir /usr/share/datasets/fashion-mnist --epochs 6 --batch-size 64
 //       --checkpoint-dir /tmp/ckpt
 //
 // Each run is deterministic for a given seed and world size (model init from --seed, data
