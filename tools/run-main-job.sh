@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Quickstart 1: installs the Debian packages, builds cohort and runs the main job on this
-# machine with the embedded store (no external service): two data-parallel workers.
+# machine with the embedded store (no external service): the C++ trainer (libtorch) on the
+# real Fashion-MNIST data set, two data-parallel workers, restart budget 2, checkpoints.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install-deps.sh
 bash tools/build.sh dev
-export COHORT_PYTHON=/usr/bin/python3
 ckpt="$(mktemp -d /tmp/cohort-main-job.XXXXXX)"
 trap 'rm -rf "$ckpt"' EXIT
-exec build/dev/cohort/cli/cohort run --nproc-per-node 2 --max-restarts 2 \
-  tests/e2e/ddp_train.py --steps 50 --ckpt-dir "$ckpt"
+exec build/dev/cohort/cli/cohort run --nproc-per-node 2 --max-restarts 2 -- \
+  build/dev/cohort/cli/cohort-train --model cnn --dataset fashion-mnist \
+  --data-dir /usr/share/datasets/fashion-mnist --epochs 6 --batch-size 64 --lr 0.05 \
+  --checkpoint-dir "$ckpt" --checkpoint-every 200 --metrics-file "$ckpt/metrics.jsonl"

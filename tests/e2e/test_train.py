@@ -1,0 +1,125 @@
+"""End-to-end tests of the C++ trainer (`cohort-train`) under `cohort run`.
+
+Run:  /usr/bin/python3 -m pytest -v tests/e2e/test_train.py
+(COHORT_BIN overrides the launcher; COHORT_TRAIN_BIN the trainer, default: beside COHORT_BIN.)
+
+* A worker SIGKILLed mid-epoch (the trainer's COHORT_TRAIN_FAULT_RANK/STEP hook, active on
+  attempt 0 only) is restarted by the agent, resumes from the newest checkpoint and ends
+  with parameters bit-identical to an uninterrupted run (same seed and world size): the
+  `param_digest` lines (CRC32 of every parameter's bytes) must be equal.
+* Bad input gives distinct exit codes and a clear message, and overwrites nothing.
+
+Uses the real Fashion-MNIST files (Debian dataset-fashion-mnist) when installed, else the
+trainer's synthetic data set. Every wait is bounded; the worker command lines carry the
+test's marker (`--tag`) so that leftovers are found and killed.
+"""
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+import e2e_util as U
+
+FMNIST = Path("/usr/share/datasets/fashion-mnist")
+TRAIN_TIMEOUT = 240
+QUICK_TIMEOUT = 60
+
+DIGEST_RE = re.compile(r"param_digest ([0-9a-f]{8})")
+ACC_RE = re.compile(r"test_accuracy ([0-9.]+)")
+
+
+def train_bin():
+    env = os.environ.get("COHORT_TRAIN_BIN")
+    if env:
+        return Path(env)
+    return U.cohort_bin().parent / "cohort-train"
+
+
+@pytest.fixture
+def trainer():
+    b = train_bin()
+    if not b.exists():
+        pytest.skip("cohort-train not built: %s (set COHORT_TRAIN_BIN)" % b)
+    return str(b)
+
+
+def data_args():
+    if (FMNIST / "train-images-idx3-ubyte.gz").exists():
+        return ["--dataset", "fashion-mnist", "--data-dir", str(FMNIST)]
+    return ["--dataset", "synthetic"]
+
+
+def train_args(ckpt_dir, marker, *extra):
+    return ["--model", "cnn", *data_args(), "--epochs", "2", "--max-steps", "300",
+            "--batch-size", "32", "--lr", "0.05", "--checkpoint-every", "50", "--keep", "2",
+            "--log-every", "50", "--checkpoint-dir", str(ckpt_dir), "--tag", marker, *extra]
+
+
+def digest(text):
+    m = DIGEST_RE.findall(text)
+    return m[-1] if m else None
+
+
+def snapshot(d):
+    return {p.name: p.read_bytes() for p in sorted(Path(d).iterdir())}
+
+
+def test_sigkill_mid_epoch_resumes_bit_identical(cohort, trainer, launcher, marker, tmp_path):
+    ref = launcher.run([cohort, "run", "--nproc-per-node", "2", "--", trainer,
+                        *train_args(tmp_path / "ref_ckpt", marker)],
+                       TRAIN_TIMEOUT, name="reference")
+    assert ref.p.returncode == 0, ref.describe()
+    ref_digest = digest(ref.stdout)
+    assert ref_digest is not None, ref.describe()
+    assert ACC_RE.search(ref.stdout), ref.describe()
+
+    logs = tmp_path / "logs"
+    # Step 170 is mid-epoch (938 steps per epoch) and between checkpoints (150, 200).
+    env = U.clean_env(COHORT_TRAIN_FAULT_RANK=1, COHORT_TRAIN_FAULT_STEP=170)
+    p = launcher.run([cohort, "run", "--nproc-per-node", "2", "--max-restarts", "1",
+                      "--log-dir", logs, "--rdzv-id", "trainjob", "--", trainer,
+                      *train_args(tmp_path / "ckpt", marker)],
+                     TRAIN_TIMEOUT, env=env, name="faulted")
+    assert p.p.returncode == 0, p.describe()
+    assert "injecting SIGKILL at step 170" in p.stdout, "fault not injected\n" + p.describe()
+    a1 = (logs / "trainjob" / "attempt_1" / "0" / "stdout.log").read_text()
+    assert re.search(r"resumed from .*ckpt-000000000150\.cohort at step 150", a1), a1
+    assert digest(p.stdout) == ref_digest, (
+        "parameters differ after kill/resume: %s vs reference %s\n%s"
+        % (digest(p.stdout), ref_digest, p.describe()))
+    # The newest K=2 checkpoints are kept, no temporaries are left behind.
+    names = sorted(x.name for x in (tmp_path / "ckpt").iterdir())
+    assert names == ["ckpt-000000000250.cohort", "ckpt-000000000300.cohort"], names
+
+
+def test_bad_input_exit_codes(trainer, launcher, marker, tmp_path):
+    def run(args, name):
+        return launcher.run([trainer, *args, "--tag", marker], QUICK_TIMEOUT, name=name)
+
+    p = run(["--model", "vgg", "--dataset", "synthetic"], "bad_model")
+    assert p.p.returncode == 2, p.describe()
+    assert "unknown --model 'vgg'" in p.stderr, p.describe()
+
+    p = run(["--model", "mlp", "--dataset", "imagenet", "--data-dir", str(tmp_path)],
+            "bad_dataset")
+    assert p.p.returncode == 2, p.describe()
+    assert "unknown --dataset 'imagenet'" in p.stderr, p.describe()
+
+    p = run(["--model", "mlp", "--dataset", "fashion-mnist", "--data-dir",
+             str(tmp_path / "nothere")], "missing_dir")
+    assert p.p.returncode == 3, p.describe()
+    assert "does not exist" in p.stderr, p.describe()
+
+    # A checkpoint of the MLP, then the CNN pointed at it: refused, files untouched.
+    ckpt = tmp_path / "ckpt"
+    p = run(["--model", "mlp", "--dataset", "synthetic", "--max-steps", "3",
+             "--checkpoint-dir", str(ckpt), "--checkpoint-every", "1"], "mlp")
+    assert p.p.returncode == 0, p.describe()
+    before = snapshot(ckpt)
+    assert len(before) == 3, sorted(before)
+    p = run(["--model", "cnn", "--dataset", "synthetic", "--max-steps", "3",
+             "--checkpoint-dir", str(ckpt), "--checkpoint-every", "1"], "cnn")
+    assert p.p.returncode == 4, p.describe()
+    assert "is from model 'mlp', not 'cnn'" in p.stderr, p.describe()
+    assert snapshot(ckpt) == before, "the checkpoint directory was modified"
