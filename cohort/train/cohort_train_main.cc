@@ -70,6 +70,7 @@ struct Flags {
   std::string metrics_file;
   int64_t max_steps = 0;
   bool bf16_grads = false;
+  std::string grad_compression = "none";
   std::string tag;
 };
 
@@ -282,7 +283,11 @@ int Run(const Flags& f) {
 
   // 6. Data-parallel wrapper (broadcasts rank 0's parameters; they already agree).
   DdpOptions ddp_options;
-  ddp_options.bf16_compression = f.bf16_grads;
+  if (f.bf16_grads || f.grad_compression == "bf16") {
+    ddp_options.compression = GradCompression::kBf16;
+  } else if (f.grad_compression == "fp16") {
+    ddp_options.compression = GradCompression::kFp16;
+  }
   auto ddp_r = DistributedDataParallel::Create(model, comm.get(), ddp_options);
   Require(ddp_r.status(), kExitComm, "setting up data parallelism");
   auto& ddp = **ddp_r;
@@ -461,7 +466,9 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-file", f.metrics_file, "JSON lines of progress (rank 0)");
   app.add_option("--max-steps", f.max_steps, "stop after N steps in all (0: no limit)")
       ->capture_default_str();
-  app.add_flag("--bf16-grads", f.bf16_grads, "allreduce gradients as bf16");
+  app.add_flag("--bf16-grads", f.bf16_grads, "allreduce gradients as bf16 (= --grad-compression bf16)");
+  app.add_option("--grad-compression", f.grad_compression, "none, bf16 or fp16 gradients on the wire")
+      ->check(CLI::IsMember({"none", "bf16", "fp16"}));
   app.add_option("--tag", f.tag, "free text, ignored (to find the run in ps)");
   try {
     app.parse(argc, argv);

@@ -50,7 +50,10 @@ Result<std::unique_ptr<DistributedDataParallel>> DistributedDataParallel::Create
     if (comm->rank() == 0) {
       COHORT_LOG_INFO("train", "ddp: {} parameters in {} buckets over {} ranks ({}){}",
                       ddp->params_.size(), ddp->buckets_.size(), comm->size(),
-                      comm->topology(), options.bf16_compression ? ", bf16 gradients" : "");
+                      comm->topology(),
+                      options.compression == GradCompression::kBf16   ? ", bf16 gradients"
+                      : options.compression == GradCompression::kFp16 ? ", fp16 gradients"
+                                                                      : "");
     }
   }
   return ddp;
@@ -126,8 +129,13 @@ void DistributedDataParallel::BuildBuckets() {
     int64_t n = 0;
     for (size_t q : b.params) n += params_[q].tensor.numel();
     b.flat = torch::zeros({n}, params_[b.params[0]].tensor.options().requires_grad(false));
-    if (options_.bf16_compression) b.wire = torch::zeros({n}, b.flat.options().dtype(torch::kBFloat16));
-    else b.wire = b.flat;
+    if (options_.compression == GradCompression::kNone) {
+      b.wire = b.flat;
+    } else {
+      auto wire_type = options_.compression == GradCompression::kBf16 ? torch::kBFloat16
+                                                                      : torch::kFloat16;
+      b.wire = torch::zeros({n}, b.flat.options().dtype(wire_type));
+    }
     b.pending = b.params.size();
   }
 }
@@ -179,7 +187,7 @@ void DistributedDataParallel::LaunchReadyBuckets() {
 
 void DistributedDataParallel::Launch(Bucket& b) {
   torch::NoGradGuard no_grad;
-  if (options_.bf16_compression) b.wire.copy_(b.flat);
+  if (options_.compression != GradCompression::kNone) b.wire.copy_(b.flat);
   auto dt = CommType(b.wire.scalar_type());
   COHORT_CHECK(dt.ok()) << dt.status().ToString();
   b.work = comm_->AllReduce(b.wire.data_ptr(), b.wire.data_ptr(),
@@ -229,7 +237,7 @@ Status DistributedDataParallel::FinishGradientSync() {
   {
     torch::NoGradGuard no_grad;
     for (auto& b : buckets_) {
-      if (options_.bf16_compression) b.flat.copy_(b.wire);
+      if (options_.compression != GradCompression::kNone) b.flat.copy_(b.wire);
       for (size_t q : b.params) {
         Param& p = params_[q];
         auto slot = b.flat.narrow(0, p.offset, p.tensor.numel()).view(p.tensor.sizes());

@@ -16,7 +16,7 @@
 //      .grad holds this step's (possibly accumulated) value, and copies it into its bucket's
 //      flat buffer.
 //   3. When every parameter of a bucket is ready the bucket is launched: an asynchronous
-//      AllReduce(kAvg) of the flat buffer (converted to bf16 first with bf16_compression).
+//      AllReduce(kAvg) of the flat buffer (converted to bf16 or fp16 first with compression).
 //      Buckets are launched strictly in index order, so every rank issues the same
 //      collectives in the same order even if autograd finishes them in another order.
 //   4. FinishGradientSync() treats parameters that got no gradient as zero (so the
@@ -44,10 +44,13 @@
 
 namespace cohort::train {
 
+// Gradients may travel in 16 bits: half the bytes, rounded once per bucket.
+enum class GradCompression { kNone, kBf16, kFp16 };
+
 struct DdpOptions {
   size_t first_bucket_bytes = 1 << 20;
   size_t bucket_bytes = 25 << 20;
-  bool bf16_compression = false;       // allreduce gradients as bf16
+  GradCompression compression = GradCompression::kNone;
   bool find_unused_parameters = false;  // zero-fill and report instead of failing
   std::chrono::milliseconds timeout{300000};  // per wait on a bucket
 };
@@ -111,7 +114,7 @@ class DistributedDataParallel {
   struct Bucket {
     std::vector<size_t> params;
     torch::Tensor flat;      // gradient dtype, contiguous
-    torch::Tensor wire;      // what goes over the communicator (flat, or its bf16 copy)
+    torch::Tensor wire;      // what goes over the communicator (flat, or its 16-bit copy)
     size_t pending = 0;      // parameters not ready yet this step
     comm::Communicator::WorkPtr work;
   };

@@ -135,7 +135,7 @@ TEST_F(DdpTest, Bf16CompressionStaysCloseAndRanksAgree) {
   TrainSingle(*single, 5, 0.05);
   std::vector<std::shared_ptr<Classifier>> ranks = {Mlp(1), Mlp(1)};
   DdpOptions o = SmallBuckets();
-  o.bf16_compression = true;
+  o.compression = GradCompression::kBf16;
   RunRanks(2, [&](int r, comm::Communicator& comm) { TrainRank(ranks[r], comm, 5, 0.05, o); });
   EXPECT_EQ(MaxDiff(*ranks[0], *ranks[1]), 0.0);
   double diff = MaxDiff(*single, *ranks[0]);
