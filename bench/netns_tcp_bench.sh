@@ -51,6 +51,22 @@ done
 STREAM=$(printf '%s\n' "${streams[@]}" | sort -g | sed -n 2p)
 echo "# stream: ${streams[*]} GB/s -> median $STREAM GB/s"
 
+echo "# TCP streams both ways at once (what a ring needs: every rank sends and receives)"
+out1=$(mktemp) out2=$(mktemp)
+ip netns exec "$H1" build/dev/bench/tcp_stream server 5202 > "$out1" &
+pids+=($!)
+ip netns exec "$H2" build/dev/bench/tcp_stream server 5203 > "$out2" &
+pids+=($!)
+for _ in $(seq 100); do grep -q listening "$out1" && grep -q listening "$out2" && break; sleep 0.05; done
+ip netns exec "$H2" build/dev/bench/tcp_stream client "$A1" 5202 1073741824 >/dev/null &
+c1=$!
+ip netns exec "$H1" build/dev/bench/tcp_stream client "$A2" 5203 1073741824 >/dev/null
+wait "$c1"
+wait "${pids[-1]}" "${pids[-2]}"
+BIDIR=$(cat "$out1" "$out2" | awk '/GB\/s/ {print $(NF-1)}' | sort -g | head -1)
+echo "# both ways: $(cat "$out1" "$out2" | awk '/GB\/s/ {printf "%s ", $(NF-1)}')GB/s per direction (slower: $BIDIR)"
+rm -f "$out1" "$out2"
+
 export COHORT_TOKEN="$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 common=(--nnodes 2 --nproc-per-node 1 --rdzv-endpoint "$A1:29500" --rdzv-id "$TAG"
         --rdzv-conf join_timeout=60)
@@ -65,7 +81,7 @@ wait "${pids[-1]}" || true
 echo "# cohort allreduce over TCP between $H1 and $H2 (2 ranks, busbw = algbw)"
 grep -E '^\[rank0\]: ' "$log1" | sed 's/^\[rank0\]: //'
 echo
-printf '%12s %10s %10s %8s\n' "size(B)" "busbw" "stream" "share"
-grep -E '^\[rank0\]: +[0-9]' "$log1" | awk -v s="$STREAM" '{printf "%12s %10s %10s %7.0f%%\n", $2, $9, s, 100*$9/s}'
+printf '%12s %10s %10s %8s %12s %8s\n' "size(B)" "busbw" "stream" "share" "both-ways" "share"
+grep -E '^\[rank0\]: +[0-9]' "$log1" | awk -v s="$STREAM" -v b="$BIDIR" '{printf "%12s %10s %10s %7.0f%% %12s %7.0f%%\n", $2, $9, s, 100*$9/s, b, 100*$9/b}'
 echo "# target: busbw >= 80% of the stream throughput"
 echo "# node logs: $log1 $log2"

@@ -2,17 +2,11 @@
 #include <algorithm>
 #include <cstring>
 
-#include "cohort/base/settings.h"
 #include "cohort/comm/algorithms.h"
 #include "cohort/comm/reduce.h"
 
 namespace cohort::comm {
 namespace {
-
-// Reduction pieces: a ring step is split so that reducing one piece overlaps the kernel
-// moving the next.
-const Setting<int64_t> kPieceBytes{"COHORT_TCP_PIECE_BYTES", 256 << 10,
-                                   "bytes per pipelined piece of a TCP ring step"};
 
 char* At(void* p, size_t off) { return static_cast<char*>(p) + off; }
 const char* At(const void* p, size_t off) { return static_cast<const char*>(p) + off; }
@@ -31,11 +25,11 @@ char* Scratch(Call& c, size_t bytes) {
   return c.scratch.data();
 }
 
-// Sends segment `send_seg` to the right while receiving `recv_seg` from the left, reducing
-// it into buf piece by piece.
-// `send_from` holds the segment to send and `acc_from` the partial sums to add the received
-// data to; both are `buf` except in the first step of an out-of-place allreduce, where they
-// are the input (so no copy of the input into the output is needed).
+// Sends segment `send_seg` to the right while receiving `recv_seg` from the left; each
+// piece of the incoming segment is reduced as soon as it arrives, while the send goes on.
+// `send_from` holds the segment to send and `acc_from` this rank's own contribution to the
+// received segment: `buf` for both, except that the first step of an out-of-place
+// allreduce sends from, and adds to, the input (so the input is never copied).
 Status RingReduceStep(TcpGroup& g, char* buf, const char* send_from, const char* acc_from,
                       size_t count, size_t es, int send_seg, int recv_seg, DataType t,
                       ReduceOp op, Call& c) {
@@ -43,23 +37,14 @@ Status RingReduceStep(TcpGroup& g, char* buf, const char* send_from, const char*
   const int right = g.members[Mod(g.index + 1, n)], left = g.members[Mod(g.index - 1, n)];
   auto [s_off, s_len] = Segment(count, n, send_seg);
   auto [r_off, r_len] = Segment(count, n, recv_seg);
-  const size_t piece = std::max<size_t>(1, static_cast<size_t>(kPieceBytes.Get()) / es);
-  char* tmp = Scratch(c, std::min(r_len, piece) * es + 1);
-  // Each direction sends ceil(len / piece) messages, so the neighbours agree on the count.
-  const size_t s_pieces = (s_len + piece - 1) / piece, r_pieces = (r_len + piece - 1) / piece;
-  for (size_t p = 0; p < std::max(s_pieces, r_pieces); ++p) {
-    size_t so = p * piece, sl = p < s_pieces ? std::min(piece, s_len - so) : 0;
-    size_t ro = p * piece, rl = p < r_pieces ? std::min(piece, r_len - ro) : 0;
-    COHORT_RETURN_IF_ERROR(g.mesh->SendRecv(p < s_pieces ? right : -1,
-                                            send_from + (s_off + so) * es, sl * es,
-                                            p < r_pieces ? left : -1, tmp, rl * es, c.desc,
-                                            c.deadline));
-    if (rl == 0) continue;
-    const void* srcs[2] = {acc_from + (r_off + ro) * es, tmp};
-    ReduceMany(buf + (r_off + ro) * es, srcs, 2, rl, t, op == ReduceOp::kAvg ? ReduceOp::kSum : op,
-               1);
-  }
-  return Status::Ok();
+  const ReduceOp step_op = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+  auto consume = [&](size_t offset, const char* data, size_t len) {
+    const size_t at = (r_off + offset / es) * es;
+    const void* srcs[2] = {acc_from + at, data};
+    ReduceMany(buf + at, srcs, 2, len / es, t, step_op, 1);
+  };
+  return g.mesh->SendRecvStream(right, send_from + s_off * es, s_len * es, left, r_len * es, es,
+                                consume, c.desc, c.deadline);
 }
 
 }  // namespace

@@ -97,6 +97,25 @@ void TcpMesh::Abort() {
 
 Status TcpMesh::SendRecv(int to, const void* sbuf, size_t ssize, int from, void* rbuf,
                          size_t rsize, const OpDesc& desc, Deadline deadline) {
+  return Transfer(to, sbuf, ssize, from, rbuf, rsize, 1, nullptr, desc, deadline);
+}
+
+Status TcpMesh::SendRecvStream(int to, const void* sbuf, size_t ssize, int from, size_t rsize,
+                               size_t align, const Consumer& consume, const OpDesc& desc,
+                               Deadline deadline) {
+  constexpr size_t kStageBytes = 1u << 20;
+  if (stage_.size() < kStageBytes) stage_.resize(kStageBytes);
+  return Transfer(to, sbuf, ssize, from, nullptr, rsize, std::max<size_t>(align, 1), &consume,
+                  desc, deadline);
+}
+
+// One loop for both: send and receive progress alternate without blocking; poll only when
+// neither side can move. With a consumer, payload lands in stage_ and is handed over in
+// aligned pieces right after each read.
+Status TcpMesh::Transfer(int to, const void* sbuf, size_t ssize, int from, void* rbuf,
+                         size_t rsize, size_t align, const Consumer* consume,
+                         const OpDesc& desc, Deadline deadline) {
+  size_t staged = 0, delivered = 0;
   WireHeader out_header{desc, ssize};
   WireHeader in_header{};
   // Progress of each direction over [header][payload].
@@ -141,16 +160,31 @@ Status TcpMesh::SendRecv(int to, const void* sbuf, size_t ssize, int from, void*
         iov[n++] = {reinterpret_cast<char*>(&in_header) + received,
                     sizeof(WireHeader) - received};
         // Read the payload in the same call only once the header is known to match.
-      } else {
+      } else if (consume == nullptr) {
         size_t off = received - sizeof(WireHeader);
         iov[n++] = {static_cast<char*>(rbuf) + off, rsize - off};
+      } else {
+        size_t left = rsize - (received - sizeof(WireHeader));
+        iov[n++] = {stage_.data() + staged, std::min(stage_.size() - staged, left)};
       }
       msghdr msg{};
       msg.msg_iov = iov;
       msg.msg_iovlen = n;
       ssize_t k = ::recvmsg(rfd, &msg, MSG_DONTWAIT);
       if (k > 0) {
+        const bool payload = received >= sizeof(WireHeader);
         received += static_cast<size_t>(k);
+        if (consume != nullptr && payload) {
+          staged += static_cast<size_t>(k);
+          size_t give = received >= recv_total ? staged : staged / align * align;
+          if (give > 0) {
+            (*consume)(delivered, stage_.data(), give);
+            delivered += give;
+            std::memmove(stage_.data(), stage_.data() + give, staged - give);
+            staged -= give;
+          }
+          return Status::Ok();  // let the sender run before reading more
+        }
         if (!header_checked && received >= sizeof(WireHeader)) {
           header_checked = true;
           if (!(in_header.desc == desc)) return Mismatch(rank_, desc, from, in_header.desc);
@@ -175,11 +209,13 @@ Status TcpMesh::SendRecv(int to, const void* sbuf, size_t ssize, int from, void*
   };
 
   for (;;) {
+    const size_t sent_before = sent, received_before = received;
     if (to >= 0) COHORT_RETURN_IF_ERROR(do_send());
     if (from >= 0) COHORT_RETURN_IF_ERROR(do_recv());
     bool send_done = to < 0 || sent >= send_total;
     bool recv_done = from < 0 || received >= recv_total;
     if (send_done && recv_done) return Status::Ok();
+    if (sent != sent_before || received != received_before) continue;  // progress: no poll
     pollfd fds[2];
     int n = 0;
     if (!send_done && !recv_done && sfd == rfd) {

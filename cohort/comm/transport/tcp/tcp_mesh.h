@@ -13,6 +13,7 @@
 // any thread: it shuts every socket down, which unblocks the owner.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +41,13 @@ class TcpMesh {
   // `desc`; either peer may be -1. Full duplex, so rings never deadlock on socket buffers.
   Status SendRecv(int to, const void* sbuf, size_t ssize, int from, void* rbuf, size_t rsize,
                   const OpDesc& desc, Deadline deadline);
+  // Like SendRecv, but the received payload is not stored: it is handed to `consume` in
+  // pieces (multiples of `align` bytes, in order) as it arrives, while sending continues.
+  // Lets a ring step reduce incoming data without waiting for the whole segment.
+  using Consumer = std::function<void(size_t offset, const char* data, size_t len)>;
+  Status SendRecvStream(int to, const void* sbuf, size_t ssize, int from, size_t rsize,
+                        size_t align, const Consumer& consume, const OpDesc& desc,
+                        Deadline deadline);
   Status Send(int to, const void* buf, size_t size, const OpDesc& desc, Deadline deadline) {
     return SendRecv(to, buf, size, -1, nullptr, 0, desc, deadline);
   }
@@ -50,8 +58,11 @@ class TcpMesh {
 
  private:
   TcpMesh(int rank, int size) : rank_(rank), size_(size), peers_(size) {}
+  Status Transfer(int to, const void* sbuf, size_t ssize, int from, void* rbuf, size_t rsize,
+                  size_t align, const Consumer* consume, const OpDesc& desc, Deadline deadline);
   const int rank_, size_;
   std::vector<net::Socket> peers_;
+  std::vector<char> stage_;  // receive staging for SendRecvStream
 };
 
 }  // namespace cohort::comm
