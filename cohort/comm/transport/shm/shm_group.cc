@@ -200,57 +200,16 @@ void ShmGroup::Abort() {
   }
 }
 
-Status ShmGroup::WaitCounter(int member, bool arrive, uint32_t target, const OpDesc& desc,
-                             Deadline deadline) {
-  Control& c = control(member);
-  std::atomic<uint32_t>& counter = arrive ? c.arrive : c.depart;
-  auto* header = reinterpret_cast<SegmentHeader*>(base_);
-  // Spin while the peer is likely running on another core; sleep on the futex soon when
-  // ranks outnumber cores (spinning would only steal the peer's time slice).
-  for (int i = 0; i < spin_pauses_ + spin_yields_; ++i) {
-    if (Reached(counter.load(std::memory_order_acquire), target)) return Status::Ok();
-    if (i < spin_pauses_) {
-      _mm_pause();
-    } else {
-      sched_yield();
-    }
-  }
-  for (;;) {
-    c.sleepers.fetch_add(1, std::memory_order_seq_cst);
-    uint32_t seen = counter.load(std::memory_order_seq_cst);
-    if (!Reached(seen, target) && !header->aborted.load()) {
-      int64_t ms = std::min<int64_t>(deadline.RemainingMs(), 100);
-      timespec ts{ms / 1000, (ms % 1000) * 1000000};
-      Futex(&counter, FUTEX_WAIT, seen, &ts);
-    }
-    c.sleepers.fetch_sub(1, std::memory_order_seq_cst);
-    if (Reached(counter.load(std::memory_order_acquire), target)) return Status::Ok();
-    if (header->aborted.load()) return Cancelled("{}: the communicator was aborted", desc.ToString());
-    if (c.pid > 0 && c.pid != ::getpid() && !ProcessAlive(c.pid)) {
-      return Unavailable("{}: rank {} (pid {}) exited", desc.ToString(), ranks_[member], c.pid);
-    }
-    if (deadline.expired()) {
-      return DeadlineExceeded("{}: timed out waiting for rank {} to {}", desc.ToString(),
-                              ranks_[member], arrive ? "arrive" : "finish the previous chunk");
-    }
-  }
-}
-
-ShmGroup::PairControl& ShmGroup::pair(int from, int to) const {
-  return *reinterpret_cast<PairControl*>(base_ + pairs_offset_ +
-                                         (static_cast<size_t>(from) * size() + to) * kPairStride);
-}
-
-char* ShmGroup::ring(int from, int to) const {
-  return reinterpret_cast<char*>(&pair(from, to)) + 192;
-}
-
-Status ShmGroup::WaitChange(std::atomic<uint32_t>& word, uint32_t seen,
-                            std::atomic<uint32_t>& sleepers, int peer, const OpDesc& desc,
-                            Deadline deadline, const char* what) {
+// The one waiting loop of the group: spin while the peer is likely running on another core
+// (briefly when ranks outnumber cores: spinning would only steal the peer's time slice),
+// then sleep on the futex of `word`, registered in `sleepers` so publishers wake us. Every
+// 100 ms it checks the abort flag, whether `peer` is still alive, and the deadline.
+Status ShmGroup::WaitUntil(std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleepers,
+                           const std::function<bool(uint32_t)>& done, int peer,
+                           const OpDesc& desc, Deadline deadline, const char* what) {
   auto* header = reinterpret_cast<SegmentHeader*>(base_);
   for (int i = 0; i < spin_pauses_ + spin_yields_; ++i) {
-    if (word.load(std::memory_order_acquire) != seen) return Status::Ok();
+    if (done(word.load(std::memory_order_acquire))) return Status::Ok();
     if (i < spin_pauses_) {
       _mm_pause();
     } else {
@@ -260,13 +219,14 @@ Status ShmGroup::WaitChange(std::atomic<uint32_t>& word, uint32_t seen,
   const int32_t pid = control(peer).pid;
   for (;;) {
     sleepers.fetch_add(1, std::memory_order_seq_cst);
-    if (word.load(std::memory_order_seq_cst) == seen && !header->aborted.load()) {
+    uint32_t seen = word.load(std::memory_order_seq_cst);
+    if (!done(seen) && !header->aborted.load()) {
       int64_t ms = std::min<int64_t>(deadline.RemainingMs(), 100);
       timespec ts{ms / 1000, (ms % 1000) * 1000000};
       Futex(&word, FUTEX_WAIT, seen, &ts);
     }
     sleepers.fetch_sub(1, std::memory_order_seq_cst);
-    if (word.load(std::memory_order_acquire) != seen) return Status::Ok();
+    if (done(word.load(std::memory_order_acquire))) return Status::Ok();
     if (header->aborted.load()) return Cancelled("{}: the communicator was aborted", desc.ToString());
     if (pid > 0 && pid != ::getpid() && !ProcessAlive(pid)) {
       return Unavailable("{}: rank {} (pid {}) exited", desc.ToString(), ranks_[peer], pid);
@@ -278,6 +238,23 @@ Status ShmGroup::WaitChange(std::atomic<uint32_t>& word, uint32_t seen,
   }
 }
 
+Status ShmGroup::WaitCounter(int member, bool arrive, uint32_t target, const OpDesc& desc,
+                             Deadline deadline) {
+  Control& c = control(member);
+  return WaitUntil(arrive ? c.arrive : c.depart, c.sleepers,
+                   [target](uint32_t v) { return Reached(v, target); }, member, desc, deadline,
+                   arrive ? "arrive" : "finish the previous chunk");
+}
+
+ShmGroup::PairControl& ShmGroup::pair(int from, int to) const {
+  return *reinterpret_cast<PairControl*>(base_ + pairs_offset_ +
+                                         (static_cast<size_t>(from) * size() + to) * kPairStride);
+}
+
+char* ShmGroup::ring(int from, int to) const {
+  return reinterpret_cast<char*>(&pair(from, to)) + 192;
+}
+
 Status ShmGroup::Push(int to, const char* data, size_t bytes, const OpDesc& desc,
                       Deadline deadline) {
   PairControl& pc = pair(index_, to);
@@ -287,8 +264,8 @@ Status ShmGroup::Push(int to, const char* data, size_t bytes, const OpDesc& desc
     const uint32_t r = pc.read.load(std::memory_order_acquire);
     const size_t free = kPairRingBytes - (w - r);
     if (free == 0) {
-      COHORT_RETURN_IF_ERROR(WaitChange(pc.read, r, pc.sleepers, to, desc, deadline,
-                                        "receive"));
+      COHORT_RETURN_IF_ERROR(WaitUntil(pc.read, pc.sleepers, [r](uint32_t v) { return v != r; },
+                                       to, desc, deadline, "receive"));
       continue;
     }
     const size_t at = w % kPairRingBytes;
@@ -313,8 +290,9 @@ Status ShmGroup::Pull(int from, char* data, size_t bytes, const OpDesc& desc,
     const uint32_t w = pc.written.load(std::memory_order_acquire);
     const size_t avail = w - r;
     if (avail == 0) {
-      COHORT_RETURN_IF_ERROR(WaitChange(pc.written, w, pc.sleepers, from, desc, deadline,
-                                        "send"));
+      COHORT_RETURN_IF_ERROR(WaitUntil(pc.written, pc.sleepers,
+                                       [w](uint32_t v) { return v != w; }, from, desc, deadline,
+                                       "send"));
       continue;
     }
     const size_t at = r % kPairRingBytes;

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -70,9 +71,10 @@ class ShmGroup {
   struct PairControl;
   PairControl& pair(int from, int to) const;
   char* ring(int from, int to) const;
-  // Waits until `word` differs from `seen`; `peer` is the member expected to change it.
-  Status WaitChange(std::atomic<uint32_t>& word, uint32_t seen, std::atomic<uint32_t>& sleepers,
-                    int peer, const OpDesc& desc, Deadline deadline, const char* what);
+  // Waits until done(word) holds; `peer` is the member expected to change `word`.
+  Status WaitUntil(std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleepers,
+                   const std::function<bool(uint32_t)>& done, int peer, const OpDesc& desc,
+                   Deadline deadline, const char* what);
   Status Push(int to, const char* data, size_t bytes, const OpDesc& desc, Deadline deadline);
   Status Pull(int from, char* data, size_t bytes, const OpDesc& desc, Deadline deadline);
   ShmGroup(std::vector<int> ranks, int index, size_t slot_bytes)
