@@ -204,9 +204,10 @@ void ShmGroup::Abort() {
 // (briefly when ranks outnumber cores: spinning would only steal the peer's time slice),
 // then sleep on the futex of `word`, registered in `sleepers` so publishers wake us. Every
 // 100 ms it checks the abort flag, whether `peer` is still alive, and the deadline.
+template <typename Done>
 Status ShmGroup::WaitUntil(std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleepers,
-                           const std::function<bool(uint32_t)>& done, int peer,
-                           const OpDesc& desc, Deadline deadline, const char* what) {
+                           const Done& done, int peer, const OpDesc& desc, Deadline deadline,
+                           const char* what) {
   auto* header = reinterpret_cast<SegmentHeader*>(base_);
   for (int i = 0; i < spin_pauses_ + spin_yields_; ++i) {
     if (done(word.load(std::memory_order_acquire))) return Status::Ok();

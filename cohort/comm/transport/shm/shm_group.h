@@ -22,7 +22,6 @@
 #pragma once
 
 #include <atomic>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -72,9 +71,11 @@ class ShmGroup {
   PairControl& pair(int from, int to) const;
   char* ring(int from, int to) const;
   // Waits until done(word) holds; `peer` is the member expected to change `word`.
+  // (Defined in shm_group.cc, its only user; a template so the check inlines into the spin.)
+  template <typename Done>
   Status WaitUntil(std::atomic<uint32_t>& word, std::atomic<uint32_t>& sleepers,
-                   const std::function<bool(uint32_t)>& done, int peer, const OpDesc& desc,
-                   Deadline deadline, const char* what);
+                   const Done& done, int peer, const OpDesc& desc, Deadline deadline,
+                   const char* what);
   Status Push(int to, const char* data, size_t bytes, const OpDesc& desc, Deadline deadline);
   Status Pull(int from, char* data, size_t bytes, const OpDesc& desc, Deadline deadline);
   ShmGroup(std::vector<int> ranks, int index, size_t slot_bytes)
