@@ -1,0 +1,172 @@
+"""Multi-node scenarios on network-namespace hosts (one `cohort run` agent per host, the
+embedded store served by host 0), each training a small C++ DDP job (cohort-train, MLP on
+synthetic data, checkpoints on the shared file system):
+
+- SIGKILL of a node's agent and workers: the survivors re-rendezvous with a smaller world
+  (>= MIN) and finish from the last checkpoint;
+- a node added mid-run: the world grows without spending the restart budget;
+- a cut link, healed later: the cut node's peers time out, the rest go on; once healed the
+  node rejoins;
+- the node hosting the embedded store is killed: the others stop with a clear error.
+Each prints the time to recover. Needs root; skipped otherwise.
+"""
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import netns  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent.parent
+BIN = Path(os.environ.get("COHORT_BIN", REPO / "build/dev/cohort/cli/cohort"))
+TRAIN = BIN.parent / "cohort-train"
+JOB_TIMEOUT = 180
+
+pytestmark = pytest.mark.skipif(netns.available() is not None,
+                                reason=str(netns.available()))
+
+
+@pytest.fixture
+def cluster(request, tmp_path):
+    made = []
+
+    def make(n):
+        c = netns.Cluster(n, tmp_path)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.close()
+
+
+def node_argv(c, i, ckpt, nnodes, max_steps, extra=()):
+    return [str(BIN), "run", "--nnodes", nnodes, "--nproc-per-node", "1",
+            "--rdzv-endpoint", "%s:29400" % c.addr(0), "--rdzv-id", c.tag,
+            "--local-addr", c.addr(i), "--max-restarts", "3",
+            "--rdzv-conf", "join_timeout=60,last_call_timeout=2,keep_alive_interval=0.5,"
+                           "keep_alive_max_attempt=6", *extra,
+            "--", str(TRAIN), "--model", "mlp", "--dataset", "synthetic", "--epochs", "100",
+            "--batch-size", "16", "--max-steps", str(max_steps), "--checkpoint-dir", str(ckpt),
+            "--checkpoint-every", "10", "--log-every", "10", "--tag", c.tag]
+
+
+def node_env(c, i):
+    env = dict(os.environ)
+    for k in list(env):
+        if k.startswith(("PET_", "TORCHELASTIC_")) or k in ("RANK", "WORLD_SIZE"):
+            del env[k]
+    env.update(COHORT_TOKEN="t" + c.tag, COHORT_HOST_ID="host%d" % i,
+               COHORT_COMM_TIMEOUT="8", OMP_NUM_THREADS="1")
+    return env
+
+
+def all_out(procs):
+    return "".join(p.stdout for p in procs)
+
+
+def steps_seen(procs):
+    return [int(m) for m in re.findall(r"\[rank0\]: epoch \d+/\d+ step (\d+)/", all_out(procs))]
+
+
+def worlds_seen(procs):
+    return [int(m) for m in re.findall(r"with (\d+) worker\(s\)", all_out(procs))]
+
+
+def wait_progress(procs, beyond, timeout, what):
+    return netns.wait_for(lambda: any(s > beyond for s in steps_seen(procs)), timeout, what)
+
+
+def wait_new_attempt(procs, attempts_before, world, timeout):
+    """Waits for a progress line after a restart whose world size is `world`."""
+    def ok():
+        ws = worlds_seen(procs)
+        if len(ws) <= attempts_before or ws[-1] != world:
+            return False
+        tail = all_out(procs)
+        last = tail.rfind("with %d worker(s)" % world)
+        return re.search(r"\[rank0\]: epoch \d+/\d+ step", tail[last:]) is not None
+    netns.wait_for(ok, timeout, "an attempt with %d workers making progress" % world)
+
+
+def assert_finished(procs, everyone=None):
+    """The given nodes exit 0 and rank 0 (on any of `everyone`) reports the final model."""
+    for p in procs:
+        rc = p.wait(JOB_TIMEOUT)
+        assert rc == 0, p.describe()
+    out = all_out(everyone or procs)
+    assert "test_accuracy" in out and "param_digest" in out, "".join(
+        p.describe() for p in procs)
+
+
+def test_sigkill_of_a_node_shrinks_the_world_and_finishes(cluster, tmp_path):
+    c = cluster(3)
+    ckpt = tmp_path / "ckpt"
+    nodes = [c.start(i, node_argv(c, i, ckpt, "2:3", 1500), node_env(c, i), "node%d" % i)
+             for i in range(3)]
+    wait_progress(nodes, 50, 90, "training on 3 nodes")
+    assert worlds_seen(nodes)[-1] == 3
+    before = len(worlds_seen(nodes))
+    t_fault = time.monotonic()
+    nodes[2].kill()  # the agent's whole process group: agent and worker
+    wait_new_attempt(nodes[:2], before, 2, 60)
+    recover = time.monotonic() - t_fault
+    print("\nrecovery after SIGKILL of a node: %.2f s" % recover)
+    assert_finished(nodes[:2], nodes)
+    assert nodes[2].poll() is not None
+
+
+def test_node_added_mid_run_grows_the_world(cluster, tmp_path):
+    c = cluster(3)
+    ckpt = tmp_path / "ckpt"
+    nodes = [c.start(i, node_argv(c, i, ckpt, "2:3", 1200), node_env(c, i), "node%d" % i)
+             for i in range(2)]
+    wait_progress(nodes, 50, 90, "training on 2 nodes")
+    assert worlds_seen(nodes)[-1] == 2
+    before = len(worlds_seen(nodes))
+    t_join = time.monotonic()
+    nodes.append(c.start(2, node_argv(c, 2, ckpt, "2:3", 1200), node_env(c, 2), "node2"))
+    wait_new_attempt(nodes, before, 3, 60)
+    print("\nre-rendezvous to 3 nodes after a join: %.2f s" % (time.monotonic() - t_join))
+    assert_finished(nodes)
+    # A membership change is not a failure: no restart was counted.
+    assert "restart 1 of" not in "".join(p.stderr for p in nodes)
+
+
+def test_killing_the_store_host_is_a_clear_error(cluster, tmp_path):
+    c = cluster(3)
+    ckpt = tmp_path / "ckpt"
+    nodes = [c.start(i, node_argv(c, i, ckpt, "2:3", 100000), node_env(c, i), "node%d" % i)
+             for i in range(3)]
+    wait_progress(nodes, 30, 90, "training on 3 nodes")
+    t_fault = time.monotonic()
+    nodes[0].kill()
+    for p in nodes[1:]:
+        rc = p.wait(60)
+        assert rc != 0, p.describe()
+        assert "store" in p.stderr, p.describe()
+        print("\n" + p.name + ": " + p.stderr.strip().splitlines()[-1])
+    print("\nnodes stopped %.2f s after the store host died" % (time.monotonic() - t_fault))
+
+
+def test_cut_link_then_heal(cluster, tmp_path):
+    c = cluster(3)
+    ckpt = tmp_path / "ckpt"
+    nodes = [c.start(i, node_argv(c, i, ckpt, "2:3", 1500), node_env(c, i), "node%d" % i)
+             for i in range(3)]
+    wait_progress(nodes, 50, 90, "training on 3 nodes")
+    before = len(worlds_seen(nodes))
+    t_fault = time.monotonic()
+    c.cut(2)
+    wait_new_attempt(nodes[:2], before, 2, 90)
+    print("\nrecovery after cutting a node's link: %.2f s" % (time.monotonic() - t_fault))
+    c.heal(2)
+    rc = nodes[2].wait(JOB_TIMEOUT)
+    assert_finished(nodes[:2], nodes)
+    # The cut node either rejoined and finished, or stopped with an error that says why.
+    assert rc == 0 or re.search(r"store|rendezvous|rank", nodes[2].stderr), nodes[2].describe()
+    print("cut node: exit %d; %s" % (rc, (nodes[2].stderr.strip().splitlines() or [""])[-1]))
