@@ -6,12 +6,14 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/inotify.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -125,6 +127,11 @@ class Agent::Impl {
   void ForwardSignal(int sig);
   void CloseWorkerPipes(Worker& w);
   AgentResult FailureResult(const std::string& why);
+  // After a failure in a libcohort job: asks the live workers for their flight recorders
+  // (SIGUSR1), and reports each local rank's last collective ("rank 1: allreduce #4
+  // completed" beside "rank 0: allreduce #5 failed") — which ranks did not enter which
+  // collective. Empty when the workers do not use libcohort.
+  std::string CollectFlightRecords(const FailureRecord& failure);
 
   AgentOptions o_;
   int signal_fd_ = -1;
@@ -137,6 +144,7 @@ class Agent::Impl {
   std::optional<FailureRecord> failure_;  // first failure of the current attempt
   int64_t last_round_ = -1;
   std::string attempt_dir_;
+  std::string stall_report_;  // CollectFlightRecords of the latest failure
   WorkerState state_ = WorkerState::kInit;
 };
 
@@ -233,6 +241,7 @@ Status Agent::Impl::StartWorkers(const RendezvousInfo& info, int attempt) {
         {"TORCHELASTIC_USE_AGENT_STORE", "False"},
         {"COHORT_STORE_PREFIX", info.store_prefix},
         {"COHORT_ATTEMPT", std::to_string(attempt)},
+        {"COHORT_FLIGHT_RECORDER_DIR", dir},
     };
     if (set_omp) env.emplace_back("OMP_NUM_THREADS", "1");
     for (const auto& kv : spec.extra_env) env.push_back(kv);
@@ -423,12 +432,82 @@ void Agent::Impl::StopWorkers(int first_signal) {
   state_ = WorkerState::kStopped;
 }
 
+std::string Agent::Impl::CollectFlightRecords(const FailureRecord& failure) {
+  auto dump_path = [&](const Worker& w) {
+    return fmt::format("{}/{}/rank{}.txt", attempt_dir_, w.rank, w.rank);
+  };
+  const Worker* failed = nullptr;
+  for (const auto& w : workers_) {
+    if (w.rank == failure.rank) failed = &w;
+  }
+  // Only libcohort workers dump (and handle SIGUSR1); the failed rank's own timeout dump
+  // tells us this is one.
+  if (failed == nullptr || !fs::exists(dump_path(*failed))) return "";
+  int in = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  int waiting = 0;
+  for (auto& w : workers_) {
+    if (!w.alive) continue;
+    if (in >= 0) {
+      ::inotify_add_watch(in, fmt::format("{}/{}", attempt_dir_, w.rank).c_str(),
+                          IN_CLOSE_WRITE);
+    }
+    SignalGroup(w.child.pid, SIGUSR1);
+    ++waiting;
+  }
+  // Bounded wait for the dumps: one close-after-write event per signalled worker.
+  const Deadline deadline = Deadline::AfterMs(1000);
+  while (in >= 0 && waiting > 0 && !deadline.expired()) {
+    pollfd p{in, POLLIN, 0};
+    if (::poll(&p, 1, deadline.PollTimeoutMs()) <= 0) break;
+    alignas(inotify_event) char buf[4096];
+    ssize_t n = ::read(in, buf, sizeof(buf));
+    for (ssize_t off = 0; n > 0 && off < n;) {
+      auto* ev = reinterpret_cast<inotify_event*>(buf + off);
+      if (ev->mask & IN_CLOSE_WRITE) --waiting;
+      off += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
+    }
+  }
+  if (in >= 0) ::close(in);
+  std::string report;
+  std::vector<std::pair<int, long>> last_seq;  // (rank, sequence of its last operation)
+  long newest = -1;
+  std::string newest_op;
+  for (const auto& w : workers_) {
+    std::ifstream dump(dump_path(w));
+    std::string line, last;
+    while (std::getline(dump, line)) {
+      size_t first = line.find_first_not_of(' ');
+      if (first != std::string::npos && first > 0 && std::isdigit(line[first])) last = line;
+    }
+    std::istringstream fields(last);
+    std::string seq, op, type, redop, count, root, state;
+    if (!(fields >> seq >> op >> type >> redop >> count >> root >> state)) continue;
+    report += fmt::format("\n  rank {}: last operation {} #{} ({} x {}) {}", w.rank, op, seq,
+                          count, type, state);
+    long n = std::strtol(seq.c_str(), nullptr, 10);
+    last_seq.emplace_back(w.rank, n);
+    if (n > newest) {
+      newest = n;
+      newest_op = op;
+    }
+  }
+  if (report.empty()) return "";
+  for (const auto& [rank, n] : last_seq) {
+    if (n < newest) {
+      report += fmt::format("\n  => rank {} has not entered {} #{}", rank, newest_op, newest);
+    }
+  }
+  return "collective state at the failure (flight recorders; a rank whose last operation is "
+         "older than the others' did not enter the next one):" + report;
+}
+
 AgentResult Agent::Impl::FailureResult(const std::string& why) {
   std::string text = fmt::format("cohort: job '{}' failed: {}", o_.spec.run_id, why);
   if (last_round_ >= 0) {
     auto f = rdzv_->GetFailure(last_round_);
     if (f.ok()) text += fmt::format("\ncohort: first failure: {}", f->Describe());
   }
+  if (!stall_report_.empty()) text += "\ncohort: " + stall_report_;
   text += fmt::format("\ncohort: logs: {}/{}", o_.spec.log_dir, o_.spec.run_id);
   return {kExitWorkerFailed, text};
 }
@@ -542,6 +621,8 @@ AgentResult Agent::Impl::Run() {
       case Outcome::kFailed: {
         FailureRecord f = *failure_;
         COHORT_LOG_WARN(kLog, "{}; stopping the worker group", f.Describe());
+        stall_report_ = CollectFlightRecords(f);
+        if (!stall_report_.empty()) COHORT_LOG_WARN(kLog, "{}", stall_report_);
         StopWorkers(SIGTERM);
         auto ended = rdzv_->EndRound(info->round, fmt::format("failure:rank {}", f.rank), true, &f);
         if (!ended.ok()) {
