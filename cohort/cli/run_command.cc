@@ -13,6 +13,7 @@
 #include "cohort/base/subprocess.h"
 #include "cohort/cli/exit_codes.h"
 #include "cohort/net/socket.h"
+#include "cohort/store/etcd_store.h"
 #include "cohort/store/store_server.h"
 #include "cohort/store/tcp_store.h"
 
@@ -65,9 +66,11 @@ void AddFlags(CLI::App& app, RunFlags& f) {
   opt("--nnodes", f.nnodes, "PET_NNODES", "number of nodes, N or MIN:MAX (elastic)");
   opt("--node-rank,--node_rank", f.node_rank, "PET_NODE_RANK", "rank of this node (informational)");
   opt("--rdzv-backend,--rdzv_backend", f.rdzv_backend, "PET_RDZV_BACKEND",
-      "rendezvous backend: store (embedded, default; c10d is an alias)");
+      "rendezvous backend: store (embedded, default; c10d is an alias) or etcd (v3 API; "
+      "etcd-v2 is an alias)");
   opt("--rdzv-endpoint,--rdzv_endpoint", f.rdzv_endpoint, "PET_RDZV_ENDPOINT",
-      "host:port of the rendezvous store; the node on that host serves it");
+      "host:port of the rendezvous store; the node on that host serves it (etcd: "
+      "h1:2379,h2:2379,...)");
   opt("--rdzv-id,--rdzv_id", f.rdzv_id, "PET_RDZV_ID", "job id shared by all nodes");
   opt("--rdzv-conf,--rdzv_conf", f.rdzv_conf, "PET_RDZV_CONF",
       "key=value,... : join_timeout, last_call_timeout, close_timeout, keep_alive_interval, "
@@ -267,6 +270,53 @@ Result<std::vector<std::string>> WorkerArgv(const RunFlags& f,
   return argv;
 }
 
+// Takes the etcd client keys out of --rdzv-conf (the rest goes to ApplyRdzvConf):
+// protocol=http|https, cacert, cert, key (PEM paths), user, request_timeout (seconds).
+// The password comes from COHORT_ETCD_PASSWORD only, never from the command line.
+Status SplitEtcdConf(const std::string& text, store::EtcdStoreOptions& o, std::string* rest,
+                     bool* https) {
+  rest->clear();
+  for (const auto& item : Split(text, ',')) {
+    auto eq = item.find('=');
+    std::string key = eq == std::string::npos ? item : std::string(Trim(item.substr(0, eq)));
+    std::string value = eq == std::string::npos ? "" : std::string(Trim(item.substr(eq + 1)));
+    if (key == "protocol") {
+      if (value != "http" && value != "https") {
+        return InvalidArgument("--rdzv-conf protocol={} must be http or https", value);
+      }
+      *https = value == "https";
+    } else if (key == "cacert") {
+      o.ca_file = value;
+    } else if (key == "cert") {
+      o.cert_file = value;
+    } else if (key == "key") {
+      o.key_file = value;
+    } else if (key == "user") {
+      o.user = value;
+    } else if (key == "request_timeout") {
+      auto seconds = ParseDouble(value);
+      if (!seconds || *seconds <= 0) {
+        return InvalidArgument("--rdzv-conf request_timeout={} is not a number of seconds",
+                               value);
+      }
+      o.request_timeout =
+          std::chrono::duration_cast<Duration>(std::chrono::duration<double>(*seconds));
+    } else {
+      *rest += (rest->empty() ? "" : ",") + item;
+    }
+  }
+  for (const std::string* file : {&o.ca_file, &o.cert_file, &o.key_file}) {
+    if (!file->empty() && !fs::is_regular_file(*file)) {
+      return NotFound("--rdzv-conf: the file '{}' does not exist", *file);
+    }
+  }
+  if (const char* user = std::getenv("COHORT_ETCD_USER"); user && *user && o.user.empty()) {
+    o.user = user;
+  }
+  if (const char* pw = std::getenv("COHORT_ETCD_PASSWORD"); pw && *pw) o.password = pw;
+  return Status::Ok();
+}
+
 // Where this node's agent finds the store, and whether it serves it.
 struct StorePlan {
   std::string host;
@@ -335,18 +385,38 @@ int RunCommand(const std::vector<std::string>& args) {
     filter.insert(static_cast<int>(*r));
   }
   std::string backend = ToLower(f.rdzv_backend);
-  if (backend != "store" && backend != "c10d" && backend != "static") {
+  if (backend != "store" && backend != "c10d" && backend != "static" && backend != "etcd" &&
+      backend != "etcd-v2") {
     return Fail(kExitInvalidValue,
-                fmt::format("--rdzv-backend '{}' is not supported here (use store; c10d is an "
-                            "alias; etcd arrives with multi-node support)",
+                fmt::format("--rdzv-backend '{}' is not supported (use store, the default, or "
+                            "etcd; c10d is an alias of store, etcd-v2 of etcd)",
                             f.rdzv_backend));
+  }
+  // etcd: the agents rendezvous in etcd (v3 API, docs/etcd.md); --standalone overrides it.
+  const bool use_etcd = (backend == "etcd" || backend == "etcd-v2") && !f.standalone;
+  store::EtcdStoreOptions etcd;
+  std::string rdzv_conf = f.rdzv_conf;
+  if (use_etcd) {
+    if (f.rdzv_endpoint.empty()) {
+      return Fail(kExitInvalidValue,
+                  "--rdzv-backend etcd needs --rdzv-endpoint host:port[,host:port...] of the "
+                  "etcd members");
+    }
+    bool https = false;
+    if (Status s = SplitEtcdConf(f.rdzv_conf, etcd, &rdzv_conf, &https); !s.ok()) {
+      return Fail(s.code() == StatusCode::kNotFound ? kExitNotFound : kExitInvalidValue,
+                  s.message());
+    }
+    auto endpoints = store::ParseEtcdEndpoints(f.rdzv_endpoint, https || !etcd.ca_file.empty());
+    if (!endpoints.ok()) return Fail(kExitInvalidValue, endpoints.status().message());
+    etcd.endpoints = *endpoints;
   }
   rendezvous::RendezvousConfig rdzv;
   rdzv.min_nodes = nnodes->first;
   rdzv.max_nodes = nnodes->second;
   rdzv.max_restarts = f.max_restarts;
   std::optional<bool> is_host;
-  if (Status s = ApplyRdzvConf(f.rdzv_conf, rdzv, is_host); !s.ok()) {
+  if (Status s = ApplyRdzvConf(rdzv_conf, rdzv, is_host); !s.ok()) {
     return Fail(kExitInvalidValue, s.message());
   }
   if (f.standalone && rdzv.max_nodes > 1) {
@@ -366,7 +436,13 @@ int RunCommand(const std::vector<std::string>& args) {
   const bool single = rdzv.max_nodes == 1;
   StorePlan plan;
   const char* env_token = std::getenv("COHORT_TOKEN");
-  if (f.standalone || (single && f.rdzv_endpoint.empty())) {
+  if (use_etcd) {
+    // The agents use etcd; no rendezvous store is served and COHORT_TOKEN is not needed
+    // (etcd has its own auth). libcohort workers still need a cohort store: on a single
+    // node this agent serves one for them on loopback; across nodes that is not supported
+    // yet (docs/etcd.md), so their COHORT_STORE_* variables are left unset.
+    plan = {"127.0.0.1", 0, single, env_token && *env_token ? env_token : RandomHex(16)};
+  } else if (f.standalone || (single && f.rdzv_endpoint.empty())) {
     plan = {"127.0.0.1", 0, true, env_token && *env_token ? env_token : RandomHex(16)};
   } else {
     auto hp = ParseHostPort(f.rdzv_endpoint.empty() ? "127.0.0.1" : f.rdzv_endpoint,
@@ -390,8 +466,13 @@ int RunCommand(const std::vector<std::string>& args) {
     }
   }
   std::string run_id = f.rdzv_id;
-  if (run_id == "none" && (f.standalone || single)) run_id = "cohort-" + RandomHex(6);
+  const bool own_run_id = run_id == "none" && (f.standalone || single);
+  if (own_run_id) run_id = "cohort-" + RandomHex(6);
   rdzv.run_id = run_id;
+  if (use_etcd && run_id == "none") {
+    COHORT_LOG_WARN("cli", "--rdzv-id is 'none': every job on this etcd that does the same "
+                    "shares its keys; give each job its own --rdzv-id");
+  }
 
   if (single && f.master_port > 0) {
     auto probe = net::Listen({.host = "0.0.0.0", .port = f.master_port, .reuse_addr = true});
@@ -470,6 +551,19 @@ int RunCommand(const std::vector<std::string>& args) {
                       {"COHORT_STORE_ADDR", store_addr},
                       {"COHORT_STORE_PORT", std::to_string(plan.port)},
                       {"COHORT_RUN_ID", run_id}};
+  if (use_etcd && !server) {
+    // libcohort in the workers reaches the job's store through etcd as well (the keys of
+    // this run id); the password, if any, is inherited as COHORT_ETCD_PASSWORD.
+    std::string endpoints;
+    for (const auto& e : etcd.endpoints) endpoints += (endpoints.empty() ? "" : ",") + e;
+    o.spec.extra_env = {{"COHORT_RUN_ID", run_id},
+                        {"COHORT_ETCD_ENDPOINTS", endpoints},
+                        {"COHORT_ETCD_PREFIX", run_id},
+                        {"COHORT_ETCD_CACERT", etcd.ca_file},
+                        {"COHORT_ETCD_CERT", etcd.cert_file},
+                        {"COHORT_ETCD_KEY", etcd.key_file},
+                        {"COHORT_ETCD_USER", etcd.user}};
+  }
   o.rdzv = rdzv;
   o.self.host = net::HostName();
   o.self.addr = !f.local_addr.empty() ? f.local_addr
@@ -489,11 +583,31 @@ int RunCommand(const std::vector<std::string>& args) {
     COHORT_ASSIGN_OR_RETURN(auto s, store::TcpStore::Connect(store_options, d));
     return std::shared_ptr<store::Store>(std::move(s));
   };
+  if (use_etcd) {
+    // Each connection is its own EtcdStore (the agent's and the watcher's), keys under
+    // "/cohort/<run id>/". Connect gives up after the request timeout when no member answers.
+    etcd.prefix = run_id;
+    o.connect_store = [etcd, connect_deadline]() -> Result<std::shared_ptr<store::Store>> {
+      Deadline d = connect_deadline.expired() ? Deadline::AfterMs(5000) : connect_deadline;
+      COHORT_ASSIGN_OR_RETURN(auto s, store::EtcdStore::Connect(etcd, d));
+      return std::shared_ptr<store::Store>(std::move(s));
+    };
+  }
 
-  o.serves_store = server != nullptr;
+  o.serves_store = server != nullptr && !use_etcd;
   agent::Agent the_agent(std::move(o));
   agent::AgentResult result = the_agent.Run();
   if (server) server->Stop();
+  if (use_etcd && single && own_run_id && result.exit_code != agent::kExitRendezvous) {
+    // Nobody else can use this job's keys (its run id was made here): remove them.
+    auto s = store::EtcdStore::Connect(etcd, Deadline::After(etcd.request_timeout));
+    auto deleted = s.ok() ? (*s)->DeleteAll(Deadline::After(etcd.request_timeout))
+                          : Result<int64_t>(s.status());
+    if (!deleted.ok()) {
+      COHORT_LOG_WARN("cli", "could not remove this job's keys from etcd: {}",
+                      deleted.status().message());
+    }
+  }
   if (!result.summary.empty()) fmt::print(stderr, "{}\n", result.summary);
   return result.exit_code;
 }

@@ -14,6 +14,7 @@
 #include "cohort/comm/flight_recorder.h"
 #include "cohort/comm/reduce.h"
 #include "cohort/net/socket.h"
+#include "cohort/store/etcd_store.h"
 #include "cohort/store/tcp_store.h"
 
 namespace cohort::comm {
@@ -410,16 +411,30 @@ Result<std::unique_ptr<Communicator>> Communicator::FromEnvironment(CommOptions 
     return FailedPrecondition("RANK and WORLD_SIZE are not set; start this program with "
                               "`cohort run`");
   }
-  if (!port || Env("COHORT_STORE_ADDR").empty()) {
-    return FailedPrecondition("COHORT_STORE_ADDR/COHORT_STORE_PORT are not set; start this "
-                              "program with `cohort run`");
+  std::shared_ptr<store::Store> store;
+  if (port && !Env("COHORT_STORE_ADDR").empty()) {
+    store::TcpStoreOptions so{.host = Env("COHORT_STORE_ADDR"),
+                              .port = static_cast<int>(*port),
+                              .token = Env("COHORT_TOKEN")};
+    COHORT_ASSIGN_OR_RETURN(auto tcp, store::TcpStore::Connect(so, Deadline::AfterMs(60000)));
+    store = std::move(tcp);
+  } else if (!Env("COHORT_ETCD_ENDPOINTS").empty()) {
+    // An etcd job (`cohort run --rdzv-backend etcd`): the job's keys live in etcd.
+    store::EtcdStoreOptions eo;
+    eo.endpoints = Split(Env("COHORT_ETCD_ENDPOINTS"), ',');
+    eo.prefix = Env("COHORT_ETCD_PREFIX");
+    eo.ca_file = Env("COHORT_ETCD_CACERT");
+    eo.cert_file = Env("COHORT_ETCD_CERT");
+    eo.key_file = Env("COHORT_ETCD_KEY");
+    eo.user = Env("COHORT_ETCD_USER");
+    eo.password = Env("COHORT_ETCD_PASSWORD");
+    COHORT_ASSIGN_OR_RETURN(auto etcd, store::EtcdStore::Connect(eo, Deadline::AfterMs(60000)));
+    store = std::move(etcd);
+  } else {
+    return FailedPrecondition("no job store: neither COHORT_STORE_ADDR/COHORT_STORE_PORT nor "
+                              "COHORT_ETCD_ENDPOINTS is set; start this program with `cohort run`");
   }
-  store::TcpStoreOptions so{.host = Env("COHORT_STORE_ADDR"),
-                            .port = static_cast<int>(*port),
-                            .token = Env("COHORT_TOKEN")};
-  COHORT_ASSIGN_OR_RETURN(auto tcp, store::TcpStore::Connect(so, Deadline::AfterMs(60000)));
   std::string prefix = Env("COHORT_STORE_PREFIX");
-  std::shared_ptr<store::Store> store = std::move(tcp);
   if (!prefix.empty()) store = std::make_shared<store::PrefixStore>(prefix, store);
   return Create(store, static_cast<int>(*rank), static_cast<int>(*size), std::move(options));
 }

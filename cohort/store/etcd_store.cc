@@ -1,0 +1,859 @@
+// Implements EtcdStore over etcd's v3 JSON gateway with libcurl.
+//
+// Thread-safety: Impl's connection pool, socket set, token and endpoint index are guarded
+// by their own mutexes or are atomics; a Conn (one CURL easy handle) is used by one call at a
+// time. Abort() touches only atomics and shutdown(2) on the sockets libcurl opened through
+// our open/close callbacks (both under fds_mu_, so a closed descriptor is never shut down).
+#include "cohort/store/etcd_store.h"
+
+#include <curl/curl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include "cohort/base/log.h"
+#include "cohort/base/settings.h"
+#include "cohort/base/strings.h"
+
+namespace cohort::store {
+
+using json = nlohmann::json;
+
+namespace {
+
+constexpr const char* kLog = "store";
+constexpr size_t kMaxTxnOps = 128;  // etcd's default --max-txn-ops
+constexpr size_t kMaxIdleConns = 8;
+
+// ---- base64 (etcd's JSON gateway carries keys and values as base64) ----
+
+constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+std::string B64(std::string_view in) {
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
+    out += kB64[v >> 18];
+    out += kB64[(v >> 12) & 63];
+    out += kB64[(v >> 6) & 63];
+    out += kB64[v & 63];
+  }
+  if (i + 1 == in.size()) {
+    uint32_t v = uint8_t(in[i]) << 16;
+    out += kB64[v >> 18];
+    out += kB64[(v >> 12) & 63];
+    out += "==";
+  } else if (i + 2 == in.size()) {
+    uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8);
+    out += kB64[v >> 18];
+    out += kB64[(v >> 12) & 63];
+    out += kB64[(v >> 6) & 63];
+    out += '=';
+  }
+  return out;
+}
+
+Result<std::string> UnB64(std::string_view in) {
+  static const auto table = [] {
+    std::array<int8_t, 256> t;
+    t.fill(-1);
+    for (int i = 0; i < 64; ++i) t[uint8_t(kB64[i])] = static_cast<int8_t>(i);
+    return t;
+  }();
+  std::string out;
+  out.reserve(in.size() / 4 * 3);
+  uint32_t acc = 0;
+  int bits = 0;
+  for (char c : in) {
+    if (c == '=') break;
+    int8_t v = table[uint8_t(c)];
+    if (v < 0) return DataLoss("etcd returned malformed base64");
+    acc = (acc << 6) | uint32_t(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out += static_cast<char>((acc >> bits) & 0xff);
+    }
+  }
+  return out;
+}
+
+// int64 fields come as JSON strings and are omitted when zero.
+int64_t Int(const json& j, const char* field) {
+  auto it = j.find(field);
+  if (it == j.end() || it->is_null()) return 0;
+  if (it->is_string()) return ParseInt64(it->get<std::string>()).value_or(0);
+  if (it->is_number_integer()) return it->get<int64_t>();
+  return 0;
+}
+
+// A key's value from a range response, or nullopt when it has no kvs.
+Result<std::optional<std::string>> RangeValue(const json& range) {
+  auto kvs = range.find("kvs");
+  if (kvs == range.end() || !kvs->is_array() || kvs->empty()) {
+    return std::optional<std::string>();
+  }
+  const json& kv = (*kvs)[0];
+  auto v = kv.find("value");
+  if (v == kv.end()) return std::optional<std::string>(std::string());
+  COHORT_ASSIGN_OR_RETURN(std::string value, UnB64(v->get<std::string>()));
+  return std::optional<std::string>(std::move(value));
+}
+
+// The smallest key greater than every key starting with `prefix` (etcd's range_end).
+std::string PrefixEnd(std::string prefix) {
+  while (!prefix.empty()) {
+    if (static_cast<uint8_t>(prefix.back()) < 0xff) {
+      prefix.back() = static_cast<char>(prefix.back() + 1);
+      return prefix;
+    }
+    prefix.pop_back();
+  }
+  return std::string(1, '\0');
+}
+
+std::once_flag curl_once;
+
+}  // namespace
+
+Result<std::vector<std::string>> ParseEtcdEndpoints(std::string_view text, bool tls) {
+  std::vector<std::string> out;
+  for (const auto& raw : Split(text, ',')) {
+    std::string item(Trim(raw));
+    if (item.empty()) continue;
+    std::string scheme = tls ? "https://" : "http://";
+    if (StartsWith(item, "http://") || StartsWith(item, "https://")) {
+      size_t at = item.find("://") + 3;
+      scheme = item.substr(0, at);
+      item = item.substr(at);
+    }
+    while (!item.empty() && item.back() == '/') item.pop_back();
+    auto hp = ParseHostPort(item, 2379);
+    if (!hp || hp->first.empty() || hp->second == 0) {
+      return InvalidArgument("etcd endpoint '{}' is not host[:port] or http(s)://host:port", raw);
+    }
+    bool v6 = hp->first.find(':') != std::string::npos;
+    out.push_back(
+        fmt::format("{}{}{}{}:{}", scheme, v6 ? "[" : "", hp->first, v6 ? "]" : "", hp->second));
+  }
+  if (out.empty()) return InvalidArgument("no etcd endpoint given");
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------
+
+// One kept-open HTTP connection (a CURL easy handle; libcurl keeps its sockets cached).
+struct Conn {
+  CURL* curl = nullptr;
+  std::string body;  // the response body (unary calls)
+  // Streaming calls: called with each complete line; returns false to end the transfer.
+  std::function<bool(std::string_view)> on_line;
+  std::string pending;  // partial line of a stream
+  Conn() : curl(curl_easy_init()) {}
+  ~Conn() {
+    if (curl) curl_easy_cleanup(curl);
+  }
+  Conn(const Conn&) = delete;
+  Conn& operator=(const Conn&) = delete;
+};
+
+struct EtcdStore::Impl {
+  EtcdStoreOptions options;
+  std::vector<std::string> urls;
+  std::string root;  // "/cohort/<prefix>/"
+  std::atomic<size_t> current{0};
+  std::atomic<bool> aborted{false};
+
+  std::mutex pool_mu;
+  std::vector<std::unique_ptr<Conn>> idle;
+
+  std::mutex fds_mu;
+  std::set<int> fds;  // sockets libcurl opened for us
+
+  std::mutex token_mu;
+  std::string token;  // never logged
+
+  std::atomic<int64_t> lease_id{0};
+  std::mutex lease_mu;
+  std::condition_variable lease_cv;
+  bool lease_stop = false;
+  std::thread keepalive;
+
+  std::mutex abort_mu;  // for abortable backoff sleeps
+  std::condition_variable abort_cv;
+
+  // Connections go first: their cleanup calls CloseSocket, which uses fds.
+  ~Impl() { idle.clear(); }
+
+  // ---- connections ----
+
+  class ConnRef {
+   public:
+    explicit ConnRef(Impl* impl) : impl_(impl) {
+      std::lock_guard<std::mutex> lock(impl_->pool_mu);
+      if (!impl_->idle.empty()) {
+        conn_ = std::move(impl_->idle.back());
+        impl_->idle.pop_back();
+      }
+      if (!conn_) conn_ = impl_->NewConn();
+    }
+    ~ConnRef() {
+      if (!conn_) return;
+      std::lock_guard<std::mutex> lock(impl_->pool_mu);
+      if (impl_->idle.size() < kMaxIdleConns) impl_->idle.push_back(std::move(conn_));
+    }
+    Conn& operator*() { return *conn_; }
+    Conn* operator->() { return conn_.get(); }
+    // Drops a connection whose state is unknown (an interrupted stream).
+    void Discard() { conn_.reset(); }
+
+   private:
+    Impl* impl_;
+    std::unique_ptr<Conn> conn_;
+  };
+
+  static curl_socket_t OpenSocket(void* clientp, curlsocktype, struct curl_sockaddr* addr) {
+    auto* self = static_cast<Impl*>(clientp);
+    if (self->aborted) return CURL_SOCKET_BAD;
+    int fd = ::socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
+    if (fd >= 0) {
+      std::lock_guard<std::mutex> lock(self->fds_mu);
+      self->fds.insert(fd);
+    }
+    return fd;
+  }
+  static int CloseSocket(void* clientp, curl_socket_t fd) {
+    auto* self = static_cast<Impl*>(clientp);
+    std::lock_guard<std::mutex> lock(self->fds_mu);
+    self->fds.erase(fd);
+    return ::close(fd);
+  }
+  static int XferInfo(void* clientp, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+    return static_cast<Impl*>(clientp)->aborted ? 1 : 0;
+  }
+  static size_t Write(char* data, size_t size, size_t n, void* userp) {
+    auto* c = static_cast<Conn*>(userp);
+    size_t len = size * n;
+    if (!c->on_line) {
+      c->body.append(data, len);
+      return len;
+    }
+    c->pending.append(data, len);
+    size_t start = 0;
+    for (;;) {
+      size_t nl = c->pending.find('\n', start);
+      if (nl == std::string::npos) break;
+      std::string_view line(c->pending.data() + start, nl - start);
+      start = nl + 1;
+      if (!line.empty() && !c->on_line(line)) return 0;  // ends the transfer
+    }
+    c->pending.erase(0, start);
+    return len;
+  }
+
+  std::unique_ptr<Conn> NewConn() {
+    auto c = std::make_unique<Conn>();
+    COHORT_CHECK(c->curl != nullptr) << "curl_easy_init failed";
+    CURL* h = c->curl;
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 10L);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 5L);
+    curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, &Impl::OpenSocket);
+    curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, this);
+    curl_easy_setopt(h, CURLOPT_CLOSESOCKETFUNCTION, &Impl::CloseSocket);
+    curl_easy_setopt(h, CURLOPT_CLOSESOCKETDATA, this);
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, &Impl::XferInfo);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, this);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, &Impl::Write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, c.get());
+    curl_easy_setopt(h, CURLOPT_POST, 1L);
+    if (!options.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, options.ca_file.c_str());
+    if (!options.cert_file.empty()) {
+      curl_easy_setopt(h, CURLOPT_SSLCERT, options.cert_file.c_str());
+    }
+    if (!options.key_file.empty()) curl_easy_setopt(h, CURLOPT_SSLKEY, options.key_file.c_str());
+    return c;
+  }
+
+  std::string Full(std::string_view key) const { return root + std::string(key); }
+
+  void Rotate(size_t from) {
+    size_t next = (from + 1) % urls.size();
+    current.compare_exchange_strong(from, next);
+  }
+
+  // Sleeps up to `d` (or until the deadline), returning early on Abort().
+  void Backoff(Duration d, Deadline deadline) {
+    std::unique_lock<std::mutex> lock(abort_mu);
+    abort_cv.wait_until(lock, std::min(SteadyClock::now() + d, deadline.time()),
+                        [&] { return aborted.load(); });
+  }
+
+  // One HTTP POST on `c` to `url`; fills c.body (unary) or calls c.on_line (stream).
+  CURLcode Perform(Conn& c, const std::string& url, const std::string& body, Duration timeout,
+                   Duration connect_timeout, bool with_token, bool require_leader,
+                   long* http_code) {
+    CURL* h = c.curl;
+    c.body.clear();
+    c.pending.clear();
+    curl_easy_setopt(h, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body.data());
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
+    auto ms = [](Duration d) {
+      if (d == Duration::max()) return 0L;
+      return std::max(1L,
+                      static_cast<long>(std::chrono::ceil<std::chrono::milliseconds>(d).count()));
+    };
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, ms(timeout));
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, ms(connect_timeout));
+    struct curl_slist* headers = nullptr;
+    headers = curl_slist_append(headers, "Content-Type: application/json");
+    headers = curl_slist_append(headers, "Expect:");
+    if (require_leader) headers = curl_slist_append(headers, "Grpc-Metadata-Hasleader: true");
+    if (with_token) {
+      std::lock_guard<std::mutex> lock(token_mu);
+      if (!token.empty()) headers = curl_slist_append(headers, ("Authorization: " + token).c_str());
+    }
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+    CURLcode rc = curl_easy_perform(h);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, nullptr);
+    curl_slist_free_all(headers);
+    *http_code = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, http_code);
+    return rc;
+  }
+
+  // How a gRPC error (as the gateway reports it) maps to a Status; `transient` = worth
+  // retrying on the next member.
+  static Status GrpcError(const json& err, long http, bool* transient, bool* bad_token) {
+    auto str = [](const json& j, const char* field) {
+      auto it = j.find(field);
+      return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+    };
+    auto num = [](const json& j, const char* field) {
+      auto it = j.find(field);
+      return it != j.end() && it->is_number_integer() ? it->get<int>() : -1;
+    };
+    int code = num(err, "code");
+    std::string message = str(err, "message");
+    if (message.empty()) message = str(err, "error");
+    if (auto e = err.find("error"); e != err.end() && e->is_object()) {  // stream shape
+      code = num(*e, "grpc_code");
+      message = str(*e, "message");
+    }
+    if (message.empty()) message = fmt::format("HTTP {}", http);
+    *transient = code == 14 || code == 4 || code == 10 || http == 503;
+    *bad_token = code == 16 || message.find("invalid auth token") != std::string::npos;
+    std::string text = "etcd: " + message;
+    if (*bad_token || message.find("authentication failed") != std::string::npos ||
+        message.find("user name is empty") != std::string::npos ||
+        message.find("permission denied") != std::string::npos) {
+      return Status(StatusCode::kPermissionDenied, text);
+    }
+    switch (code) {
+      case 3:
+        return Status(StatusCode::kInvalidArgument, text);
+      case 4:
+        return Status(StatusCode::kDeadlineExceeded, text);
+      case 5:
+        return Status(StatusCode::kNotFound, text);
+      case 7:
+        return Status(StatusCode::kPermissionDenied, text);
+      case 9:
+        return Status(StatusCode::kFailedPrecondition, text);
+      case 11:
+        return Status(StatusCode::kAborted, text);  // compacted revision
+      case 14:
+        return Status(StatusCode::kUnavailable, text);
+      case 16:
+        return Status(StatusCode::kPermissionDenied, text);
+      default:
+        return Status(StatusCode::kInternal, text);
+    }
+  }
+
+  // A unary request with failover: tries the members in turn, each attempt bounded by a
+  // share of the request timeout, until one answers or the call's time is up.
+  //  1. call deadline = min(deadline, now + request_timeout)
+  //  2. attempt on the current member; a refused/dropped connection, a timeout or a
+  //     transient etcd error (no leader, leader changed, timed out) moves to the next member
+  //  3. after a full cycle of failures, back off (20 ms doubling to 500 ms) and cycle again
+  //  4. an invalid auth token is renewed once per call
+  Result<json> Post(const std::string& path, const json& request, Deadline deadline,
+                    bool with_token = true) {
+    const Deadline d = deadline.Earlier(Deadline::After(options.request_timeout));
+    const Duration share =
+        std::max<Duration>(options.request_timeout / static_cast<int64_t>(urls.size()),
+                           std::chrono::milliseconds(1000));
+    const std::string body = request.dump();
+    ConnRef c(this);
+    Status last;
+    bool only_refused = true;  // every failure so far was a connection failure
+    bool renewed = false;
+    size_t failures_in_cycle = 0;
+    Duration backoff = std::chrono::milliseconds(20);
+    for (;;) {
+      if (aborted) return Cancelled("etcd store client aborted");
+      if (d.expired()) {
+        if (!last.ok() && only_refused) {
+          return Unavailable("no etcd member reachable at {} (last error: {})", Join(urls),
+                             last.message());
+        }
+        return DeadlineExceeded(
+            "etcd {} did not complete within {} ms{}", path,
+            std::chrono::duration_cast<std::chrono::milliseconds>(options.request_timeout).count(),
+            last.ok() ? "" : ": " + last.message());
+      }
+      size_t idx = current.load() % urls.size();
+      const std::string& url = urls[idx];
+      Duration left = d.remaining();
+      long http = 0;
+      CURLcode rc = Perform(*c, url + path, body, std::min(left, share), std::min(left, share),
+                            with_token, false, &http);
+      bool retry = false;
+      if (rc == CURLE_OK) {
+        json reply = json::parse(c->body, nullptr, /*allow_exceptions=*/false);
+        if (reply.is_discarded()) {
+          last = DataLoss("etcd at {} answered {} with non-JSON (HTTP {})", url, path, http);
+          only_refused = false;
+          retry = true;
+        } else if (http == 200 && !reply.contains("error")) {
+          if (reply.contains("result") && reply.size() == 1) reply = reply["result"];
+          return reply;
+        } else {
+          bool transient = false, bad_token = false;
+          Status st = GrpcError(reply, http, &transient, &bad_token);
+          if (bad_token && with_token && !options.user.empty() && !renewed) {
+            renewed = true;
+            COHORT_LOG_INFO(kLog, "etcd auth token rejected; authenticating again");
+            Status auth = Authenticate(d);
+            if (!auth.ok()) return auth;
+            continue;
+          }
+          if (!transient) return st;
+          last = st.WithContext(url);
+          only_refused = false;
+          retry = true;
+        }
+      } else if (rc == CURLE_ABORTED_BY_CALLBACK || aborted) {
+        return Cancelled("etcd store client aborted");
+      } else if (rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CACERT_BADFILE ||
+                 rc == CURLE_SSL_CERTPROBLEM || rc == CURLE_SSL_CIPHER ||
+                 rc == CURLE_UNSUPPORTED_PROTOCOL) {
+        return FailedPrecondition("etcd at {}: {}", url, curl_easy_strerror(rc));
+      } else {
+        if (rc == CURLE_OPERATION_TIMEDOUT) only_refused = false;
+        last = Unavailable("{}: {}", url, curl_easy_strerror(rc));
+        retry = true;
+      }
+      if (retry) {
+        COHORT_LOG_DEBUG(kLog, "etcd {} failed on {}: {}", path, url, last.message());
+        Rotate(idx);
+        if (++failures_in_cycle >= urls.size()) {
+          failures_in_cycle = 0;
+          Backoff(backoff, d);
+          backoff = std::min<Duration>(backoff * 2, std::chrono::milliseconds(500));
+        }
+      }
+    }
+  }
+
+  static std::string Join(const std::vector<std::string>& v) {
+    std::string out;
+    for (const auto& s : v) out += (out.empty() ? "" : ",") + s;
+    return out;
+  }
+
+  // POST /v3/auth/authenticate {name, password} -> token for the Authorization header.
+  Status Authenticate(Deadline deadline) {
+    auto r = Post("/v3/auth/authenticate", {{"name", options.user}, {"password", options.password}},
+                  deadline,
+                  /*with_token=*/false);
+    if (!r.ok()) {
+      return Status(r.status().code(), fmt::format("etcd authentication as '{}' failed: {}",
+                                                   options.user, r.status().message()));
+    }
+    std::lock_guard<std::mutex> lock(token_mu);
+    token = r->value("token", std::string());
+    return Status::Ok();
+  }
+
+  // ---- KV helpers ----
+
+  Result<json> Range(const std::string& full_key, Deadline deadline) {
+    return Post("/v3/kv/range", {{"key", B64(full_key)}}, deadline);
+  }
+
+  // Values of many keys (nullopt = missing), read in txns of at most kMaxTxnOps ranges.
+  Result<std::vector<std::optional<std::string>>> ReadMany(const std::vector<std::string>& keys,
+                                                           bool keys_only, Deadline deadline) {
+    std::vector<std::optional<std::string>> out;
+    for (size_t start = 0; start < keys.size(); start += kMaxTxnOps) {
+      size_t end = std::min(keys.size(), start + kMaxTxnOps);
+      json ops = json::array();
+      for (size_t i = start; i < end; ++i) {
+        json range = {{"key", B64(Full(keys[i]))}};
+        if (keys_only) range["keys_only"] = true;
+        ops.push_back({{"request_range", range}});
+      }
+      COHORT_ASSIGN_OR_RETURN(json r, Post("/v3/kv/txn", {{"success", ops}}, deadline));
+      const json& responses = r.contains("responses") ? r["responses"] : json::array();
+      if (responses.size() != end - start) return DataLoss("etcd txn answered too few ranges");
+      for (const auto& resp : responses) {
+        COHORT_ASSIGN_OR_RETURN(auto v, RangeValue(resp.value("response_range", json::object())));
+        out.push_back(std::move(v));
+      }
+    }
+    return out;
+  }
+
+  // Streams a watch on `full_key` from `start_revision` until a PUT of the key arrives
+  // (returns its value), the watch is cancelled by etcd (returns nullopt: read again), or
+  // the deadline/abort/an error ends it.
+  Result<std::optional<std::string>> Watch(const std::string& full_key, int64_t start_revision,
+                                           Deadline deadline) {
+    ConnRef c(this);
+    const std::string b64_key = B64(full_key);
+    std::optional<std::string> found;
+    bool cancelled = false;
+    Status stream_error;
+    c->on_line = [&](std::string_view line) {
+      json msg = json::parse(line, nullptr, false);
+      if (msg.is_discarded()) return true;
+      if (msg.contains("error")) {
+        bool transient = false, bad_token = false;
+        stream_error = GrpcError(msg, 200, &transient, &bad_token);
+        if (bad_token) stream_error = PermissionDenied("etcd: invalid auth token");
+        return false;
+      }
+      const json& res = msg.contains("result") ? msg["result"] : msg;
+      if (res.value("canceled", false)) {
+        cancelled = true;
+        return false;
+      }
+      auto events = res.find("events");
+      if (events == res.end()) return true;
+      for (const auto& ev : *events) {
+        if (ev.value("type", std::string("PUT")) != "PUT") continue;
+        const json& kv = ev.value("kv", json::object());
+        if (kv.value("key", std::string()) != b64_key) continue;
+        auto v = UnB64(kv.value("value", std::string()));
+        found = v.ok() ? *v : std::string();
+        return false;
+      }
+      return true;
+    };
+    json request = {
+        {"create_request", {{"key", b64_key}, {"start_revision", std::to_string(start_revision)}}}};
+    size_t idx = current.load() % urls.size();
+    long http = 0;
+    Duration left = deadline.remaining();
+    CURLcode rc = Perform(*c, urls[idx] + "/v3/watch", request.dump(), left,
+                          std::min(left, options.request_timeout), /*with_token=*/true,
+                          /*require_leader=*/true, &http);
+    c->on_line = nullptr;
+    c.Discard();  // the stream was cut mid-way: do not reuse its connection
+    if (found) return found;
+    if (aborted || rc == CURLE_ABORTED_BY_CALLBACK) return Cancelled("etcd store client aborted");
+    if (cancelled) return std::optional<std::string>();
+    if (!stream_error.ok()) {
+      if (stream_error.code() == StatusCode::kPermissionDenied && !options.user.empty()) {
+        COHORT_RETURN_IF_ERROR(Authenticate(deadline));
+        return std::optional<std::string>();
+      }
+      if (stream_error.code() == StatusCode::kUnavailable) Rotate(idx);
+      return stream_error;
+    }
+    if (rc == CURLE_OPERATION_TIMEDOUT && deadline.expired()) {
+      return DeadlineExceeded("etcd key '{}' did not appear before the deadline", full_key);
+    }
+    // Lost the member (or it ended the stream): the caller reads again, elsewhere.
+    Rotate(idx);
+    return Unavailable("etcd watch on {} ended: {}", urls[idx],
+                       rc == CURLE_OK ? std::string("stream closed") : curl_easy_strerror(rc));
+  }
+
+  // Get that blocks until the key exists:
+  //  1. range read; present -> done
+  //  2. watch the key from the read's revision + 1 (no write can slip between the two)
+  //  3. a PUT event carries the value; a cancelled or lost watch goes back to 1
+  Result<std::string> GetBlocking(const std::string& full_key, Deadline deadline) {
+    for (;;) {
+      COHORT_ASSIGN_OR_RETURN(json r, Range(full_key, deadline));
+      COHORT_ASSIGN_OR_RETURN(auto value, RangeValue(r));
+      if (value) return std::move(*value);
+      int64_t revision = Int(r.value("header", json::object()), "revision");
+      auto w = Watch(full_key, revision + 1, deadline);
+      if (w.ok()) {
+        if (*w) return std::move(**w);
+        continue;
+      }
+      if (w.status().code() == StatusCode::kUnavailable && !deadline.expired()) {
+        COHORT_LOG_DEBUG(kLog, "{}; reading again", w.status().message());
+        Backoff(std::chrono::milliseconds(20), deadline);
+        continue;
+      }
+      return w.status();
+    }
+  }
+
+  Status Put(const std::string& key, std::string_view value, Deadline deadline) {
+    json req = {{"key", B64(Full(key))}, {"value", B64(value)}};
+    if (int64_t lease = lease_id.load()) req["lease"] = std::to_string(lease);
+    return Post("/v3/kv/put", req, deadline).status();
+  }
+
+  // ---- lease ----
+
+  Status GrantLease(Deadline deadline) {
+    int64_t ttl =
+        std::max<int64_t>(1, std::chrono::ceil<std::chrono::seconds>(options.lease_ttl).count());
+    COHORT_ASSIGN_OR_RETURN(json r,
+                            Post("/v3/lease/grant", {{"TTL", std::to_string(ttl)}}, deadline));
+    int64_t id = Int(r, "ID");
+    if (id == 0) return Internal("etcd granted a lease without an ID");
+    lease_id = id;
+    return Status::Ok();
+  }
+
+  // Keep-alive thread: refreshes the lease every TTL/3; a lease etcd no longer knows (it
+  // expired while we were cut off) is replaced by a new one, with a warning.
+  void KeepAliveLoop() {
+    pthread_setname_np(pthread_self(), "etcd-lease");
+    const Duration period =
+        std::max<Duration>(options.lease_ttl / 3, std::chrono::milliseconds(100));
+    std::unique_lock<std::mutex> lock(lease_mu);
+    while (!lease_stop) {
+      lease_cv.wait_for(lock, period, [&] { return lease_stop; });
+      if (lease_stop) break;
+      lock.unlock();
+      Deadline d = Deadline::After(std::max<Duration>(period, std::chrono::seconds(1)));
+      auto r = Post("/v3/lease/keepalive", {{"ID", std::to_string(lease_id.load())}}, d);
+      if (r.ok() && Int(*r, "TTL") <= 0) {
+        COHORT_LOG_WARN(kLog,
+                        "etcd lease {:x} expired; keys attached to it are gone; "
+                        "granting a new lease",
+                        lease_id.load());
+        Status s = GrantLease(d);
+        if (!s.ok()) COHORT_LOG_WARN(kLog, "etcd lease grant failed: {}", s.message());
+      } else if (!r.ok() && r.status().code() != StatusCode::kCancelled) {
+        COHORT_LOG_WARN(kLog, "etcd lease keep-alive failed: {}", r.status().message());
+      }
+      lock.lock();
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+
+EtcdStore::EtcdStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Result<std::unique_ptr<EtcdStore>> EtcdStore::Connect(const EtcdStoreOptions& options,
+                                                      Deadline deadline) {
+  std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  if (impl->options.request_timeout <= Duration::zero()) {
+    return InvalidArgument("etcd request timeout must be positive");
+  }
+  bool tls = !options.ca_file.empty() || !options.cert_file.empty();
+  for (const auto& e : options.endpoints) {
+    COHORT_ASSIGN_OR_RETURN(auto urls, ParseEtcdEndpoints(e, tls));
+    impl->urls.insert(impl->urls.end(), urls.begin(), urls.end());
+  }
+  if (impl->urls.empty()) return InvalidArgument("no etcd endpoint given");
+  impl->root = "/cohort/" + options.prefix + "/";
+  std::unique_ptr<EtcdStore> store(new EtcdStore(std::move(impl)));
+  Impl& i = *store->impl_;
+  if (!options.user.empty()) COHORT_RETURN_IF_ERROR(i.Authenticate(deadline));
+  // Reach a member (and check the token) before handing out the store.
+  auto probe = store->NumKeys(deadline);
+  if (!probe.ok()) return probe.status().WithContext("etcd");
+  if (options.lease_ttl > Duration::zero()) {
+    COHORT_RETURN_IF_ERROR(i.GrantLease(deadline));
+    i.keepalive = std::thread([&i] { i.KeepAliveLoop(); });
+  }
+  return store;
+}
+
+EtcdStore::~EtcdStore() {
+  Impl& i = *impl_;
+  if (i.keepalive.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(i.lease_mu);
+      i.lease_stop = true;
+    }
+    i.lease_cv.notify_all();
+    i.keepalive.join();
+  }
+  if (int64_t lease = i.lease_id.load(); lease != 0 && !i.aborted) {
+    auto r = i.Post("/v3/lease/revoke", {{"ID", std::to_string(lease)}}, Deadline::AfterMs(1000));
+    if (!r.ok()) COHORT_LOG_DEBUG(kLog, "etcd lease revoke failed: {}", r.status().message());
+  }
+}
+
+int64_t EtcdStore::lease_id() const { return impl_->lease_id.load(); }
+
+std::string EtcdStore::endpoint() const {
+  return impl_->urls[impl_->current.load() % impl_->urls.size()];
+}
+
+void EtcdStore::Abort() {
+  Impl& i = *impl_;
+  i.aborted = true;
+  { std::lock_guard<std::mutex> lock(i.abort_mu); }
+  i.abort_cv.notify_all();
+  std::lock_guard<std::mutex> lock(i.fds_mu);
+  for (int fd : i.fds) ::shutdown(fd, SHUT_RDWR);
+}
+
+Status EtcdStore::Set(std::string_view key, std::string_view value, Deadline deadline) {
+  return impl_->Put(std::string(key), value, deadline);
+}
+
+Result<std::string> EtcdStore::Get(std::string_view key, Deadline deadline) {
+  return impl_->GetBlocking(impl_->Full(key), deadline);
+}
+
+// Add: read, then txn(compare mod_revision == read's, or create_revision == 0 when missing)
+// put(new) else range; a lost race retries with the value the failed txn read.
+Result<int64_t> EtcdStore::Add(std::string_view key, int64_t delta, Deadline deadline) {
+  Impl& i = *impl_;
+  const std::string k = B64(i.Full(key));
+  COHORT_ASSIGN_OR_RETURN(json range, i.Post("/v3/kv/range", {{"key", k}}, deadline));
+  for (;;) {
+    COHORT_ASSIGN_OR_RETURN(auto current, RangeValue(range));
+    int64_t value = 0;
+    json compare;
+    if (current) {
+      auto parsed = ParseInt64(*current);
+      if (!parsed) return InvalidArgument("Add on key '{}' whose value is not an integer", key);
+      value = *parsed;
+      compare = {{"key", k},
+                 {"target", "MOD"},
+                 {"result", "EQUAL"},
+                 {"mod_revision", std::to_string(Int(range["kvs"][0], "mod_revision"))}};
+    } else {
+      compare = {{"key", k}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}};
+    }
+    int64_t next = value + delta;
+    json txn = {
+        {"compare", json::array({compare})},
+        {"success",
+         json::array({{{"request_put", {{"key", k}, {"value", B64(std::to_string(next))}}}}})},
+        {"failure", json::array({{{"request_range", {{"key", k}}}}})}};
+    COHORT_ASSIGN_OR_RETURN(json r, i.Post("/v3/kv/txn", txn, deadline));
+    if (r.value("succeeded", false)) return next;
+    if (!r.contains("responses") || r["responses"].empty()) {
+      return DataLoss("etcd txn failed without its range response");
+    }
+    range = r["responses"][0].value("response_range", json::object());
+  }
+}
+
+Result<std::string> EtcdStore::CompareSet(std::string_view key, std::string_view expected,
+                                          std::string_view desired, Deadline deadline) {
+  Impl& i = *impl_;
+  const std::string k = B64(i.Full(key));
+  json compare =
+      expected.empty()
+          ? json{{"key", k}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}}
+          : json{{"key", k}, {"target", "VALUE"}, {"result", "EQUAL"}, {"value", B64(expected)}};
+  json txn = {{"compare", json::array({compare})},
+              {"success", json::array({{{"request_put", {{"key", k}, {"value", B64(desired)}}}}})},
+              {"failure", json::array({{{"request_range", {{"key", k}}}}})}};
+  COHORT_ASSIGN_OR_RETURN(json r, i.Post("/v3/kv/txn", txn, deadline));
+  if (r.value("succeeded", false)) return std::string(desired);
+  if (!r.contains("responses") || r["responses"].empty()) {
+    return DataLoss("etcd txn failed without its range response");
+  }
+  COHORT_ASSIGN_OR_RETURN(auto current,
+                          RangeValue(r["responses"][0].value("response_range", json::object())));
+  return current.value_or(std::string());
+}
+
+Status EtcdStore::Wait(const std::vector<std::string>& keys, Deadline deadline) {
+  if (impl_->aborted) return Cancelled("etcd store client aborted");
+  COHORT_ASSIGN_OR_RETURN(auto present, impl_->ReadMany(keys, /*keys_only=*/true, deadline));
+  for (size_t k = 0; k < keys.size(); ++k) {
+    if (present[k]) continue;
+    auto v = impl_->GetBlocking(impl_->Full(keys[k]), deadline);
+    if (!v.ok()) return v.status();
+  }
+  return Status::Ok();
+}
+
+Result<bool> EtcdStore::Check(const std::vector<std::string>& keys, Deadline deadline) {
+  COHORT_ASSIGN_OR_RETURN(auto present, impl_->ReadMany(keys, /*keys_only=*/true, deadline));
+  return std::all_of(present.begin(), present.end(), [](const auto& v) { return v.has_value(); });
+}
+
+Result<bool> EtcdStore::Delete(std::string_view key, Deadline deadline) {
+  COHORT_ASSIGN_OR_RETURN(
+      json r, impl_->Post("/v3/kv/deleterange", {{"key", B64(impl_->Full(key))}}, deadline));
+  return Int(r, "deleted") > 0;
+}
+
+Result<int64_t> EtcdStore::NumKeys(Deadline deadline) {
+  json req = {
+      {"key", B64(impl_->root)}, {"range_end", B64(PrefixEnd(impl_->root))}, {"count_only", true}};
+  COHORT_ASSIGN_OR_RETURN(json r, impl_->Post("/v3/kv/range", req, deadline));
+  return Int(r, "count");
+}
+
+Result<int64_t> EtcdStore::DeleteAll(Deadline deadline) {
+  json req = {{"key", B64(impl_->root)}, {"range_end", B64(PrefixEnd(impl_->root))}};
+  COHORT_ASSIGN_OR_RETURN(json r, impl_->Post("/v3/kv/deleterange", req, deadline));
+  return Int(r, "deleted");
+}
+
+Result<std::vector<std::string>> EtcdStore::MultiGet(const std::vector<std::string>& keys,
+                                                     Deadline deadline) {
+  for (;;) {
+    COHORT_RETURN_IF_ERROR(Wait(keys, deadline));
+    COHORT_ASSIGN_OR_RETURN(auto values, impl_->ReadMany(keys, /*keys_only=*/false, deadline));
+    std::vector<std::string> out;
+    for (auto& v : values) {
+      if (!v) break;  // deleted since the wait: wait again
+      out.push_back(std::move(*v));
+    }
+    if (out.size() == keys.size()) return out;
+  }
+}
+
+Status EtcdStore::MultiSet(const std::vector<std::string>& keys,
+                           const std::vector<std::string>& values, Deadline deadline) {
+  if (keys.size() != values.size()) {
+    return InvalidArgument("MultiSet: {} keys but {} values", keys.size(), values.size());
+  }
+  Impl& i = *impl_;
+  const int64_t lease = i.lease_id.load();
+  // One txn per kMaxTxnOps keys: atomic for up to 128 keys.
+  for (size_t start = 0; start < keys.size(); start += kMaxTxnOps) {
+    size_t end = std::min(keys.size(), start + kMaxTxnOps);
+    json ops = json::array();
+    for (size_t k = start; k < end; ++k) {
+      json put = {{"key", B64(i.Full(keys[k]))}, {"value", B64(values[k])}};
+      if (lease) put["lease"] = std::to_string(lease);
+      ops.push_back({{"request_put", put}});
+    }
+    COHORT_RETURN_IF_ERROR(i.Post("/v3/kv/txn", {{"success", ops}}, deadline).status());
+  }
+  return Status::Ok();
+}
+
+}  // namespace cohort::store

@@ -1,0 +1,93 @@
+// EtcdStore: the Store interface on an etcd v3 cluster, through etcd's JSON gateway over
+// HTTP(S) with libcurl (see docs/etcd.md).
+//
+//  - Every key lives under "/cohort/<prefix>/"; NumKeys counts that prefix only.
+//  - Set/Get/Check/Delete/NumKeys/MultiSet/MultiGet are KV range/put/deleterange/txn
+//    requests; Add is read + txn(compare mod_revision) retried until it wins; CompareSet is
+//    one txn (create_revision == 0 for an empty `expected`, else value == expected).
+//  - Get/Wait/MultiGet block on a watch (POST /v3/watch, streaming) that starts at the
+//    revision right after the read that found the key missing: woken by etcd, no polling.
+//  - Every request has a timeout (a cluster without quorum hangs requests): a non-blocking
+//    call gives up after min(deadline, request_timeout) with kDeadlineExceeded. A member
+//    that refuses, drops or stalls a request is skipped for the next endpoint within the
+//    call's time (kUnavailable when every endpoint refused).
+//  - Optional: TLS (https:// endpoints, CA file, client certificate), user/password auth
+//    (token in the Authorization header, renewed when etcd calls it invalid), and a lease
+//    kept alive by a background thread; keys written by Set/MultiSet are attached to it and
+//    vanish when this client dies (liveness). The lease is revoked on destruction.
+//
+// Thread-safety: every method may be called from any thread concurrently; each call takes a
+// kept-open connection (a CURL easy handle) from a small pool, a blocking call takes a second
+// one for its watch. Abort() may be called from any thread: it shuts down the sockets of the
+// calls in flight, so a blocked watch returns kCancelled at once.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cohort/store/store.h"
+
+namespace cohort::store {
+
+struct EtcdStoreOptions {
+  // "host:port" (http) or "http[s]://host:port"; tried in order, failing over on errors.
+  std::vector<std::string> endpoints;
+  std::string prefix = "default";  // keys live under "/cohort/<prefix>/"
+  // The longest one non-blocking call may take, over all endpoints and retries.
+  Duration request_timeout = std::chrono::seconds(5);
+  // TLS: CA bundle to verify the members, client certificate and key (PEM).
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+  // etcd authentication; empty user = none. The password and token are never logged.
+  std::string user;
+  std::string password;
+  // When > 0: grant a lease with this TTL, keep it alive, attach keys written by Set to it.
+  Duration lease_ttl = Duration::zero();
+};
+
+// Splits "h1:2379,h2:2379" (or URLs) into endpoint URLs: "http://h1:2379", or https:// when
+// `tls`. A missing port is 2379.
+Result<std::vector<std::string>> ParseEtcdEndpoints(std::string_view text, bool tls = false);
+
+class EtcdStore final : public Store {
+ public:
+  // Reaches one member (authenticating and granting the lease when configured).
+  static Result<std::unique_ptr<EtcdStore>> Connect(const EtcdStoreOptions& options,
+                                                    Deadline deadline);
+  ~EtcdStore() override;  // stops the keep-alive thread and revokes the lease
+
+  Status Set(std::string_view key, std::string_view value, Deadline deadline) override;
+  Result<std::string> Get(std::string_view key, Deadline deadline) override;
+  Result<int64_t> Add(std::string_view key, int64_t delta, Deadline deadline) override;
+  Result<std::string> CompareSet(std::string_view key, std::string_view expected,
+                                 std::string_view desired, Deadline deadline) override;
+  Status Wait(const std::vector<std::string>& keys, Deadline deadline) override;
+  Result<bool> Check(const std::vector<std::string>& keys, Deadline deadline) override;
+  Result<bool> Delete(std::string_view key, Deadline deadline) override;
+  Result<int64_t> NumKeys(Deadline deadline) override;
+  Result<std::vector<std::string>> MultiGet(const std::vector<std::string>& keys,
+                                            Deadline deadline) override;
+  Status MultiSet(const std::vector<std::string>& keys, const std::vector<std::string>& values,
+                  Deadline deadline) override;
+  void Abort() override;
+
+  // Deletes every key under this store's prefix (a finished job's keys); returns how many.
+  Result<int64_t> DeleteAll(Deadline deadline);
+
+  // The lease keys written by Set are attached to (0 when no lease_ttl).
+  int64_t lease_id() const;
+  // The endpoint the next request goes to first (the last one that answered).
+  std::string endpoint() const;
+
+  struct Impl;
+
+ private:
+  explicit EtcdStore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cohort::store

@@ -1,0 +1,554 @@
+// EtcdStore tests against real etcd processes (Debian etcd-server, /usr/bin/etcd), started
+// here with their data in a temp dir on free loopback ports and stopped by SIGKILL. Covers
+// the Store contract (the cases of StoreContract in store_test.cc), leases, auth with token
+// renewal, failover across a 3-member cluster, a cluster without quorum, and a rendezvous of
+// 8 agents. Skipped when etcd is not installed.
+#include "cohort/store/etcd_store.h"
+
+#include <curl/curl.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "cohort/base/strings.h"
+#include "cohort/rendezvous/rendezvous.h"
+
+namespace cohort::store {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+constexpr const char* kEtcd = "/usr/bin/etcd";
+
+Deadline Soon() { return Deadline::AfterMs(5000); }
+
+// A free loopback port: bind port 0, read it, close (etcd cannot bind port 0 itself).
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof(a);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+size_t Append(char* data, size_t size, size_t n, void* out) {
+  static_cast<std::string*>(out)->append(data, size * n);
+  return size * n;
+}
+
+// A plain HTTP request for the harness (health, status, auth setup); "" on failure.
+std::string Http(const std::string& url, const std::string* post_body = nullptr,
+                 long timeout_ms = 1000) {
+  CURL* h = curl_easy_init();
+  std::string out;
+  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, &Append);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, &out);
+  if (post_body) curl_easy_setopt(h, CURLOPT_POSTFIELDS, post_body->c_str());
+  long code = 0;
+  CURLcode rc = curl_easy_perform(h);
+  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
+  curl_easy_cleanup(h);
+  return rc == CURLE_OK && code == 200 ? out : std::string();
+}
+
+// N etcd members on loopback; killed (SIGKILL) and reaped on destruction.
+class EtcdCluster {
+ public:
+  struct Member {
+    std::string name;
+    int client_port = 0;
+    int peer_port = 0;
+    pid_t pid = -1;
+  };
+
+  ~EtcdCluster() {
+    for (size_t i = 0; i < members_.size(); ++i) Kill(i);
+    std::error_code ec;
+    if (!dir_.empty()) fs::remove_all(dir_, ec);
+  }
+
+  // Starts `n` members and waits until every one reports healthy.
+  bool Start(int n, const std::vector<std::string>& extra_flags, std::string* error) {
+    dir_ = fs::temp_directory_path() / ("cohort-etcd-test-" + RandomHex(6));
+    fs::create_directories(dir_);
+    std::string initial;
+    for (int i = 0; i < n; ++i) {
+      Member m{"s" + std::to_string(i), FreePort(), FreePort()};
+      initial += fmt::format("{}{}=http://127.0.0.1:{}", i ? "," : "", m.name, m.peer_port);
+      members_.push_back(m);
+    }
+    const std::string token = "cohort-test-" + RandomHex(4);
+    for (auto& m : members_) {
+      std::string client = fmt::format("http://127.0.0.1:{}", m.client_port);
+      std::string peer = fmt::format("http://127.0.0.1:{}", m.peer_port);
+      std::vector<std::string> args = {kEtcd,
+                                       "--name",
+                                       m.name,
+                                       "--data-dir",
+                                       (dir_ / m.name).string(),
+                                       "--listen-client-urls",
+                                       client,
+                                       "--advertise-client-urls",
+                                       client,
+                                       "--listen-peer-urls",
+                                       peer,
+                                       "--initial-advertise-peer-urls",
+                                       peer,
+                                       "--initial-cluster",
+                                       initial,
+                                       "--initial-cluster-token",
+                                       token,
+                                       "--initial-cluster-state",
+                                       "new",
+                                       "--heartbeat-interval",
+                                       "50",
+                                       "--election-timeout",
+                                       "500",
+                                       "--logger",
+                                       "zap",
+                                       "--log-level",
+                                       "error"};
+      args.insert(args.end(), extra_flags.begin(), extra_flags.end());
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      std::string log = (dir_ / (m.name + ".log")).string();
+      int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      pid_t pid = ::fork();
+      if (pid == 0) {
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (log_fd >= 0) {
+          ::dup2(log_fd, 1);
+          ::dup2(log_fd, 2);
+        }
+        ::execv(kEtcd, argv.data());
+        ::_exit(127);
+      }
+      if (log_fd >= 0) ::close(log_fd);
+      if (pid < 0) {
+        *error = "fork failed";
+        return false;
+      }
+      m.pid = pid;
+    }
+    // Wait for /health of every member (a harness wait for an external process).
+    auto give_up = SteadyClock::now() + 20s;
+    for (auto& m : members_) {
+      std::string url = fmt::format("http://127.0.0.1:{}/health", m.client_port);
+      while (Http(url).find("\"true\"") == std::string::npos) {
+        if (SteadyClock::now() > give_up) {
+          *error =
+              fmt::format("etcd member {} not healthy in 20 s (logs in {})", m.name, dir_.string());
+          return false;
+        }
+        std::this_thread::sleep_for(50ms);
+      }
+    }
+    return true;
+  }
+
+  std::string Endpoint(size_t i) const {
+    return fmt::format("127.0.0.1:{}", members_[i].client_port);
+  }
+  std::vector<std::string> Endpoints() const {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < members_.size(); ++i) out.push_back(Endpoint(i));
+    return out;
+  }
+  size_t size() const { return members_.size(); }
+
+  void Kill(size_t i) {
+    if (members_[i].pid <= 0) return;
+    ::kill(members_[i].pid, SIGKILL);
+    ::waitpid(members_[i].pid, nullptr, 0);
+    members_[i].pid = -1;
+  }
+
+  // The index of the current leader, or -1.
+  int Leader() const {
+    std::string empty = "{}";
+    for (size_t i = 0; i < members_.size(); ++i) {
+      if (members_[i].pid <= 0) continue;
+      std::string r =
+          Http(fmt::format("http://127.0.0.1:{}/v3/maintenance/status", members_[i].client_port),
+               &empty);
+      json j = json::parse(r, nullptr, false);
+      if (j.is_discarded() || !j.contains("leader")) continue;
+      if (j["header"].value("member_id", "") == j["leader"].get<std::string>()) {
+        return static_cast<int>(i);
+      }
+    }
+    return -1;
+  }
+
+  std::string Post(size_t i, const std::string& path, const json& body) const {
+    std::string text = body.dump();
+    return Http(fmt::format("http://127.0.0.1:{}{}", members_[i].client_port, path), &text);
+  }
+
+ private:
+  fs::path dir_;
+  std::vector<Member> members_;
+};
+
+std::shared_ptr<EtcdStore> Connect(const std::vector<std::string>& endpoints,
+                                   const std::string& prefix, Duration request_timeout = 5s) {
+  EtcdStoreOptions o;
+  o.endpoints = endpoints;
+  o.prefix = prefix;
+  o.request_timeout = request_timeout;
+  auto s = EtcdStore::Connect(o, Soon());
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  if (!s.ok()) return nullptr;
+  return std::shared_ptr<EtcdStore>(std::move(s).value());
+}
+
+TEST(EtcdEndpointsTest, Parse) {
+  auto e = ParseEtcdEndpoints("h1:2379, h2 ,https://h3:1/,[::1]:5");
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(*e, (std::vector<std::string>{"http://h1:2379", "http://h2:2379", "https://h3:1",
+                                          "http://[::1]:5"}));
+  EXPECT_EQ(ParseEtcdEndpoints("h1:2379", true)->at(0), "https://h1:2379");
+  EXPECT_FALSE(ParseEtcdEndpoints("").ok());
+  EXPECT_FALSE(ParseEtcdEndpoints("h1:notaport").ok());
+}
+
+// One single-member cluster for the contract cases; every test gets its own key prefix.
+class EtcdStoreTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!fs::exists(kEtcd)) return;
+    cluster_ = new EtcdCluster;
+    if (!cluster_->Start(1, {}, &start_error_)) {
+      delete cluster_;
+      cluster_ = nullptr;
+    }
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  void SetUp() override {
+    if (!fs::exists(kEtcd)) GTEST_SKIP() << kEtcd << " is not installed";
+    ASSERT_NE(cluster_, nullptr) << start_error_;
+    prefix_ = "test-" + RandomHex(6);
+    store_ = Make();
+    ASSERT_NE(store_, nullptr);
+  }
+  std::shared_ptr<EtcdStore> Make() { return Connect(cluster_->Endpoints(), prefix_); }
+
+  static EtcdCluster* cluster_;
+  static std::string start_error_;
+  std::string prefix_;
+  std::shared_ptr<EtcdStore> store_;
+};
+EtcdCluster* EtcdStoreTest::cluster_ = nullptr;
+std::string EtcdStoreTest::start_error_;
+
+TEST_F(EtcdStoreTest, SetGetDeleteCheckNumKeys) {
+  ASSERT_TRUE(store_->Set("a", "1", Soon()).ok());
+  ASSERT_TRUE(store_->Set("b", std::string("\0bin\xff", 5), Soon()).ok());
+  EXPECT_EQ(*store_->Get("a", Soon()), "1");
+  EXPECT_EQ(*store_->Get("b", Soon()), std::string("\0bin\xff", 5));
+  EXPECT_TRUE(*store_->Check({"a", "b"}, Soon()));
+  EXPECT_FALSE(*store_->Check({"a", "zz"}, Soon()));
+  EXPECT_EQ(*store_->NumKeys(Soon()), 2);
+  EXPECT_TRUE(*store_->Delete("a", Soon()));
+  EXPECT_FALSE(*store_->Delete("a", Soon()));
+  EXPECT_FALSE(*store_->Check({"a"}, Soon()));
+  EXPECT_EQ(*store_->NumKeys(Soon()), 1);
+  // Another prefix is another namespace; an empty value is still a key.
+  auto other = Connect(cluster_->Endpoints(), prefix_ + "x");
+  EXPECT_EQ(*other->NumKeys(Soon()), 0);
+  ASSERT_TRUE(other->Set("empty", "", Soon()).ok());
+  EXPECT_EQ(*other->Get("empty", Soon()), "");
+  EXPECT_EQ(*store_->NumKeys(Soon()), 1);
+}
+
+TEST_F(EtcdStoreTest, GetTimesOutAtDeadline) {
+  auto start = SteadyClock::now();
+  auto r = store_->Get("missing", Deadline::AfterMs(100));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().ToString();
+  EXPECT_GE(SecondsSince(start), 0.09);
+  EXPECT_LT(SecondsSince(start), 3.0);
+  auto w = store_->Wait({"missing"}, Deadline::AfterMs(100));
+  EXPECT_EQ(w.code(), StatusCode::kDeadlineExceeded);
+  // The store stays usable after a timeout.
+  ASSERT_TRUE(store_->Set("k", "v", Soon()).ok());
+  EXPECT_EQ(*store_->Get("k", Soon()), "v");
+}
+
+TEST_F(EtcdStoreTest, AddIsAtomicAcrossClients) {
+  constexpr int kThreads = 4, kAdds = 100;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      auto client = Make();
+      for (int i = 0; i < kAdds; ++i) ASSERT_TRUE(client->Add("counter", 1, Soon()).ok());
+    });
+  }
+  // The same store object from several threads at once.
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kAdds; ++i) ASSERT_TRUE(store_->Add("counter", 1, Soon()).ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(*store_->Add("counter", 0, Soon()), (kThreads + 2) * kAdds);
+  EXPECT_EQ(*store_->Get("counter", Soon()), std::to_string((kThreads + 2) * kAdds));
+  EXPECT_EQ(*store_->Add("neg", -5, Soon()), -5);
+  ASSERT_TRUE(store_->Set("text", "abc", Soon()).ok());
+  EXPECT_EQ(store_->Add("text", 1, Soon()).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(EtcdStoreTest, CompareSet) {
+  EXPECT_EQ(*store_->CompareSet("c", "", "first", Soon()), "first");
+  EXPECT_EQ(*store_->CompareSet("c", "", "second", Soon()), "first");
+  EXPECT_EQ(*store_->CompareSet("c", "first", "third", Soon()), "third");
+  EXPECT_EQ(*store_->CompareSet("c", "nope", "fourth", Soon()), "third");
+  EXPECT_EQ(*store_->CompareSet("missing", "x", "y", Soon()), "");
+  EXPECT_FALSE(*store_->Check({"missing"}, Soon()));
+}
+
+TEST_F(EtcdStoreTest, WaitAndGetAreWokenByAnotherClient) {
+  auto writer = Make();
+  std::thread t([&] {
+    std::this_thread::sleep_for(100ms);  // let the waiter block first
+    ASSERT_TRUE(writer->Set("w1", "x", Soon()).ok());
+    ASSERT_TRUE(writer->MultiSet({"w2", "w3"}, {"y", "z"}, Soon()).ok());
+  });
+  EXPECT_TRUE(store_->Wait({"w1", "w2", "w3"}, Soon()).ok());
+  auto values = store_->MultiGet({"w3", "w1"}, Soon());
+  ASSERT_TRUE(values.ok()) << values.status().ToString();
+  EXPECT_EQ(*values, (std::vector<std::string>{"z", "x"}));
+  t.join();
+  // A blocked Get gets the value the writer puts.
+  std::thread t2([&] {
+    std::this_thread::sleep_for(100ms);
+    ASSERT_TRUE(writer->Set("late", "value", Soon()).ok());
+  });
+  auto start = SteadyClock::now();
+  EXPECT_EQ(*store_->Get("late", Soon()), "value");
+  EXPECT_LT(SecondsSince(start), 2.0);
+  t2.join();
+}
+
+TEST_F(EtcdStoreTest, AbortUnblocksWaiters) {
+  auto waiter = Make();
+  std::atomic<bool> returned{false};
+  std::thread t([&] {
+    auto r = waiter->Get("never", Deadline::AfterMs(30000));
+    EXPECT_EQ(r.status().code(), StatusCode::kCancelled) << r.status().ToString();
+    returned = true;
+  });
+  std::this_thread::sleep_for(200ms);  // the Get is blocked on its watch by now
+  auto start = SteadyClock::now();
+  waiter->Abort();
+  t.join();
+  EXPECT_TRUE(returned);
+  EXPECT_LT(SecondsSince(start), 1.0);
+  EXPECT_EQ(waiter->Set("k", "v", Soon()).code(), StatusCode::kCancelled);
+}
+
+TEST_F(EtcdStoreTest, LeasedKeysVanishWithTheirClient) {
+  EtcdStoreOptions o;
+  o.endpoints = cluster_->Endpoints();
+  o.prefix = prefix_;
+  o.lease_ttl = 2s;
+  {
+    auto leased = EtcdStore::Connect(o, Soon());
+    ASSERT_TRUE(leased.ok()) << leased.status().ToString();
+    EXPECT_NE((*leased)->lease_id(), 0);
+    ASSERT_TRUE((*leased)->Set("alive", "1", Soon()).ok());
+    ASSERT_TRUE((*leased)->MultiSet({"alive2"}, {"2"}, Soon()).ok());
+    // Kept alive past its TTL by the background thread.
+    std::this_thread::sleep_for(2500ms);
+    EXPECT_TRUE(*store_->Check({"alive", "alive2"}, Soon()));
+  }  // destruction revokes the lease
+  EXPECT_FALSE(*store_->Check({"alive"}, Soon()));
+  EXPECT_FALSE(*store_->Check({"alive2"}, Soon()));
+}
+
+TEST_F(EtcdStoreTest, UnreachableEndpointIsUnavailable) {
+  EtcdStoreOptions o;
+  o.endpoints = {fmt::format("127.0.0.1:{}", FreePort())};
+  o.request_timeout = 1s;
+  auto start = SteadyClock::now();
+  auto s = EtcdStore::Connect(o, Soon());
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kUnavailable) << s.status().ToString();
+  EXPECT_LT(SecondsSince(start), 2.0);
+  // A dead endpoint first in the list is skipped.
+  o.endpoints.push_back(cluster_->Endpoint(0));
+  auto ok = EtcdStore::Connect(o, Soon());
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_TRUE((*ok)->Set("x", "1", Soon()).ok());
+}
+
+TEST_F(EtcdStoreTest, EightAgentsCompleteARendezvous) {
+  rendezvous::RendezvousConfig c;
+  c.run_id = prefix_;
+  c.min_nodes = c.max_nodes = 8;
+  c.join_timeout = 20s;
+  c.last_call = 200ms;
+  c.heartbeat_interval = 100ms;
+  c.dead_timeout = 2s;
+  std::vector<std::optional<Result<rendezvous::RendezvousInfo>>> results(8);
+  std::vector<std::thread> threads;
+  auto start = SteadyClock::now();
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] {
+      auto s = Make();
+      if (!s) return;
+      rendezvous::NodeInfo self;
+      self.host = "host" + std::to_string(i);
+      self.addr = "10.0.0." + std::to_string(i);
+      self.local_world_size = 2;
+      rendezvous::Rendezvous r(s, c, self);
+      results[i] = r.Next();
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::set<int> ranks;
+  for (auto& r : results) {
+    ASSERT_TRUE(r.has_value());
+    ASSERT_TRUE(r->ok()) << r->status().ToString();
+    EXPECT_EQ((*r)->round, 0);
+    EXPECT_EQ((*r)->group_world_size, 8);
+    EXPECT_EQ((*r)->WorldSize(), 16);
+    ranks.insert((*r)->group_rank);
+  }
+  EXPECT_EQ(ranks.size(), 8u);
+  EXPECT_LT(SecondsSince(start), 10.0);
+  std::printf("rendezvous of 8 agents on etcd: %.3f s\n", SecondsSince(start));
+}
+
+TEST(EtcdAuthTest, UserPasswordAndTokenRenewal) {
+  if (!fs::exists(kEtcd)) GTEST_SKIP() << kEtcd << " is not installed";
+  EtcdCluster cluster;
+  std::string error;
+  ASSERT_TRUE(cluster.Start(1, {"--auth-token", "simple", "--auth-token-ttl", "1"}, &error))
+      << error;
+  ASSERT_NE(cluster.Post(0, "/v3/auth/role/add", {{"name", "root"}}), "");
+  ASSERT_NE(cluster.Post(0, "/v3/auth/user/add", {{"name", "root"}, {"password", "pw"}}), "");
+  ASSERT_NE(cluster.Post(0, "/v3/auth/user/grant", {{"user", "root"}, {"role", "root"}}), "");
+  ASSERT_NE(cluster.Post(0, "/v3/auth/enable", json::object()), "");
+
+  EtcdStoreOptions o;
+  o.endpoints = cluster.Endpoints();
+  o.prefix = "auth";
+  auto anonymous = EtcdStore::Connect(o, Soon());
+  ASSERT_FALSE(anonymous.ok());
+  EXPECT_EQ(anonymous.status().code(), StatusCode::kPermissionDenied)
+      << anonymous.status().ToString();
+  o.user = "root";
+  o.password = "wrong";
+  auto wrong = EtcdStore::Connect(o, Soon());
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.status().code(), StatusCode::kPermissionDenied) << wrong.status().ToString();
+  EXPECT_EQ(wrong.status().message().find("wrong"), std::string::npos);
+  o.password = "pw";
+  auto s = EtcdStore::Connect(o, Soon());
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_TRUE((*s)->Set("k", "v", Soon()).ok());
+  // The simple token expires after its TTL of 1 s: the client authenticates again.
+  std::this_thread::sleep_for(2500ms);
+  EXPECT_EQ(*(*s)->Get("k", Soon()), "v");
+  EXPECT_EQ(*(*s)->Add("n", 2, Soon()), 2);
+}
+
+// Kill the leader of three: a client with every endpoint keeps working (including a Get
+// blocked on a watch served by the dead leader); then kill a second member: calls fail with
+// kDeadlineExceeded/kUnavailable within their timeout instead of hanging.
+TEST(EtcdClusterTest, FailoverThenQuorumLoss) {
+  if (!fs::exists(kEtcd)) GTEST_SKIP() << kEtcd << " is not installed";
+  EtcdCluster cluster;
+  std::string error;
+  auto t0 = SteadyClock::now();
+  ASSERT_TRUE(cluster.Start(3, {}, &error)) << error;
+  std::printf("3-member etcd healthy in %.2f s\n", SecondsSince(t0));
+  int leader = -1;
+  for (int i = 0; i < 50 && leader < 0; ++i) {
+    leader = cluster.Leader();
+    if (leader < 0) std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_GE(leader, 0);
+  // The leader first, so the clients talk to it until it dies.
+  std::vector<std::string> endpoints = {cluster.Endpoint(leader)};
+  for (size_t i = 0; i < cluster.size(); ++i) {
+    if (static_cast<int>(i) != leader) endpoints.push_back(cluster.Endpoint(i));
+  }
+  auto client = Connect(endpoints, "failover", 3s);
+  auto waiter = Connect(endpoints, "failover", 3s);
+  ASSERT_TRUE(client && waiter);
+  ASSERT_TRUE(client->Set("before", "1", Soon()).ok());
+
+  std::string got;
+  std::thread blocked([&] {
+    auto r = waiter->Get("after", Deadline::AfterMs(20000));
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (r.ok()) got = *r;
+  });
+  std::this_thread::sleep_for(200ms);
+  cluster.Kill(leader);
+  auto killed = SteadyClock::now();
+  Status s = client->Set("after", "2", Deadline::AfterMs(10000));
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  double recover = SecondsSince(killed);
+  std::printf("write after killing the leader took %.2f s\n", recover);
+  EXPECT_LT(recover, 5.0);
+  blocked.join();
+  EXPECT_EQ(got, "2");
+  EXPECT_EQ(*client->Get("before", Soon()), "1");
+  EXPECT_EQ(*client->Add("n", 1, Soon()), 1);
+
+  // Two of three down: no quorum. Every call returns within its timeout.
+  for (size_t i = 0; i < cluster.size(); ++i) {
+    if (static_cast<int>(i) != leader) {
+      cluster.Kill(i);
+      break;
+    }
+  }
+  auto start = SteadyClock::now();
+  Status put = client->Set("x", "1", Deadline::AfterMs(30000));
+  double took = SecondsSince(start);
+  EXPECT_TRUE(put.code() == StatusCode::kDeadlineExceeded || put.code() == StatusCode::kUnavailable)
+      << put.ToString();
+  EXPECT_LT(took, 4.0);
+  start = SteadyClock::now();
+  auto get = client->Get("never", Deadline::AfterMs(30000));
+  EXPECT_FALSE(get.ok());
+  EXPECT_TRUE(get.status().code() == StatusCode::kDeadlineExceeded ||
+              get.status().code() == StatusCode::kUnavailable)
+      << get.status().ToString();
+  EXPECT_LT(SecondsSince(start), 4.0);
+  std::printf("calls without quorum failed after %.2f s: %s\n", took, put.ToString().c_str());
+}
+
+}  // namespace
+}  // namespace cohort::store
