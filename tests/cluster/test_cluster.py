@@ -170,3 +170,70 @@ def test_cut_link_then_heal(cluster, tmp_path):
     # The cut node either rejoined and finished, or stopped with an error that says why.
     assert rc == 0 or re.search(r"store|rendezvous|rank", nodes[2].stderr), nodes[2].describe()
     print("cut node: exit %d; %s" % (rc, (nodes[2].stderr.strip().splitlines() or [""])[-1]))
+
+
+ETCD = "/usr/bin/etcd"
+
+
+def start_etcd(c, hosts):
+    """One etcd member per host (client port 2379, peer 2380 on the host's own address:
+    these addresses exist only inside this cluster's namespaces, so nothing can collide)."""
+    initial = ",".join("e%d=http://%s:2380" % (i, c.addr(i)) for i in range(hosts))
+    members = []
+    for i in range(hosts):
+        a = c.addr(i)
+        argv = [ETCD, "--name", "e%d" % i, "--data-dir", str(c.log_dir / ("etcd%d" % i)),
+                "--listen-client-urls", "http://%s:2379" % a,
+                "--advertise-client-urls", "http://%s:2379" % a,
+                "--listen-peer-urls", "http://%s:2380" % a,
+                "--initial-advertise-peer-urls", "http://%s:2380" % a,
+                "--initial-cluster", initial, "--initial-cluster-state", "new",
+                "--heartbeat-interval", "50", "--election-timeout", "500"]
+        members.append(c.start(i, argv, dict(os.environ), "etcd%d" % i))
+    return members
+
+
+def etcd_leader(c, hosts):
+    """Index of the host whose member is the leader (from /v3/maintenance/status)."""
+    import json
+    import subprocess
+    for i in range(hosts):
+        try:
+            out = subprocess.run(
+                ["ip", "netns", "exec", c.hosts[i], "curl", "-sf", "-m", "2", "-X", "POST",
+                 "-d", "{}", "http://%s:2379/v3/maintenance/status" % c.addr(i)],
+                capture_output=True, timeout=10).stdout
+            st = json.loads(out or b"{}")
+        except (ValueError, subprocess.SubprocessError):
+            continue
+        if st.get("leader") and st.get("leader") == st.get("header", {}).get("member_id"):
+            return i
+    return None
+
+
+@pytest.mark.skipif(not os.path.exists(ETCD), reason="etcd-server not installed")
+def test_etcd_leader_killed_job_goes_on(cluster, tmp_path):
+    c = cluster(3)
+    start_etcd(c, 3)
+    leader = netns.wait_for(lambda: etcd_leader(c, 3) is not None and (etcd_leader(c, 3),),
+                            30, "an etcd leader")[0]
+    ckpt = tmp_path / "ckpt"
+    endpoints = ",".join("%s:2379" % c.addr(i) for i in range(3))
+    nodes = []
+    for i in range(3):
+        argv = node_argv(c, i, ckpt, "2:3", 1200)
+        at = argv.index("--rdzv-endpoint")
+        argv[at + 1] = endpoints
+        argv[at:at] = ["--rdzv-backend", "etcd"]
+        nodes.append(c.start(i, argv, node_env(c, i), "node%d" % i))
+    wait_progress(nodes, 50, 90, "training on 3 nodes over etcd")
+    t_fault = time.monotonic()
+    etcd_procs = [p for p in c.procs if p.name.startswith("etcd")]
+    etcd_procs[leader].kill()
+    new_leader = netns.wait_for(lambda: (etcd_leader(c, 3),) if etcd_leader(c, 3) not in
+                                (None, leader) else None, 30, "a new etcd leader")[0]
+    print("\netcd leader e%d killed; e%d elected after %.2f s" % (
+        leader, new_leader, time.monotonic() - t_fault))
+    assert_finished(nodes)
+    restarts = sum(p.stderr.count("restarting the workers") for p in nodes)
+    print("worker-group restarts caused by the leader loss: %d" % restarts)
