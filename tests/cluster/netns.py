@@ -105,6 +105,17 @@ class Cluster:
             ip("-n", self.bridge, "link", "set", bridge_end, "master", "br0")
             ip("-n", self.bridge, "link", "set", bridge_end, "up")
 
+    def name_hosts(self):
+        """Gives host i the name node<i> inside the cluster: /etc/netns/<ns>/hosts (which
+        `ip netns exec` mounts over /etc/hosts) lists every node. Run a program under
+        `unshare --uts` with `hostname node<i>` to make it see its own name."""
+        lines = "127.0.0.1 localhost\n" + "".join(
+            "%s node%d\n" % (self.addr(i), i) for i in range(len(self.hosts)))
+        for h in self.hosts:
+            d = Path("/etc/netns") / h
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "hosts").write_text(lines)
+
     def addr(self, i):
         return "10.231.%d.%d" % (self.net, i + 1)
 
@@ -130,6 +141,11 @@ class Cluster:
         for ns in self.hosts + [self.bridge]:
             subprocess.run(["ip", "netns", "del", ns], stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, timeout=30)
+            etc = Path("/etc/netns") / ns
+            if etc.exists():
+                for f in etc.iterdir():
+                    f.unlink()
+                etc.rmdir()
 
 
 def wait_for(pred, timeout, what, step=0.05):
