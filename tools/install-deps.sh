@@ -6,6 +6,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git curl ca-certificates procps iproute2 psmisc
+  openssl util-linux
   libgtest-dev libgmock-dev libbenchmark-dev
   libasio-dev libcli11-dev nlohmann-json3-dev libyaml-cpp-dev libfmt-dev libspdlog-dev
   libsqlite3-dev libcpp-httplib-dev zlib1g-dev libcurl4-openssl-dev

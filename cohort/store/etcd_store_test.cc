@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <optional>
 #include <thread>
 
 #include "cohort/base/strings.h"
@@ -58,11 +59,21 @@ size_t Append(char* data, size_t size, size_t n, void* out) {
 }
 
 // A plain HTTP request for the harness (health, status, auth setup); "" on failure.
+// TLS material for https members (CA, and a client certificate the members trust).
+struct TlsFiles {
+  std::string ca, cert, key;
+};
+
 std::string Http(const std::string& url, const std::string* post_body = nullptr,
-                 long timeout_ms = 1000) {
+                 long timeout_ms = 1000, const TlsFiles* tls = nullptr) {
   CURL* h = curl_easy_init();
   std::string out;
   curl_easy_setopt(h, CURLOPT_URL, url.c_str());
+  if (tls) {
+    curl_easy_setopt(h, CURLOPT_CAINFO, tls->ca.c_str());
+    curl_easy_setopt(h, CURLOPT_SSLCERT, tls->cert.c_str());
+    curl_easy_setopt(h, CURLOPT_SSLKEY, tls->key.c_str());
+  }
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, &Append);
@@ -91,6 +102,13 @@ class EtcdCluster {
     if (!dir_.empty()) fs::remove_all(dir_, ec);
   }
 
+  // Members serve clients over https with these files and require client certificates.
+  void UseTls(TlsFiles files, std::string server_cert, std::string server_key) {
+    tls_ = std::move(files);
+    server_cert_ = std::move(server_cert);
+    server_key_ = std::move(server_key);
+  }
+
   // Starts `n` members and waits until every one reports healthy.
   bool Start(int n, const std::vector<std::string>& extra_flags, std::string* error) {
     dir_ = fs::temp_directory_path() / ("cohort-etcd-test-" + RandomHex(6));
@@ -103,7 +121,8 @@ class EtcdCluster {
     }
     const std::string token = "cohort-test-" + RandomHex(4);
     for (auto& m : members_) {
-      std::string client = fmt::format("http://127.0.0.1:{}", m.client_port);
+      std::string client =
+          fmt::format("{}://127.0.0.1:{}", tls_ ? "https" : "http", m.client_port);
       std::string peer = fmt::format("http://127.0.0.1:{}", m.peer_port);
       std::vector<std::string> args = {kEtcd,
                                        "--name",
@@ -133,6 +152,14 @@ class EtcdCluster {
                                        "--log-level",
                                        "error"};
       args.insert(args.end(), extra_flags.begin(), extra_flags.end());
+      if (tls_) {
+        for (const std::string& a : {std::string("--cert-file"), server_cert_,
+                                     std::string("--key-file"), server_key_,
+                                     std::string("--trusted-ca-file"), tls_->ca,
+                                     std::string("--client-cert-auth")}) {
+          args.push_back(a);
+        }
+      }
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -158,8 +185,10 @@ class EtcdCluster {
     // Wait for /health of every member (a harness wait for an external process).
     auto give_up = SteadyClock::now() + 20s;
     for (auto& m : members_) {
-      std::string url = fmt::format("http://127.0.0.1:{}/health", m.client_port);
-      while (Http(url).find("\"true\"") == std::string::npos) {
+      std::string url =
+          fmt::format("{}://127.0.0.1:{}/health", tls_ ? "https" : "http", m.client_port);
+      while (Http(url, nullptr, 1000, tls_ ? &*tls_ : nullptr).find("\"true\"") ==
+             std::string::npos) {
         if (SteadyClock::now() > give_up) {
           *error =
               fmt::format("etcd member {} not healthy in 20 s (logs in {})", m.name, dir_.string());
@@ -213,6 +242,8 @@ class EtcdCluster {
  private:
   fs::path dir_;
   std::vector<Member> members_;
+  std::optional<TlsFiles> tls_;
+  std::string server_cert_, server_key_;
 };
 
 std::shared_ptr<EtcdStore> Connect(const std::vector<std::string>& endpoints,
@@ -485,6 +516,60 @@ TEST(EtcdAuthTest, UserPasswordAndTokenRenewal) {
 // Kill the leader of three: a client with every endpoint keeps working (including a Get
 // blocked on a watch served by the dead leader); then kill a second member: calls fail with
 // kDeadlineExceeded/kUnavailable within their timeout instead of hanging.
+// Makes a CA, a server certificate for 127.0.0.1 and a client certificate with openssl.
+bool MakeCertificates(const fs::path& dir, std::string* error) {
+  const std::string d = dir.string();
+  const std::string script = fmt::format(
+      "set -e; cd '{0}';"
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=cohort-test-ca "
+      "-keyout ca.key -out ca.crt;"
+      "printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n' > ext;"
+      "for n in server client; do "
+      "openssl req -newkey rsa:2048 -nodes -subj /CN=$n -keyout $n.key -out $n.csr;"
+      "openssl x509 -req -in $n.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 "
+      "-extfile ext -out $n.crt; done",
+      d);
+  int rc = std::system(("{ " + script + "; } > '" + d + "/openssl.log' 2>&1").c_str());
+  if (rc != 0) *error = "openssl failed; see " + d + "/openssl.log";
+  return rc == 0;
+}
+
+TEST(EtcdTlsTest, ClientCertificatesOverHttps) {
+  if (::access(kEtcd, X_OK) != 0) GTEST_SKIP() << "etcd-server not installed";
+  if (std::system("command -v openssl > /dev/null") != 0) GTEST_SKIP() << "no openssl";
+  fs::path dir = fs::temp_directory_path() / ("cohort-etcd-tls-" + RandomHex(6));
+  fs::create_directories(dir);
+  std::string error;
+  ASSERT_TRUE(MakeCertificates(dir, &error)) << error;
+  TlsFiles client{(dir / "ca.crt").string(), (dir / "client.crt").string(),
+                  (dir / "client.key").string()};
+  EtcdCluster cluster;
+  cluster.UseTls(client, (dir / "server.crt").string(), (dir / "server.key").string());
+  ASSERT_TRUE(cluster.Start(1, {}, &error)) << error;
+
+  EtcdStoreOptions o;
+  o.endpoints = {"https://" + cluster.Endpoint(0)};
+  o.prefix = "tls";
+  o.request_timeout = 3s;
+  o.ca_file = client.ca;
+  o.cert_file = client.cert;
+  o.key_file = client.key;
+  auto store = EtcdStore::Connect(o, Deadline::After(10s));
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  ASSERT_TRUE((*store)->Set("k", "over tls", Deadline::After(5s)).ok());
+  EXPECT_EQ(*(*store)->Get("k", Deadline::After(5s)), "over tls");
+
+  // Without the client certificate the member refuses the connection.
+  EtcdStoreOptions no_cert = o;
+  no_cert.cert_file.clear();
+  no_cert.key_file.clear();
+  auto refused = EtcdStore::Connect(no_cert, Deadline::After(5s));
+  bool failed = !refused.ok() || !(*refused)->Set("k2", "x", Deadline::After(3s)).ok();
+  EXPECT_TRUE(failed);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
 TEST(EtcdClusterTest, FailoverThenQuorumLoss) {
   if (!fs::exists(kEtcd)) GTEST_SKIP() << kEtcd << " is not installed";
   EtcdCluster cluster;
