@@ -22,6 +22,7 @@ The step count is --steps N or a leading positional N. Other unknown
 command-line arguments are ignored, so tests can pass a marker string.
 """
 import argparse
+import datetime
 import json
 import os
 import signal
@@ -115,7 +116,10 @@ def main(argv):
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
 
-    dist.init_process_group("gloo", init_method="env://")
+    # A bounded collective timeout: a stuck peer fails the run with a traceback instead of
+    # hanging for gloo's default 30 minutes.
+    dist.init_process_group("gloo", init_method="env://",
+                            timeout=datetime.timedelta(seconds=90))
     rank = dist.get_rank()
     world = dist.get_world_size()
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
