@@ -147,7 +147,7 @@ Result<RendezvousInfo> Rendezvous::Next() {
       continue;
     }
     // Step 3.
-    COHORT_ASSIGN_OR_RETURN(int64_t slot, store_->Add(RoundKey(round, "slot"), 1,
+    COHORT_ASSIGN_OR_RETURN(int64_t slot, store_->TakeTicket(RoundKey(round, "slot"),
                                                       CallDeadline()));
     COHORT_RETURN_IF_ERROR(store_->MultiSet(
         {RoundKey(round, fmt::format("node{}", slot)), RoundKey(round, fmt::format("hb{}", slot))},
@@ -157,7 +157,7 @@ Result<RendezvousInfo> Rendezvous::Next() {
                                  join_deadline);
     if (!enough.ok()) {
       if (!IsTimeout(enough)) return enough;
-      auto joined = store_->Add(RoundKey(round, "slot"), 0, CallDeadline());
+      auto joined = store_->CountTickets(RoundKey(round, "slot"), CallDeadline());
       return DeadlineExceeded(
           "rendezvous '{}' timed out: {} of the minimum {} node(s) joined round {} within the "
           "join timeout of {} s",
@@ -173,7 +173,7 @@ Result<RendezvousInfo> Rendezvous::Next() {
       if (!full.ok() && !IsTimeout(full)) return full;
     }
     // Step 6.
-    COHORT_ASSIGN_OR_RETURN(int64_t taken, store_->Add(RoundKey(round, "slot"), 0,
+    COHORT_ASSIGN_OR_RETURN(int64_t taken, store_->CountTickets(RoundKey(round, "slot"),
                                                        CallDeadline()));
     int64_t proposal = std::min<int64_t>(taken, config_.max_nodes);
     COHORT_ASSIGN_OR_RETURN(std::string closed_value,

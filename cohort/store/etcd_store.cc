@@ -750,6 +750,8 @@ Result<int64_t> EtcdStore::Add(std::string_view key, int64_t delta, Deadline dea
     } else {
       compare = {{"key", k}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}};
     }
+    // Adding 0 to an existing counter is a read: no write, so readers never contend.
+    if (delta == 0 && current) return value;
     int64_t next = value + delta;
     json txn = {
         {"compare", json::array({compare})},
@@ -811,6 +813,28 @@ Result<bool> EtcdStore::Delete(std::string_view key, Deadline deadline) {
 Result<int64_t> EtcdStore::NumKeys(Deadline deadline) {
   json req = {
       {"key", B64(impl_->root)}, {"range_end", B64(PrefixEnd(impl_->root))}, {"count_only", true}};
+  COHORT_ASSIGN_OR_RETURN(json r, impl_->Post("/v3/kv/range", req, deadline));
+  return Int(r, "count");
+}
+
+Result<int64_t> EtcdStore::TakeTicket(std::string_view key, Deadline deadline) {
+  const std::string dir = impl_->Full(key) + "/t/";
+  json put = {{"key", B64(dir + RandomHex(8))}, {"value", B64("")}};
+  COHORT_ASSIGN_OR_RETURN(json r, impl_->Post("/v3/kv/put", put, deadline));
+  const int64_t revision = Int(r.value("header", json::object()), "revision");
+  json range = {{"key", B64(dir)},
+                {"range_end", B64(PrefixEnd(dir))},
+                {"keys_only", true},
+                {"max_create_revision", std::to_string(revision)}};
+  COHORT_ASSIGN_OR_RETURN(json kvs, impl_->Post("/v3/kv/range", range, deadline));
+  int64_t position = kvs.contains("kvs") ? static_cast<int64_t>(kvs["kvs"].size()) : 0;
+  if (position < 1) return DataLoss("etcd lost the ticket just written under {}", dir);
+  return position;
+}
+
+Result<int64_t> EtcdStore::CountTickets(std::string_view key, Deadline deadline) {
+  const std::string dir = impl_->Full(key) + "/t/";
+  json req = {{"key", B64(dir)}, {"range_end", B64(PrefixEnd(dir))}, {"count_only", true}};
   COHORT_ASSIGN_OR_RETURN(json r, impl_->Post("/v3/kv/range", req, deadline));
   return Int(r, "count");
 }

@@ -74,6 +74,11 @@ class EtcdStore final : public Store {
   Status MultiSet(const std::vector<std::string>& keys, const std::vector<std::string>& values,
                   Deadline deadline) override;
   void Abort() override;
+  // Each ticket is its own key under "<key>/t/"; a caller's position is the number of
+  // ticket keys created at or before its own revision (one put + one keys-only range, no
+  // compare-and-swap retries however many callers race).
+  Result<int64_t> TakeTicket(std::string_view key, Deadline deadline) override;
+  Result<int64_t> CountTickets(std::string_view key, Deadline deadline) override;
 
   // Deletes every key under this store's prefix (a finished job's keys); returns how many.
   Result<int64_t> DeleteAll(Deadline deadline);

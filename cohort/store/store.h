@@ -44,6 +44,17 @@ class Store {
   virtual Status MultiSet(const std::vector<std::string>& keys,
                           const std::vector<std::string>& values, Deadline deadline) = 0;
   virtual void Abort() = 0;
+
+  // Tickets: TakeTicket(key) gives each caller its position 1, 2, 3, ... among the callers
+  // for `key`; CountTickets(key) says how many were taken. The default is Add(key, 1) and
+  // Add(key, 0). A store without an atomic increment (etcd) overrides both with a scheme
+  // in which callers do not race one compare-and-swap (rendezvous joins use these).
+  virtual Result<int64_t> TakeTicket(std::string_view key, Deadline deadline) {
+    return Add(key, 1, deadline);
+  }
+  virtual Result<int64_t> CountTickets(std::string_view key, Deadline deadline) {
+    return Add(key, 0, deadline);
+  }
 };
 
 // Wraps a store and prefixes every key with "<prefix>/". NumKeys counts the whole store.
@@ -84,6 +95,12 @@ class PrefixStore final : public Store {
     return base_->MultiSet(Keys(keys), values, deadline);
   }
   void Abort() override { base_->Abort(); }
+  Result<int64_t> TakeTicket(std::string_view key, Deadline deadline) override {
+    return base_->TakeTicket(Key(key), deadline);
+  }
+  Result<int64_t> CountTickets(std::string_view key, Deadline deadline) override {
+    return base_->CountTickets(Key(key), deadline);
+  }
 
   const std::shared_ptr<Store>& base() const { return base_; }
 
