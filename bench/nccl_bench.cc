@@ -49,9 +49,9 @@ double BusFactor(Kind k, int n) {
 double Pattern(int rank, size_t i) { return static_cast<double>((rank * 3 + i) % 5) - 2.0; }
 
 // uint8 holds the pattern shifted by +2 (it has no negatives).
-void Fill(void* buf, size_t n, DataType t, int rank, size_t first) {
+void Fill(void* buf, size_t n, DataType t, int rank) {
   const double shift = t == DataType::kU8 ? 2.0 : 0.0;
-  for (size_t i = 0; i < n; ++i) SetElement(buf, i, t, Pattern(rank, first + i) + shift);
+  for (size_t i = 0; i < n; ++i) SetElement(buf, i, t, Pattern(rank, i) + shift);
 }
 
 double Load(const void* buf, size_t i, DataType t) {
@@ -218,8 +218,8 @@ int main(int argc, char** argv) {
       };
       auto fill = [&]() {
         size_t n_in = cfg.kind == Kind::kAllGather ? block : total;
-        Fill(ip, n_in, cfg.type, rank, 0);
-        if (cfg.kind == Kind::kBroadcast && !inplace) Fill(op_out, total, cfg.type, rank, 0);
+        Fill(ip, n_in, cfg.type, rank);
+        if (cfg.kind == Kind::kBroadcast && !inplace) Fill(op_out, total, cfg.type, rank);
       };
       fill();
       for (int i = 0; i < cfg.warmup; ++i) {

@@ -614,8 +614,8 @@ AgentResult Agent::Impl::Run() {
       case Outcome::kSignaled: {
         int sig = terminating_signal_.load();
         StopWorkers(sig);
-        if (rdzv_->CloseJob(fmt::format("interrupted by {}", strsignal(sig))).ok()) {
-        }
+        // Best effort: tells spares and a waiting store host that the job is over.
+        (void)rdzv_->CloseJob(fmt::format("interrupted by {}", strsignal(sig)));
         return {128 + sig, fmt::format("cohort: stopped by {}", strsignal(sig))};
       }
       case Outcome::kFailed: {

@@ -90,7 +90,7 @@ class Communicator::Impl {
   void Abort();
   std::string topology() const {
     if (size_ == 1) return "self";
-    if (single_host_ && shm_ && tcp_only_ == false) return "shm";
+    if (UseShm()) return "shm";
     if (shm_) return "shm+tcp";
     return "tcp";
   }
