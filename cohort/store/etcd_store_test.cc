@@ -4,6 +4,7 @@
 // renewal, failover across a 3-member cluster, a cluster without quorum, and a rendezvous of
 // 8 agents. Skipped when etcd is not installed.
 #include "cohort/store/etcd_store.h"
+#include "cohort/store/store_contract.h"
 
 #include <curl/curl.h>
 #include <fcntl.h>
@@ -268,147 +269,61 @@ TEST(EtcdEndpointsTest, Parse) {
   EXPECT_FALSE(ParseEtcdEndpoints("h1:notaport").ok());
 }
 
-// One single-member cluster for the contract cases; every test gets its own key prefix.
+// One single-member cluster per test process (started on first use, killed at exit) for
+// the contract cases and EtcdStoreTest; every store gets its own key prefix.
+std::string shared_cluster_error;
+EtcdCluster* SharedCluster() {
+  static EtcdCluster* cluster = [] {
+    static EtcdCluster c;
+    return c.Start(1, {}, &shared_cluster_error) ? &c : nullptr;
+  }();
+  return cluster;
+}
+
 class EtcdStoreTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    if (!fs::exists(kEtcd)) return;
-    cluster_ = new EtcdCluster;
-    if (!cluster_->Start(1, {}, &start_error_)) {
-      delete cluster_;
-      cluster_ = nullptr;
-    }
-  }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-  }
   void SetUp() override {
     if (!fs::exists(kEtcd)) GTEST_SKIP() << kEtcd << " is not installed";
-    ASSERT_NE(cluster_, nullptr) << start_error_;
+    ASSERT_NE(SharedCluster(), nullptr) << shared_cluster_error;
     prefix_ = "test-" + RandomHex(6);
     store_ = Make();
     ASSERT_NE(store_, nullptr);
   }
-  std::shared_ptr<EtcdStore> Make() { return Connect(cluster_->Endpoints(), prefix_); }
+  std::shared_ptr<EtcdStore> Make() { return Connect(SharedCluster()->Endpoints(), prefix_); }
 
-  static EtcdCluster* cluster_;
-  static std::string start_error_;
   std::string prefix_;
   std::shared_ptr<EtcdStore> store_;
 };
-EtcdCluster* EtcdStoreTest::cluster_ = nullptr;
-std::string EtcdStoreTest::start_error_;
 
-TEST_F(EtcdStoreTest, SetGetDeleteCheckNumKeys) {
+class EtcdFactory : public contract::StoreFactory {
+ public:
+  std::shared_ptr<Store> Make() override {
+    return Connect(SharedCluster()->Endpoints(), prefix_);
+  }
+
+ private:
+  std::string prefix_ = "contract-" + RandomHex(6);
+};
+
+using contract::StoreContract;
+INSTANTIATE_TEST_SUITE_P(Etcd, StoreContract, ::testing::Values("etcd"),
+                         [](const auto& info) { return info.param; });
+
+
+// The Store contract (store_contract.h) runs against etcd too; this is what only etcd adds.
+TEST_F(EtcdStoreTest, PrefixesAreNamespaces) {
   ASSERT_TRUE(store_->Set("a", "1", Soon()).ok());
-  ASSERT_TRUE(store_->Set("b", std::string("\0bin\xff", 5), Soon()).ok());
-  EXPECT_EQ(*store_->Get("a", Soon()), "1");
-  EXPECT_EQ(*store_->Get("b", Soon()), std::string("\0bin\xff", 5));
-  EXPECT_TRUE(*store_->Check({"a", "b"}, Soon()));
-  EXPECT_FALSE(*store_->Check({"a", "zz"}, Soon()));
-  EXPECT_EQ(*store_->NumKeys(Soon()), 2);
-  EXPECT_TRUE(*store_->Delete("a", Soon()));
-  EXPECT_FALSE(*store_->Delete("a", Soon()));
-  EXPECT_FALSE(*store_->Check({"a"}, Soon()));
-  EXPECT_EQ(*store_->NumKeys(Soon()), 1);
   // Another prefix is another namespace; an empty value is still a key.
-  auto other = Connect(cluster_->Endpoints(), prefix_ + "x");
+  auto other = Connect(SharedCluster()->Endpoints(), prefix_ + "x");
   EXPECT_EQ(*other->NumKeys(Soon()), 0);
   ASSERT_TRUE(other->Set("empty", "", Soon()).ok());
   EXPECT_EQ(*other->Get("empty", Soon()), "");
   EXPECT_EQ(*store_->NumKeys(Soon()), 1);
 }
 
-TEST_F(EtcdStoreTest, GetTimesOutAtDeadline) {
-  auto start = SteadyClock::now();
-  auto r = store_->Get("missing", Deadline::AfterMs(100));
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().ToString();
-  EXPECT_GE(SecondsSince(start), 0.09);
-  EXPECT_LT(SecondsSince(start), 3.0);
-  auto w = store_->Wait({"missing"}, Deadline::AfterMs(100));
-  EXPECT_EQ(w.code(), StatusCode::kDeadlineExceeded);
-  // The store stays usable after a timeout.
-  ASSERT_TRUE(store_->Set("k", "v", Soon()).ok());
-  EXPECT_EQ(*store_->Get("k", Soon()), "v");
-}
-
-TEST_F(EtcdStoreTest, AddIsAtomicAcrossClients) {
-  constexpr int kThreads = 4, kAdds = 100;
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&] {
-      auto client = Make();
-      for (int i = 0; i < kAdds; ++i) ASSERT_TRUE(client->Add("counter", 1, Soon()).ok());
-    });
-  }
-  // The same store object from several threads at once.
-  for (int t = 0; t < 2; ++t) {
-    threads.emplace_back([&] {
-      for (int i = 0; i < kAdds; ++i) ASSERT_TRUE(store_->Add("counter", 1, Soon()).ok());
-    });
-  }
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(*store_->Add("counter", 0, Soon()), (kThreads + 2) * kAdds);
-  EXPECT_EQ(*store_->Get("counter", Soon()), std::to_string((kThreads + 2) * kAdds));
-  EXPECT_EQ(*store_->Add("neg", -5, Soon()), -5);
-  ASSERT_TRUE(store_->Set("text", "abc", Soon()).ok());
-  EXPECT_EQ(store_->Add("text", 1, Soon()).status().code(), StatusCode::kInvalidArgument);
-}
-
-TEST_F(EtcdStoreTest, CompareSet) {
-  EXPECT_EQ(*store_->CompareSet("c", "", "first", Soon()), "first");
-  EXPECT_EQ(*store_->CompareSet("c", "", "second", Soon()), "first");
-  EXPECT_EQ(*store_->CompareSet("c", "first", "third", Soon()), "third");
-  EXPECT_EQ(*store_->CompareSet("c", "nope", "fourth", Soon()), "third");
-  EXPECT_EQ(*store_->CompareSet("missing", "x", "y", Soon()), "");
-  EXPECT_FALSE(*store_->Check({"missing"}, Soon()));
-}
-
-TEST_F(EtcdStoreTest, WaitAndGetAreWokenByAnotherClient) {
-  auto writer = Make();
-  std::thread t([&] {
-    std::this_thread::sleep_for(100ms);  // let the waiter block first
-    ASSERT_TRUE(writer->Set("w1", "x", Soon()).ok());
-    ASSERT_TRUE(writer->MultiSet({"w2", "w3"}, {"y", "z"}, Soon()).ok());
-  });
-  EXPECT_TRUE(store_->Wait({"w1", "w2", "w3"}, Soon()).ok());
-  auto values = store_->MultiGet({"w3", "w1"}, Soon());
-  ASSERT_TRUE(values.ok()) << values.status().ToString();
-  EXPECT_EQ(*values, (std::vector<std::string>{"z", "x"}));
-  t.join();
-  // A blocked Get gets the value the writer puts.
-  std::thread t2([&] {
-    std::this_thread::sleep_for(100ms);
-    ASSERT_TRUE(writer->Set("late", "value", Soon()).ok());
-  });
-  auto start = SteadyClock::now();
-  EXPECT_EQ(*store_->Get("late", Soon()), "value");
-  EXPECT_LT(SecondsSince(start), 2.0);
-  t2.join();
-}
-
-TEST_F(EtcdStoreTest, AbortUnblocksWaiters) {
-  auto waiter = Make();
-  std::atomic<bool> returned{false};
-  std::thread t([&] {
-    auto r = waiter->Get("never", Deadline::AfterMs(30000));
-    EXPECT_EQ(r.status().code(), StatusCode::kCancelled) << r.status().ToString();
-    returned = true;
-  });
-  std::this_thread::sleep_for(200ms);  // the Get is blocked on its watch by now
-  auto start = SteadyClock::now();
-  waiter->Abort();
-  t.join();
-  EXPECT_TRUE(returned);
-  EXPECT_LT(SecondsSince(start), 1.0);
-  EXPECT_EQ(waiter->Set("k", "v", Soon()).code(), StatusCode::kCancelled);
-}
-
 TEST_F(EtcdStoreTest, LeasedKeysVanishWithTheirClient) {
   EtcdStoreOptions o;
-  o.endpoints = cluster_->Endpoints();
+  o.endpoints = SharedCluster()->Endpoints();
   o.prefix = prefix_;
   o.lease_ttl = 2s;
   {
@@ -435,7 +350,7 @@ TEST_F(EtcdStoreTest, UnreachableEndpointIsUnavailable) {
   EXPECT_EQ(s.status().code(), StatusCode::kUnavailable) << s.status().ToString();
   EXPECT_LT(SecondsSince(start), 2.0);
   // A dead endpoint first in the list is skipped.
-  o.endpoints.push_back(cluster_->Endpoint(0));
+  o.endpoints.push_back(SharedCluster()->Endpoint(0));
   auto ok = EtcdStore::Connect(o, Soon());
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_TRUE((*ok)->Set("x", "1", Soon()).ok());
@@ -636,4 +551,11 @@ TEST(EtcdClusterTest, FailoverThenQuorumLoss) {
 }
 
 }  // namespace
+
+namespace contract {
+std::unique_ptr<StoreFactory> MakeFactory(const std::string& kind) {
+  if (kind != "etcd" || !fs::exists(kEtcd) || SharedCluster() == nullptr) return nullptr;
+  return std::make_unique<EtcdFactory>();
+}
+}  // namespace contract
 }  // namespace cohort::store

@@ -13,6 +13,7 @@
 #include "cohort/net/socket.h"
 #include "cohort/store/file_store.h"
 #include "cohort/store/memory_store.h"
+#include "cohort/store/store_contract.h"
 #include "cohort/store/store_server.h"
 #include "cohort/store/tcp_store.h"
 
@@ -21,12 +22,8 @@ namespace {
 
 Deadline Soon() { return Deadline::AfterMs(5000); }
 
-// Builds a fresh store of one kind; keeps what it needs (server, temp file) alive.
-class StoreFactory {
- public:
-  virtual ~StoreFactory() = default;
-  virtual std::shared_ptr<Store> Make() = 0;  // a new client of the same store
-};
+using contract::StoreContract;
+using contract::StoreFactory;
 
 class MemoryFactory : public StoreFactory {
  public:
@@ -72,102 +69,6 @@ class PrefixFactory : public StoreFactory {
   }
   TcpFactory inner_;
 };
-
-std::unique_ptr<StoreFactory> MakeFactory(const std::string& kind) {
-  if (kind == "memory") return std::make_unique<MemoryFactory>();
-  if (kind == "file") return std::make_unique<FileFactory>();
-  if (kind == "tcp") return std::make_unique<TcpFactory>();
-  return std::make_unique<PrefixFactory>();
-}
-
-class StoreContract : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    factory_ = MakeFactory(GetParam());
-    store_ = factory_->Make();
-  }
-  std::unique_ptr<StoreFactory> factory_;
-  std::shared_ptr<Store> store_;
-};
-
-TEST_P(StoreContract, SetGetDeleteCheckNumKeys) {
-  ASSERT_TRUE(store_->Set("a", "1", Soon()).ok());
-  ASSERT_TRUE(store_->Set("b", std::string("\0bin\xff", 5), Soon()).ok());
-  EXPECT_EQ(*store_->Get("a", Soon()), "1");
-  EXPECT_EQ(*store_->Get("b", Soon()), std::string("\0bin\xff", 5));
-  EXPECT_TRUE(*store_->Check({"a", "b"}, Soon()));
-  EXPECT_FALSE(*store_->Check({"a", "zz"}, Soon()));
-  EXPECT_EQ(*store_->NumKeys(Soon()), 2);
-  EXPECT_TRUE(*store_->Delete("a", Soon()));
-  EXPECT_FALSE(*store_->Delete("a", Soon()));
-  EXPECT_FALSE(*store_->Check({"a"}, Soon()));
-  EXPECT_EQ(*store_->NumKeys(Soon()), 1);
-}
-
-TEST_P(StoreContract, GetTimesOutAtDeadline) {
-  auto start = SteadyClock::now();
-  auto r = store_->Get("missing", Deadline::AfterMs(100));
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded);
-  EXPECT_GE(SecondsSince(start), 0.09);
-  EXPECT_LT(SecondsSince(start), 3.0);
-  // The connection stays usable after a timeout.
-  ASSERT_TRUE(store_->Set("k", "v", Soon()).ok());
-  EXPECT_EQ(*store_->Get("k", Soon()), "v");
-}
-
-TEST_P(StoreContract, AddIsAtomicAcrossClients) {
-  constexpr int kThreads = 4, kAdds = 200;
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&] {
-      auto client = factory_->Make();
-      for (int i = 0; i < kAdds; ++i) ASSERT_TRUE(client->Add("counter", 1, Soon()).ok());
-    });
-  }
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(*store_->Add("counter", 0, Soon()), kThreads * kAdds);
-  ASSERT_TRUE(store_->Set("text", "abc", Soon()).ok());
-  EXPECT_EQ(store_->Add("text", 1, Soon()).status().code(), StatusCode::kInvalidArgument);
-}
-
-TEST_P(StoreContract, CompareSet) {
-  EXPECT_EQ(*store_->CompareSet("c", "", "first", Soon()), "first");
-  EXPECT_EQ(*store_->CompareSet("c", "", "second", Soon()), "first");
-  EXPECT_EQ(*store_->CompareSet("c", "first", "third", Soon()), "third");
-  EXPECT_EQ(*store_->CompareSet("missing", "x", "y", Soon()), "");
-  EXPECT_FALSE(*store_->Check({"missing"}, Soon()));
-}
-
-TEST_P(StoreContract, WaitAndGetAreWokenByAnotherClient) {
-  auto writer = factory_->Make();
-  std::thread t([&] {
-    // The waiter blocks first; the writer's keys arrive one by one.
-    ASSERT_TRUE(writer->Set("w1", "x", Soon()).ok());
-    ASSERT_TRUE(writer->MultiSet({"w2", "w3"}, {"y", "z"}, Soon()).ok());
-  });
-  EXPECT_TRUE(store_->Wait({"w1", "w2", "w3"}, Soon()).ok());
-  auto values = store_->MultiGet({"w3", "w1"}, Soon());
-  ASSERT_TRUE(values.ok());
-  EXPECT_EQ(*values, (std::vector<std::string>{"z", "x"}));
-  t.join();
-}
-
-TEST_P(StoreContract, AbortUnblocksWaiters) {
-  auto waiter = factory_->Make();
-  std::atomic<bool> returned{false};
-  std::thread t([&] {
-    auto r = waiter->Get("never", Deadline::AfterMs(30000));
-    EXPECT_EQ(r.status().code(), StatusCode::kCancelled);
-    returned = true;
-  });
-  // Abort until the blocked call returns (Abort before the call starts also cancels it).
-  auto start = SteadyClock::now();
-  waiter->Abort();
-  t.join();
-  EXPECT_TRUE(returned);
-  EXPECT_LT(SecondsSince(start), 5.0);
-}
 
 INSTANTIATE_TEST_SUITE_P(AllStores, StoreContract,
                          ::testing::Values("memory", "file", "tcp", "prefix"),
@@ -323,4 +224,14 @@ TEST(FileStoreTest, TornTailIsIgnoredUntilComplete) {
 }
 
 }  // namespace
+
+namespace contract {
+std::unique_ptr<StoreFactory> MakeFactory(const std::string& kind) {
+  if (kind == "memory") return std::make_unique<MemoryFactory>();
+  if (kind == "file") return std::make_unique<FileFactory>();
+  if (kind == "tcp") return std::make_unique<TcpFactory>();
+  return std::make_unique<PrefixFactory>();
+}
+
+}  // namespace contract
 }  // namespace cohort::store

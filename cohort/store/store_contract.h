@@ -1,0 +1,143 @@
+// The Store contract: one parameterized gtest suite (StoreContract) that every Store
+// implementation must pass. A test file includes this header once, defines
+//   std::unique_ptr<cohort::store::contract::StoreFactory>
+//   cohort::store::contract::MakeFactory(const std::string& kind);
+// (nullptr skips the case, e.g. when a server binary is missing) and instantiates
+//   INSTANTIATE_TEST_SUITE_P(Name, StoreContract, ::testing::Values("kind", ...));
+// Ranks never sleep to order events: every check holds whatever the interleaving.
+//
+// Thread-safety: test code; each case runs its own threads and joins them.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cohort/store/store.h"
+
+namespace cohort::store::contract {
+
+inline Deadline Soon() { return Deadline::AfterMs(5000); }
+
+// Builds clients of one fresh store of a kind; keeps what it needs (server, file) alive.
+class StoreFactory {
+ public:
+  virtual ~StoreFactory() = default;
+  virtual std::shared_ptr<Store> Make() = 0;  // a new client of the same store
+};
+
+std::unique_ptr<StoreFactory> MakeFactory(const std::string& kind);
+
+class StoreContract : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    factory_ = MakeFactory(GetParam());
+    if (!factory_) GTEST_SKIP() << "store kind '" << GetParam() << "' is not available here";
+    store_ = factory_->Make();
+    ASSERT_NE(store_, nullptr);
+  }
+  std::unique_ptr<StoreFactory> factory_;
+  std::shared_ptr<Store> store_;
+};
+
+TEST_P(StoreContract, SetGetDeleteCheckNumKeys) {
+  ASSERT_TRUE(store_->Set("a", "1", Soon()).ok());
+  ASSERT_TRUE(store_->Set("b", std::string("\0bin\xff", 5), Soon()).ok());
+  EXPECT_EQ(*store_->Get("a", Soon()), "1");
+  EXPECT_EQ(*store_->Get("b", Soon()), std::string("\0bin\xff", 5));
+  EXPECT_TRUE(*store_->Check({"a", "b"}, Soon()));
+  EXPECT_FALSE(*store_->Check({"a", "zz"}, Soon()));
+  EXPECT_EQ(*store_->NumKeys(Soon()), 2);
+  EXPECT_TRUE(*store_->Delete("a", Soon()));
+  EXPECT_FALSE(*store_->Delete("a", Soon()));
+  EXPECT_FALSE(*store_->Check({"a"}, Soon()));
+  EXPECT_EQ(*store_->NumKeys(Soon()), 1);
+}
+
+TEST_P(StoreContract, GetTimesOutAtDeadline) {
+  auto start = SteadyClock::now();
+  auto r = store_->Get("missing", Deadline::AfterMs(100));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().ToString();
+  EXPECT_GE(SecondsSince(start), 0.09);
+  EXPECT_LT(SecondsSince(start), 3.0);
+  EXPECT_EQ(store_->Wait({"missing"}, Deadline::AfterMs(100)).code(),
+            StatusCode::kDeadlineExceeded);
+  // The store stays usable after a timeout.
+  ASSERT_TRUE(store_->Set("k", "v", Soon()).ok());
+  EXPECT_EQ(*store_->Get("k", Soon()), "v");
+}
+
+TEST_P(StoreContract, AddIsAtomicAcrossClients) {
+  constexpr int kClients = 4, kShared = 2, kAdds = 100;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kClients; ++t) {
+    threads.emplace_back([&] {
+      auto client = factory_->Make();
+      for (int i = 0; i < kAdds; ++i) ASSERT_TRUE(client->Add("counter", 1, Soon()).ok());
+    });
+  }
+  // The same store object from several threads at once.
+  for (int t = 0; t < kShared; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kAdds; ++i) ASSERT_TRUE(store_->Add("counter", 1, Soon()).ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+  const int total = (kClients + kShared) * kAdds;
+  EXPECT_EQ(*store_->Add("counter", 0, Soon()), total);
+  EXPECT_EQ(*store_->Get("counter", Soon()), std::to_string(total));
+  EXPECT_EQ(*store_->Add("neg", -5, Soon()), -5);
+  ASSERT_TRUE(store_->Set("text", "abc", Soon()).ok());
+  EXPECT_EQ(store_->Add("text", 1, Soon()).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_P(StoreContract, CompareSet) {
+  EXPECT_EQ(*store_->CompareSet("c", "", "first", Soon()), "first");
+  EXPECT_EQ(*store_->CompareSet("c", "", "second", Soon()), "first");
+  EXPECT_EQ(*store_->CompareSet("c", "first", "third", Soon()), "third");
+  EXPECT_EQ(*store_->CompareSet("c", "nope", "fourth", Soon()), "third");
+  EXPECT_EQ(*store_->CompareSet("missing", "x", "y", Soon()), "");
+  EXPECT_FALSE(*store_->Check({"missing"}, Soon()));
+}
+
+TEST_P(StoreContract, WaitAndGetAreWokenByAnotherClient) {
+  auto writer = factory_->Make();
+  std::thread t([&] {
+    // Whether the waiter blocks before or after these writes, it must see them.
+    ASSERT_TRUE(writer->Set("w1", "x", Soon()).ok());
+    ASSERT_TRUE(writer->MultiSet({"w2", "w3"}, {"y", "z"}, Soon()).ok());
+    ASSERT_TRUE(writer->Set("late", "value", Soon()).ok());
+  });
+  EXPECT_TRUE(store_->Wait({"w1", "w2", "w3"}, Soon()).ok());
+  auto values = store_->MultiGet({"w3", "w1"}, Soon());
+  ASSERT_TRUE(values.ok()) << values.status().ToString();
+  EXPECT_EQ(*values, (std::vector<std::string>{"z", "x"}));
+  auto start = SteadyClock::now();
+  EXPECT_EQ(*store_->Get("late", Soon()), "value");
+  EXPECT_LT(SecondsSince(start), 2.0);
+  t.join();
+}
+
+TEST_P(StoreContract, AbortUnblocksWaiters) {
+  auto waiter = factory_->Make();
+  std::atomic<bool> returned{false};
+  std::thread t([&] {
+    auto r = waiter->Get("never", Deadline::AfterMs(30000));
+    EXPECT_EQ(r.status().code(), StatusCode::kCancelled) << r.status().ToString();
+    returned = true;
+  });
+  // Abort before the call starts cancels it too, so no ordering is needed.
+  auto start = SteadyClock::now();
+  waiter->Abort();
+  t.join();
+  EXPECT_TRUE(returned);
+  EXPECT_LT(SecondsSince(start), 5.0);
+  EXPECT_EQ(waiter->Set("k", "v", Soon()).code(), StatusCode::kCancelled);
+}
+
+}  // namespace cohort::store::contract
