@@ -80,8 +80,9 @@ class Communicator::Impl {
   }
 
   Status Setup(store::Store& store);
-  WorkPtr Issue(OpDesc desc, std::function<Status(Call&)> body, Exec exec, bool p2p_send,
-                int peer);
+  // Queues an operation; `p2p_send`/`peer` pick the per-pair sequence of a send or recv.
+  WorkPtr Issue(OpDesc desc, std::function<Status(Call&)> body, Exec exec,
+                bool p2p_send = false, int peer = 0);
   WorkPtr Failed(Status s) {
     auto w = std::make_shared<Work>();
     w->Finish(std::move(s));
@@ -458,7 +459,7 @@ Communicator::WorkPtr Communicator::AllReduce(const void* in, void* out, size_t 
   OpDesc d{0, OpKind::kAllReduce, t, op, 0, -1, count};
   Impl* impl = impl_.get();
   return impl_->Issue(d, [=](Call& c) { return impl->AllReduce(in, out, count, t, op, c); },
-                      exec, false, 0);
+                      exec);
 }
 
 Communicator::WorkPtr Communicator::ReduceScatter(const void* in, void* out, size_t count,
@@ -469,7 +470,7 @@ Communicator::WorkPtr Communicator::ReduceScatter(const void* in, void* out, siz
   return impl_->Issue(d, [=](Call& c) {
     if (impl->UseShm()) return ShmReduceScatter(impl->shm(), in, out, count, t, op, c);
     return TcpReduceScatterRing(impl->all(), in, out, count, t, op, c);
-  }, exec, false, 0);
+  }, exec);
 }
 
 Communicator::WorkPtr Communicator::AllGather(const void* in, void* out, size_t count,
@@ -480,7 +481,7 @@ Communicator::WorkPtr Communicator::AllGather(const void* in, void* out, size_t 
   return impl_->Issue(d, [=](Call& c) {
     if (impl->UseShm()) return ShmAllGather(impl->shm(), in, out, bytes, c);
     return TcpAllGatherRing(impl->all(), in, out, bytes, c);
-  }, exec, false, 0);
+  }, exec);
 }
 
 Communicator::WorkPtr Communicator::Broadcast(void* buf, size_t count, DataType t, int root,
@@ -493,7 +494,7 @@ Communicator::WorkPtr Communicator::Broadcast(void* buf, size_t count, DataType 
     if (impl->size() == 1) return Status::Ok();
     if (impl->UseShm()) return ShmBroadcast(impl->shm(), buf, bytes, root, c);
     return TcpBroadcastTree(impl->all(), buf, bytes, root, c);
-  }, exec, false, 0);
+  }, exec);
 }
 
 Communicator::WorkPtr Communicator::Reduce(const void* in, void* out, size_t count, DataType t,
@@ -510,7 +511,7 @@ Communicator::WorkPtr Communicator::Reduce(const void* in, void* out, size_t cou
       return Status::Ok();
     }
     return TcpReduceTree(impl->all(), in, out, count, t, op, root, c);
-  }, exec, false, 0);
+  }, exec);
 }
 
 Communicator::WorkPtr Communicator::Gather(const void* in, void* out, size_t count, DataType t,
@@ -522,7 +523,7 @@ Communicator::WorkPtr Communicator::Gather(const void* in, void* out, size_t cou
   return impl_->Issue(d, [=](Call& c) {
     if (impl->UseShm()) return ShmGather(impl->shm(), in, out, bytes, root, c);
     return TcpGather(impl->all(), in, out, bytes, root, c);
-  }, exec, false, 0);
+  }, exec);
 }
 
 Communicator::WorkPtr Communicator::Scatter(const void* in, void* out, size_t count, DataType t,
@@ -534,7 +535,7 @@ Communicator::WorkPtr Communicator::Scatter(const void* in, void* out, size_t co
   return impl_->Issue(d, [=](Call& c) {
     if (impl->UseShm()) return ShmScatter(impl->shm(), in, out, bytes, root, c);
     return TcpScatter(impl->all(), in, out, bytes, root, c);
-  }, exec, false, 0);
+  }, exec);
 }
 
 Communicator::WorkPtr Communicator::AllToAll(const void* in, void* out, size_t count,
@@ -551,7 +552,7 @@ Communicator::WorkPtr Communicator::AllToAll(const void* in, void* out, size_t c
       return TcpAllToAll(impl->all(), copy.data(), out, bytes, c);
     }
     return TcpAllToAll(impl->all(), in, out, bytes, c);
-  }, exec, false, 0);
+  }, exec);
 }
 
 Communicator::WorkPtr Communicator::Barrier(Exec exec) {
@@ -561,7 +562,7 @@ Communicator::WorkPtr Communicator::Barrier(Exec exec) {
     if (impl->size() == 1) return Status::Ok();
     if (impl->UseShm()) return ShmBarrier(impl->shm(), c);
     return TcpBarrier(impl->all(), c);
-  }, exec, false, 0);
+  }, exec);
 }
 
 Communicator::WorkPtr Communicator::Send(const void* buf, size_t count, DataType t, int peer,
