@@ -44,23 +44,15 @@ std::string Record(uint8_t kind, std::string_view key, std::string_view value) {
 Result<std::unique_ptr<FileStore>> FileStore::Open(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (fd < 0) return ErrnoStatus(fmt::format("open store file {}", path), errno);
-  int in = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-  if (in < 0 || ::inotify_add_watch(in, path.c_str(), IN_MODIFY) < 0) {
-    int err = errno;
-    ::close(fd);
-    if (in >= 0) ::close(in);
-    return ErrnoStatus(fmt::format("inotify on {}", path), err);
-  }
   int ev = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  return std::unique_ptr<FileStore>(new FileStore(path, fd, in, ev));
+  return std::unique_ptr<FileStore>(new FileStore(path, fd, ev));
 }
 
-FileStore::FileStore(std::string path, int fd, int inotify_fd, int abort_fd)
-    : path_(std::move(path)), fd_(fd), inotify_fd_(inotify_fd), abort_fd_(abort_fd) {}
+FileStore::FileStore(std::string path, int fd, int abort_fd)
+    : path_(std::move(path)), fd_(fd), abort_fd_(abort_fd) {}
 
 FileStore::~FileStore() {
   ::close(fd_);
-  ::close(inotify_fd_);
   ::close(abort_fd_);
 }
 
@@ -167,20 +159,31 @@ Result<int64_t> FileStore::NumKeys(Deadline) {
   return Mutate([&]() -> Result<int64_t> { return state_.size(); });
 }
 
+// Each blocking call watches the file with its own inotify instance, set up before the first
+// look, so an append after any look wakes this caller, however many threads wait at once.
 Status FileStore::WaitFor(const std::vector<std::string>& keys, Deadline deadline) {
+  struct Fd {
+    int fd;
+    ~Fd() {
+      if (fd >= 0) ::close(fd);
+    }
+  } in{::inotify_init1(IN_CLOEXEC | IN_NONBLOCK)};
+  if (in.fd < 0 || ::inotify_add_watch(in.fd, path_.c_str(), IN_MODIFY) < 0) {
+    return ErrnoStatus(fmt::format("inotify on {}", path_), errno);
+  }
   for (;;) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (aborted_) return Cancelled("store aborted");
-      // Drain inotify events before reading, so an append after this read wakes us.
+      // Drain our events before looking, so an append after this look wakes us.
       char events[4096];
-      while (::read(inotify_fd_, events, sizeof(events)) > 0) {
+      while (::read(in.fd, events, sizeof(events)) > 0) {
       }
       FileLock file_lock(fd_, LOCK_SH);
       COHORT_RETURN_IF_ERROR(CatchUp());
       if (state_.ContainsAll(keys)) return Status::Ok();
     }
-    pollfd fds[2] = {{inotify_fd_, POLLIN, 0}, {abort_fd_, POLLIN, 0}};
+    pollfd fds[2] = {{in.fd, POLLIN, 0}, {abort_fd_, POLLIN, 0}};
     int rc = ::poll(fds, 2, deadline.PollTimeoutMs());
     if (rc < 0 && errno != EINTR) return ErrnoStatus("poll", errno);
     if (rc == 0 && deadline.expired()) return WaitTimeout(keys);

@@ -7,7 +7,8 @@
 // same little-endian encoding as the TCP protocol. A torn record at the end (a writer that
 // died mid-write) is ignored until it is complete.
 //
-// Thread-safety: all methods are safe from any thread (a mutex serializes them in-process).
+// Thread-safety: all methods are safe from any thread (a mutex serializes them in-process;
+// each blocking call has its own inotify watch, so concurrent waiters all wake).
 #pragma once
 
 #include <mutex>
@@ -39,7 +40,7 @@ class FileStore final : public Store {
   void Abort() override;
 
  private:
-  FileStore(std::string path, int fd, int inotify_fd, int abort_fd);
+  FileStore(std::string path, int fd, int abort_fd);
   // Replays records appended since the last read. Caller holds mu_ and a file lock.
   Status CatchUp();
   // Runs `fn` with the file locked exclusively, state caught up; appends what fn returns.
@@ -50,7 +51,6 @@ class FileStore final : public Store {
 
   const std::string path_;
   const int fd_;
-  const int inotify_fd_;
   const int abort_fd_;  // eventfd written by Abort()
   std::mutex mu_;
   KvState state_;
