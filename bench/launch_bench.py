@@ -76,22 +76,6 @@ def read_hwm_kb(pid):
     return None
 
 
-def read_events(path):
-    evs = []
-    try:
-        with open(path) as f:
-            for line in f:
-                line = line.strip()
-                if line:
-                    try:
-                        evs.append(json.loads(line))
-                    except ValueError:
-                        pass
-    except OSError:
-        pass
-    return evs
-
-
 def one_run(name, scenario, args, workdir, verbose):
     """Runs one launcher once; returns a dict of measurements (missing ones are None)."""
     run_dir = Path(tempfile.mkdtemp(prefix="%s-%s-" % (name, scenario), dir=workdir))
@@ -145,7 +129,7 @@ def one_run(name, scenario, args, workdir, verbose):
         err.close()
 
     res["rc"] = p.returncode
-    evs = read_events(times)
+    evs = U.read_json_lines(times)
     first0 = [e["t"] for e in evs if e["event"] == "first_step" and e["restart"] == 0]
     first1 = [e["t"] for e in evs if e["event"] == "first_step" and e["restart"] == 1]
     kills = [e["t"] for e in evs if e["event"] == "kill"]

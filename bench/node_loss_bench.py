@@ -13,7 +13,6 @@ publish their hostname, can reach each other. Medians of --reps runs, alternatin
     /usr/bin/python3 bench/node_loss_bench.py --reps 3
 """
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -23,6 +22,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests/cluster"))
+sys.path.insert(0, str(REPO / "tests/e2e"))
+import e2e_util as U  # noqa: E402
 import netns  # noqa: E402
 
 COHORT = REPO / "build/dev/cohort/cli/cohort"
@@ -49,17 +50,6 @@ def launcher_argv(kind, c, i, work, steps):
     return ["unshare", "--uts", "sh", "-c", 'hostname node%d && exec "$@"' % i, "sh", *inner]
 
 
-def events(path):
-    out = []
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                pass
-    return out
-
-
 def one_run(kind, steps):
     with tempfile.TemporaryDirectory(prefix="nodeloss-") as d:
         work = Path(d)
@@ -75,13 +65,13 @@ def one_run(kind, steps):
                              dict(env, COHORT_HOST_ID="host%d" % i), "%s%d" % (kind, i))
                      for i in range(3)]
             # Training on 3 nodes: a first_step event, then some more steps.
-            netns.wait_for(lambda: any(e.get("event") == "first_step" for e in events(times)),
+            netns.wait_for(lambda: any(e.get("event") == "first_step" for e in U.read_json_lines(times)),
                            120, "%s: the first training step" % kind)
             time.sleep(2.0)  # let the job run a little before the fault (not synchronisation)
             t_kill = time.time()
             procs[2].kill()
             def recovered():
-                evs = [e for e in events(times) if e.get("event") == "first_step"
+                evs = [e for e in U.read_json_lines(times) if e.get("event") == "first_step"
                        and e.get("t", 0) > t_kill]
                 return evs[0] if evs else None
             ev = netns.wait_for(recovered, 180, "%s: a training step after the node loss" % kind)

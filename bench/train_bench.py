@@ -69,22 +69,6 @@ def argv_for(system, k, args, metrics):
             str(HERE / "torch_ddp_cnn.py"), "--epochs", "1"] + common
 
 
-def read_jsonl(path):
-    out = []
-    try:
-        with open(path) as f:
-            for line in f:
-                line = line.strip()
-                if line.startswith("{"):
-                    try:
-                        out.append(json.loads(line))
-                    except ValueError:
-                        pass
-    except OSError:
-        pass
-    return out
-
-
 def one_run(system, k, args, workdir, verbose):
     run_dir = Path(tempfile.mkdtemp(prefix="%s-%dw-" % (system, k), dir=workdir))
     metrics = run_dir / "metrics.jsonl"
@@ -106,7 +90,7 @@ def one_run(system, k, args, workdir, verbose):
             p.wait()
     res["rc"] = p.returncode
     res["wall_s"] = time.monotonic() - t0
-    evs = read_jsonl(metrics)
+    evs = U.read_json_lines(metrics)
     steps = [e for e in evs if e.get("event") == "step"]
     end = next((e for e in evs if e.get("event") == "end"), {})
     prev, n, w, wait, bwd = 0, 0, 0.0, 0.0, 0.0

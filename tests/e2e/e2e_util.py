@@ -4,6 +4,7 @@ Processes are started in their own session with stdout/stderr going to files (no
 can fill up), every wait is bounded, and leftovers are found by a unique marker string
 that the test puts on the worker command line.
 """
+import json
 import os
 import re
 import signal
@@ -248,3 +249,20 @@ def final_loss(text):
     """The float of the last `final_loss <x>` line in text (None when absent)."""
     m = FINAL_RE.findall(text)
     return float(m[-1]) if m else None
+
+
+def read_json_lines(path):
+    """The JSON objects of a JSON-lines file; other lines, and a missing file, give nothing."""
+    out = []
+    try:
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if line.startswith("{"):
+                    try:
+                        out.append(json.loads(line))
+                    except ValueError:
+                        pass
+    except OSError:
+        pass
+    return out
