@@ -3,7 +3,8 @@
 // call the same function with the same arguments (except buffers), in the same order.
 //
 //  TCP (any group of ranks on a TcpMesh): pipelined ring (reduce-scatter + all-gather) for
-//  large allreduce, recursive doubling (any size: the extra ranks fold in first) for small,
+//  large allreduce, Rabenseifner (recursive halving + doubling) for medium, recursive
+//  doubling for small (both for any group size: the extra ranks fold in first),
 //  binomial trees for broadcast/reduce, ring reduce-scatter/all-gather, pairwise all-to-all,
 //  dissemination barrier.
 //  Shared memory (ShmGroup): every member copies into its own slot and reads the others'
@@ -47,6 +48,8 @@ Status TcpAllReduceRing(TcpGroup& g, const void* in, void* buf, size_t count, Da
                         ReduceOp op, Call c);
 Status TcpAllReduceRecursiveDoubling(TcpGroup& g, void* buf, size_t count, DataType t,
                                      ReduceOp op, Call c);
+Status TcpAllReduceHalvingDoubling(TcpGroup& g, const void* in, void* buf, size_t count,
+                                   DataType t, ReduceOp op, Call c);
 Status TcpReduceScatterRing(TcpGroup& g, const void* in, void* out, size_t count, DataType t,
                             ReduceOp op, Call c);
 Status TcpAllGatherRing(TcpGroup& g, const void* in, void* out, size_t bytes, Call c);

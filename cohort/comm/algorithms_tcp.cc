@@ -25,11 +25,27 @@ char* Scratch(Call& c, size_t bytes) {
   return c.scratch.data();
 }
 
-// Sends segment `send_seg` to the right while receiving `recv_seg` from the left; each
-// piece of the incoming segment is reduced as soon as it arrives, while the send goes on.
-// `send_from` holds the segment to send and `acc_from` this rank's own contribution to the
-// received segment: `buf` for both, except that the first step of an out-of-place
-// allreduce sends from, and adds to, the input (so the input is never copied).
+// Sends `send_bytes` from `send` to member rank `to` while receiving `recv_count` elements
+// from `from`; each incoming piece is reduced as soon as it arrives, while the send goes on:
+// dst[i] = acc[i] op incoming[i] (dst == acc allowed).
+Status ExchangeReduce(TcpMesh& mesh, int to, const char* send, size_t send_bytes, int from,
+                      char* dst, const char* acc, size_t recv_count, DataType t, ReduceOp op,
+                      Call& c) {
+  const size_t es = DataTypeSize(t);
+  const ReduceOp step_op = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+  auto consume = [&](size_t offset, const char* data, size_t len) {
+    const void* srcs[2] = {acc + offset, data};
+    ReduceMany(dst + offset, srcs, 2, len / es, t, step_op, 1);
+  };
+  return mesh.SendRecvStream(to, send, send_bytes, from, recv_count * es, es, consume, c.desc,
+                             c.deadline);
+}
+
+// One ring reduce-scatter step: sends segment `send_seg` to the right while reducing
+// segment `recv_seg` from the left into `buf`. `send_from` holds the segment to send and
+// `acc_from` this rank's own contribution to the received segment: `buf` for both, except
+// that the first step of an out-of-place allreduce sends from, and adds to, the input (so
+// the input is never copied).
 Status RingReduceStep(TcpGroup& g, char* buf, const char* send_from, const char* acc_from,
                       size_t count, size_t es, int send_seg, int recv_seg, DataType t,
                       ReduceOp op, Call& c) {
@@ -37,14 +53,48 @@ Status RingReduceStep(TcpGroup& g, char* buf, const char* send_from, const char*
   const int right = g.members[Mod(g.index + 1, n)], left = g.members[Mod(g.index - 1, n)];
   auto [s_off, s_len] = Segment(count, n, send_seg);
   auto [r_off, r_len] = Segment(count, n, recv_seg);
-  const ReduceOp step_op = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
-  auto consume = [&](size_t offset, const char* data, size_t len) {
-    const size_t at = (r_off + offset / es) * es;
-    const void* srcs[2] = {acc_from + at, data};
-    ReduceMany(buf + at, srcs, 2, len / es, t, step_op, 1);
-  };
-  return g.mesh->SendRecvStream(right, send_from + s_off * es, s_len * es, left, r_len * es, es,
-                                consume, c.desc, c.deadline);
+  return ExchangeReduce(*g.mesh, right, send_from + s_off * es, s_len * es, left,
+                        buf + r_off * es, acc_from + r_off * es, r_len, t, op, c);
+}
+
+// Folding for the power-of-two algorithms: with p2 the largest power of two <= n and
+// rem = n - p2, members below 2*rem pair up (even sends its buffer to odd, which reduces
+// it), leaving p2 participants. Returns this member's virtual index among them, or -1.
+struct Fold {
+  int p2 = 1, rem = 0;
+  int Member(int vidx) const { return vidx < rem ? vidx * 2 + 1 : vidx + rem; }
+};
+
+Fold MakeFold(int n) {
+  Fold f;
+  while (f.p2 * 2 <= n) f.p2 *= 2;
+  f.rem = n - f.p2;
+  return f;
+}
+
+Status FoldIn(TcpGroup& g, const Fold& f, const char* in, char* buf, size_t count, DataType t,
+              ReduceOp op, int* vidx, Call& c) {
+  const int idx = g.index;
+  const size_t bytes = count * DataTypeSize(t);
+  if (idx >= 2 * f.rem) {
+    *vidx = idx - f.rem;
+    if (in != buf) std::memmove(buf, in, bytes);
+    return Status::Ok();
+  }
+  if (idx % 2 == 0) {
+    *vidx = -1;
+    return g.mesh->Send(g.members[idx + 1], in, bytes, c.desc, c.deadline);
+  }
+  *vidx = idx / 2;
+  return ExchangeReduce(*g.mesh, -1, nullptr, 0, g.members[idx - 1], buf, in, count, t, op, c);
+}
+
+// The folded-out evens get the result back from their odd partner.
+Status FoldOut(TcpGroup& g, const Fold& f, char* buf, size_t bytes, Call& c) {
+  const int idx = g.index;
+  if (idx >= 2 * f.rem) return Status::Ok();
+  if (idx % 2 == 0) return g.mesh->Recv(g.members[idx + 1], buf, bytes, c.desc, c.deadline);
+  return g.mesh->Send(g.members[idx - 1], buf, bytes, c.desc, c.deadline);
 }
 
 }  // namespace
@@ -81,51 +131,83 @@ Status TcpAllReduceRing(TcpGroup& g, const void* in, void* buf_, size_t count, D
   return Status::Ok();
 }
 
-// Recursive doubling for any n: with p2 the largest power of two <= n and rem = n - p2,
-// members below 2*rem pair up (even sends to odd, odd reduces), leaving p2 participants
-// that exchange whole buffers log2(p2) times; the evens get the result back at the end.
-Status TcpAllReduceRecursiveDoubling(TcpGroup& g, void* buf, size_t count, DataType t,
+// Recursive doubling for any n (folded to a power of two): the participants exchange whole
+// buffers log2(p2) times.
+Status TcpAllReduceRecursiveDoubling(TcpGroup& g, void* buf_, size_t count, DataType t,
                                      ReduceOp op, Call c) {
   const int n = g.size();
   if (n == 1) return Status::Ok();
+  char* buf = static_cast<char*>(buf_);
   const size_t bytes = count * DataTypeSize(t);
-  int p2 = 1;
-  while (p2 * 2 <= n) p2 *= 2;
-  const int rem = n - p2;
-  const int idx = g.index;
-  char* tmp = Scratch(c, bytes + 1);
-  const ReduceOp step_op = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+  const Fold f = MakeFold(n);
   int vidx;
-  if (idx < 2 * rem) {
-    if (idx % 2 == 0) {
-      COHORT_RETURN_IF_ERROR(g.mesh->Send(g.members[idx + 1], buf, bytes, c.desc, c.deadline));
-      vidx = -1;
-    } else {
-      COHORT_RETURN_IF_ERROR(g.mesh->Recv(g.members[idx - 1], tmp, bytes, c.desc, c.deadline));
-      ReduceInto(buf, tmp, count, t, step_op);
-      vidx = idx / 2;
-    }
-  } else {
-    vidx = idx - rem;
-  }
+  COHORT_RETURN_IF_ERROR(FoldIn(g, f, buf, buf, count, t, op, &vidx, c));
   if (vidx >= 0) {
-    for (int mask = 1; mask < p2; mask <<= 1) {
-      int vpeer = vidx ^ mask;
-      int peer = g.members[vpeer < rem ? vpeer * 2 + 1 : vpeer + rem];
-      COHORT_RETURN_IF_ERROR(g.mesh->SendRecv(peer, buf, bytes, peer, tmp, bytes, c.desc,
-                                              c.deadline));
-      ReduceInto(buf, tmp, count, t, step_op);
+    // The partial result alternates between buf and scratch: a step sends one while the
+    // incoming data is reduced into the other.
+    char* cur = buf;
+    char* next = Scratch(c, bytes + 1);
+    for (int mask = 1; mask < f.p2; mask <<= 1) {
+      const int peer = g.members[f.Member(vidx ^ mask)];
+      COHORT_RETURN_IF_ERROR(ExchangeReduce(*g.mesh, peer, cur, bytes, peer, next, cur, count, t,
+                                            op, c));
+      std::swap(cur, next);
     }
+    if (cur != buf) std::memcpy(buf, cur, bytes);
     if (op == ReduceOp::kAvg) FinishAvg(buf, count, t, n);
   }
-  if (idx < 2 * rem) {
-    if (idx % 2 == 0) {
-      COHORT_RETURN_IF_ERROR(g.mesh->Recv(g.members[idx + 1], buf, bytes, c.desc, c.deadline));
-    } else {
-      COHORT_RETURN_IF_ERROR(g.mesh->Send(g.members[idx - 1], buf, bytes, c.desc, c.deadline));
+  return FoldOut(g, f, buf, bytes, c);
+}
+
+// Rabenseifner (any n, folded to a power of two): a reduce-scatter by recursive halving
+// (each step sends half of the current range to the partner across the highest remaining
+// bit and reduces the half it keeps), then an all-gather by recursive doubling in reverse.
+// Every element is reduced by exactly one participant, so all ranks get identical bits.
+Status TcpAllReduceHalvingDoubling(TcpGroup& g, const void* in, void* buf_, size_t count,
+                                   DataType t, ReduceOp op, Call c) {
+  const int n = g.size();
+  const size_t es = DataTypeSize(t);
+  char* buf = static_cast<char*>(buf_);
+  if (n == 1) {
+    if (in != buf) std::memmove(buf, in, count * es);
+    return Status::Ok();
+  }
+  const Fold f = MakeFold(n);
+  int vidx;
+  COHORT_RETURN_IF_ERROR(
+      FoldIn(g, f, static_cast<const char*>(in), buf, count, t, op, &vidx, c));
+  if (vidx >= 0) {
+    // ranges[k]: the element range held before halving step k.
+    std::vector<std::pair<size_t, size_t>> ranges;
+    size_t lo = 0, hi = count;
+    for (int mask = f.p2 / 2; mask > 0; mask >>= 1) {
+      ranges.emplace_back(lo, hi);
+      const size_t mid = lo + (hi - lo) / 2;
+      const bool keep_low = (vidx & mask) == 0;
+      const size_t s_lo = keep_low ? mid : lo, s_hi = keep_low ? hi : mid;
+      const size_t k_lo = keep_low ? lo : mid, k_hi = keep_low ? mid : hi;
+      const int peer = g.members[f.Member(vidx ^ mask)];
+      COHORT_RETURN_IF_ERROR(ExchangeReduce(*g.mesh, peer, buf + s_lo * es, (s_hi - s_lo) * es,
+                                            peer, buf + k_lo * es, buf + k_lo * es,
+                                            k_hi - k_lo, t, op, c));
+      lo = k_lo;
+      hi = k_hi;
+    }
+    if (op == ReduceOp::kAvg) FinishAvg(buf + lo * es, hi - lo, t, n);
+    // All-gather: undo the halving steps, last first; the partner holds the other half.
+    int k = static_cast<int>(ranges.size()) - 1;
+    for (int mask = 1; mask < f.p2; mask <<= 1, --k) {
+      auto [p_lo, p_hi] = ranges[k];
+      const size_t o_lo = lo == p_lo ? hi : p_lo, o_hi = lo == p_lo ? p_hi : lo;
+      const int peer = g.members[f.Member(vidx ^ mask)];
+      COHORT_RETURN_IF_ERROR(g.mesh->SendRecv(peer, buf + lo * es, (hi - lo) * es, peer,
+                                              buf + o_lo * es, (o_hi - o_lo) * es, c.desc,
+                                              c.deadline));
+      lo = p_lo;
+      hi = p_hi;
     }
   }
-  return Status::Ok();
+  return FoldOut(g, f, buf, count * es, c);
 }
 
 // Input: n blocks of `count` elements; member r ends with block r reduced.

@@ -112,43 +112,45 @@ std::vector<char> Buffer(size_t count, DataType t) {
 }
 
 // Block size of the block collectives (reduce-scatter, all-gather, gather, scatter,
-// all-to-all): the listed count per rank, except the large one, which is the total.
-size_t Block(size_t count, int world) {
-  return count > 4096 ? (count / world) | 1 : count;
+// all-to-all): the listed count is the count per rank, as in nccl-tests' sendcount.
+size_t Block(size_t count, int /*world*/) { return count; }
+
+void CheckAllReduce(Communicator& comm, const std::string& ctx, size_t n, DataType t, ReduceOp op,
+                    bool in_place) {
+  const int w = comm.size(), r = comm.rank();
+  auto in = Buffer(n, t), out = Buffer(n, t);
+  for (size_t i = 0; i < n; ++i) Put(in.data(), i, t, Value(r, i, op, t));
+  Status st = comm.AllReduce(in.data(), out.data(), n, t, op)->Wait();
+  ASSERT_TRUE(st.ok()) << ctx << ": " << st.ToString();
+  Checker ar{"allreduce " + ctx};
+  for (size_t i = 0; i < n; ++i) {
+    double want = Reference(w, i, op, t), got = Get(out.data(), i, t);
+    ar.Expect(Matches(got, want, t, op), i, got, want);
+  }
+  if (!in_place) return;
+  st = comm.AllReduce(in.data(), in.data(), n, t, op)->Wait();
+  ASSERT_TRUE(st.ok()) << ctx << ": " << st.ToString();
+  Checker ip{"in-place allreduce " + ctx};
+  for (size_t i = 0; i < n; ++i) {
+    double want = Reference(w, i, op, t), got = Get(in.data(), i, t);
+    ip.Expect(Matches(got, want, t, op), i, got, want);
+  }
 }
 
 void RunMatrix(Communicator& comm, const std::string& topo) {
   const int w = comm.size(), r = comm.rank();
   for (DataType t : kAllDataTypes) {
     for (size_t n : kCounts) {
-      const size_t es = DataTypeSize(t);
       // Reductions: allreduce (out of place and in place), reduce-scatter, reduce.
       for (ReduceOp op : kAllReduceOps) {
         if (op == ReduceOp::kAvg && !IsFloating(t)) continue;
         std::string ctx = fmt::format("{} world {} rank {} {} {} n={}", topo, w, r,
                                       DataTypeName(t), ReduceOpName(op), n);
-        auto in = Buffer(n, t), out = Buffer(n, t);
-        for (size_t i = 0; i < n; ++i) Put(in.data(), i, t, Value(r, i, op, t));
-        Status st = comm.AllReduce(in.data(), out.data(), n, t, op)->Wait();
-        ASSERT_TRUE(st.ok()) << ctx << ": " << st.ToString();
-        Checker ar{"allreduce " + ctx};
-        for (size_t i = 0; i < n; ++i) {
-          double want = Reference(w, i, op, t), got = Get(out.data(), i, t);
-          ar.Expect(Matches(got, want, t, op), i, got, want);
-        }
-        if (n <= 1023) {
-          st = comm.AllReduce(in.data(), in.data(), n, t, op)->Wait();
-          ASSERT_TRUE(st.ok()) << ctx << ": " << st.ToString();
-          Checker ip{"in-place allreduce " + ctx};
-          for (size_t i = 0; i < n; ++i) {
-            double want = Reference(w, i, op, t), got = Get(in.data(), i, t);
-            ip.Expect(Matches(got, want, t, op), i, got, want);
-          }
-        }
+        CheckAllReduce(comm, ctx, n, t, op, /*in_place=*/n <= 1023);
         const size_t b = Block(n, w);
         auto rs_in = Buffer(b * w, t), rs_out = Buffer(b, t);
         for (size_t i = 0; i < b * w; ++i) Put(rs_in.data(), i, t, Value(r, i, op, t));
-        st = comm.ReduceScatter(rs_in.data(), rs_out.data(), b, t, op)->Wait();
+        Status st = comm.ReduceScatter(rs_in.data(), rs_out.data(), b, t, op)->Wait();
         ASSERT_TRUE(st.ok()) << ctx << ": " << st.ToString();
         Checker rs{"reducescatter " + ctx};
         for (size_t i = 0; i < b; ++i) {
@@ -183,6 +185,7 @@ void RunMatrix(Communicator& comm, const std::string& topo) {
           ag.Expect(got == want, q * b + i, got, want);
         }
       }
+      ag_out = {};  // keep at most two large buffers alive per rank
       for (int root : {0, w - 1}) {
         auto buf = Buffer(n, t);
         if (r == root) {
@@ -207,6 +210,7 @@ void RunMatrix(Communicator& comm, const std::string& topo) {
           }
         }
       }
+      g_out = {};
       auto sc_in = Buffer(b * w, t), sc_out = Buffer(b, t);
       if (r == root) {
         for (size_t i = 0; i < b * w; ++i) Put(sc_in.data(), i, t, Value(root, i, v, t));
@@ -217,6 +221,7 @@ void RunMatrix(Communicator& comm, const std::string& topo) {
         double want = Value(root, r * b + i, v, t), got = Get(sc_out.data(), i, t);
         sc.Expect(got == want, i, got, want);
       }
+      sc_in = {};
       auto a_in = Buffer(b * w, t), a_out = Buffer(b * w, t);
       for (size_t i = 0; i < b * w; ++i) Put(a_in.data(), i, t, Value(r, i, v, t));
       ASSERT_TRUE(comm.AllToAll(a_in.data(), a_out.data(), b, t)->Wait().ok()) << ctx;
@@ -258,6 +263,42 @@ TEST_P(CollectivesTest, MatchReference) {
 INSTANTIATE_TEST_SUITE_P(
     AllTransports, CollectivesTest,
     ::testing::Combine(::testing::Values("shm", "tcp", "mixed"), ::testing::Range(1, 9)),
+    [](const auto& info) {
+      return fmt::format("{}_world{}", std::get<0>(info.param), std::get<1>(info.param));
+    });
+
+// Each TCP allreduce algorithm forced (the automatic choice exercises each only at some
+// sizes): every type x op x world size x count, out of place and in place.
+class TcpAlgorithmTest : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(TcpAlgorithmTest, AllReduceMatchesReference) {
+  auto [algo, world] = GetParam();
+  auto store = std::make_shared<store::MemoryStore>();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      CommOptions o = Options("tcp", r, world);
+      o.algo = algo;
+      auto comm = Communicator::Create(store, r, world, o);
+      ASSERT_TRUE(comm.ok()) << comm.status().ToString();
+      for (DataType t : kAllDataTypes) {
+        for (size_t n : kCounts) {
+          for (ReduceOp op : kAllReduceOps) {
+            if (op == ReduceOp::kAvg && !IsFloating(t)) continue;
+            std::string ctx = fmt::format("{} world {} rank {} {} {} n={}", algo, world, r,
+                                          DataTypeName(t), ReduceOpName(op), n);
+            CheckAllReduce(**comm, ctx, n, t, op, /*in_place=*/true);
+          }
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Forced, TcpAlgorithmTest,
+    ::testing::Combine(::testing::Values("ring", "rd", "rabenseifner"), ::testing::Range(2, 9)),
     [](const auto& info) {
       return fmt::format("{}_world{}", std::get<0>(info.param), std::get<1>(info.param));
     });

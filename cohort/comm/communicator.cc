@@ -24,6 +24,7 @@ constexpr const char* kLog = "comm";
 constexpr size_t kDefaultSlotBytes = 256u << 10;  // L2-sized chunks: see docs/collectives.md
 constexpr size_t kShmDirectMaxBytes = 256u << 10;
 constexpr size_t kTcpRecursiveDoublingMaxBytes = 64u << 10;
+constexpr size_t kTcpHalvingDoublingMaxBytes = 1u << 20;  // see docs/collectives.md
 
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
@@ -37,7 +38,14 @@ std::string DefaultHostId() {
   return net::HostName() + ":" + boot;
 }
 
-enum class Algo { kShmDirect, kShmReduceScatter, kRing, kRecursiveDoubling, kHierarchical };
+enum class Algo {
+  kShmDirect,
+  kShmReduceScatter,
+  kRing,
+  kRecursiveDoubling,
+  kHalvingDoubling,
+  kHierarchical
+};
 
 }  // namespace
 
@@ -131,6 +139,9 @@ class Communicator::Impl {
     size_t recorder_id;
   };
   Algo ChooseAllReduce(size_t bytes) const;
+  Algo ChooseTcp(size_t bytes, int members) const;
+  Status TcpAllReduce(TcpGroup& g, const void* in, void* out, size_t count, DataType t,
+                      ReduceOp op, Call& c);
   void Execute(Pending& p);
   void WorkerLoop();
   Status Broken() {
@@ -180,9 +191,11 @@ Status Communicator::Impl::Setup(store::Store& store) {
   }
   forced_algo_ = !o_.algo.empty() ? o_.algo : Env("COHORT_ALGO");
   if (!forced_algo_.empty() && forced_algo_ != "ring" && forced_algo_ != "rd" &&
-      forced_algo_ != "shm_direct" && forced_algo_ != "shm_rs" && forced_algo_ != "hier") {
-    return InvalidArgument("COHORT_ALGO '{}' is not one of ring, rd, shm_direct, shm_rs, hier",
-                           forced_algo_);
+      forced_algo_ != "rabenseifner" && forced_algo_ != "shm_direct" &&
+      forced_algo_ != "shm_rs" && forced_algo_ != "hier") {
+    return InvalidArgument(
+        "COHORT_ALGO '{}' is not one of ring, rd, rabenseifner, shm_direct, shm_rs, hier",
+        forced_algo_);
   }
   size_t slot = o_.shm_slot_bytes;
   if (slot == 0) slot = static_cast<size_t>(ParseInt64(Env("COHORT_SHM_SLOT_BYTES")).value_or(0));
@@ -252,9 +265,37 @@ Algo Communicator::Impl::ChooseAllReduce(size_t bytes) const {
   if (!single_host_ && !tcp_only_ && (f.empty() || f == "hier")) {
     return Algo::kHierarchical;
   }
+  return ChooseTcp(bytes, size_);
+}
+
+// Flat TCP algorithm for `bytes` among `members` ranks (every member decides alike).
+Algo Communicator::Impl::ChooseTcp(size_t bytes, int members) const {
+  const std::string& f = forced_algo_;
   if (f == "ring") return Algo::kRing;
   if (f == "rd") return Algo::kRecursiveDoubling;
-  return bytes <= kTcpRecursiveDoublingMaxBytes ? Algo::kRecursiveDoubling : Algo::kRing;
+  if (f == "rabenseifner") return Algo::kHalvingDoubling;
+  if (bytes <= kTcpRecursiveDoublingMaxBytes) return Algo::kRecursiveDoubling;
+  // Halving-doubling takes log2(n) steps instead of 2(n-1), but the folded ranks of a
+  // group that is not a power of two send the whole buffer once more.
+  const bool power_of_two = (members & (members - 1)) == 0;
+  if (members > 2 && power_of_two && bytes <= kTcpHalvingDoublingMaxBytes) {
+    return Algo::kHalvingDoubling;
+  }
+  return Algo::kRing;
+}
+
+Status Communicator::Impl::TcpAllReduce(TcpGroup& g, const void* in, void* out, size_t count,
+                                        DataType t, ReduceOp op, Call& c) {
+  const size_t bytes = count * DataTypeSize(t);
+  switch (ChooseTcp(bytes, g.size())) {
+    case Algo::kRecursiveDoubling:
+      if (in != out) std::memmove(out, in, bytes);
+      return TcpAllReduceRecursiveDoubling(g, out, count, t, op, c);
+    case Algo::kHalvingDoubling:
+      return TcpAllReduceHalvingDoubling(g, in, out, count, t, op, c);
+    default:
+      return TcpAllReduceRing(g, in, out, count, t, op, c);
+  }
 }
 
 Status Communicator::Impl::AllReduce(const void* in, void* out, size_t count, DataType t,
@@ -272,9 +313,8 @@ Status Communicator::Impl::AllReduce(const void* in, void* out, size_t count, Da
       return ShmAllReduce(*shm_, in, out, count, t, op, algo == Algo::kShmDirect, c);
     case Algo::kRing:
     case Algo::kRecursiveDoubling:
-      if (algo == Algo::kRing) return TcpAllReduceRing(all_, in, out, count, t, op, c);
-      if (in != out) std::memmove(out, in, bytes);
-      return TcpAllReduceRecursiveDoubling(all_, out, count, t, op, c);
+    case Algo::kHalvingDoubling:
+      return TcpAllReduce(all_, in, out, count, t, op, c);
     case Algo::kHierarchical: {
       // Sum inside the host to the local leader, across hosts among leaders, then
       // broadcast inside the host. kAvg divides once, at the leaders.
@@ -285,10 +325,7 @@ Status Communicator::Impl::AllReduce(const void* in, void* out, size_t count, Da
         std::memmove(out, in, bytes);  // the only rank on its host
       }
       if (leader_) {
-        Status st = bytes <= kTcpRecursiveDoublingMaxBytes
-                        ? TcpAllReduceRecursiveDoubling(leaders_, out, count, t, sub, c)
-                        : TcpAllReduceRing(leaders_, out, out, count, t, sub, c);
-        COHORT_RETURN_IF_ERROR(st);
+        COHORT_RETURN_IF_ERROR(TcpAllReduce(leaders_, out, out, count, t, sub, c));
         if (op == ReduceOp::kAvg) FinishAvg(out, count, t, size_);
       }
       return shm_ ? ShmBroadcast(*shm_, out, bytes, 0, c) : Status::Ok();
