@@ -79,9 +79,10 @@ COHORT_HOST_ID=h2 ip netns exec "$H2" "$BIN/cohort" run "${common[@]}" --local-a
   -- "${bench[@]}" > "$log2" 2>&1
 wait "${pids[-1]}" || true
 echo "# cohort allreduce over TCP between $H1 and $H2 (2 ranks, busbw = algbw)"
-grep -E '^\[rank0\]: ' "$log1" | sed 's/^\[rank0\]: //'
+# Rank 0 may be on either host (ranks follow join order, not the store host).
+grep -hE '^\[rank0\]: ' "$log1" "$log2" | sed 's/^\[rank0\]: //'
 echo
 printf '%12s %10s %10s %8s %12s %8s\n' "size(B)" "busbw" "stream" "share" "both-ways" "share"
-grep -E '^\[rank0\]: +[0-9]' "$log1" | awk -v s="$STREAM" -v b="$BIDIR" '{printf "%12s %10s %10s %7.0f%% %12s %7.0f%%\n", $2, $9, s, 100*$9/s, b, 100*$9/b}'
+grep -hE '^\[rank0\]: +[0-9]' "$log1" "$log2" | awk -v s="$STREAM" -v b="$BIDIR" '{printf "%12s %10s %10s %7.0f%% %12s %7.0f%%\n", $2, $9, s, 100*$9/s, b, 100*$9/b}'
 echo "# target: busbw >= 80% of the stream throughput"
 echo "# node logs: $log1 $log2"
