@@ -94,48 +94,77 @@ std::string Rendezvous::RoundKey(int64_t round, std::string_view suffix) const {
 
 Deadline Rendezvous::CallDeadline() const { return Deadline::After(kCallTimeout); }
 
+// The counter `round` is absent until round 0 ends (reads take absent as 0), so joining
+// writes nothing to it; it moves from R to R+1 by compare-and-set, once.
+Status Rendezvous::AdvanceRound(int64_t round) {
+  const std::string expected = round == 0 ? "" : std::to_string(round);
+  return store_->CompareSet(Key("round"), expected, std::to_string(round + 1), CallDeadline())
+      .status();
+}
+
 // Waits until round `round` ends, then makes sure the round counter moved past it.
 Status Rendezvous::WaitForNextRound(int64_t round, Deadline deadline) {
   COHORT_RETURN_IF_ERROR(store_->Wait({RoundKey(round, "next")}, deadline));
-  auto moved = store_->CompareSet(Key("round"), std::to_string(round),
-                                  std::to_string(round + 1), CallDeadline());
-  return moved.status();
+  return AdvanceRound(round);
+}
+
+// Reads the job's state in one store call: whether it is done (and how), the failures so
+// far, the current round and, when the round is the one seen last, whether it is closed.
+Result<Rendezvous::JobState> Rendezvous::ReadJobState() {
+  COHORT_ASSIGN_OR_RETURN(auto values, store_->Peek({Key("done"), Key("restarts"), Key("round"),
+                                                     RoundKey(last_round_, "closed")},
+                                                    CallDeadline()));
+  JobState s;
+  s.done = values[0];
+  auto counter = [](const std::optional<std::string>& v, std::string_view name) -> Result<int64_t> {
+    if (!v) return int64_t{0};
+    auto n = ParseInt64(*v);
+    if (!n) return DataLoss("rendezvous counter '{}' holds '{}', not a number", name, *v);
+    return *n;
+  };
+  COHORT_ASSIGN_OR_RETURN(s.restarts, counter(values[1], "restarts"));
+  COHORT_ASSIGN_OR_RETURN(s.round, counter(values[2], "round"));
+  s.closed_known = s.round == last_round_;
+  if (s.closed_known) {
+    s.closed = std::move(values[3]);
+  } else {
+    last_round_ = s.round;
+  }
+  return s;
 }
 
 // Protocol (each step a constant number of store calls):
 //  1. Refuse when the job is done or the restart budget is spent.
-//  2. Read the current round R. If R is already closed (running), this node is late: ask
+//  2. Read the current round R (with step 1: one Peek). If R is already closed (running), this node is late: ask
 //     for a re-rendezvous when R has room (N < MAX), wait for R to end, go to 1.
 //  3. Take a slot S = Add(r<R>/slot, 1); publish node<S> and hb<S>.
 //  4. Wait until MIN nodes have joined (node<MIN> exists), bounded by the join timeout.
 //  5. Unless closed already, give late nodes the last-call window (or until node<MAX>).
 //  6. Close: CompareSet(closed, "", min(slots taken, MAX)); the first writer's N holds.
+//     With MIN = MAX the node taking slot MAX writes closed = MAX with its record (3).
 //  7. S > N: spare or late; ask for a re-rendezvous when N < MAX, wait for the next round.
 //  8. Read the N node records in one MultiGet; this node's group rank is S - 1.
 Result<RendezvousInfo> Rendezvous::Next() {
   const Deadline join_deadline = Deadline::After(config_.join_timeout);
   for (;;) {
-    // Step 1.
-    COHORT_ASSIGN_OR_RETURN(bool done, store_->Check({Key("done")}, CallDeadline()));
-    if (done) {
-      auto outcome = store_->Get(Key("done"), CallDeadline());
-      return FailedPrecondition("job '{}' is already over ({})", config_.run_id,
-                                outcome.ok() ? *outcome : "unknown outcome");
+    // Steps 1 and 2 read the job's state in one call.
+    COHORT_ASSIGN_OR_RETURN(JobState state, ReadJobState());
+    if (state.done) {
+      return FailedPrecondition("job '{}' is already over ({})", config_.run_id, *state.done);
     }
-    COHORT_ASSIGN_OR_RETURN(int64_t restarts, store_->Add(Key("restarts"), 0, CallDeadline()));
+    const int64_t restarts = state.restarts, round = state.round;
     if (restarts > config_.max_restarts) {
       return FailedPrecondition("the job-wide restart budget is spent ({} failures, "
                                 "--max-restarts {})",
                                 restarts, config_.max_restarts);
     }
-    // Step 2.
-    COHORT_ASSIGN_OR_RETURN(int64_t round, store_->Add(Key("round"), 0, CallDeadline()));
-    COHORT_ASSIGN_OR_RETURN(bool running, store_->Check({RoundKey(round, "closed")},
-                                                        CallDeadline()));
-    if (running) {
-      COHORT_ASSIGN_OR_RETURN(std::string closed_n, store_->Get(RoundKey(round, "closed"),
-                                                                CallDeadline()));
-      if (ParseInt64(closed_n).value_or(0) < config_.max_nodes) {
+    if (!state.closed_known) {
+      COHORT_ASSIGN_OR_RETURN(auto closed_now, store_->Peek({RoundKey(round, "closed")},
+                                                            CallDeadline()));
+      state.closed = std::move(closed_now[0]);
+    }
+    if (state.closed) {
+      if (ParseInt64(*state.closed).value_or(0) < config_.max_nodes) {
         COHORT_LOG_INFO(kLog, "round {} is running with room; asking for a re-rendezvous",
                         round);
         COHORT_RETURN_IF_ERROR(
@@ -149,9 +178,18 @@ Result<RendezvousInfo> Rendezvous::Next() {
     // Step 3.
     COHORT_ASSIGN_OR_RETURN(int64_t slot, store_->TakeTicket(RoundKey(round, "slot"),
                                                       CallDeadline()));
-    COHORT_RETURN_IF_ERROR(store_->MultiSet(
-        {RoundKey(round, fmt::format("node{}", slot)), RoundKey(round, fmt::format("hb{}", slot))},
-        {self_.ToJson(), "0"}, CallDeadline()));
+    // With MIN = MAX the round is complete, and its size known, once slot MAX is taken:
+    // that node closes it in the same write that publishes its record, so no other node
+    // has to write (or anyone wait for a last call).
+    const bool fixed_size = config_.min_nodes == config_.max_nodes;
+    std::vector<std::string> publish = {RoundKey(round, fmt::format("node{}", slot)),
+                                        RoundKey(round, fmt::format("hb{}", slot))};
+    std::vector<std::string> values = {self_.ToJson(), "0"};
+    if (fixed_size && slot == config_.max_nodes) {
+      publish.push_back(RoundKey(round, "closed"));
+      values.push_back(std::to_string(config_.max_nodes));
+    }
+    COHORT_RETURN_IF_ERROR(store_->MultiSet(publish, values, CallDeadline()));
     // Step 4.
     Status enough = store_->Wait({RoundKey(round, fmt::format("node{}", config_.min_nodes))},
                                  join_deadline);
@@ -164,22 +202,33 @@ Result<RendezvousInfo> Rendezvous::Next() {
           config_.run_id, joined.ok() ? *joined : -1, config_.min_nodes, round,
           std::chrono::duration_cast<std::chrono::seconds>(config_.join_timeout).count());
     }
-    // Step 5.
-    COHORT_ASSIGN_OR_RETURN(bool closed, store_->Check({RoundKey(round, "closed")},
-                                                       CallDeadline()));
-    if (!closed && config_.max_nodes > config_.min_nodes) {
-      Status full = store_->Wait({RoundKey(round, fmt::format("node{}", config_.max_nodes))},
-                                 Deadline::After(config_.last_call).Earlier(join_deadline));
-      if (!full.ok() && !IsTimeout(full)) return full;
+    // Step 5 (nothing to wait for when MIN = MAX: node<MAX> exists already).
+    bool full = config_.max_nodes == config_.min_nodes;
+    if (!full) {
+      COHORT_ASSIGN_OR_RETURN(bool closed,
+                              store_->Check({RoundKey(round, "closed")}, CallDeadline()));
+      if (!closed) {
+        Status waited = store_->Wait({RoundKey(round, fmt::format("node{}", config_.max_nodes))},
+                                     Deadline::After(config_.last_call).Earlier(join_deadline));
+        if (!waited.ok() && !IsTimeout(waited)) return waited;
+        full = waited.ok();
+      }
     }
-    // Step 6.
-    COHORT_ASSIGN_OR_RETURN(int64_t taken, store_->CountTickets(RoundKey(round, "slot"),
-                                                       CallDeadline()));
-    int64_t proposal = std::min<int64_t>(taken, config_.max_nodes);
-    COHORT_ASSIGN_OR_RETURN(std::string closed_value,
-                            store_->CompareSet(RoundKey(round, "closed"), "",
-                                               std::to_string(proposal), CallDeadline()));
-    int64_t members = ParseInt64(closed_value).value_or(0);
+    // Step 6 (when node<MAX> exists, MAX slots are taken: no need to count them; with
+    // MIN = MAX the node that took slot MAX closed the round when it wrote node<MAX>).
+    int64_t members = config_.max_nodes;
+    if (!fixed_size) {
+      int64_t proposal = config_.max_nodes;
+      if (!full) {
+        COHORT_ASSIGN_OR_RETURN(int64_t taken, store_->CountTickets(RoundKey(round, "slot"),
+                                                                    CallDeadline()));
+        proposal = std::min<int64_t>(taken, config_.max_nodes);
+      }
+      COHORT_ASSIGN_OR_RETURN(std::string closed_value,
+                              store_->CompareSet(RoundKey(round, "closed"), "",
+                                                 std::to_string(proposal), CallDeadline()));
+      members = ParseInt64(closed_value).value_or(0);
+    }
     if (members <= 0) return DataLoss("round {} closed with a bad member count", round);
     // Step 7.
     if (slot > members) {
@@ -239,9 +288,7 @@ Result<bool> Rendezvous::EndRound(int64_t round, std::string_view reason, bool i
     // The winner sets `next`; make sure it exists before returning so callers can rely on it.
     COHORT_RETURN_IF_ERROR(store_->Wait({RoundKey(round, "next")}, CallDeadline()));
   }
-  COHORT_RETURN_IF_ERROR(store_->CompareSet(Key("round"), std::to_string(round),
-                                            std::to_string(round + 1), CallDeadline())
-                             .status());
+  COHORT_RETURN_IF_ERROR(AdvanceRound(round));
   return won;
 }
 
@@ -328,8 +375,8 @@ Status Rendezvous::CloseJob(std::string_view outcome) {
   COHORT_RETURN_IF_ERROR(
       store_->CompareSet(Key("done"), "", std::string(outcome), CallDeadline()).status());
   // Wake spares and late joiners parked on the current round's `next`.
-  COHORT_ASSIGN_OR_RETURN(int64_t round, store_->Add(Key("round"), 0, CallDeadline()));
-  return store_->CompareSet(RoundKey(round, "next"), "", "done", CallDeadline()).status();
+  COHORT_ASSIGN_OR_RETURN(JobState state, ReadJobState());
+  return store_->CompareSet(RoundKey(state.round, "next"), "", "done", CallDeadline()).status();
 }
 
 }  // namespace cohort::rendezvous

@@ -108,6 +108,15 @@ class Rendezvous {
   std::string Key(std::string_view suffix) const;
   std::string RoundKey(int64_t round, std::string_view suffix) const;
   Deadline CallDeadline() const;
+  struct JobState {
+    std::optional<std::string> done;  // the outcome once the job is over
+    int64_t restarts = 0;
+    int64_t round = 0;
+    bool closed_known = false;          // whether `closed` below is that of `round`
+    std::optional<std::string> closed;  // the round's member count once it is closed
+  };
+  Result<JobState> ReadJobState();
+  Status AdvanceRound(int64_t round);
   Status WaitForNextRound(int64_t round, Deadline join_deadline);
 
   std::shared_ptr<store::Store> store_;
@@ -117,6 +126,7 @@ class Rendezvous {
   std::vector<int64_t> last_beats_;
   std::vector<SteadyClock::time_point> last_change_;
   int64_t watched_round_ = -1;
+  int64_t last_round_ = 0;  // the round seen last: ReadJobState reads its `closed` too
 };
 
 }  // namespace cohort::rendezvous

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
+#include <unordered_map>
 #include <thread>
 
 #include "cohort/base/log.h"
@@ -32,6 +33,7 @@ namespace {
 
 constexpr const char* kLog = "store";
 constexpr size_t kMaxTxnOps = 128;  // etcd's default --max-txn-ops
+constexpr size_t kPrefixReadMinKeys = 8;
 constexpr size_t kMaxIdleConns = 8;
 
 // ---- base64 (etcd's JSON gateway carries keys and values as base64) ----
@@ -498,9 +500,16 @@ struct EtcdStore::Impl {
     return Post("/v3/kv/range", {{"key", B64(full_key)}}, deadline);
   }
 
-  // Values of many keys (nullopt = missing), read in txns of at most kMaxTxnOps ranges.
+  // Values of many keys (nullopt = missing). Many keys with a common prefix (node1..nodeN)
+  // are read with one range over the prefix when it holds few other keys: one range op
+  // costs etcd far less than N. Otherwise (or when the prefix holds too many keys), txns of
+  // at most kMaxTxnOps ranges.
   Result<std::vector<std::optional<std::string>>> ReadMany(const std::vector<std::string>& keys,
                                                            bool keys_only, Deadline deadline) {
+    if (keys.size() >= kPrefixReadMinKeys) {
+      COHORT_ASSIGN_OR_RETURN(auto by_prefix, ReadByPrefix(keys, keys_only, deadline));
+      if (by_prefix) return std::move(*by_prefix);
+    }
     std::vector<std::optional<std::string>> out;
     for (size_t start = 0; start < keys.size(); start += kMaxTxnOps) {
       size_t end = std::min(keys.size(), start + kMaxTxnOps);
@@ -521,11 +530,46 @@ struct EtcdStore::Impl {
     return out;
   }
 
-  // Streams a watch on `full_key` from `start_revision` until a PUT of the key arrives
-  // (returns its value), the watch is cancelled by etcd (returns nullopt: read again), or
-  // the deadline/abort/an error ends it.
-  Result<std::optional<std::string>> Watch(const std::string& full_key, int64_t start_revision,
-                                           Deadline deadline) {
+  // ReadMany through one range over the keys' longest common prefix, limited to twice the
+  // number of keys; nullopt when the prefix holds more than that.
+  Result<std::optional<std::vector<std::optional<std::string>>>> ReadByPrefix(
+      const std::vector<std::string>& keys, bool keys_only, Deadline deadline) {
+    std::vector<std::string> full;
+    for (const auto& k : keys) full.push_back(Full(k));
+    std::string prefix = full[0];
+    for (const auto& k : full) {
+      size_t n = 0;
+      while (n < prefix.size() && n < k.size() && prefix[n] == k[n]) ++n;
+      prefix.resize(n);
+    }
+    const size_t limit = 2 * keys.size();
+    json range = {{"key", B64(prefix)},
+                  {"range_end", B64(PrefixEnd(prefix))},
+                  {"limit", std::to_string(limit)}};
+    if (keys_only) range["keys_only"] = true;
+    COHORT_ASSIGN_OR_RETURN(json r, Post("/v3/kv/range", range, deadline));
+    using Values = std::vector<std::optional<std::string>>;
+    if (r.value("more", false)) return std::optional<Values>();
+    std::unordered_map<std::string, std::string> found;
+    if (r.contains("kvs")) {
+      for (const auto& kv : r["kvs"]) {
+        COHORT_ASSIGN_OR_RETURN(std::string key, UnB64(kv.value("key", std::string())));
+        COHORT_ASSIGN_OR_RETURN(std::string value, UnB64(kv.value("value", std::string())));
+        found.emplace(std::move(key), std::move(value));
+      }
+    }
+    std::vector<std::optional<std::string>> out;
+    for (const auto& k : full) {
+      auto it = found.find(k);
+      out.push_back(it == found.end() ? std::nullopt : std::optional<std::string>(it->second));
+    }
+    return std::optional<Values>(std::move(out));
+  }
+
+  // Streams a watch on `full_key` from now until the key is there (the read made once the
+  // watch is confirmed, or a PUT event; returns its value), the watch is cancelled by etcd
+  // (returns nullopt: read again), or the deadline/abort/an error ends it.
+  Result<std::optional<std::string>> Watch(const std::string& full_key, Deadline deadline) {
     ConnRef c(this);
     const std::string b64_key = B64(full_key);
     std::optional<std::string> found;
@@ -545,6 +589,23 @@ struct EtcdStore::Impl {
         cancelled = true;
         return false;
       }
+      if (res.value("created", false)) {
+        // The watch sees every change from now on; read once to catch a put before it.
+        auto now = Range(full_key, deadline);
+        if (!now.ok()) {
+          stream_error = now.status();
+          return false;
+        }
+        auto value = RangeValue(*now);
+        if (!value.ok()) {
+          stream_error = value.status();
+          return false;
+        }
+        if (*value) {
+          found = std::move(**value);
+          return false;
+        }
+      }
       auto events = res.find("events");
       if (events == res.end()) return true;
       for (const auto& ev : *events) {
@@ -557,8 +618,10 @@ struct EtcdStore::Impl {
       }
       return true;
     };
-    json request = {
-        {"create_request", {{"key", b64_key}, {"start_revision", std::to_string(start_revision)}}}};
+    // No start revision: a watch from the current revision is "synced" in etcd and gets
+    // events at once, while one from a past revision waits for etcd's catch-up loop
+    // (every 100 ms) whenever writes happened in between.
+    json request = {{"create_request", {{"key", b64_key}}}};
     size_t idx = current.load() % urls.size();
     long http = 0;
     Duration left = deadline.remaining();
@@ -588,16 +651,20 @@ struct EtcdStore::Impl {
   }
 
   // Get that blocks until the key exists:
-  //  1. range read; present -> done
-  //  2. watch the key from the read's revision + 1 (no write can slip between the two)
+  //  1. range read; present -> done (skipped when the caller just saw the key absent)
+  //  2. watch the key from now; once etcd confirms the watch, read again (a put between
+  //     1 and 2 is seen by this read, any later one by the watch)
   //  3. a PUT event carries the value; a cancelled or lost watch goes back to 1
-  Result<std::string> GetBlocking(const std::string& full_key, Deadline deadline) {
+  Result<std::string> GetBlocking(const std::string& full_key, Deadline deadline,
+                                  bool known_absent = false) {
     for (;;) {
-      COHORT_ASSIGN_OR_RETURN(json r, Range(full_key, deadline));
-      COHORT_ASSIGN_OR_RETURN(auto value, RangeValue(r));
-      if (value) return std::move(*value);
-      int64_t revision = Int(r.value("header", json::object()), "revision");
-      auto w = Watch(full_key, revision + 1, deadline);
+      if (!known_absent) {
+        COHORT_ASSIGN_OR_RETURN(json r, Range(full_key, deadline));
+        COHORT_ASSIGN_OR_RETURN(auto value, RangeValue(r));
+        if (value) return std::move(*value);
+      }
+      known_absent = false;
+      auto w = Watch(full_key, deadline);
       if (w.ok()) {
         if (*w) return std::move(**w);
         continue;
@@ -790,10 +857,13 @@ Result<std::string> EtcdStore::CompareSet(std::string_view key, std::string_view
 
 Status EtcdStore::Wait(const std::vector<std::string>& keys, Deadline deadline) {
   if (impl_->aborted) return Cancelled("etcd store client aborted");
+  // One key: watch at once (the watch reads the key once it is set up), which saves a read
+  // when the key is absent, the usual case for a wait.
+  if (keys.size() == 1) return impl_->GetBlocking(impl_->Full(keys[0]), deadline, true).status();
   COHORT_ASSIGN_OR_RETURN(auto present, impl_->ReadMany(keys, /*keys_only=*/true, deadline));
   for (size_t k = 0; k < keys.size(); ++k) {
     if (present[k]) continue;
-    auto v = impl_->GetBlocking(impl_->Full(keys[k]), deadline);
+    auto v = impl_->GetBlocking(impl_->Full(keys[k]), deadline, /*known_absent=*/true);
     if (!v.ok()) return v.status();
   }
   return Status::Ok();
@@ -802,6 +872,11 @@ Status EtcdStore::Wait(const std::vector<std::string>& keys, Deadline deadline) 
 Result<bool> EtcdStore::Check(const std::vector<std::string>& keys, Deadline deadline) {
   COHORT_ASSIGN_OR_RETURN(auto present, impl_->ReadMany(keys, /*keys_only=*/true, deadline));
   return std::all_of(present.begin(), present.end(), [](const auto& v) { return v.has_value(); });
+}
+
+Result<std::vector<std::optional<std::string>>> EtcdStore::Peek(
+    const std::vector<std::string>& keys, Deadline deadline) {
+  return impl_->ReadMany(keys, /*keys_only=*/false, deadline);
 }
 
 Result<bool> EtcdStore::Delete(std::string_view key, Deadline deadline) {
@@ -818,16 +893,17 @@ Result<int64_t> EtcdStore::NumKeys(Deadline deadline) {
 }
 
 Result<int64_t> EtcdStore::TakeTicket(std::string_view key, Deadline deadline) {
+  // One txn: put an own key under the ticket directory, then count the directory. The
+  // range sees the txn's own put and nothing later (txns are serialized), so the count is
+  // this caller's position and no two callers get the same one.
   const std::string dir = impl_->Full(key) + "/t/";
   json put = {{"key", B64(dir + RandomHex(8))}, {"value", B64("")}};
-  COHORT_ASSIGN_OR_RETURN(json r, impl_->Post("/v3/kv/put", put, deadline));
-  const int64_t revision = Int(r.value("header", json::object()), "revision");
-  json range = {{"key", B64(dir)},
-                {"range_end", B64(PrefixEnd(dir))},
-                {"keys_only", true},
-                {"max_create_revision", std::to_string(revision)}};
-  COHORT_ASSIGN_OR_RETURN(json kvs, impl_->Post("/v3/kv/range", range, deadline));
-  int64_t position = kvs.contains("kvs") ? static_cast<int64_t>(kvs["kvs"].size()) : 0;
+  json count = {{"key", B64(dir)}, {"range_end", B64(PrefixEnd(dir))}, {"count_only", true}};
+  json txn = {{"success", json::array({{{"request_put", put}}, {{"request_range", count}}})}};
+  COHORT_ASSIGN_OR_RETURN(json r, impl_->Post("/v3/kv/txn", txn, deadline));
+  const json& responses = r.contains("responses") ? r["responses"] : json::array();
+  if (responses.size() != 2) return DataLoss("etcd ticket txn answered {} ops", responses.size());
+  const int64_t position = Int(responses[1].value("response_range", json::object()), "count");
   if (position < 1) return DataLoss("etcd lost the ticket just written under {}", dir);
   return position;
 }
@@ -847,15 +923,16 @@ Result<int64_t> EtcdStore::DeleteAll(Deadline deadline) {
 
 Result<std::vector<std::string>> EtcdStore::MultiGet(const std::vector<std::string>& keys,
                                                      Deadline deadline) {
+  // Read first (usually everything is there), wait only for what is missing.
   for (;;) {
-    COHORT_RETURN_IF_ERROR(Wait(keys, deadline));
     COHORT_ASSIGN_OR_RETURN(auto values, impl_->ReadMany(keys, /*keys_only=*/false, deadline));
     std::vector<std::string> out;
     for (auto& v : values) {
-      if (!v) break;  // deleted since the wait: wait again
+      if (!v) break;
       out.push_back(std::move(*v));
     }
     if (out.size() == keys.size()) return out;
+    COHORT_RETURN_IF_ERROR(Wait(keys, deadline));
   }
 }
 

@@ -67,6 +67,8 @@ class EtcdStore final : public Store {
                                  std::string_view desired, Deadline deadline) override;
   Status Wait(const std::vector<std::string>& keys, Deadline deadline) override;
   Result<bool> Check(const std::vector<std::string>& keys, Deadline deadline) override;
+  Result<std::vector<std::optional<std::string>>> Peek(const std::vector<std::string>& keys,
+                                                       Deadline deadline) override;
   Result<bool> Delete(std::string_view key, Deadline deadline) override;
   Result<int64_t> NumKeys(Deadline deadline) override;
   Result<std::vector<std::string>> MultiGet(const std::vector<std::string>& keys,
@@ -75,8 +77,8 @@ class EtcdStore final : public Store {
                   Deadline deadline) override;
   void Abort() override;
   // Each ticket is its own key under "<key>/t/"; a caller's position is the number of
-  // ticket keys created at or before its own revision (one put + one keys-only range, no
-  // compare-and-swap retries however many callers race).
+  // ticket keys once its own is written (one txn: put, then count; no compare-and-swap
+  // retries however many callers race).
   Result<int64_t> TakeTicket(std::string_view key, Deadline deadline) override;
   Result<int64_t> CountTickets(std::string_view key, Deadline deadline) override;
 

@@ -155,6 +155,12 @@ Result<bool> FileStore::Check(const std::vector<std::string>& keys, Deadline) {
   return Mutate([&]() -> Result<bool> { return state_.ContainsAll(keys); });
 }
 
+Result<std::vector<std::optional<std::string>>> FileStore::Peek(
+    const std::vector<std::string>& keys, Deadline) {
+  return Mutate(
+      [&]() -> Result<std::vector<std::optional<std::string>>> { return state_.Peek(keys); });
+}
+
 Result<int64_t> FileStore::NumKeys(Deadline) {
   return Mutate([&]() -> Result<int64_t> { return state_.size(); });
 }

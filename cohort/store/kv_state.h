@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -23,6 +24,15 @@ class KvState {
   const std::string* Find(std::string_view key) const {
     auto it = map_.find(std::string(key));
     return it == map_.end() ? nullptr : &it->second;
+  }
+  std::vector<std::optional<std::string>> Peek(const std::vector<std::string>& keys) const {
+    std::vector<std::optional<std::string>> out;
+    out.reserve(keys.size());
+    for (const auto& k : keys) {
+      const std::string* v = Find(k);
+      out.push_back(v ? std::optional<std::string>(*v) : std::nullopt);
+    }
+    return out;
   }
   bool ContainsAll(const std::vector<std::string>& keys) const {
     for (const auto& k : keys) {

@@ -67,6 +67,13 @@ Result<bool> MemoryStore::Check(const std::vector<std::string>& keys, Deadline) 
   return state_.ContainsAll(keys);
 }
 
+Result<std::vector<std::optional<std::string>>> MemoryStore::Peek(
+    const std::vector<std::string>& keys, Deadline) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (aborted_) return Cancelled("store aborted");
+  return state_.Peek(keys);
+}
+
 Result<bool> MemoryStore::Delete(std::string_view key, Deadline) {
   std::lock_guard<std::mutex> lock(mu_);
   if (aborted_) return Cancelled("store aborted");

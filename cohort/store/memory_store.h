@@ -21,6 +21,8 @@ class MemoryStore final : public Store {
                                  std::string_view desired, Deadline deadline) override;
   Status Wait(const std::vector<std::string>& keys, Deadline deadline) override;
   Result<bool> Check(const std::vector<std::string>& keys, Deadline deadline) override;
+  Result<std::vector<std::optional<std::string>>> Peek(const std::vector<std::string>& keys,
+                                                       Deadline deadline) override;
   Result<bool> Delete(std::string_view key, Deadline deadline) override;
   Result<int64_t> NumKeys(Deadline deadline) override;
   Result<std::vector<std::string>> MultiGet(const std::vector<std::string>& keys,

@@ -27,6 +27,7 @@ enum class Op : uint8_t {
   kMultiGet = 10,
   kMultiSet = 11,
   kPing = 12,
+  kPeek = 13,
 };
 
 inline std::string_view OpName(Op op) {
@@ -43,6 +44,7 @@ inline std::string_view OpName(Op op) {
     case Op::kMultiGet: return "MULTI_GET";
     case Op::kMultiSet: return "MULTI_SET";
     case Op::kPing: return "PING";
+    case Op::kPeek: return "PEEK";
   }
   return "UNKNOWN";
 }

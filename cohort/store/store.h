@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -36,6 +37,9 @@ class Store {
                                          std::string_view desired, Deadline deadline) = 0;
   virtual Status Wait(const std::vector<std::string>& keys, Deadline deadline) = 0;
   virtual Result<bool> Check(const std::vector<std::string>& keys, Deadline deadline) = 0;
+  // Reads several keys at one moment without waiting: nullopt for a key that is absent.
+  virtual Result<std::vector<std::optional<std::string>>> Peek(
+      const std::vector<std::string>& keys, Deadline deadline) = 0;
   // Returns whether the key existed.
   virtual Result<bool> Delete(std::string_view key, Deadline deadline) = 0;
   virtual Result<int64_t> NumKeys(Deadline deadline) = 0;
@@ -81,6 +85,10 @@ class PrefixStore final : public Store {
   }
   Result<bool> Check(const std::vector<std::string>& keys, Deadline deadline) override {
     return base_->Check(Keys(keys), deadline);
+  }
+  Result<std::vector<std::optional<std::string>>> Peek(const std::vector<std::string>& keys,
+                                                       Deadline deadline) override {
+    return base_->Peek(Keys(keys), deadline);
   }
   Result<bool> Delete(std::string_view key, Deadline deadline) override {
     return base_->Delete(Key(key), deadline);

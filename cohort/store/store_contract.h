@@ -58,6 +58,20 @@ TEST_P(StoreContract, SetGetDeleteCheckNumKeys) {
   EXPECT_EQ(*store_->NumKeys(Soon()), 1);
 }
 
+TEST_P(StoreContract, PeekReadsPresentAndAbsentKeysWithoutWaiting) {
+  ASSERT_TRUE(store_->Set("p1", "one", Soon()).ok());
+  ASSERT_TRUE(store_->Set("p3", "", Soon()).ok());
+  auto start = SteadyClock::now();
+  auto r = store_->Peek({"p1", "p2", "p3"}, Soon());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_LT(SecondsSince(start), 2.0);  // absent keys do not wait for the deadline
+  ASSERT_EQ(r->size(), 3u);
+  EXPECT_EQ((*r)[0], std::optional<std::string>("one"));
+  EXPECT_EQ((*r)[1], std::nullopt);
+  EXPECT_EQ((*r)[2], std::optional<std::string>(""));  // present but empty
+  EXPECT_TRUE(store_->Peek({}, Soon())->empty());
+}
+
 TEST_P(StoreContract, GetTimesOutAtDeadline) {
   auto start = SteadyClock::now();
   auto r = store_->Get("missing", Deadline::AfterMs(100));

@@ -334,6 +334,18 @@ class StoreServer::Impl {
       case Op::kPing:
         Send(conn, std::move(OkResponse(id).Finish()));
         return;
+      case Op::kPeek: {
+        if (!r.StrList(&keys, protocol::kMaxKeysPerRequest) || !r.AtEnd()) return malformed();
+        auto response = OkResponse(id);
+        response.U32(static_cast<uint32_t>(keys.size()));
+        for (const auto& k : keys) {
+          const std::string* v = state_.Find(k);
+          response.U8(v ? 1 : 0);
+          if (v) response.Str(*v);
+        }
+        Send(conn, std::move(response.Finish()));
+        return;
+      }
       case Op::kHello:
         return Reject(conn, "second HELLO on an open connection");
     }

@@ -196,6 +196,25 @@ Result<bool> TcpStore::Check(const std::vector<std::string>& keys, Deadline dead
   return present != 0;
 }
 
+Result<std::vector<std::optional<std::string>>> TcpStore::Peek(
+    const std::vector<std::string>& keys, Deadline deadline) {
+  Call call(this, Op::kPeek);
+  call.writer().StrList(keys);
+  COHORT_RETURN_IF_ERROR(call.Run(deadline));
+  uint32_t n;
+  if (!call.reader().U32(&n) || n != keys.size()) return DataLoss("malformed PEEK response");
+  std::vector<std::optional<std::string>> out(n);
+  for (auto& slot : out) {
+    uint8_t present;
+    if (!call.reader().U8(&present)) return DataLoss("malformed PEEK response");
+    if (!present) continue;
+    std::string v;
+    if (!call.reader().Str(&v)) return DataLoss("malformed PEEK response");
+    slot = std::move(v);
+  }
+  return out;
+}
+
 Result<bool> TcpStore::Delete(std::string_view key, Deadline deadline) {
   Call call(this, Op::kDelete);
   call.writer().Str(key);
