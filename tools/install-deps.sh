@@ -13,6 +13,8 @@ PACKAGES=(
   libtorch-dev python3-torch python3-numpy python3-pytest dataset-fashion-mnist
   etcd-server etcd-client
   openmpi-bin libopenmpi-dev libgloo-dev
+  slurmctld slurmd slurm-client munge
+  libpq-dev postgresql sqlite3 libcsv-dev
 )
 
 missing=()
@@ -22,12 +24,19 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
+# Node.js and npm validate Kubernetes manifests in the tests; keep an existing install.
+if ! command -v npm >/dev/null 2>&1; then missing+=(nodejs npm); fi
+
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#PACKAGES[@]} packages present"
-  exit 0
+else
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# npm packages of the tests (manifest validation); idempotent.
+if [ -x "$(dirname "$0")/install-npm-deps.sh" ]; then
+  "$(dirname "$0")/install-npm-deps.sh"
+fi

@@ -132,4 +132,21 @@ std::string RandomHex(size_t bytes) {
   return out;
 }
 
+std::string ShellQuote(std::string_view text) {
+  auto safe = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' ||
+           c == '/' || c == ':' || c == '=' || c == ',' || c == '+' || c == '@' || c == '%';
+  };
+  if (!text.empty() && std::all_of(text.begin(), text.end(), safe)) return std::string(text);
+  std::string out = "'";
+  for (char c : text) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
 }  // namespace cohort

@@ -18,5 +18,8 @@ std::string ToLower(std::string_view text);
 std::optional<std::pair<std::string, int>> ParseHostPort(std::string_view text, int default_port);
 // Random lowercase hex string of `bytes` random bytes from /dev/urandom.
 std::string RandomHex(size_t bytes);
+// Quotes `text` for a POSIX shell: unchanged when it holds only characters that are safe
+// unquoted, else in single quotes (with ' written as '\'').
+std::string ShellQuote(std::string_view text);
 
 }  // namespace cohort

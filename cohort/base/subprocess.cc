@@ -77,13 +77,21 @@ Result<Child> Spawn(const SpawnOptions& options) {
   COHORT_ASSIGN_OR_RETURN(std::string program, FindProgram(options.argv[0]));
 
   int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1}, exec_pipe[2] = {-1, -1};
+  int out_file = -1;
   auto close_all = [&] {
     for (int* p : {out_pipe, err_pipe, exec_pipe}) {
       CloseFd(p[0]);
       CloseFd(p[1]);
     }
+    CloseFd(out_file);
   };
-  if ((options.capture_output && (::pipe2(out_pipe, O_CLOEXEC) != 0 ||
+  const bool capture = options.capture_output && options.output_file.empty();
+  if (!options.output_file.empty()) {
+    out_file = ::open(options.output_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+                      0644);
+    if (out_file < 0) return ErrnoStatus(fmt::format("open {}", options.output_file), errno);
+  }
+  if ((capture && (::pipe2(out_pipe, O_CLOEXEC) != 0 ||
                                   ::pipe2(err_pipe, O_CLOEXEC) != 0)) ||
       ::pipe2(exec_pipe, O_CLOEXEC) != 0) {
     int err = errno;
@@ -106,18 +114,25 @@ Result<Child> Spawn(const SpawnOptions& options) {
   }
   if (pid == 0) {
     // Child: own process group, die with the parent, default signal state.
-    ::setpgid(0, 0);
+    if (options.new_session) {
+      ::setsid();
+    } else {
+      ::setpgid(0, 0);
+    }
     ::prctl(PR_SET_PDEATHSIG, options.death_signal);
-    if (::getppid() != parent) ::_exit(127);
+    if (options.death_signal != 0 && ::getppid() != parent) ::_exit(127);
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
     for (int sig = 1; sig < NSIG; ++sig) {
       if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
     }
-    if (options.capture_output) {
+    if (capture) {
       ::dup2(out_pipe[1], STDOUT_FILENO);
       ::dup2(err_pipe[1], STDERR_FILENO);
+    } else if (out_file >= 0) {
+      ::dup2(out_file, STDOUT_FILENO);
+      ::dup2(out_file, STDERR_FILENO);
     }
     if (!options.working_dir.empty() && ::chdir(options.working_dir.c_str()) != 0) {
       int err = errno;
@@ -130,7 +145,8 @@ Result<Child> Spawn(const SpawnOptions& options) {
     ::_exit(127);
   }
   // Parent.
-  ::setpgid(pid, pid);  // also set here: no race with an early SignalGroup
+  if (!options.new_session) ::setpgid(pid, pid);  // also here: no race with an early SignalGroup
+  CloseFd(out_file);
   CloseFd(out_pipe[1]);
   CloseFd(err_pipe[1]);
   CloseFd(exec_pipe[1]);

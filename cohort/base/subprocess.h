@@ -21,7 +21,10 @@ struct SpawnOptions {
   std::vector<std::string> env;        // full environment, "KEY=VALUE"
   std::string working_dir;             // empty = inherit
   bool capture_output = true;          // stdout/stderr to pipes (else inherited)
+  std::string output_file;             // non-empty: stdout+stderr appended here (no pipes)
   int death_signal = 9;                // signal the child gets when the spawning thread dies
+                                       // (0: none, the child outlives its parent)
+  bool new_session = false;            // setsid: detached from the terminal and its signals
 };
 
 struct Child {

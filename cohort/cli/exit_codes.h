@@ -10,6 +10,10 @@ inline constexpr int kExitUsage = 2;          // unknown flag, missing entrypoin
 inline constexpr int kExitInvalidValue = 3;   // a flag value that cannot work (--nnodes 3:1)
 inline constexpr int kExitRendezvous = 4;     // store unreachable, join timeout
 inline constexpr int kExitPortInUse = 5;      // a port cohort must bind is taken
+inline constexpr int kExitInvalidSpec = 6;    // job spec or array input invalid; nothing submitted
+inline constexpr int kExitBackend = 7;        // the backend failed (sbatch/kubectl, job history)
+inline constexpr int kExitNoSuchJob = 8;      // status/logs/cancel of an unknown job or log
+inline constexpr int kExitJobCancelled = 9;   // submit --wait / status --wait: job cancelled
 inline constexpr int kExitInternal = 70;      // a bug or an OS failure (EX_SOFTWARE)
 inline constexpr int kExitNotFound = 127;     // the entrypoint does not exist (as a shell)
 // 128 + N: cohort was stopped by signal N (130 for SIGINT), after stopping its workers.

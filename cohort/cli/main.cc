@@ -7,6 +7,7 @@
 
 #include "cohort/agent/agent.h"
 #include "cohort/cli/exit_codes.h"
+#include "cohort/cli/job_commands.h"
 #include "cohort/cli/run_command.h"
 #include "cohort/cli/store_command.h"
 #include "cohort/cli/exec_sibling.h"
@@ -21,6 +22,11 @@ constexpr const char* kUsage =
     "Commands:\n"
     "  run     launch workers on this node (torchrun-compatible flags)\n"
     "  store   serve the rendezvous store for multi-node jobs\n"
+    "  submit  submit a job spec (YAML) to a backend: local, slurm, kubernetes\n"
+    "  status  a job's state; list recent jobs\n"
+    "  logs    a job's log (--rank, --element, --follow)\n"
+    "  cancel  cancel a job\n"
+    "  list    recent jobs\n"
     "  bench   nccl-tests-style collective benchmarks (runs cohort-bench)\n"
     "\n"
     "Run 'cohort <command> --help' for a command's options.\n";
@@ -41,6 +47,12 @@ int main(int argc, char** argv) {
   if (command == "run") return cohort::cli::RunCommand(args);
   if (command == "store") return cohort::cli::StoreCommand(args);
   if (command == "bench") return cohort::cli::ExecSibling("cohort-bench", args);
+  if (command == "submit") return cohort::cli::SubmitCommand(args);
+  if (command == "status") return cohort::cli::StatusCommand(args);
+  if (command == "logs") return cohort::cli::LogsCommand(args);
+  if (command == "cancel") return cohort::cli::CancelCommand(args);
+  if (command == "list") return cohort::cli::ListCommand(args);
+  if (command == "_run-local-job") return cohort::cli::RunLocalJobCommand(args);
   fmt::print(stderr, "cohort: unknown command '{}'\n\n{}", command, kUsage);
   return cohort::cli::kExitUsage;
 }

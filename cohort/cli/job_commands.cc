@@ -1,0 +1,529 @@
+// Job commands (see job_commands.h). Thread-safety: main thread only.
+#include "cohort/cli/job_commands.h"
+
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cohort/base/settings.h"
+#include "cohort/base/strings.h"
+#include "cohort/cli/exit_codes.h"
+#include "cohort/launch/array.h"
+#include "cohort/launch/backend.h"
+#include "cohort/launch/job_db.h"
+#include "cohort/launch/job_spec.h"
+#include "cohort/launch/local_backend.h"
+
+namespace cohort::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using launch::Backend;
+using launch::JobDb;
+using launch::JobRecord;
+using launch::JobStatus;
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string SelfExe() {
+  std::error_code ec;
+  auto p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("cohort") : p.string();
+}
+
+std::string FormatTime(double t) {
+  if (t <= 0) return "-";
+  std::time_t s = static_cast<std::time_t>(t);
+  std::tm tm{};
+  ::localtime_r(&s, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+// The main thread blocks the agent's signals for `cohort run`; these commands want the
+// default behaviour (Ctrl-C ends `cohort logs --follow`).
+void UnblockSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) sigaddset(&set, sig);
+  ::sigprocmask(SIG_UNBLOCK, &set, nullptr);
+}
+
+// Parses args with CLI11 (which wants them reversed); returns -1 to go on, else an exit code.
+int Parse(CLI::App& app, const std::vector<std::string>& args, const std::string& name) {
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    fmt::print("{}", app.help());
+    return kExitOk;
+  } catch (const CLI::ParseError& e) {
+    fmt::print(stderr, "cohort {}: {}; see 'cohort {} --help'\n", name, e.what(), name);
+    return kExitUsage;
+  }
+  return -1;
+}
+
+struct Common {
+  std::string home = launch::DefaultCohortHome();
+  bool json = false;
+  void Add(CLI::App& app) {
+    app.add_option("--home", home, "job history and local logs (default $COHORT_HOME or ~/.cohort)");
+    app.add_flag("--json", json, "print JSON");
+  }
+  launch::BackendOptions Options() const {
+    launch::BackendOptions o;
+    o.home = home;
+    o.cohort_bin = SelfExe();
+    return o;
+  }
+};
+
+Result<std::unique_ptr<JobDb>> OpenDb(const Common& c) {
+  return JobDb::Open(launch::JobDbPath(c.home));
+}
+
+// Asks the job's backend for its current state and records it; returns the fresh status.
+Result<JobStatus> Refresh(JobDb& db, JobRecord& job, const launch::BackendOptions& options) {
+  COHORT_ASSIGN_OR_RETURN(auto backend, launch::MakeBackend(job.backend, options));
+  COHORT_ASSIGN_OR_RETURN(JobStatus s, backend->Poll(job));
+  bool changed = s.state != job.state || s.exit_code != job.exit_code || s.detail != job.detail;
+  if (changed && job.backend != "local") {  // the local runner records its own progress
+    job.state = s.state;
+    job.exit_code = s.exit_code;
+    job.detail = s.detail;
+    if (launch::IsFinalState(s.state) && job.ended_at == 0) job.ended_at = Now();
+    COHORT_RETURN_IF_ERROR(db.Update(job));
+    for (const auto& e : s.elements) COHORT_RETURN_IF_ERROR(db.UpdateElement(job.id, e));
+  } else if (changed) {
+    job.state = s.state;  // "lost" is derived, not stored
+    job.exit_code = s.exit_code;
+    job.detail = s.detail;
+  }
+  return s;
+}
+
+json JobJson(const JobRecord& j, const JobStatus* s) {
+  json out = {{"id", j.id},           {"name", j.name},
+              {"backend", j.backend}, {"state", j.state},
+              {"submitted_at", j.submitted_at}, {"started_at", j.started_at},
+              {"ended_at", j.ended_at}, {"log_dir", j.log_dir},
+              {"backend_id", j.backend_id}, {"array_size", j.array_size},
+              {"detail", j.detail}};
+  out["exit_code"] = j.exit_code ? json(*j.exit_code) : json(nullptr);
+  if (s) {
+    json elements = json::array();
+    for (const auto& e : s->elements) {
+      elements.push_back({{"index", e.index},
+                          {"state", e.state},
+                          {"exit_code", e.exit_code ? json(*e.exit_code) : json(nullptr)},
+                          {"log_dir", e.log_dir},
+                          {"detail", e.detail}});
+    }
+    out["elements"] = elements;
+  }
+  return out;
+}
+
+void PrintStatus(const JobRecord& j, const JobStatus& s) {
+  std::string exit = j.exit_code ? fmt::format(", exit {}", *j.exit_code) : "";
+  fmt::print("job {} {} ({}): {}{}\n", j.id, j.name, j.backend, j.state, exit);
+  fmt::print("  submitted {}", FormatTime(j.submitted_at));
+  if (j.started_at > 0) fmt::print(", started {}", FormatTime(j.started_at));
+  if (j.ended_at > 0) fmt::print(", ended {}", FormatTime(j.ended_at));
+  fmt::print("\n");
+  if (!j.backend_id.empty()) fmt::print("  {} id: {}\n", j.backend, j.backend_id);
+  if (!j.log_dir.empty()) fmt::print("  logs: {}\n", j.log_dir);
+  if (!j.detail.empty()) fmt::print("  detail: {}\n", j.detail);
+  if (s.elements.empty()) return;
+  std::map<std::string, int> counts;
+  for (const auto& e : s.elements) counts[e.state]++;
+  std::string summary;
+  for (const auto& [state, n] : counts) summary += fmt::format("{}{} {}", summary.empty() ? "" : ", ", n, state);
+  fmt::print("  elements: {} ({})\n", s.elements.size(), summary);
+  fmt::print("  {:>6}  {:<10} {:>5}  {}\n", "INDEX", "STATE", "EXIT", "DETAIL");
+  for (const auto& e : s.elements) {
+    fmt::print("  {:>6}  {:<10} {:>5}  {}\n", e.index, e.state,
+               e.exit_code ? std::to_string(*e.exit_code) : "-", e.detail);
+  }
+}
+
+int JobExitCode(const std::string& state) {
+  if (state == "succeeded") return kExitOk;
+  if (state == "cancelled") return kExitJobCancelled;
+  return kExitWorkerFailed;
+}
+
+// Polls until the job reaches a final state; prints each new state once.
+int WaitForEnd(JobDb& db, JobRecord& job, const launch::BackendOptions& options, bool quiet) {
+  std::string last;
+  auto delay = std::chrono::milliseconds(100);
+  for (;;) {
+    auto s = Refresh(db, job, options);
+    if (!s.ok()) {
+      fmt::print(stderr, "cohort: cannot read the state of job {}: {}\n", job.id,
+                 s.status().message());
+      return kExitBackend;
+    }
+    if (s->state != last && !quiet) {
+      fmt::print("job {}: {}\n", job.id, s->state);
+      std::fflush(stdout);
+      last = s->state;
+    }
+    if (launch::IsFinalState(s->state)) {
+      if (!quiet) PrintStatus(job, *s);
+      return JobExitCode(s->state);
+    }
+    std::this_thread::sleep_for(delay);  // polling an external engine: no event to wait on
+    delay = std::min(delay * 2, std::chrono::milliseconds(1000));
+  }
+}
+
+}  // namespace
+
+int SubmitCommand(const std::vector<std::string>& args) {
+  UnblockSignals();
+  CLI::App app("Submit a job spec to a backend.", "cohort submit");
+  Common c;
+  c.Add(app);
+  std::string spec_path, backend_name, array, manifest, sql, db_url, kube_flavor = "pytorchjob";
+  int concurrency = 0;
+  bool dry_run = false, wait = false;
+  app.add_option("spec", spec_path, "job spec (YAML)")->required();
+  app.add_option("--backend", backend_name, "local (default), slurm or kubernetes")
+      ->envname("COHORT_BACKEND");
+  app.add_option("--array", array, "array over a range: 0-99 or 0-98:2");
+  app.add_option("--array-manifest", manifest, "array over the rows of a CSV file");
+  app.add_option("--array-from-sql", sql, "array over the rows of a SELECT");
+  app.add_option("--db", db_url, "database of --array-from-sql: sqlite:///path or postgresql://...");
+  app.add_option("--concurrency", concurrency, "array elements running at once")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--kube-flavor", kube_flavor, "pytorchjob (default), volcano or indexed");
+  app.add_flag("--dry-run", dry_run, "print what would be submitted; submit nothing");
+  app.add_flag("--wait", wait, "wait for the end; exit 0 succeeded, 1 failed, 9 cancelled");
+  if (int rc = Parse(app, args, "submit"); rc >= 0) return rc;
+  if (backend_name.empty()) backend_name = "local";
+
+  std::vector<launch::Problem> problems;
+  auto loaded = launch::LoadJobSpec(spec_path, &problems);
+  if (!loaded.ok()) {
+    fmt::print(stderr, "cohort submit: {}\n", loaded.status().message());
+    return kExitInvalidSpec;
+  }
+  launch::JobSpec spec = *loaded;
+  // Flags override the spec (flag > env > spec > default).
+  int array_flags = !array.empty() + !manifest.empty() + !sql.empty();
+  if (array_flags > 1) {
+    problems.push_back({"--array/--array-manifest/--array-from-sql", "give only one"});
+  } else if (array_flags == 1) {
+    spec.array.range = array;
+    spec.array.manifest = manifest.empty() ? "" : fs::absolute(manifest).string();
+    spec.array.from_sql = sql;
+  }
+  if (!db_url.empty()) spec.array.db = db_url;
+  if (!sql.empty() && spec.array.db.empty()) {
+    problems.push_back({"--db", "required with --array-from-sql (sqlite:///path.db or "
+                                "postgresql://user@host/db)"});
+  }
+  if (concurrency > 0) spec.array.concurrency = concurrency;
+
+  launch::BackendOptions options = c.Options();
+  options.kube_flavor = kube_flavor;
+  auto backend = launch::MakeBackend(backend_name, options);
+  if (!backend.ok()) {
+    fmt::print(stderr, "cohort submit: {}\n", backend.status().message());
+    return kExitUsage;
+  }
+  std::vector<launch::ArrayElement> elements;
+  if (problems.empty()) {
+    const std::string base = fs::absolute(spec_path).parent_path().string();
+    elements = launch::ExpandArray(spec.array, base, &problems);
+  }
+  if (problems.empty()) (*backend)->Validate(spec, elements, &problems);
+  if (!problems.empty()) {
+    fmt::print(stderr, "cohort submit: {}: {} problem(s); nothing was submitted:\n{}", spec_path,
+               problems.size(), launch::FormatProblems(problems));
+    return kExitInvalidSpec;
+  }
+  if (dry_run) {
+    auto text = (*backend)->Render(spec, elements);
+    if (!text.ok()) {
+      fmt::print(stderr, "cohort submit: {}\n", text.status().message());
+      return kExitBackend;
+    }
+    fmt::print("{}", *text);
+    return kExitOk;
+  }
+
+  auto db = OpenDb(c);
+  if (!db.ok()) {
+    fmt::print(stderr, "cohort submit: {}\n", db.status().message());
+    return kExitBackend;
+  }
+  JobRecord job;
+  job.name = spec.name;
+  job.backend = (*backend)->name();
+  job.spec_yaml = launch::JobSpecToYaml(spec);
+  job.submitted_at = Now();
+  job.array_size = static_cast<int>(elements.size());
+  job.concurrency = spec.array.concurrency;
+  auto id = (*db)->Insert(job);
+  if (!id.ok()) {
+    fmt::print(stderr, "cohort submit: {}\n", id.status().message());
+    return kExitBackend;
+  }
+  job.id = *id;
+  job.log_dir = fs::absolute(fs::path(c.home) / "logs" / std::to_string(job.id)).string();
+  std::error_code ec;
+  fs::create_directories(job.log_dir, ec);
+  Status recorded = (*db)->Update(job);
+  auto backend_id = recorded.ok() ? (*backend)->Submit(job, spec, elements)
+                                  : Result<std::string>(recorded);
+  if (!backend_id.ok()) {
+    job.state = "failed";
+    job.ended_at = Now();
+    job.detail = "not submitted: " + backend_id.status().message();
+    (void)(*db)->Update(job);
+    fmt::print(stderr, "cohort submit: the {} backend refused job {}: {}\n", job.backend, job.id,
+               backend_id.status().message());
+    return kExitBackend;
+  }
+  job.backend_id = *backend_id;
+  // Keep whatever state the backend recorded meanwhile (the local runner may have started).
+  if (auto fresh = (*db)->Get(job.id); fresh.ok()) {
+    fresh->backend_id = job.backend_id;
+    job = *fresh;
+  }
+  (void)(*db)->Update(job);
+  if (c.json) {
+    fmt::print("{}\n", JobJson(job, nullptr).dump());
+  } else {
+    fmt::print("submitted job {} ({}) to {}{}{}\n", job.id, job.name, job.backend,
+               job.array_size ? fmt::format(", {} elements", job.array_size) : "",
+               job.backend_id.empty() ? "" : fmt::format(" [{}]", job.backend_id));
+    if (!wait) fmt::print("  cohort status {}   cohort logs {}   cohort cancel {}\n", job.id, job.id, job.id);
+  }
+  std::fflush(stdout);
+  if (!wait) return kExitOk;
+  return WaitForEnd(**db, job, options, c.json);
+}
+
+int StatusCommand(const std::vector<std::string>& args) {
+  UnblockSignals();
+  CLI::App app("Show a job's state (and its array elements).", "cohort status");
+  Common c;
+  c.Add(app);
+  std::string id;
+  bool wait = false;
+  app.add_option("job", id, "job id or name (default: list recent jobs)");
+  app.add_flag("--wait", wait, "wait until the job ends");
+  if (int rc = Parse(app, args, "status"); rc >= 0) return rc;
+  if (id.empty()) return ListCommand(args);
+  auto db = OpenDb(c);
+  if (!db.ok()) {
+    fmt::print(stderr, "cohort status: {}\n", db.status().message());
+    return kExitBackend;
+  }
+  auto job = (*db)->Find(id);
+  if (!job.ok()) {
+    fmt::print(stderr, "cohort status: {}\n", job.status().message());
+    return kExitNoSuchJob;
+  }
+  if (wait) return WaitForEnd(**db, *job, c.Options(), c.json);
+  auto s = Refresh(**db, *job, c.Options());
+  if (!s.ok()) {
+    fmt::print(stderr, "cohort status: job {}: {}\n", job->id, s.status().message());
+    return kExitBackend;
+  }
+  if (c.json) {
+    fmt::print("{}\n", JobJson(*job, &*s).dump(1));
+  } else {
+    PrintStatus(*job, *s);
+  }
+  return kExitOk;
+}
+
+int ListCommand(const std::vector<std::string>& args) {
+  UnblockSignals();
+  CLI::App app("List recent jobs.", "cohort list");
+  Common c;
+  c.Add(app);
+  int limit = 50;
+  std::string ignored;
+  app.add_option("--limit", limit, "how many (newest first)");
+  app.add_option("job", ignored)->group("");  // `cohort status` without a job comes here
+  app.allow_extras();
+  if (int rc = Parse(app, args, "list"); rc >= 0) return rc;
+  auto db = OpenDb(c);
+  if (!db.ok()) {
+    fmt::print(stderr, "cohort list: {}\n", db.status().message());
+    return kExitBackend;
+  }
+  auto jobs = (*db)->List(limit);
+  if (!jobs.ok()) {
+    fmt::print(stderr, "cohort list: {}\n", jobs.status().message());
+    return kExitBackend;
+  }
+  json out = json::array();
+  if (!c.json) {
+    fmt::print("{:>5}  {:<24} {:<11} {:<10} {:>5} {:>9}  {}\n", "ID", "NAME", "BACKEND", "STATE",
+               "EXIT", "ELEMENTS", "SUBMITTED");
+  }
+  for (auto& j : *jobs) {
+    if (!launch::IsFinalState(j.state)) (void)Refresh(**db, j, c.Options());
+    if (c.json) {
+      out.push_back(JobJson(j, nullptr));
+      continue;
+    }
+    fmt::print("{:>5}  {:<24} {:<11} {:<10} {:>5} {:>9}  {}\n", j.id, j.name, j.backend, j.state,
+               j.exit_code ? std::to_string(*j.exit_code) : "-",
+               j.array_size ? std::to_string(j.array_size) : "-", FormatTime(j.submitted_at));
+  }
+  if (c.json) fmt::print("{}\n", out.dump(1));
+  return kExitOk;
+}
+
+int LogsCommand(const std::vector<std::string>& args) {
+  UnblockSignals();
+  CLI::App app("Print a job's log.", "cohort logs");
+  Common c;
+  c.Add(app);
+  std::string id;
+  int element = -1, rank = -1;
+  bool follow = false;
+  app.add_option("job", id, "job id or name")->required();
+  app.add_option("--element", element, "array element");
+  app.add_option("--rank", rank, "one worker's log (default: the whole console)");
+  app.add_flag("-f,--follow", follow, "keep printing until the job ends");
+  if (int rc = Parse(app, args, "logs"); rc >= 0) return rc;
+  auto db = OpenDb(c);
+  if (!db.ok()) {
+    fmt::print(stderr, "cohort logs: {}\n", db.status().message());
+    return kExitBackend;
+  }
+  auto job = (*db)->Find(id);
+  if (!job.ok()) {
+    fmt::print(stderr, "cohort logs: {}\n", job.status().message());
+    return kExitNoSuchJob;
+  }
+  auto backend = launch::MakeBackend(job->backend, c.Options());
+  if (!backend.ok()) {
+    fmt::print(stderr, "cohort logs: {}\n", backend.status().message());
+    return kExitBackend;
+  }
+  std::ifstream in;
+  std::string path;
+  auto delay = std::chrono::milliseconds(100);
+  for (;;) {
+    if (!in.is_open()) {
+      auto p = (*backend)->LogPath(*job, element, rank);
+      if (!p.ok() && (!follow || p.status().code() != StatusCode::kNotFound)) {
+        fmt::print(stderr, "cohort logs: {}\n", p.status().message());
+        return p.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitNoSuchJob;
+      }
+      if (p.ok()) {
+        path = *p;
+        in.open(path);
+        if (!in && !follow) {
+          fmt::print(stderr, "cohort logs: no log at {} (yet)\n", path);
+          return kExitNoSuchJob;
+        }
+      }
+    }
+    std::string line;
+    while (in.is_open() && std::getline(in, line)) {
+      if (in.eof()) {  // a partial last line: print it when it is complete
+        in.clear();
+        in.seekg(-static_cast<std::streamoff>(line.size()), std::ios::cur);
+        break;
+      }
+      fmt::print("{}\n", line);
+    }
+    in.clear();
+    std::fflush(stdout);
+    if (!follow) return kExitOk;
+    auto s = Refresh(**db, *job, c.Options());
+    if (s.ok() && launch::IsFinalState(s->state)) {
+      // One more pass for what the job wrote before it ended.
+      while (in.is_open() && std::getline(in, line)) fmt::print("{}\n", line);
+      return kExitOk;
+    }
+    std::this_thread::sleep_for(delay);  // following a file: poll like tail -f
+    delay = std::min(delay * 2, std::chrono::milliseconds(500));
+  }
+}
+
+int CancelCommand(const std::vector<std::string>& args) {
+  UnblockSignals();
+  CLI::App app("Cancel a job.", "cohort cancel");
+  Common c;
+  c.Add(app);
+  std::string id;
+  double timeout = 60;
+  app.add_option("job", id, "job id or name")->required();
+  app.add_option("--timeout", timeout, "seconds to wait for the job to stop");
+  if (int rc = Parse(app, args, "cancel"); rc >= 0) return rc;
+  auto db = OpenDb(c);
+  if (!db.ok()) {
+    fmt::print(stderr, "cohort cancel: {}\n", db.status().message());
+    return kExitBackend;
+  }
+  auto job = (*db)->Find(id);
+  if (!job.ok()) {
+    fmt::print(stderr, "cohort cancel: {}\n", job.status().message());
+    return kExitNoSuchJob;
+  }
+  auto backend = launch::MakeBackend(job->backend, c.Options());
+  if (!backend.ok()) {
+    fmt::print(stderr, "cohort cancel: {}\n", backend.status().message());
+    return kExitBackend;
+  }
+  auto before = Refresh(**db, *job, c.Options());
+  if (before.ok() && launch::IsFinalState(before->state)) {
+    fmt::print(stderr, "cohort cancel: job {} already ended ({})\n", job->id, before->state);
+    return kExitInvalidValue;
+  }
+  if (Status s = (*backend)->Cancel(*job); !s.ok()) {
+    fmt::print(stderr, "cohort cancel: job {}: {}\n", job->id, s.message());
+    return kExitBackend;
+  }
+  const double deadline = Now() + timeout;
+  auto delay = std::chrono::milliseconds(50);
+  for (;;) {
+    auto s = Refresh(**db, *job, c.Options());
+    if (s.ok() && launch::IsFinalState(s->state)) {
+      fmt::print("job {}: {}\n", job->id, s->state);
+      return kExitOk;
+    }
+    if (Now() > deadline) {
+      fmt::print(stderr, "cohort cancel: job {} asked to stop; still {} after {} s\n", job->id,
+                 s.ok() ? s->state : "unknown", timeout);
+      return kExitBackend;
+    }
+    std::this_thread::sleep_for(delay);  // polling the backend for the end
+    delay = std::min(delay * 2, std::chrono::milliseconds(500));
+  }
+}
+
+int RunLocalJobCommand(const std::vector<std::string>& args) {
+  CLI::App app("(internal) run a local job recorded in the job database.", "cohort _run-local-job");
+  std::string home;
+  int64_t id = 0;
+  app.add_option("--home", home)->required();
+  app.add_option("--job", id)->required();
+  if (int rc = Parse(app, args, "_run-local-job"); rc >= 0) return rc;
+  return launch::RunLocalJob(home, id, SelfExe());
+}
+
+}  // namespace cohort::cli

@@ -1,0 +1,268 @@
+// JobDb on SQLite (see job_db.h). Thread-safety: one instance per thread.
+#include "cohort/launch/job_db.h"
+
+#include <sqlite3.h>
+
+#include <filesystem>
+
+#include "cohort/base/settings.h"
+
+namespace cohort::launch {
+namespace {
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS jobs (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  name TEXT NOT NULL,
+  backend TEXT NOT NULL,
+  spec_yaml TEXT NOT NULL,
+  state TEXT NOT NULL,
+  exit_code INTEGER,
+  submitted_at REAL NOT NULL,
+  started_at REAL NOT NULL DEFAULT 0,
+  ended_at REAL NOT NULL DEFAULT 0,
+  log_dir TEXT NOT NULL DEFAULT '',
+  backend_id TEXT NOT NULL DEFAULT '',
+  array_size INTEGER NOT NULL DEFAULT 0,
+  concurrency INTEGER NOT NULL DEFAULT 0,
+  detail TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS jobs_by_name ON jobs(name);
+CREATE TABLE IF NOT EXISTS elements (
+  job_id INTEGER NOT NULL REFERENCES jobs(id),
+  idx INTEGER NOT NULL,
+  state TEXT NOT NULL,
+  exit_code INTEGER,
+  started_at REAL NOT NULL DEFAULT 0,
+  ended_at REAL NOT NULL DEFAULT 0,
+  log_dir TEXT NOT NULL DEFAULT '',
+  detail TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (job_id, idx)
+);
+)sql";
+
+// A prepared statement, finalized on scope exit.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) : db_(db) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+  }
+  ~Stmt() { sqlite3_finalize(stmt_); }
+  Status ok() const {
+    return rc_ == SQLITE_OK ? Status::Ok() : Internal("job database: {}", sqlite3_errmsg(db_));
+  }
+  Stmt& Bind(int i, const std::string& v) {
+    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& Bind(int i, int64_t v) {
+    sqlite3_bind_int64(stmt_, i, v);
+    return *this;
+  }
+  Stmt& Bind(int i, double v) {
+    sqlite3_bind_double(stmt_, i, v);
+    return *this;
+  }
+  Stmt& Bind(int i, const std::optional<int>& v) {
+    if (v) {
+      sqlite3_bind_int64(stmt_, i, *v);
+    } else {
+      sqlite3_bind_null(stmt_, i);
+    }
+    return *this;
+  }
+  // SQLITE_ROW, SQLITE_DONE or an error code.
+  int Step() { return sqlite3_step(stmt_); }
+  Status Run() {
+    int rc = Step();
+    return rc == SQLITE_DONE || rc == SQLITE_ROW
+               ? Status::Ok()
+               : Internal("job database: {}", sqlite3_errmsg(db_));
+  }
+  std::string Text(int c) const {
+    const unsigned char* t = sqlite3_column_text(stmt_, c);
+    return t ? reinterpret_cast<const char*>(t) : "";
+  }
+  int64_t Int(int c) const { return sqlite3_column_int64(stmt_, c); }
+  double Real(int c) const { return sqlite3_column_double(stmt_, c); }
+  std::optional<int> OptInt(int c) const {
+    if (sqlite3_column_type(stmt_, c) == SQLITE_NULL) return std::nullopt;
+    return static_cast<int>(sqlite3_column_int64(stmt_, c));
+  }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_;
+};
+
+constexpr const char* kJobColumns =
+    "id, name, backend, spec_yaml, state, exit_code, submitted_at, started_at, ended_at, "
+    "log_dir, backend_id, array_size, concurrency, detail";
+
+JobRecord ReadJob(const Stmt& s) {
+  JobRecord j;
+  j.id = s.Int(0);
+  j.name = s.Text(1);
+  j.backend = s.Text(2);
+  j.spec_yaml = s.Text(3);
+  j.state = s.Text(4);
+  j.exit_code = s.OptInt(5);
+  j.submitted_at = s.Real(6);
+  j.started_at = s.Real(7);
+  j.ended_at = s.Real(8);
+  j.log_dir = s.Text(9);
+  j.backend_id = s.Text(10);
+  j.array_size = static_cast<int>(s.Int(11));
+  j.concurrency = static_cast<int>(s.Int(12));
+  j.detail = s.Text(13);
+  return j;
+}
+
+}  // namespace
+
+bool IsFinalState(const std::string& state) {
+  return state == "succeeded" || state == "failed" || state == "cancelled" || state == "lost";
+}
+
+Result<std::unique_ptr<JobDb>> JobDb::Open(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
+      SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return Unavailable("cannot open the job database {}: {} (set COHORT_HOME to a writable "
+                       "directory)",
+                       path, msg);
+  }
+  // Several processes share the file (submit, the local runner, status): wait for locks.
+  sqlite3_busy_timeout(db, 10000);
+  std::unique_ptr<JobDb> out(new JobDb(db));
+  COHORT_RETURN_IF_ERROR(out->Exec("PRAGMA journal_mode=WAL"));
+  COHORT_RETURN_IF_ERROR(out->Exec(kSchema));
+  return out;
+}
+
+JobDb::~JobDb() { sqlite3_close(db_); }
+
+Status JobDb::Exec(const std::string& sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : sqlite3_errmsg(db_);
+    sqlite3_free(err);
+    return Internal("job database: {}", msg);
+  }
+  return Status::Ok();
+}
+
+Result<int64_t> JobDb::Insert(JobRecord job) {
+  COHORT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  Stmt s(db_,
+         "INSERT INTO jobs (name, backend, spec_yaml, state, exit_code, submitted_at, "
+         "started_at, ended_at, log_dir, backend_id, array_size, concurrency, detail) "
+         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
+  Status st = s.ok();
+  if (st.ok()) {
+    s.Bind(1, job.name).Bind(2, job.backend).Bind(3, job.spec_yaml).Bind(4, job.state);
+    s.Bind(5, job.exit_code).Bind(6, job.submitted_at).Bind(7, job.started_at);
+    s.Bind(8, job.ended_at).Bind(9, job.log_dir).Bind(10, job.backend_id);
+    s.Bind(11, static_cast<int64_t>(job.array_size)).Bind(12, static_cast<int64_t>(job.concurrency));
+    s.Bind(13, job.detail);
+    st = s.Run();
+  }
+  const int64_t id = sqlite3_last_insert_rowid(db_);
+  for (int i = 0; st.ok() && i < job.array_size; ++i) {
+    Stmt e(db_, "INSERT INTO elements (job_id, idx, state) VALUES (?, ?, 'pending')");
+    st = e.ok();
+    if (st.ok()) st = e.Bind(1, id).Bind(2, static_cast<int64_t>(i)).Run();
+  }
+  if (!st.ok()) {
+    (void)Exec("ROLLBACK");
+    return st;
+  }
+  COHORT_RETURN_IF_ERROR(Exec("COMMIT"));
+  return id;
+}
+
+Status JobDb::Update(const JobRecord& job) {
+  Stmt s(db_,
+         "UPDATE jobs SET state=?, exit_code=?, started_at=?, ended_at=?, log_dir=?, "
+         "backend_id=?, detail=? WHERE id=?");
+  COHORT_RETURN_IF_ERROR(s.ok());
+  s.Bind(1, job.state).Bind(2, job.exit_code).Bind(3, job.started_at).Bind(4, job.ended_at);
+  s.Bind(5, job.log_dir).Bind(6, job.backend_id).Bind(7, job.detail).Bind(8, job.id);
+  return s.Run();
+}
+
+Status JobDb::UpdateElement(int64_t job_id, const ElementRecord& e) {
+  Stmt s(db_,
+         "UPDATE elements SET state=?, exit_code=?, started_at=?, ended_at=?, log_dir=?, "
+         "detail=? WHERE job_id=? AND idx=?");
+  COHORT_RETURN_IF_ERROR(s.ok());
+  s.Bind(1, e.state).Bind(2, e.exit_code).Bind(3, e.started_at).Bind(4, e.ended_at);
+  s.Bind(5, e.log_dir).Bind(6, e.detail).Bind(7, job_id).Bind(8, static_cast<int64_t>(e.index));
+  return s.Run();
+}
+
+Result<JobRecord> JobDb::Get(int64_t id) {
+  Stmt s(db_, fmt::format("SELECT {} FROM jobs WHERE id=?", kJobColumns).c_str());
+  COHORT_RETURN_IF_ERROR(s.ok());
+  s.Bind(1, id);
+  int rc = s.Step();
+  if (rc == SQLITE_ROW) return ReadJob(s);
+  if (rc == SQLITE_DONE) return NotFound("no job {} (see `cohort list`)", id);
+  return Internal("job database: {}", sqlite3_errmsg(db_));
+}
+
+Result<JobRecord> JobDb::Find(const std::string& id_or_name) {
+  if (auto id = ParseInt64(id_or_name)) return Get(*id);
+  Stmt s(db_,
+         fmt::format("SELECT {} FROM jobs WHERE name=? ORDER BY id DESC LIMIT 1", kJobColumns)
+             .c_str());
+  COHORT_RETURN_IF_ERROR(s.ok());
+  s.Bind(1, id_or_name);
+  int rc = s.Step();
+  if (rc == SQLITE_ROW) return ReadJob(s);
+  if (rc == SQLITE_DONE) {
+    return NotFound("no job with id or name '{}' (see `cohort list`)", id_or_name);
+  }
+  return Internal("job database: {}", sqlite3_errmsg(db_));
+}
+
+Result<std::vector<JobRecord>> JobDb::List(int limit) {
+  Stmt s(db_, fmt::format("SELECT {} FROM jobs ORDER BY id DESC LIMIT ?", kJobColumns).c_str());
+  COHORT_RETURN_IF_ERROR(s.ok());
+  s.Bind(1, static_cast<int64_t>(limit));
+  std::vector<JobRecord> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) out.push_back(ReadJob(s));
+  if (rc != SQLITE_DONE) return Internal("job database: {}", sqlite3_errmsg(db_));
+  return out;
+}
+
+Result<std::vector<ElementRecord>> JobDb::Elements(int64_t job_id) {
+  Stmt s(db_,
+         "SELECT idx, state, exit_code, started_at, ended_at, log_dir, detail FROM elements "
+         "WHERE job_id=? ORDER BY idx");
+  COHORT_RETURN_IF_ERROR(s.ok());
+  s.Bind(1, job_id);
+  std::vector<ElementRecord> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) {
+    ElementRecord e;
+    e.index = static_cast<int>(s.Int(0));
+    e.state = s.Text(1);
+    e.exit_code = s.OptInt(2);
+    e.started_at = s.Real(3);
+    e.ended_at = s.Real(4);
+    e.log_dir = s.Text(5);
+    e.detail = s.Text(6);
+    out.push_back(std::move(e));
+  }
+  if (rc != SQLITE_DONE) return Internal("job database: {}", sqlite3_errmsg(db_));
+  return out;
+}
+
+}  // namespace cohort::launch

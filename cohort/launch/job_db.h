@@ -1,0 +1,80 @@
+// JobDb: the job history in SQLite ($COHORT_HOME/jobs.db): every submitted job with its
+// spec, backend, state, exit code, times and log paths, and one row per array element.
+// It outlives the commands that write it: `cohort status` after a restart of the shell (or
+// of the machine) shows what ran. Writers use transactions; SQLite's locking (WAL mode,
+// busy timeout) lets the submitting command, the local runner and readers share the file.
+//
+// States: pending, running, succeeded, failed, cancelled, lost (the local runner vanished
+// without recording an end).
+//
+// Thread-safety: one JobDb per thread (each opens its own connection).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cohort/base/status.h"
+
+struct sqlite3;
+
+namespace cohort::launch {
+
+struct ElementRecord {
+  int index = -1;                 // -1: the job itself (not an array)
+  std::string state = "pending";
+  std::optional<int> exit_code;
+  double started_at = 0, ended_at = 0;  // unix seconds, 0 = not yet
+  std::string log_dir;
+  std::string detail;             // why it failed, from the backend
+};
+
+struct JobRecord {
+  int64_t id = 0;
+  std::string name;
+  std::string backend;
+  std::string spec_yaml;
+  std::string state = "pending";
+  std::optional<int> exit_code;
+  double submitted_at = 0, started_at = 0, ended_at = 0;
+  std::string log_dir;
+  std::string backend_id;         // pid of the local runner, Slurm job id, k8s object
+  int array_size = 0;             // 0: not an array
+  int concurrency = 0;
+  std::string detail;
+};
+
+struct JobStatus {
+  std::string state;
+  std::optional<int> exit_code;
+  std::string detail;
+  std::vector<ElementRecord> elements;  // empty for a job without elements
+};
+
+bool IsFinalState(const std::string& state);
+
+class JobDb {
+ public:
+  // Opens (creating if needed) the database at `path`.
+  static Result<std::unique_ptr<JobDb>> Open(const std::string& path);
+  ~JobDb();
+
+  // Inserts the job (id assigned) and `array_size` pending element rows.
+  Result<int64_t> Insert(JobRecord job);
+  Status Update(const JobRecord& job);
+  Status UpdateElement(int64_t job_id, const ElementRecord& element);
+  Result<JobRecord> Get(int64_t id);
+  // By id ("7") or by name (the newest job with that name).
+  Result<JobRecord> Find(const std::string& id_or_name);
+  Result<std::vector<JobRecord>> List(int limit);
+  Result<std::vector<ElementRecord>> Elements(int64_t job_id);
+
+ private:
+  explicit JobDb(sqlite3* db) : db_(db) {}
+  Status Exec(const std::string& sql);
+  sqlite3* db_;
+};
+
+}  // namespace cohort::launch

@@ -1,0 +1,293 @@
+// Job spec parsing/validation and array expansion (ranges, CSV, SQLite). PostgreSQL arrays
+// and the CLI are covered end to end in tests/e2e/test_jobs.py.
+#include "cohort/launch/job_spec.h"
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "cohort/base/strings.h"
+#include "cohort/launch/array.h"
+#include "cohort/launch/job_db.h"
+
+namespace cohort::launch {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool HasProblem(const std::vector<Problem>& ps, const std::string& where,
+                const std::string& fragment) {
+  for (const auto& p : ps) {
+    if (p.where == where && p.what.find(fragment) != std::string::npos) return true;
+  }
+  return false;
+}
+
+std::string Dump(const std::vector<Problem>& ps) { return FormatProblems(ps); }
+
+class TempDir {
+ public:
+  TempDir() : path_(fs::temp_directory_path() / ("cohort-launch-" + RandomHex(6))) {
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string File(const std::string& name, const std::string& text) const {
+    std::ofstream(path_ / name) << text;
+    return (path_ / name).string();
+  }
+  std::string path() const { return path_.string(); }
+
+ private:
+  fs::path path_;
+};
+
+TEST(JobSpecTest, FullSpecParses) {
+  std::vector<Problem> ps;
+  JobSpec s = ParseJobSpec(R"(
+name: fmnist-train
+image: registry.local/cohort:1
+entrypoint: python3
+args: [train.py, --epochs, "3"]
+nnodes: "1:4"
+nproc_per_node: 2
+resources: {cpu: 1500m, memory: 8Gi, gpu: 1, network_devices: [eth0, ib0]}
+env: {DATA: /data, SEED: "7"}
+volumes:
+  - {name: data, host_path: /mnt/data}
+  - {name: ckpt, nfs: {server: nfs.local, path: /export/ckpt}}
+  - {name: scratch, claim: scratch-pvc}
+mounts:
+  - {volume: data, path: /data, read_only: true}
+  - {volume: ckpt, path: /ckpt}
+max_restarts: 3
+queue: gpu
+priority: high
+rdzv: {backend: etcd, endpoint: "etcd-0:2379,etcd-1:2379"}
+array: {range: "0-9", concurrency: 3}
+)",
+                           &ps);
+  ASSERT_TRUE(ps.empty()) << Dump(ps);
+  EXPECT_EQ(s.name, "fmnist-train");
+  EXPECT_EQ(s.args, (std::vector<std::string>{"train.py", "--epochs", "3"}));
+  EXPECT_EQ(s.min_nodes, 1);
+  EXPECT_EQ(s.max_nodes, 4);
+  EXPECT_EQ(s.nproc_per_node, 2);
+  EXPECT_DOUBLE_EQ(s.resources.cpu, 1.5);
+  EXPECT_EQ(s.resources.memory_bytes, 8LL << 30);
+  EXPECT_EQ(s.resources.gpu, 1);
+  EXPECT_EQ(s.resources.network_devices.size(), 2u);
+  EXPECT_EQ(s.env.at("SEED"), "7");
+  ASSERT_EQ(s.volumes.size(), 3u);
+  EXPECT_EQ(s.volumes[1].nfs_server, "nfs.local");
+  EXPECT_EQ(s.volumes[2].claim, "scratch-pvc");
+  ASSERT_EQ(s.mounts.size(), 2u);
+  EXPECT_TRUE(s.mounts[0].read_only);
+  EXPECT_EQ(s.max_restarts, 3);
+  EXPECT_EQ(s.rdzv.backend, "etcd");
+  EXPECT_EQ(s.array.range, "0-9");
+  EXPECT_EQ(s.array.concurrency, 3);
+
+  // The YAML written back parses to the same spec.
+  std::vector<Problem> again;
+  JobSpec t = ParseJobSpec(JobSpecToYaml(s), &again);
+  ASSERT_TRUE(again.empty()) << Dump(again) << JobSpecToYaml(s);
+  EXPECT_EQ(JobSpecToYaml(t), JobSpecToYaml(s));
+}
+
+TEST(JobSpecTest, EveryProblemIsListedWithItsField) {
+  std::vector<Problem> ps;
+  ParseJobSpec(R"(
+name: Bad_Name
+nnode: 2
+nnodes: "4:2"
+nproc_per_node: zero
+resources: {cpu: -1, memory: 12XB, gpu: 2}
+env: {"1BAD": x}
+volumes: [{name: data}]
+mounts: [{volume: nope, path: relative}]
+rdzv: {backend: zookeeper}
+array: {range: "0-9", manifest: x.csv}
+)",
+               &ps);
+  EXPECT_TRUE(HasProblem(ps, "name", "lowercase")) << Dump(ps);
+  EXPECT_TRUE(HasProblem(ps, "nnode", "did you mean 'nnodes'")) << Dump(ps);
+  EXPECT_TRUE(HasProblem(ps, "nnodes", "MIN <= MAX")) << Dump(ps);
+  EXPECT_TRUE(HasProblem(ps, "nproc_per_node", "not a whole number")) << Dump(ps);
+  EXPECT_TRUE(HasProblem(ps, "entrypoint", "required")) << Dump(ps);
+  EXPECT_TRUE(HasProblem(ps, "resources.cpu", "positive")) << Dump(ps);
+  EXPECT_TRUE(HasProblem(ps, "resources.memory", "not a memory size")) << Dump(ps);
+  EXPECT_TRUE(HasProblem(ps, "env.1BAD", "environment variable")) << Dump(ps);
+  EXPECT_TRUE(HasProblem(ps, "volumes[0]", "exactly one of")) << Dump(ps);
+  EXPECT_TRUE(HasProblem(ps, "mounts[0].volume", "no volume named 'nope'")) << Dump(ps);
+  EXPECT_TRUE(HasProblem(ps, "mounts[0].path", "absolute")) << Dump(ps);
+  EXPECT_TRUE(HasProblem(ps, "rdzv.backend", "zookeeper")) << Dump(ps);
+  EXPECT_TRUE(HasProblem(ps, "array", "only one of")) << Dump(ps);
+  EXPECT_GE(ps.size(), 13u);
+}
+
+TEST(JobSpecTest, SyntaxErrorsAndEmptySpecsSayWhere) {
+  std::vector<Problem> ps;
+  ParseJobSpec("name: x\nentrypoint: [unclosed\n", &ps);
+  ASSERT_EQ(ps.size(), 1u) << Dump(ps);
+  EXPECT_NE(ps[0].where.find("line"), std::string::npos) << Dump(ps);
+  EXPECT_NE(ps[0].what.find("YAML syntax error"), std::string::npos);
+  ps.clear();
+  ParseJobSpec("", &ps);
+  ASSERT_EQ(ps.size(), 1u);
+  EXPECT_NE(ps[0].what.find("empty"), std::string::npos);
+  ps.clear();
+  ParseJobSpec("- a\n- b\n", &ps);
+  ASSERT_EQ(ps.size(), 1u);
+  EXPECT_NE(ps[0].what.find("map"), std::string::npos);
+}
+
+TEST(JobSpecTest, MemoryQuantities) {
+  EXPECT_EQ(ParseMemoryQuantity("8Gi"), 8LL << 30);
+  EXPECT_EQ(ParseMemoryQuantity("512Mi"), 512LL << 20);
+  EXPECT_EQ(ParseMemoryQuantity("2G"), 2000000000LL);
+  EXPECT_EQ(ParseMemoryQuantity("1.5Gi"), 3LL << 29);
+  EXPECT_EQ(ParseMemoryQuantity("1024"), 1024);
+  EXPECT_EQ(ParseMemoryQuantity("12XB"), std::nullopt);
+  EXPECT_EQ(ParseMemoryQuantity("-1Gi"), std::nullopt);
+}
+
+TEST(ArrayTest, RangesWithSteps) {
+  std::string err;
+  EXPECT_EQ(ParseArrayRange("0-4", &err), (std::vector<int>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(ParseArrayRange("2-8:3", &err), (std::vector<int>{2, 5, 8}));
+  EXPECT_EQ(ParseArrayRange("7", &err), (std::vector<int>{7}));
+  EXPECT_TRUE(err.empty());
+  EXPECT_TRUE(ParseArrayRange("5-1", &err).empty());
+  EXPECT_NE(err.find("FIRST <= LAST"), std::string::npos);
+  std::vector<Problem> ps;
+  auto e = ExpandArray(ArraySource{.range = "10-12"}, "", &ps);
+  ASSERT_TRUE(ps.empty()) << Dump(ps);
+  ASSERT_EQ(e.size(), 3u);
+  EXPECT_EQ(e[2].env.at("COHORT_ARRAY_INDEX"), "2");
+  EXPECT_EQ(e[2].env.at("COHORT_ARRAY_TASK_ID"), "12");
+  EXPECT_EQ(e[2].env.at("COHORT_ARRAY_SIZE"), "3");
+}
+
+TEST(ArrayTest, CsvManifestRowsBecomeEnvironments) {
+  TempDir dir;
+  dir.File("m.csv", "REGION,LR\nus-east,0.1\n\"eu, west\",\"0.2\"\n");
+  std::vector<Problem> ps;
+  auto e = ExpandArray(ArraySource{.manifest = "m.csv"}, dir.path(), &ps);
+  ASSERT_TRUE(ps.empty()) << Dump(ps);
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(e[1].env.at("REGION"), "eu, west");
+  EXPECT_EQ(e[1].env.at("LR"), "0.2");
+  EXPECT_EQ(e[1].env.at("COHORT_ARRAY_INDEX"), "1");
+}
+
+TEST(ArrayTest, BadManifestsAreProblemsWithLines) {
+  TempDir dir;
+  dir.File("ragged.csv", "A,B\n1,2\n3\n");
+  dir.File("badname.csv", "A,not a name\n1,2\n");
+  dir.File("empty.csv", "");
+  std::vector<Problem> ps;
+  EXPECT_TRUE(ExpandArray(ArraySource{.manifest = "ragged.csv"}, dir.path(), &ps).empty());
+  ASSERT_EQ(ps.size(), 1u);
+  EXPECT_NE(ps[0].where.find("line 3"), std::string::npos) << Dump(ps);
+  ps.clear();
+  EXPECT_TRUE(ExpandArray(ArraySource{.manifest = "badname.csv"}, dir.path(), &ps).empty());
+  EXPECT_TRUE(HasProblem(ps, "array.manifest", "'not a name'")) << Dump(ps);
+  ps.clear();
+  EXPECT_TRUE(ExpandArray(ArraySource{.manifest = "empty.csv"}, dir.path(), &ps).empty());
+  EXPECT_TRUE(HasProblem(ps, "array.manifest", "empty")) << Dump(ps);
+  ps.clear();
+  EXPECT_TRUE(ExpandArray(ArraySource{.manifest = "missing.csv"}, dir.path(), &ps).empty());
+  EXPECT_TRUE(HasProblem(ps, "array.manifest", "cannot read")) << Dump(ps);
+}
+
+TEST(ArrayTest, SqliteQueryRowsBecomeElements) {
+  TempDir dir;
+  const std::string db_path = dir.path() + "/meta.db";
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(db_path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "CREATE TABLE datasets(name TEXT, rows INTEGER, ready INTEGER);"
+                         "INSERT INTO datasets VALUES ('a', 10, 1), ('b', 20, 0), ('c', 30, 1);",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  std::vector<Problem> ps;
+  ArraySource src{.from_sql = "SELECT name AS DATASET, rows AS N FROM datasets WHERE ready = 1 "
+                              "ORDER BY name",
+                  .db = "sqlite://" + db_path};
+  auto e = ExpandArray(src, "", &ps);
+  ASSERT_TRUE(ps.empty()) << Dump(ps);
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(e[0].env.at("DATASET"), "a");
+  EXPECT_EQ(e[1].env.at("DATASET"), "c");
+  EXPECT_EQ(e[1].env.at("N"), "30");
+
+  // A syntax error names the character; a write is refused; the file is unchanged.
+  ps.clear();
+  src.from_sql = "SELEC name FROM datasets";
+  EXPECT_TRUE(ExpandArray(src, "", &ps).empty());
+  ASSERT_EQ(ps.size(), 1u);
+  EXPECT_NE(ps[0].where.find("array.from_sql (character"), std::string::npos) << Dump(ps);
+  EXPECT_NE(ps[0].what.find("syntax error"), std::string::npos) << Dump(ps);
+  ps.clear();
+  src.from_sql = "DELETE FROM datasets";
+  EXPECT_TRUE(ExpandArray(src, "", &ps).empty());
+  EXPECT_FALSE(ps.empty());
+  ps.clear();
+  src.from_sql = "SELECT name FROM missing_table";
+  EXPECT_TRUE(ExpandArray(src, "", &ps).empty());
+  EXPECT_TRUE(HasProblem(ps, "array.from_sql", "no such table")) << Dump(ps);
+  ps.clear();
+  src.from_sql = "SELECT name AS DATASET FROM datasets WHERE ready = 1";
+  ASSERT_EQ(ExpandArray(src, "", &ps).size(), 2u) << Dump(ps);
+  ps.clear();
+  src.db = "mysql://x";
+  EXPECT_TRUE(ExpandArray(src, "", &ps).empty());
+  EXPECT_TRUE(HasProblem(ps, "array.db", "sqlite")) << Dump(ps);
+}
+
+TEST(JobDbTest, HistorySurvivesReopening) {
+  TempDir dir;
+  const std::string path = dir.path() + "/jobs.db";
+  int64_t id;
+  {
+    auto db = JobDb::Open(path);
+    ASSERT_TRUE(db.ok()) << db.status().ToString();
+    JobRecord j;
+    j.name = "x";
+    j.backend = "local";
+    j.spec_yaml = "name: x\n";
+    j.submitted_at = 1;
+    j.array_size = 2;
+    auto inserted = (*db)->Insert(j);
+    ASSERT_TRUE(inserted.ok());
+    id = *inserted;
+    j.id = id;
+    j.state = "failed";
+    j.exit_code = 3;
+    ASSERT_TRUE((*db)->Update(j).ok());
+    ElementRecord e;
+    e.index = 1;
+    e.state = "failed";
+    e.exit_code = 3;
+    ASSERT_TRUE((*db)->UpdateElement(id, e).ok());
+  }
+  auto db = JobDb::Open(path);
+  ASSERT_TRUE(db.ok());
+  auto j = (*db)->Find("x");
+  ASSERT_TRUE(j.ok());
+  EXPECT_EQ(j->id, id);
+  EXPECT_EQ(j->state, "failed");
+  EXPECT_EQ(j->exit_code, 3);
+  auto elements = (*db)->Elements(id);
+  ASSERT_TRUE(elements.ok());
+  ASSERT_EQ(elements->size(), 2u);
+  EXPECT_EQ((*elements)[0].state, "pending");
+  EXPECT_EQ((*elements)[1].exit_code, 3);
+  EXPECT_EQ((*db)->Find("nope").status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace cohort::launch

@@ -1,0 +1,297 @@
+"""End-to-end tests of `cohort submit | status | logs | cancel | list` on the local backend:
+job history in SQLite across commands, arrays (range, CSV, SQLite, a real PostgreSQL started
+here), cancellation without leftovers, a runner killed outright, and bad input that is
+listed in full with nothing submitted.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import e2e_util as U
+
+
+class Jobs:
+    """Runs cohort job commands against a private COHORT_HOME."""
+
+    def __init__(self, cohort, tmp_path):
+        self.cohort = cohort
+        self.dir = tmp_path
+        self.home = tmp_path / "home"
+        self.env = U.clean_env(COHORT_HOME=self.home)
+
+    def spec(self, name, text):
+        p = self.dir / name
+        p.write_text(textwrap.dedent(text))
+        return p
+
+    def run(self, *args, timeout=120):
+        return subprocess.run([self.cohort, *map(str, args)], env=self.env, capture_output=True,
+                              text=True, timeout=timeout)
+
+    def status(self, job):
+        r = self.run("status", job, "--json")
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    def history(self):
+        r = self.run("list", "--json")
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+
+@pytest.fixture
+def jobs(cohort, tmp_path):
+    return Jobs(cohort, tmp_path)
+
+
+def test_submit_wait_status_logs_list(jobs):
+    spec = jobs.spec("hello.yaml", """\
+        name: hello
+        entrypoint: /bin/sh
+        args: [-c, 'echo "hello from rank $RANK of $WORLD_SIZE, GREETING=$GREETING"']
+        nproc_per_node: 2
+        env: {GREETING: hi}
+        """)
+    r = jobs.run("submit", spec, "--wait")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "succeeded" in r.stdout
+    # A later command (the submitter is gone) reads the history.
+    st = jobs.status("hello")
+    assert st["state"] == "succeeded" and st["exit_code"] == 0, st
+    assert st["started_at"] > 0 and st["ended_at"] >= st["started_at"]
+    logs = jobs.run("logs", st["id"])
+    assert logs.returncode == 0, logs.stderr
+    assert "hello from rank 0 of 2, GREETING=hi" in logs.stdout
+    assert "hello from rank 1 of 2, GREETING=hi" in logs.stdout
+    rank1 = jobs.run("logs", st["id"], "--rank", "1")
+    assert rank1.returncode == 0, rank1.stderr
+    assert "hello from rank 1 of 2" in rank1.stdout and "rank 0" not in rank1.stdout
+    text = jobs.run("status", st["id"])
+    assert "succeeded" in text.stdout and str(st["log_dir"]) in text.stdout
+    listed = jobs.run("list")
+    assert listed.returncode == 0 and "hello" in listed.stdout and "succeeded" in listed.stdout
+    assert (jobs.home / "jobs.db").exists()
+
+
+def test_failed_job_names_the_rank_and_code(jobs):
+    spec = jobs.spec("fail.yaml", """\
+        name: fails
+        entrypoint: /bin/sh
+        args: [-c, 'if [ "$RANK" = 1 ]; then echo broken >&2; exit 3; fi']
+        nproc_per_node: 2
+        """)
+    r = jobs.run("submit", spec, "--wait")
+    assert r.returncode == 1, r.stdout + r.stderr
+    st = jobs.status("fails")
+    assert st["state"] == "failed" and st["exit_code"] == 1, st
+    assert "rank 1" in st["detail"], st
+
+
+def test_array_range_with_a_failing_element(jobs):
+    marker = U.new_marker()
+    spec = jobs.spec("arr.yaml", """\
+        name: sweep
+        entrypoint: /bin/sh
+        args: [-c, 'echo "element $COHORT_ARRAY_INDEX task $COHORT_ARRAY_TASK_ID {m}"; test "$COHORT_ARRAY_INDEX" != 2']
+        array: {{range: "10-13", concurrency: 2}}
+        """.format(m=marker))
+    r = jobs.run("submit", spec, "--wait")
+    assert r.returncode == 1, r.stdout + r.stderr
+    st = jobs.status("sweep")
+    assert st["state"] == "failed" and st["array_size"] == 4, st
+    states = {e["index"]: e["state"] for e in st["elements"]}
+    assert states == {0: "succeeded", 1: "succeeded", 2: "failed", 3: "succeeded"}, st
+    assert "1 of 4 elements failed" in st["detail"], st
+    out = jobs.run("logs", st["id"], "--element", "3")
+    assert "element 3 task 13" in out.stdout, out.stdout + out.stderr
+    whole = jobs.run("logs", st["id"])
+    assert whole.returncode == 2 and "--element" in whole.stderr
+    assert U.marker_pids(marker) == []
+
+
+def test_array_from_csv_manifest(jobs):
+    manifest = jobs.dir / "regions.csv"
+    manifest.write_text('REGION,LR\nus-east,0.1\n"eu, west",0.2\n')
+    spec = jobs.spec("csv.yaml", """\
+        name: regions
+        entrypoint: /bin/sh
+        args: [-c, 'echo "region=$REGION lr=$LR index=$COHORT_ARRAY_INDEX"']
+        array: {manifest: regions.csv}
+        """)
+    r = jobs.run("submit", spec, "--wait")
+    assert r.returncode == 0, r.stdout + r.stderr
+    st = jobs.status("regions")
+    assert [e["state"] for e in st["elements"]] == ["succeeded", "succeeded"]
+    out = jobs.run("logs", st["id"], "--element", "1").stdout
+    assert "region=eu, west lr=0.2 index=1" in out, out
+
+
+def test_cancel_stops_every_process(jobs):
+    marker = U.new_marker()
+    spec = jobs.spec("long.yaml", """\
+        name: long
+        entrypoint: /bin/sh
+        args: [-c, 'echo started; sleep 600; true', {m}]
+        nproc_per_node: 2
+        """.format(m=marker))
+    r = jobs.run("submit", spec)
+    assert r.returncode == 0, r.stderr
+    job_id = jobs.history()[0]["id"]
+    U.wait_for(lambda: len(U.marker_pids(marker)) >= 2, 30, what="workers running")
+    assert jobs.status(job_id)["state"] == "running"
+    c = jobs.run("cancel", job_id)
+    assert c.returncode == 0, c.stdout + c.stderr
+    assert "cancelled" in c.stdout
+    U.wait_for(lambda: U.marker_pids(marker) == [], 10, what="workers gone")
+    assert jobs.status(job_id)["state"] == "cancelled"
+    again = jobs.run("cancel", job_id)
+    assert again.returncode == 3 and "already ended" in again.stderr
+
+
+def test_killed_runner_is_reported_lost_and_leaves_nothing(jobs):
+    marker = U.new_marker()
+    spec = jobs.spec("lost.yaml", """\
+        name: lost
+        entrypoint: /bin/sh
+        args: [-c, 'sleep 600; true', {m}]
+        """.format(m=marker))
+    assert jobs.run("submit", spec).returncode == 0
+    st = jobs.history()[0]
+    U.wait_for(lambda: U.marker_pids(marker), 30, what="worker running")
+    runner_pid = int(st["backend_id"].split(":")[0])
+    os.kill(runner_pid, signal.SIGKILL)
+    U.wait_for(lambda: U.marker_pids(marker) == [], 15, what="worker gone with its runner")
+    now = jobs.status(st["id"])
+    assert now["state"] == "lost", now
+    assert "runner" in now["detail"]
+
+
+def test_bad_specs_list_every_problem_and_submit_nothing(jobs):
+    bad = jobs.spec("bad.yaml", """\
+        name: Bad_Name
+        entrypoint: ""
+        nnodes: "3:1"
+        nproc_per_node: 0
+        resources: {memory: lots}
+        mounts: [{volume: data, path: /data}]
+        """)
+    r = jobs.run("submit", bad)
+    assert r.returncode == 6, r.stdout + r.stderr
+    for fragment in ["name:", "entrypoint:", "nnodes:", "nproc_per_node:", "resources.memory:",
+                     "mounts[0].volume:", "nothing was submitted"]:
+        assert fragment in r.stderr, (fragment, r.stderr)
+
+    impossible = jobs.spec("impossible.yaml", """\
+        name: huge
+        entrypoint: no-such-program-{m}
+        resources: {{cpu: 4096, memory: 900Ti, gpu: 8}}
+        volumes: [{{name: data, host_path: /no/such/dir}}]
+        mounts: [{{volume: data, path: /no/such/dir}}]
+        """.format(m=U.new_marker()))
+    r = jobs.run("submit", impossible)
+    assert r.returncode == 6, r.stdout + r.stderr
+    for fragment in ["entrypoint: 'no-such-program", "resources.cpu:", "resources.memory:",
+                     "resources.gpu:", "volumes[0].host_path:"]:
+        assert fragment in r.stderr, (fragment, r.stderr)
+
+    missing = jobs.run("submit", jobs.dir / "nope.yaml")
+    assert missing.returncode == 6 and "nope.yaml" in missing.stderr
+
+    ok = jobs.spec("ok.yaml", "name: ok\nentrypoint: /bin/true\n")
+    both = jobs.run("submit", ok, "--array", "0-3", "--array-manifest", "x.csv")
+    assert both.returncode == 6 and "only one" in both.stderr
+    unknown = jobs.run("submit", ok, "--backend", "mesos")
+    assert unknown.returncode == 2 and "unknown backend" in unknown.stderr
+    assert jobs.history() == []
+    assert jobs.run("status", "12345").returncode == 8
+
+
+def test_dry_run_prints_the_commands(jobs):
+    spec = jobs.spec("dry.yaml", "name: dry\nentrypoint: /bin/echo\nargs: [a b]\nnproc_per_node: 3\n")
+    r = jobs.run("submit", spec, "--dry-run", "--array", "0-1")
+    assert r.returncode == 0, r.stderr
+    assert "--nproc-per-node 3" in r.stdout and "'a b'" in r.stdout
+    assert "COHORT_ARRAY_INDEX=1" in r.stdout
+    assert jobs.history() == []
+
+
+def _postgres_bin(name):
+    for d in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
+        if (d / name).exists():
+            return str(d / name)
+    return shutil.which(name)
+
+
+@pytest.fixture
+def postgres(tmp_path):
+    """A real PostgreSQL on 127.0.0.1 (free port), run as the postgres user, stopped by PID."""
+    initdb, pg_ctl = _postgres_bin("initdb"), _postgres_bin("pg_ctl")
+    if os.geteuid() != 0 or not initdb or not pg_ctl or not shutil.which("runuser"):
+        pytest.skip("needs root, runuser and PostgreSQL (apt-get install postgresql)")
+    base = Path(tempfile.mkdtemp(prefix="cohort-pg-"))
+    shutil.chown(base, "postgres", "postgres")
+    data = base / "data"
+    as_pg = ["runuser", "-u", "postgres", "--"]
+    subprocess.run(as_pg + [initdb, "-D", str(data), "-A", "trust", "-U", "postgres"],
+                   check=True, capture_output=True, timeout=120)
+    port = U.free_port()
+    server = subprocess.Popen(
+        as_pg + [_postgres_bin("postgres"), "-D", str(data), "-p", str(port), "-k", str(base),
+                 "-c", "listen_addresses=127.0.0.1"],
+        stdout=open(base / "server.log", "wb"), stderr=subprocess.STDOUT)
+    url = "postgresql://postgres@127.0.0.1:%d/postgres" % port
+
+    def ready():
+        return subprocess.run(["psql", url, "-c", "select 1"], capture_output=True).returncode == 0
+    try:
+        U.wait_for(ready, 60, interval=0.1, what="PostgreSQL accepting connections")
+        subprocess.run(["psql", url, "-v", "ON_ERROR_STOP=1", "-c",
+                        "CREATE TABLE shards(name text, size int, split text);"
+                        "INSERT INTO shards VALUES ('s0', 100, 'train'), ('s1', 200, 'train'),"
+                        " ('s2', 50, 'test');"],
+                       check=True, capture_output=True, timeout=60)
+        yield url
+    finally:
+        server.send_signal(signal.SIGINT)  # fast shutdown
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_array_from_postgresql_query(jobs, postgres):
+    spec = jobs.spec("sql.yaml", """\
+        name: shards
+        entrypoint: /bin/sh
+        args: [-c, 'echo "shard=$SHARD size=$SIZE"; test "$SHARD" != s1']
+        """)
+    r = jobs.run("submit", spec, "--wait", "--concurrency", "1", "--array-from-sql",
+                 "SELECT name AS \"SHARD\", size AS \"SIZE\" FROM shards WHERE split = 'train' ORDER BY name",
+                 "--db", postgres)
+    assert r.returncode == 1, r.stdout + r.stderr  # element 1 (s1) fails on purpose
+    st = jobs.status("shards")
+    assert [e["state"] for e in st["elements"]] == ["succeeded", "failed"], st
+    out = jobs.run("logs", st["id"], "--element", "0").stdout
+    assert "shard=s0 size=100" in out, out
+
+    bad = jobs.run("submit", spec, "--array-from-sql", "SELECT nme FROM shards", "--db", postgres)
+    assert bad.returncode == 6, bad.stdout + bad.stderr
+    assert "array.from_sql (character 8)" in bad.stderr and "nme" in bad.stderr, bad.stderr
+    write = jobs.run("submit", spec, "--array-from-sql", "DELETE FROM shards", "--db", postgres)
+    assert write.returncode == 6, write.stderr
+    rows = subprocess.run(["psql", postgres, "-tAc", "select count(*) from shards"],
+                          capture_output=True, text=True)
+    assert rows.stdout.strip() == "3"  # the read-only transaction refused the DELETE
+    unreachable = jobs.run("submit", spec, "--array-from-sql", "SELECT 1 AS x", "--db",
+                           "postgresql://postgres@127.0.0.1:%d/postgres" % U.free_port())
+    assert unreachable.returncode == 6 and "cannot connect" in unreachable.stderr
+    assert len(jobs.history()) == 1
