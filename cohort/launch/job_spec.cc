@@ -398,9 +398,8 @@ JobSpec ParseJobSpec(const std::string& yaml, std::vector<Problem>* problems) {
       }
       spec.rdzv.endpoint = w.String(r, "rdzv", "endpoint").value_or("");
       if (auto p = w.Int(r, "rdzv", "port", 1, 65535)) spec.rdzv.port = static_cast<int>(*p);
-      if (spec.rdzv.backend == "etcd" && spec.rdzv.endpoint.empty()) {
-        w.Add("rdzv.endpoint", "required with the etcd backend (host:2379[,host:2379...])");
-      }
+      // An etcd backend without endpoint is up to the backend: kubernetes deploys one,
+      // slurm refuses it (see their Validate).
     }
   }
   if (YAML::Node a = root["array"]) ParseArray(w, a, &spec.array);
@@ -484,6 +483,30 @@ std::string JobSpecToYaml(const JobSpec& s) {
   }
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
+}
+
+void CheckHostPathVolumes(const JobSpec& spec, const std::string& runner,
+                          std::vector<Problem>* problems) {
+  for (size_t i = 0; i < spec.volumes.size(); ++i) {
+    if (spec.volumes[i].host_path.empty()) {
+      problems->push_back({fmt::format("volumes[{}]", i),
+                           fmt::format("{} uses host paths only (a path mounted on every node); "
+                                       "claim and nfs need kubernetes",
+                                       runner)});
+    }
+  }
+  for (size_t i = 0; i < spec.mounts.size(); ++i) {
+    const Mount& m = spec.mounts[i];
+    for (const Volume& v : spec.volumes) {
+      if (v.name == m.volume && !v.host_path.empty() && v.host_path != m.path) {
+        problems->push_back(
+            {fmt::format("mounts[{}].path", i),
+             fmt::format("{} runs without containers, so volume '{}' is seen at its host path "
+                         "{}; set path: {}",
+                         runner, m.volume, v.host_path, v.host_path)});
+      }
+    }
+  }
 }
 
 std::string FormatProblems(const std::vector<Problem>& problems) {

@@ -112,6 +112,11 @@ std::string JobSpecToYaml(const JobSpec& spec);
 // "8Gi" -> 8 GiB, "500M" -> 500e6, "1024" -> 1024 bytes; nullopt when not a quantity.
 std::optional<int64_t> ParseMemoryQuantity(const std::string& text);
 
+// For backends that run without containers (local, slurm): every volume must be a host
+// path, and every mount at its volume's own path. `runner` names the backend in messages.
+void CheckHostPathVolumes(const JobSpec& spec, const std::string& runner,
+                          std::vector<Problem>* problems);
+
 // Formats problems one per line, for messages.
 std::string FormatProblems(const std::vector<Problem>& problems);
 

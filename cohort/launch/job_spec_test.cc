@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "cohort/base/strings.h"
+#include "cohort/base/temp_dir.h"
 #include "cohort/launch/array.h"
 #include "cohort/launch/job_db.h"
 
@@ -27,21 +28,6 @@ bool HasProblem(const std::vector<Problem>& ps, const std::string& where,
 
 std::string Dump(const std::vector<Problem>& ps) { return FormatProblems(ps); }
 
-class TempDir {
- public:
-  TempDir() : path_(fs::temp_directory_path() / ("cohort-launch-" + RandomHex(6))) {
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string File(const std::string& name, const std::string& text) const {
-    std::ofstream(path_ / name) << text;
-    return (path_ / name).string();
-  }
-  std::string path() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
 
 TEST(JobSpecTest, FullSpecParses) {
   std::vector<Problem> ps;

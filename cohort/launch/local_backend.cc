@@ -176,31 +176,13 @@ class LocalBackend final : public Backend {
                                                           spec.resources.gpu, gpus)});
       }
     }
+    CheckHostPathVolumes(spec, "the local backend", problems);
     for (size_t i = 0; i < spec.volumes.size(); ++i) {
       const Volume& v = spec.volumes[i];
-      const std::string where = fmt::format("volumes[{}]", i);
-      if (!v.host_path.empty()) {
-        std::error_code ec;
-        if (!fs::exists(v.host_path, ec)) {
-          problems->push_back({where + ".host_path", fmt::format("{} does not exist on this "
-                                                                 "machine",
-                                                                 v.host_path)});
-        }
-      } else {
-        problems->push_back({where, "the local backend uses host paths only (claim and nfs "
-                                    "need kubernetes, or mount them on the host first)"});
-      }
-    }
-    for (size_t i = 0; i < spec.mounts.size(); ++i) {
-      const Mount& m = spec.mounts[i];
-      for (const Volume& v : spec.volumes) {
-        if (v.name == m.volume && !v.host_path.empty() && v.host_path != m.path) {
-          problems->push_back(
-              {fmt::format("mounts[{}].path", i),
-               fmt::format("the local backend runs without containers, so {} is seen at its "
-                           "host path {}; set path: {}",
-                           m.volume, v.host_path, v.host_path)});
-        }
+      std::error_code ec;
+      if (!v.host_path.empty() && !fs::exists(v.host_path, ec)) {
+        problems->push_back({fmt::format("volumes[{}].host_path", i),
+                             fmt::format("{} does not exist on this machine", v.host_path)});
       }
     }
     (void)elements;

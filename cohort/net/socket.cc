@@ -169,13 +169,22 @@ Result<Socket> ReservePort(std::string_view host, int port) {
 }
 
 Result<Socket> Connect(std::string_view host, int port, Deadline deadline) {
-  COHORT_ASSIGN_OR_RETURN(sockaddr_in addr, MakeAddress(host, port));
   auto backoff = std::chrono::milliseconds(5);
+  // A name that does not resolve yet (a pod's DNS record appears after the pod starts) is
+  // looked up again until the deadline, like a refused connection.
+  auto addr = MakeAddress(host, port);
+  while (!addr.ok() && addr.status().code() == StatusCode::kNotFound && !deadline.expired()) {
+    std::this_thread::sleep_for(std::min<Duration>(backoff, deadline.remaining()));
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+    addr = MakeAddress(host, port);
+  }
+  if (!addr.ok()) return addr.status();
+  backoff = std::chrono::milliseconds(5);
   Status last = Unavailable("connect to {}:{}: no attempt made", host, port);
   for (;;) {
     Socket sock(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
     if (!sock.valid()) return ErrnoStatus("socket", errno);
-    int rc = ::connect(sock.fd(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    int rc = ::connect(sock.fd(), reinterpret_cast<sockaddr*>(&*addr), sizeof(*addr));
     int err = rc == 0 ? 0 : errno;
     if (err == EINPROGRESS) {
       COHORT_ASSIGN_OR_RETURN(bool ready, PollFd(sock.fd(), POLLOUT, deadline));

@@ -1,0 +1,1422 @@
+// Implements kubernetes_backend.h: manifests built as JSON objects, emitted as YAML with
+// yaml-cpp, and kubectl run as a child process (manifests on its stdin). Thread-safety: see
+// the header.
+#include "cohort/launch/kubernetes_backend.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "cohort/base/settings.h"
+#include "cohort/base/strings.h"
+#include "cohort/base/subprocess.h"
+
+extern char** environ;
+
+namespace cohort::launch {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr const char* kPyTorchResource = "pytorchjobs.kubeflow.org";
+constexpr const char* kVolcanoResource = "jobs.batch.volcano.sh";
+constexpr const char* kBatchResource = "jobs.batch";
+constexpr const char* kEtcdImage = "quay.io/coreos/etcd:v3.5.17";
+constexpr int kEtcdPort = 2379;
+constexpr const char* kArrayDir = "/etc/cohort/array";
+constexpr const char* kShmVolume = "cohort-shm";
+constexpr const char* kArrayVolume = "cohort-array";
+constexpr size_t kConfigMapLimit = 1000 * 1000;  // the API server refuses more than 1 MiB
+constexpr int kMaxIndexedCompletions = 100000;   // batch/v1 limit for Indexed Jobs
+constexpr int kKubectlTimeoutSeconds = 120;
+constexpr int kMaxProblemsPerKind = 5;  // e.g. bad variable names reported per array
+
+// ---------------------------------------------------------------------------------------
+// Names
+
+bool IsLowerAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
+
+// RFC 1123 label: [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 63 characters.
+bool IsDnsLabel(std::string_view s) {
+  if (s.empty() || s.size() > 63) return false;
+  if (!IsLowerAlnum(s.front()) || !IsLowerAlnum(s.back())) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) { return IsLowerAlnum(c) || c == '-'; });
+}
+
+// RFC 1123 subdomain: labels joined by '.', at most 253 characters.
+bool IsDnsSubdomain(std::string_view s) {
+  if (s.empty() || s.size() > 253) return false;
+  for (const auto& part : Split(s, '.', false)) {
+    if (!IsDnsLabel(part)) return false;
+  }
+  return true;
+}
+
+// A name a POSIX shell can export: [A-Za-z_][A-Za-z0-9_]*.
+bool IsShellVariable(std::string_view s) {
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+// What Kubernetes accepts as a container environment variable name.
+bool IsKubeEnvName(std::string_view s) {
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+  });
+}
+
+bool IsFlavor(const std::string& flavor) {
+  return std::find(std::begin(kKubernetesFlavors), std::end(kKubernetesFlavors), flavor) !=
+         std::end(kKubernetesFlavors);
+}
+
+bool SingleNodeArray(const JobSpec& spec, const std::vector<ArrayElement>& elements) {
+  return !elements.empty() && spec.max_nodes == 1;
+}
+
+bool MultiNodeArray(const JobSpec& spec, const std::vector<ArrayElement>& elements) {
+  return !elements.empty() && spec.max_nodes > 1;
+}
+
+bool UsesEtcd(const JobSpec& spec) { return spec.rdzv.backend == "etcd"; }
+bool OwnEtcd(const JobSpec& spec) { return UsesEtcd(spec) && spec.rdzv.endpoint.empty(); }
+
+// Multi-node jobs on cohort's store need the same COHORT_TOKEN in every pod: a Secret made
+// here, unless the spec sets the variable itself.
+bool NeedsTokenSecret(const JobSpec& spec) {
+  return spec.max_nodes > 1 && !UsesEtcd(spec) && spec.env.count("COHORT_TOKEN") == 0;
+}
+
+std::string TokenSecretName(const JobSpec& spec) { return spec.name + "-token"; }
+std::string ArrayConfigMapName(const JobSpec& spec) { return spec.name + "-array"; }
+std::string EtcdName(const JobSpec& spec) { return spec.name + "-etcd"; }
+
+// Name of the job object of each element (multi-node arrays) or of the job.
+std::vector<std::string> ObjectNames(const JobSpec& spec,
+                                     const std::vector<ArrayElement>& elements) {
+  if (!MultiNodeArray(spec, elements)) return {spec.name};
+  std::vector<std::string> names;
+  names.reserve(elements.size());
+  for (const auto& e : elements) names.push_back(fmt::format("{}-{}", spec.name, e.index));
+  return names;
+}
+
+// Host name of pod `index` of the job object `object`.
+std::string PodHostName(const std::string& flavor, const std::string& object, int index) {
+  if (flavor == "indexed") return fmt::format("{}-{}", object, index);
+  return fmt::format("{}-worker-{}", object, index);  // PyTorchJob and Volcano pods
+}
+
+// The rendezvous endpoint the agents of `object` use (c10d: the first pod serves the store).
+std::string RendezvousEndpoint(const JobSpec& spec, const std::string& flavor,
+                               const std::string& object) {
+  if (UsesEtcd(spec)) {
+    return spec.rdzv.endpoint.empty() ? fmt::format("{}:{}", EtcdName(spec), kEtcdPort)
+                                      : spec.rdzv.endpoint;
+  }
+  if (!spec.rdzv.endpoint.empty()) return spec.rdzv.endpoint;
+  if (spec.max_nodes == 1) return "";  // the agent serves its own store on loopback
+  if (flavor == "pytorchjob") {
+    // The training operator gives every replica a headless Service named after its pod.
+    return fmt::format("{}:{}", PodHostName(flavor, object, 0), spec.rdzv.port);
+  }
+  // Volcano's svc plugin and our own Service: <host>.<service named after the object>.
+  return fmt::format("{}.{}:{}", PodHostName(flavor, object, 0), object, spec.rdzv.port);
+}
+
+std::string NnodesText(const JobSpec& spec) {
+  return spec.min_nodes == spec.max_nodes ? std::to_string(spec.max_nodes)
+                                          : fmt::format("{}:{}", spec.min_nodes, spec.max_nodes);
+}
+
+// ---------------------------------------------------------------------------------------
+// Checks
+
+void Add(std::vector<Problem>* problems, std::string where, std::string what) {
+  problems->push_back({std::move(where), std::move(what)});
+}
+
+void CheckNames(const JobSpec& spec, const std::vector<ArrayElement>& elements,
+                const std::string& flavor, std::vector<Problem>* problems) {
+  if (spec.name.empty()) {
+    Add(problems, "name", "required: the name of the Kubernetes objects (e.g. fmnist)");
+    return;
+  }
+  if (!IsDnsLabel(spec.name)) {
+    Add(problems, "name",
+        fmt::format("'{}' is not a DNS-1123 label: use lowercase letters, digits and '-', "
+                    "starting and ending with a letter or digit, at most 63 characters",
+                    spec.name));
+    return;
+  }
+  if (!(spec.name[0] >= 'a' && spec.name[0] <= 'z')) {
+    Add(problems, "name",
+        fmt::format("'{}' must start with a letter on Kubernetes (it names the job's Services)",
+                    spec.name));
+    return;
+  }
+  // The longest name derived from the job name must still be a DNS label.
+  const bool single_array = SingleNodeArray(spec, elements);
+  std::string longest = spec.name;
+  auto consider = [&](std::string candidate) {
+    if (candidate.size() > longest.size()) longest = std::move(candidate);
+  };
+  if (single_array) {
+    consider(PodHostName("indexed", spec.name, static_cast<int>(elements.size()) - 1));
+  } else if (IsFlavor(flavor)) {
+    for (const auto& object : ObjectNames(spec, elements)) {
+      consider(PodHostName(flavor, object, spec.max_nodes - 1));
+    }
+  }
+  if (OwnEtcd(spec)) consider(EtcdName(spec));
+  if (longest.size() > 63) {
+    Add(problems, "name",
+        fmt::format("'{}' is too long for Kubernetes: the derived name '{}' has {} characters "
+                    "(at most 63); shorten the name by {} characters",
+                    spec.name, longest, longest.size(), longest.size() - 63));
+  }
+}
+
+// Volume names become Kubernetes volume names; claims name PersistentVolumeClaims.
+void CheckVolumeNames(const JobSpec& spec, std::vector<Problem>* problems) {
+  for (size_t i = 0; i < spec.volumes.size(); ++i) {
+    const Volume& v = spec.volumes[i];
+    const std::string where = fmt::format("volumes[{}]", i);
+    if (!IsDnsLabel(v.name)) {
+      Add(problems, where + ".name",
+          fmt::format("'{}' is not a DNS-1123 label (lowercase letters, digits and '-', "
+                      "starting and ending with a letter or digit), as Kubernetes volume names "
+                      "must be",
+                      v.name));
+    } else if (v.name == kShmVolume || v.name == kArrayVolume) {
+      Add(problems, where + ".name",
+          fmt::format("'{}' is reserved by the kubernetes backend; choose another name", v.name));
+    }
+    if (!v.claim.empty() && !IsDnsSubdomain(v.claim)) {
+      Add(problems, where + ".claim",
+          fmt::format("'{}' is not a PersistentVolumeClaim name (a DNS-1123 subdomain)", v.claim));
+    }
+  }
+}
+
+// What the spec parser checks already; repeated before rendering so that a spec built in
+// code cannot produce broken manifests.
+void CheckBasics(const JobSpec& spec, std::vector<Problem>* problems) {
+  if (spec.entrypoint.empty()) {
+    Add(problems, "entrypoint", "required (the program every worker runs)");
+  }
+  if (spec.min_nodes < 1 || spec.max_nodes < spec.min_nodes) {
+    Add(problems, "nnodes",
+        fmt::format("{}:{} is not MIN:MAX with 1 <= MIN <= MAX", spec.min_nodes, spec.max_nodes));
+  }
+  if (spec.nproc_per_node < 1) {
+    Add(problems, "nproc_per_node", fmt::format("{} must be at least 1", spec.nproc_per_node));
+  }
+  if (spec.max_restarts < 0) {
+    Add(problems, "max_restarts", fmt::format("{} must be 0 or more", spec.max_restarts));
+  }
+  for (const auto& [key, value] : spec.env) {
+    if (!IsKubeEnvName(key)) {
+      Add(problems, "env." + key, "is not an environment variable name");
+    }
+  }
+  std::set<std::string> names;
+  for (size_t i = 0; i < spec.volumes.size(); ++i) {
+    const Volume& v = spec.volumes[i];
+    names.insert(v.name);
+    if (v.host_path.empty() && v.claim.empty() && (v.nfs_server.empty() || v.nfs_path.empty())) {
+      Add(problems, fmt::format("volumes[{}]", i), "needs one of host_path, claim or nfs");
+    }
+  }
+  for (size_t i = 0; i < spec.mounts.size(); ++i) {
+    const Mount& m = spec.mounts[i];
+    if (names.count(m.volume) == 0) {
+      Add(problems, fmt::format("mounts[{}].volume", i),
+          fmt::format("no volume named '{}' in volumes", m.volume));
+    }
+    if (m.path.empty() || m.path[0] != '/') {
+      Add(problems, fmt::format("mounts[{}].path", i),
+          fmt::format("'{}' must be an absolute path in the container", m.path));
+    }
+  }
+}
+
+void CheckRendezvous(const JobSpec& spec, std::vector<Problem>* problems) {
+  if (spec.rdzv.backend != "c10d" && spec.rdzv.backend != "etcd") {
+    Add(problems, "rdzv.backend",
+        fmt::format("'{}' is not supported: use c10d (cohort's store on the first pod) or etcd",
+                    spec.rdzv.backend));
+  }
+  if (spec.rdzv.port < 1 || spec.rdzv.port > 65535) {
+    Add(problems, "rdzv.port", fmt::format("{} is not a TCP port (1-65535)", spec.rdzv.port));
+  }
+  if (spec.rdzv.endpoint.empty()) return;
+  if (UsesEtcd(spec)) {
+    for (const auto& item : Split(spec.rdzv.endpoint, ',')) {
+      std::string_view hp = Trim(item);
+      if (StartsWith(hp, "http://")) hp.remove_prefix(7);
+      if (StartsWith(hp, "https://")) hp.remove_prefix(8);
+      if (!ParseHostPort(hp, kEtcdPort)) {
+        Add(problems, "rdzv.endpoint",
+            fmt::format("'{}' is not host:port (etcd members: h1:2379,h2:2379,...)", item));
+      }
+    }
+  } else if (!ParseHostPort(spec.rdzv.endpoint, spec.rdzv.port)) {
+    Add(problems, "rdzv.endpoint",
+        fmt::format("'{}' is not host:port of a cohort store", spec.rdzv.endpoint));
+  }
+}
+
+void CheckArray(const JobSpec& spec, const std::vector<ArrayElement>& elements,
+                std::vector<Problem>* problems) {
+  if (elements.empty()) return;
+  const bool single = SingleNodeArray(spec, elements);
+  std::set<std::string> bad;
+  size_t configmap_bytes = 0;
+  for (size_t i = 0; i < elements.size(); ++i) {
+    const ArrayElement& e = elements[i];
+    if (e.index != static_cast<int>(i)) {
+      Add(problems, "array",
+          fmt::format("element {} has index {}: elements must be numbered 0, 1, 2, ... in order", i,
+                      e.index));
+      return;
+    }
+    for (const auto& [key, value] : e.env) {
+      const bool ok = single ? IsShellVariable(key) : IsKubeEnvName(key);
+      if (!ok && bad.insert(key).second && bad.size() <= kMaxProblemsPerKind) {
+        Add(problems, "array",
+            fmt::format("'{}' (a column or variable of the elements) is not an environment "
+                        "variable name: use letters, digits and '_', not starting with a digit",
+                        key));
+      }
+      configmap_bytes += key.size() + value.size() + 12;  // export KEY='value'\n
+    }
+  }
+  if (single && elements.size() > static_cast<size_t>(kMaxIndexedCompletions)) {
+    Add(problems, "array",
+        fmt::format("{} elements: an Indexed Job holds at most {}; split the array",
+                    elements.size(), kMaxIndexedCompletions));
+  }
+  if (single && configmap_bytes > kConfigMapLimit) {
+    Add(problems, "array",
+        fmt::format("the elements' variables take about {} bytes, more than a ConfigMap holds "
+                    "(1 MiB); pass fewer or shorter columns (e.g. an id the program looks up)",
+                    configmap_bytes));
+  }
+  const int n = static_cast<int>(elements.size());
+  if (!single && spec.array.concurrency > 0 && spec.array.concurrency < n) {
+    Add(problems, "array.concurrency",
+        fmt::format("the kubernetes backend runs a multi-node array as one job object per "
+                    "element, all submitted at once, and Kubernetes cannot cap how many run "
+                    "({} of {} requested); remove concurrency or make the job single-node",
+                    spec.array.concurrency, n));
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Manifests
+
+Json Labels(const JobSpec& spec) {
+  return Json{{"app.kubernetes.io/name", "cohort"}, {"cohort.dev/job", spec.name}};
+}
+
+Json Metadata(const JobSpec& spec, const std::string& name, Json extra_labels = Json::object()) {
+  Json labels = Labels(spec);
+  for (auto& [k, v] : extra_labels.items()) labels[k] = v;
+  return Json{{"name", name}, {"labels", labels}};
+}
+
+// Kubernetes quantities: whole cores as "4", fractions as millicores ("500m").
+std::string CpuQuantity(double cpu) {
+  if (cpu == std::floor(cpu)) return fmt::format("{}", static_cast<int64_t>(cpu));
+  return fmt::format("{}m", std::llround(cpu * 1000));
+}
+
+bool IsKubeQuantity(std::string_view text) {
+  size_t i = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  if (i == 0) return false;
+  if (i < text.size() && text[i] == '.') {
+    size_t j = ++i;
+    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+    if (i == j) return false;
+  }
+  std::string_view suffix = text.substr(i);
+  static const std::set<std::string_view> kSuffixes = {"",  "Ki", "Mi", "Gi", "Ti", "Pi", "Ei",
+                                                       "k", "M",  "G",  "T",  "P",  "E"};
+  return kSuffixes.count(suffix) > 0;
+}
+
+std::string MemoryQuantity(const Resources& r) {
+  return IsKubeQuantity(r.memory_text) ? r.memory_text : std::to_string(r.memory_bytes);
+}
+
+Json ResourcesJson(const JobSpec& spec) {
+  const Resources& r = spec.resources;
+  Json amounts = Json::object();
+  if (r.cpu > 0) amounts["cpu"] = CpuQuantity(r.cpu);
+  if (r.memory_bytes > 0) amounts["memory"] = MemoryQuantity(r);
+  if (r.gpu > 0) amounts["nvidia.com/gpu"] = std::to_string(r.gpu);
+  if (amounts.empty()) return Json::object();
+  return Json{{"requests", amounts}, {"limits", amounts}};
+}
+
+// One `cohort run` agent per pod; its flags follow torchrun.
+std::vector<std::string> AgentCommand(const JobSpec& spec, const std::string& cohort_bin,
+                                      const std::string& endpoint, const std::string& rdzv_id) {
+  std::vector<std::string> cmd = {cohort_bin,         "run",
+                                  "--nnodes",         NnodesText(spec),
+                                  "--nproc-per-node", std::to_string(spec.nproc_per_node),
+                                  "--max-restarts",   std::to_string(spec.max_restarts)};
+  if (spec.max_nodes > 1 || UsesEtcd(spec) || !endpoint.empty()) {
+    cmd.insert(cmd.end(), {"--rdzv-backend", spec.rdzv.backend});
+    if (!endpoint.empty()) cmd.insert(cmd.end(), {"--rdzv-endpoint", endpoint});
+    cmd.insert(cmd.end(), {"--rdzv-id", rdzv_id});
+    if (OwnEtcd(spec)) {
+      // The etcd rendered with the job may start after the agents: let the first calls
+      // retry for a minute instead of the default 5 s.
+      cmd.insert(cmd.end(), {"--rdzv-conf", "request_timeout=60"});
+    }
+  }
+  cmd.push_back("--");
+  cmd.push_back(spec.entrypoint);
+  cmd.insert(cmd.end(), spec.args.begin(), spec.args.end());
+  return cmd;
+}
+
+// Everything a job object of this spec shares.
+struct Context {
+  const JobSpec& spec;
+  std::string flavor;
+  std::string cohort_bin;
+  std::string etcd_run_suffix;  // makes the etcd keys of this submission its own
+};
+
+std::string RdzvId(const Context& c, const std::string& object) {
+  return UsesEtcd(c.spec) ? fmt::format("{}-{}", object, c.etcd_run_suffix) : object;
+}
+
+bool MountsShm(const JobSpec& spec) {
+  return std::any_of(spec.mounts.begin(), spec.mounts.end(),
+                     [](const Mount& m) { return m.path == "/dev/shm"; });
+}
+
+// The worker container. `element_env` (multi-node arrays) overrides the spec's variables.
+Json WorkerContainer(const Context& c, const std::string& name,
+                     const std::vector<std::string>& command,
+                     const std::map<std::string, std::string>& element_env, bool array_volume,
+                     const std::string& port_name) {
+  const JobSpec& spec = c.spec;
+  std::map<std::string, std::string> env = spec.env;
+  if (!spec.resources.network_devices.empty()) {
+    std::string devices;
+    for (const auto& d : spec.resources.network_devices) {
+      devices += (devices.empty() ? "" : ",") + d;
+    }
+    env.emplace("NCCL_SOCKET_IFNAME", devices);  // no override of the user's own value
+    env.emplace("GLOO_SOCKET_IFNAME", devices);
+  }
+  for (const auto& [k, v] : element_env) env[k] = v;
+  Json env_list = Json::array();
+  for (const auto& [k, v] : env) env_list.push_back(Json{{"name", k}, {"value", v}});
+  if (NeedsTokenSecret(spec)) {
+    env_list.push_back(Json{
+        {"name", "COHORT_TOKEN"},
+        {"valueFrom", {{"secretKeyRef", {{"name", TokenSecretName(spec)}, {"key", "token"}}}}}});
+  }
+
+  Json container = {{"name", name}, {"image", spec.image}, {"command", command}};
+  if (!env_list.empty()) container["env"] = env_list;
+  Json resources = ResourcesJson(spec);
+  if (!resources.empty()) container["resources"] = resources;
+  if (!port_name.empty()) {
+    container["ports"] = Json::array(
+        {{{"name", port_name}, {"containerPort", spec.rdzv.port}, {"protocol", "TCP"}}});
+  }
+  Json mounts = Json::array();
+  for (const Mount& m : spec.mounts) {
+    Json mount = {{"name", m.volume}, {"mountPath", m.path}};
+    if (m.read_only) mount["readOnly"] = true;
+    mounts.push_back(mount);
+  }
+  if (!MountsShm(spec)) mounts.push_back({{"name", kShmVolume}, {"mountPath", "/dev/shm"}});
+  if (array_volume) {
+    mounts.push_back({{"name", kArrayVolume}, {"mountPath", kArrayDir}, {"readOnly", true}});
+  }
+  container["volumeMounts"] = mounts;
+  return container;
+}
+
+Json PodSpec(const Context& c, Json container, const std::string& restart_policy,
+             bool array_volume) {
+  const JobSpec& spec = c.spec;
+  Json pod = Json::object();
+  if (!restart_policy.empty()) pod["restartPolicy"] = restart_policy;
+  if (!spec.priority.empty()) pod["priorityClassName"] = spec.priority;
+  pod["containers"] = Json::array({std::move(container)});
+  Json volumes = Json::array();
+  for (const Volume& v : spec.volumes) {
+    Json volume = {{"name", v.name}};
+    if (!v.host_path.empty()) {
+      volume["hostPath"] = {{"path", v.host_path}};
+    } else if (!v.claim.empty()) {
+      volume["persistentVolumeClaim"] = {{"claimName", v.claim}};
+    } else {
+      volume["nfs"] = {{"server", v.nfs_server}, {"path", v.nfs_path}};
+    }
+    volumes.push_back(volume);
+  }
+  // Workers talk through shared memory inside a pod; the container default is 64 MiB.
+  if (!MountsShm(spec))
+    volumes.push_back({{"name", kShmVolume}, {"emptyDir", {{"medium", "Memory"}}}});
+  if (array_volume) {
+    volumes.push_back(
+        {{"name", kArrayVolume}, {"configMap", {{"name", ArrayConfigMapName(spec)}}}});
+  }
+  pod["volumes"] = volumes;
+  return pod;
+}
+
+Json TemplateMetadata(const JobSpec& spec, Json extra_labels) {
+  Json labels = Labels(spec);
+  labels["cohort.dev/component"] = "worker";
+  for (auto& [k, v] : extra_labels.items()) labels[k] = v;
+  return Json{{"labels", labels}};
+}
+
+Json ElementLabel(const ArrayElement* element) {
+  if (element == nullptr) return Json::object();
+  return Json{{"cohort.dev/array-index", std::to_string(element->index)}};
+}
+
+const std::map<std::string, std::string>& ElementEnv(const ArrayElement* element) {
+  static const std::map<std::string, std::string> kNone;
+  return element ? element->env : kNone;
+}
+
+Json PyTorchJobObject(const Context& c, const std::string& object, const ArrayElement* element) {
+  const JobSpec& spec = c.spec;
+  const std::string endpoint = RendezvousEndpoint(spec, c.flavor, object);
+  Json container =
+      WorkerContainer(c, "pytorch", AgentCommand(spec, c.cohort_bin, endpoint, RdzvId(c, object)),
+                      ElementEnv(element), false, "pytorchjob-port");
+  Json elastic = {{"minReplicas", spec.min_nodes},
+                  {"maxReplicas", spec.max_nodes},
+                  {"rdzvBackend", spec.rdzv.backend}};
+  if (!endpoint.empty()) {
+    // The first endpoint, without a scheme (etcd members may be written as URLs).
+    const std::vector<std::string> endpoints = Split(endpoint, ',');
+    std::string_view first = endpoints.empty() ? std::string_view() : Trim(endpoints[0]);
+    if (StartsWith(first, "http://")) first.remove_prefix(7);
+    if (StartsWith(first, "https://")) first.remove_prefix(8);
+    if (auto hp = ParseHostPort(first, UsesEtcd(spec) ? kEtcdPort : spec.rdzv.port)) {
+      elastic["rdzvHost"] = hp->first;
+      elastic["rdzvPort"] = hp->second;
+    }
+  }
+  elastic["rdzvId"] = RdzvId(c, object);
+  elastic["maxRestarts"] = spec.max_restarts;
+  Json scheduling = {{"minAvailable", spec.min_nodes}};
+  if (!spec.queue.empty()) scheduling["queue"] = spec.queue;
+  if (!spec.priority.empty()) scheduling["priorityClass"] = spec.priority;
+  Json worker = {{"replicas", spec.max_nodes},
+                 {"restartPolicy", "OnFailure"},
+                 {"template",
+                  {{"metadata", TemplateMetadata(spec, ElementLabel(element))},
+                   {"spec", PodSpec(c, std::move(container), "", false)}}}};
+  return Json{
+      {"apiVersion", "kubeflow.org/v1"},
+      {"kind", "PyTorchJob"},
+      {"metadata", Metadata(spec, object, ElementLabel(element))},
+      {"spec",
+       {{"elasticPolicy", elastic},
+        {"nprocPerNode", std::to_string(spec.nproc_per_node)},
+        {"runPolicy", {{"backoffLimit", spec.max_restarts}, {"schedulingPolicy", scheduling}}},
+        {"pytorchReplicaSpecs", {{"Worker", worker}}}}}};
+}
+
+Json VolcanoJobObject(const Context& c, const std::string& object, const ArrayElement* element) {
+  const JobSpec& spec = c.spec;
+  const std::string endpoint = RendezvousEndpoint(spec, c.flavor, object);
+  Json container = WorkerContainer(
+      c, "worker", AgentCommand(spec, c.cohort_bin, endpoint, RdzvId(c, object)),
+      ElementEnv(element), false, spec.max_nodes > 1 && !UsesEtcd(spec) ? "rdzv" : "");
+  Json job_spec = {{"schedulerName", "volcano"}, {"minAvailable", spec.min_nodes}};
+  if (!spec.queue.empty()) job_spec["queue"] = spec.queue;
+  if (!spec.priority.empty()) job_spec["priorityClassName"] = spec.priority;
+  if (spec.max_restarts > 0) job_spec["maxRetry"] = spec.max_restarts;
+  // A pod whose agent gave up (or crashed) restarts the whole job while retries remain; with
+  // no retries it ends the job. An evicted pod (drained node, preemption) restarts it.
+  job_spec["policies"] =
+      Json::array({{{"event", "PodEvicted"}, {"action", "RestartJob"}},
+                   {{"event", "PodFailed"},
+                    {"action", spec.max_restarts > 0 ? "RestartJob" : "TerminateJob"}}});
+  // svc: headless Service <job> and host names <job>-worker-<i>.<job>; env: VC_TASK_INDEX.
+  job_spec["plugins"] = {{"svc", Json::array({"--publish-not-ready-addresses=true"})},
+                         {"env", Json::array()}};
+  job_spec["tasks"] =
+      Json::array({{{"name", "worker"},
+                    {"replicas", spec.max_nodes},
+                    {"minAvailable", spec.min_nodes},
+                    {"template",
+                     {{"metadata", TemplateMetadata(spec, ElementLabel(element))},
+                      {"spec", PodSpec(c, std::move(container), "Never", false)}}}}});
+  return Json{{"apiVersion", "batch.volcano.sh/v1alpha1"},
+              {"kind", "Job"},
+              {"metadata", Metadata(spec, object, ElementLabel(element))},
+              {"spec", job_spec}};
+}
+
+// The headless Service that gives Indexed Job pods the names <job>-<i>.<service>.
+Json HeadlessService(const JobSpec& spec, const std::string& object, const ArrayElement* element) {
+  Json selector = {{"cohort.dev/job", spec.name}, {"cohort.dev/component", "worker"}};
+  const Json element_label = ElementLabel(element);
+  for (const auto& [k, v] : element_label.items()) selector[k] = v;
+  return Json{{"apiVersion", "v1"},
+              {"kind", "Service"},
+              {"metadata", Metadata(spec, object, ElementLabel(element))},
+              {"spec",
+               {{"clusterIP", "None"},
+                // Pods resolve each other as soon as they have an address, not only when ready.
+                {"publishNotReadyAddresses", true},
+                {"selector", selector},
+                {"ports", Json::array({{{"name", "rdzv"},
+                                        {"port", spec.rdzv.port},
+                                        {"targetPort", spec.rdzv.port},
+                                        {"protocol", "TCP"}}})}}}};
+}
+
+// How `queue` reaches the scheduler of a batch/v1 Job: Volcano reads the pod's scheduler
+// name and queue annotation; otherwise Kueue reads the Job's queue-name label.
+void ApplyBatchQueue(const Context& c, Json& job_metadata, Json& pod_metadata, Json& pod_spec) {
+  if (c.flavor == "volcano") {
+    pod_spec["schedulerName"] = "volcano";
+    if (!c.spec.queue.empty()) {
+      pod_metadata["annotations"] = {{"scheduling.volcano.sh/queue-name", c.spec.queue}};
+    }
+  } else if (!c.spec.queue.empty()) {
+    job_metadata["labels"]["kueue.x-k8s.io/queue-name"] = c.spec.queue;
+  }
+}
+
+Json IndexedJobObject(const Context& c, const std::string& object, const ArrayElement* element) {
+  const JobSpec& spec = c.spec;
+  const std::string endpoint = RendezvousEndpoint(spec, c.flavor, object);
+  Json container = WorkerContainer(
+      c, "worker", AgentCommand(spec, c.cohort_bin, endpoint, RdzvId(c, object)),
+      ElementEnv(element), false, spec.max_nodes > 1 && !UsesEtcd(spec) ? "rdzv" : "");
+  Json metadata = Metadata(spec, object, ElementLabel(element));
+  Json pod_metadata = TemplateMetadata(spec, ElementLabel(element));
+  Json pod = PodSpec(c, std::move(container), "Never", false);
+  pod["subdomain"] = object;
+  ApplyBatchQueue(c, metadata, pod_metadata, pod);
+  return Json{{"apiVersion", "batch/v1"},
+              {"kind", "Job"},
+              {"metadata", metadata},
+              {"spec",
+               {{"completionMode", "Indexed"},
+                {"completions", spec.max_nodes},
+                {"parallelism", spec.max_nodes},
+                {"backoffLimit", spec.max_restarts},
+                {"template", {{"metadata", pod_metadata}, {"spec", pod}}}}}};
+}
+
+// Single-quoted for a POSIX shell.
+std::string ShellQuote(const std::string& value) {
+  std::string out = "'";
+  for (char ch : value) {
+    if (ch == '\'') {
+      out += "'\\''";
+    } else {
+      out += ch;
+    }
+  }
+  return out + "'";
+}
+
+// Single-node array: one Indexed Job, completions = elements; pod i sources the file
+// /etc/cohort/array/<i> (ConfigMap key "i") before exec'ing its agent.
+std::vector<Json> SingleNodeArrayObjects(const Context& c,
+                                         const std::vector<ArrayElement>& elements) {
+  const JobSpec& spec = c.spec;
+  Json data = Json::object();
+  for (const auto& e : elements) {
+    std::string script;
+    for (const auto& [k, v] : e.env) script += fmt::format("export {}={}\n", k, ShellQuote(v));
+    data[std::to_string(e.index)] = script;
+  }
+  Json configmap = {{"apiVersion", "v1"},
+                    {"kind", "ConfigMap"},
+                    {"metadata", Metadata(spec, ArrayConfigMapName(spec))},
+                    {"data", data}};
+
+  std::vector<std::string> command = {
+      "/bin/sh", "-c", fmt::format(". \"{}/$JOB_COMPLETION_INDEX\" && exec \"$@\"", kArrayDir),
+      "cohort-array"};
+  auto agent = AgentCommand(spec, c.cohort_bin, RendezvousEndpoint(spec, c.flavor, spec.name),
+                            RdzvId(c, spec.name));
+  command.insert(command.end(), agent.begin(), agent.end());
+  Json container = WorkerContainer(c, "worker", command, {}, true, "");
+  const int n = static_cast<int>(elements.size());
+  const int parallelism = spec.array.concurrency > 0 ? std::min(spec.array.concurrency, n) : n;
+  Json metadata = Metadata(spec, spec.name);
+  Json pod_metadata = TemplateMetadata(spec, Json::object());
+  Json pod = PodSpec(c, std::move(container), "Never", true);
+  ApplyBatchQueue(c, metadata, pod_metadata, pod);
+  Json job = {{"apiVersion", "batch/v1"},
+              {"kind", "Job"},
+              {"metadata", metadata},
+              {"spec",
+               {{"completionMode", "Indexed"},
+                {"completions", n},
+                {"parallelism", parallelism},
+                // Each element has its own retries; one failing element does not stop others.
+                {"backoffLimitPerIndex", spec.max_restarts},
+                {"template", {{"metadata", pod_metadata}, {"spec", pod}}}}}};
+  return {configmap, job};
+}
+
+// A one-member etcd for the job's rendezvous (Deployment + Service <name>-etcd:2379).
+std::vector<Json> EtcdObjects(const JobSpec& spec) {
+  const std::string name = EtcdName(spec);
+  Json component = {{"cohort.dev/component", "etcd"}};
+  Json selector = {{"cohort.dev/job", spec.name}, {"cohort.dev/component", "etcd"}};
+  Json pod_labels = Labels(spec);
+  pod_labels["cohort.dev/component"] = "etcd";
+  Json container = {
+      {"name", "etcd"},
+      {"image", kEtcdImage},
+      {"command",
+       Json::array({"/usr/local/bin/etcd", "--data-dir=/var/lib/etcd/data",
+                    fmt::format("--listen-client-urls=http://0.0.0.0:{}", kEtcdPort),
+                    fmt::format("--advertise-client-urls=http://{}:{}", name, kEtcdPort)})},
+      {"ports",
+       Json::array({{{"name", "client"}, {"containerPort", kEtcdPort}, {"protocol", "TCP"}}})},
+      {"readinessProbe",
+       {{"httpGet", {{"path", "/health"}, {"port", kEtcdPort}}}, {"periodSeconds", 2}}},
+      {"resources", {{"requests", {{"cpu", "100m"}, {"memory", "128Mi"}}}}},
+      {"volumeMounts", Json::array({{{"name", "data"}, {"mountPath", "/var/lib/etcd"}}})}};
+  Json deployment = {
+      {"apiVersion", "apps/v1"},
+      {"kind", "Deployment"},
+      {"metadata", Metadata(spec, name, component)},
+      {"spec",
+       {{"replicas", 1},
+        {"strategy", {{"type", "Recreate"}}},
+        {"selector", {{"matchLabels", selector}}},
+        {"template",
+         {{"metadata", {{"labels", pod_labels}}},
+          {"spec",
+           {{"containers", Json::array({container})},
+            {"volumes", Json::array({{{"name", "data"}, {"emptyDir", Json::object()}}})}}}}}}}};
+  Json service = {{"apiVersion", "v1"},
+                  {"kind", "Service"},
+                  {"metadata", Metadata(spec, name, component)},
+                  {"spec",
+                   {{"selector", selector},
+                    {"ports", Json::array({{{"name", "client"},
+                                            {"port", kEtcdPort},
+                                            {"targetPort", kEtcdPort},
+                                            {"protocol", "TCP"}}})}}}};
+  return {deployment, service};
+}
+
+// ---------------------------------------------------------------------------------------
+// YAML
+
+bool IsPlainSafe(const std::string& s) {
+  if (s.empty()) return false;
+  const char first = s[0];
+  if (!(std::isalpha(static_cast<unsigned char>(first)) || first == '/' || first == '_')) {
+    return false;
+  }
+  for (char ch : s) {
+    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '.' || ch == '/' ||
+          ch == '-' || ch == '=' || ch == '@')) {
+      return false;
+    }
+  }
+  // Words YAML 1.1 readers take for booleans or null.
+  static const std::set<std::string> kReserved = {"y",   "n",    "yes",   "no",  "on",
+                                                  "off", "true", "false", "null"};
+  return kReserved.count(ToLower(s)) == 0;
+}
+
+void EmitString(YAML::Emitter& out, const std::string& s) {
+  if (IsPlainSafe(s)) {
+    out << s;
+  } else {
+    out << YAML::DoubleQuoted << s;
+  }
+}
+
+void EmitJson(YAML::Emitter& out, const Json& j) {
+  switch (j.type()) {
+    case Json::value_t::object:
+      if (j.empty()) {
+        out << YAML::Flow << YAML::BeginMap << YAML::EndMap;
+        break;
+      }
+      out << YAML::BeginMap;
+      for (const auto& [k, v] : j.items()) {
+        out << YAML::Key;
+        EmitString(out, k);
+        out << YAML::Value;
+        EmitJson(out, v);
+      }
+      out << YAML::EndMap;
+      break;
+    case Json::value_t::array:
+      if (j.empty()) {
+        out << YAML::Flow << YAML::BeginSeq << YAML::EndSeq;
+        break;
+      }
+      out << YAML::BeginSeq;
+      for (const auto& v : j) EmitJson(out, v);
+      out << YAML::EndSeq;
+      break;
+    case Json::value_t::string:
+      EmitString(out, j.get<std::string>());
+      break;
+    case Json::value_t::boolean:
+      out << (j.get<bool>() ? "true" : "false");
+      break;
+    case Json::value_t::number_integer:
+      out << j.get<int64_t>();
+      break;
+    case Json::value_t::number_unsigned:
+      out << j.get<uint64_t>();
+      break;
+    case Json::value_t::number_float:
+      out << j.get<double>();
+      break;
+    default:
+      out << YAML::Null;
+      break;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// kubectl
+
+struct Output {
+  ExitStatus status;
+  std::string out;
+  std::string err;
+};
+
+// Runs argv with `input` on its stdin, collecting stdout and stderr, killed after `timeout`.
+Result<Output> RunWithInput(const std::vector<std::string>& argv, const std::string& input,
+                            std::chrono::seconds timeout) {
+  COHORT_ASSIGN_OR_RETURN(std::string program, FindProgram(argv[0]));
+  int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
+  auto close_fd = [](int& fd) {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  };
+  auto close_all = [&] {
+    for (int* p : {in, out, err}) {
+      close_fd(p[0]);
+      close_fd(p[1]);
+    }
+  };
+  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
+    int e = errno;
+    close_all();
+    return ErrnoStatus("pipe", e);
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  int rc = ::posix_spawn(&pid, program.c_str(), &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close_fd(in[0]);
+  close_fd(out[1]);
+  close_fd(err[1]);
+  if (rc != 0) {
+    close_all();
+    return ErrnoStatus(fmt::format("cannot run {}", program), rc);
+  }
+  for (int fd : {in[1], out[0], err[0]}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  if (input.empty()) close_fd(in[1]);
+
+  // A child that exits without reading its input must not kill us with SIGPIPE.
+  sigset_t pipe_set, old_set;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  ::pthread_sigmask(SIG_BLOCK, &pipe_set, &old_set);
+
+  Output result;
+  size_t written = 0;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  bool timed_out = false;
+  while (in[1] >= 0 || out[0] >= 0 || err[0] >= 0) {
+    std::vector<pollfd> fds;
+    if (in[1] >= 0) fds.push_back({in[1], POLLOUT, 0});
+    if (out[0] >= 0) fds.push_back({out[0], POLLIN, 0});
+    if (err[0] >= 0) fds.push_back({err[0], POLLIN, 0});
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    int n = ::poll(fds.data(), fds.size(), static_cast<int>(left.count()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    for (const pollfd& p : fds) {
+      if (p.revents == 0) continue;
+      if (p.fd == in[1]) {
+        ssize_t w = ::write(in[1], input.data() + written, input.size() - written);
+        if (w > 0) written += static_cast<size_t>(w);
+        if ((w < 0 && errno != EAGAIN && errno != EINTR) || written == input.size()) {
+          close_fd(in[1]);  // EPIPE: the child stopped reading; its output says why
+        }
+        continue;
+      }
+      char buf[8192];
+      ssize_t r = ::read(p.fd, buf, sizeof(buf));
+      if (r > 0) {
+        (p.fd == out[0] ? result.out : result.err).append(buf, static_cast<size_t>(r));
+      } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+        close_fd(p.fd == out[0] ? out[0] : err[0]);
+      }
+    }
+  }
+  // Discard a SIGPIPE raised by our writes, then restore the mask.
+  timespec zero = {0, 0};
+  while (::sigtimedwait(&pipe_set, nullptr, &zero) == SIGPIPE) {
+  }
+  ::pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
+  close_all();
+  if (timed_out) ::kill(pid, SIGKILL);
+  result.status = Reap(pid);
+  if (timed_out) {
+    return DeadlineExceeded("{} did not finish within {} s", argv[0], timeout.count());
+  }
+  return result;
+}
+
+std::string Joined(const std::vector<std::string>& argv) {
+  std::string s;
+  for (const auto& a : argv) s += (s.empty() ? "" : " ") + a;
+  return s;
+}
+
+// "kubectl ... failed (exit code 1): <stderr>" as kUnavailable: the cluster or the
+// network is the usual cause, and the same call may work later.
+Status KubectlError(const std::vector<std::string>& argv, const Output& o) {
+  std::string message(Trim(o.err.empty() ? o.out : o.err));
+  return Unavailable("`{}` failed ({}): {}", Joined(argv), o.status.Describe(),
+                     message.empty() ? "no message" : message);
+}
+
+// Runs kubectl; an error when it cannot start or exits non-zero.
+Result<std::string> Kubectl(const std::string& kubectl, std::vector<std::string> args,
+                            const std::string& input = "") {
+  args.insert(args.begin(), kubectl);
+  auto found = FindProgram(kubectl);
+  if (!found.ok()) {
+    return FailedPrecondition(
+        "the kubernetes backend needs kubectl: {} (install it, or set the kubectl path, and "
+        "configure access to the cluster with KUBECONFIG)",
+        found.status().message());
+  }
+  COHORT_ASSIGN_OR_RETURN(Output o,
+                          RunWithInput(args, input, std::chrono::seconds(kKubectlTimeoutSeconds)));
+  if (!o.status.success()) return KubectlError(args, o);
+  return o.out;
+}
+
+// ---------------------------------------------------------------------------------------
+// Status
+
+// "0-2,5" -> {0, 1, 2, 5}
+std::set<int> ParseIndexes(const std::string& text) {
+  std::set<int> out;
+  for (const auto& part : Split(text, ',')) {
+    auto range = Split(part, '-');
+    auto lo = range.empty() ? std::nullopt : ParseInt64(range[0]);
+    auto hi = range.size() == 2 ? ParseInt64(range[1]) : lo;
+    if (!lo || !hi) continue;
+    for (int64_t i = *lo; i <= *hi && i < *lo + 10000000; ++i) out.insert(static_cast<int>(i));
+  }
+  return out;
+}
+
+// The value at `path` (object keys), or nullptr when a step is missing or not an object.
+const Json* At(const Json& j, std::initializer_list<const char*> path) {
+  const Json* cur = &j;
+  for (const char* key : path) {
+    if (!cur->is_object()) return nullptr;
+    auto it = cur->find(key);
+    if (it == cur->end()) return nullptr;
+    cur = &*it;
+  }
+  return cur;
+}
+
+std::string Str(const Json& j, std::initializer_list<const char*> path) {
+  const Json* v = At(j, path);
+  return v && v->is_string() ? v->get<std::string>() : std::string();
+}
+
+int64_t Int(const Json& j, std::initializer_list<const char*> path) {
+  const Json* v = At(j, path);
+  return v && v->is_number_integer() ? v->get<int64_t>() : 0;
+}
+
+// The elements of the array at `path` (empty when there is none).
+std::vector<const Json*> List(const Json& j, std::initializer_list<const char*> path) {
+  std::vector<const Json*> out;
+  const Json* v = At(j, path);
+  if (v && v->is_array()) {
+    for (const Json& e : *v) out.push_back(&e);
+  }
+  return out;
+}
+
+struct ObjectState {
+  std::string state = "pending";
+  std::string detail;
+};
+
+// The last condition of `type` whose status is "True", or nullptr.
+const Json* TrueCondition(const Json& object, const char* type) {
+  const Json* found = nullptr;
+  for (const Json* c : List(object, {"status", "conditions"})) {
+    if (Str(*c, {"type"}) == type && Str(*c, {"status"}) == "True") found = c;
+  }
+  return found;
+}
+
+std::string ConditionDetail(const Json& c) {
+  std::string reason = Str(c, {"reason"}), message = Str(c, {"message"});
+  if (reason.empty()) return message;
+  return message.empty() ? reason : reason + ": " + message;
+}
+
+// Kubeflow conditions: Created, Running, Restarting, Succeeded, Failed, Suspended.
+ObjectState PyTorchJobState(const Json& object) {
+  if (const Json* c = TrueCondition(object, "Succeeded")) return {"succeeded", ConditionDetail(*c)};
+  if (const Json* c = TrueCondition(object, "Failed")) return {"failed", ConditionDetail(*c)};
+  if (const Json* c = TrueCondition(object, "Restarting")) return {"running", ConditionDetail(*c)};
+  if (const Json* c = TrueCondition(object, "Running")) return {"running", ConditionDetail(*c)};
+  if (const Json* c = TrueCondition(object, "Suspended")) return {"pending", ConditionDetail(*c)};
+  return {"pending", "created, waiting for its pods"};
+}
+
+// Volcano phases: Pending, Running, Restarting, Completing, Completed, Aborting, Aborted,
+// Terminating, Terminated, Failed.
+ObjectState VolcanoJobState(const Json& object) {
+  const std::string phase = Str(object, {"status", "state", "phase"});
+  std::string detail = Str(object, {"status", "state", "message"});
+  if (detail.empty()) detail = Str(object, {"status", "state", "reason"});
+  if (phase == "Completed") return {"succeeded", detail};
+  if (phase == "Failed" || phase == "Terminated" || phase == "Aborted") {
+    return {"failed", detail.empty() ? "volcano job " + phase : detail};
+  }
+  if (phase == "Running" || phase == "Restarting" || phase == "Completing" ||
+      phase == "Terminating" || phase == "Aborting") {
+    return {"running", phase == "Running" ? detail : phase};
+  }
+  return {"pending", phase.empty() ? "created, waiting for the scheduler" : phase};
+}
+
+// batch/v1 conditions: Complete, Failed (and SuccessCriteriaMet, FailureTarget before them).
+ObjectState BatchJobState(const Json& object) {
+  for (const char* t : {"Complete", "SuccessCriteriaMet"}) {
+    if (const Json* c = TrueCondition(object, t)) return {"succeeded", ConditionDetail(*c)};
+  }
+  for (const char* t : {"Failed", "FailureTarget"}) {
+    if (const Json* c = TrueCondition(object, t)) return {"failed", ConditionDetail(*c)};
+  }
+  if (const Json* c = TrueCondition(object, "Suspended")) return {"pending", ConditionDetail(*c)};
+  if (Int(object, {"status", "active"}) > 0 || Int(object, {"status", "succeeded"}) > 0 ||
+      Int(object, {"status", "failed"}) > 0) {
+    return {"running", ""};
+  }
+  return {"pending", "created, waiting for its pods"};
+}
+
+ObjectState StateOf(const std::string& resource, const Json& object) {
+  if (resource == kPyTorchResource) return PyTorchJobState(object);
+  if (resource == kVolcanoResource) return VolcanoJobState(object);
+  return BatchJobState(object);
+}
+
+// The element a pod belongs to: its Indexed Job completion index, or our array label.
+std::string PodIndex(const Json& pod) {
+  std::string a = Str(pod, {"metadata", "annotations", "batch.kubernetes.io/job-completion-index"});
+  if (!a.empty()) return a;
+  return Str(pod, {"metadata", "labels", "cohort.dev/array-index"});
+}
+
+// Exit code of the first worker container that ended non-zero among the pods of `index`
+// (-1: every pod).
+std::optional<int> FailedExitCode(const Json& pods, int index) {
+  for (const Json* pod : List(pods, {"items"})) {
+    if (index >= 0 && PodIndex(*pod) != std::to_string(index)) continue;
+    for (const Json* cs : List(*pod, {"status", "containerStatuses"})) {
+      for (const char* which : {"state", "lastState"}) {
+        const Json* code = At(*cs, {which, "terminated", "exitCode"});
+        if (code && code->is_number_integer() && code->get<int>() != 0) return code->get<int>();
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+std::string Aggregate(const std::vector<ElementRecord>& elements) {
+  bool all_final = true, any_failed = false, any_started = false;
+  for (const auto& e : elements) {
+    all_final = all_final && IsFinalState(e.state);
+    any_failed = any_failed || e.state == "failed";
+    any_started = any_started || e.state != "pending";
+  }
+  if (all_final) return any_failed ? "failed" : "succeeded";
+  return any_started ? "running" : "pending";
+}
+
+Result<Json> ParseList(const std::string& text, const char* what) {
+  if (Trim(text).empty()) return Json{{"items", Json::array()}};
+  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return Internal("kubectl printed {} that is not JSON: {}", what, text.substr(0, 200));
+  }
+  return j;
+}
+
+// ---------------------------------------------------------------------------------------
+// Backend
+
+class KubernetesBackend : public Backend {
+ public:
+  explicit KubernetesBackend(BackendOptions options) : options_(std::move(options)) {}
+
+  std::string name() const override { return "kubernetes"; }
+
+  void Validate(const JobSpec& spec, const std::vector<ArrayElement>& elements,
+                std::vector<Problem>* problems) override {
+    CheckKubernetesSpec(spec, elements, options_.kube_flavor, problems);
+  }
+
+  Result<std::string> Render(const JobSpec& spec,
+                             const std::vector<ArrayElement>& elements) override {
+    return RenderKubernetes(spec, elements, options_.kube_flavor, CohortBin());
+  }
+
+  // 1. Render (every problem is an InvalidArgument before kubectl runs).
+  // 2. `kubectl get` the job objects by label: one still there is AlreadyExists (apply
+  //    would silently leave a finished Job as it is instead of running it again).
+  // 3. `kubectl apply -f -` with the manifests on stdin.
+  // Returns "<resource>/<name>": the kind and the cohort.dev/job label of its objects.
+  Result<std::string> Submit(const JobRecord& job, const JobSpec& spec,
+                             const std::vector<ArrayElement>& elements) override {
+    (void)job;
+    COHORT_ASSIGN_OR_RETURN(std::string yaml, Render(spec, elements));
+    const std::string resource = KubernetesResource(spec, elements, options_.kube_flavor);
+    COHORT_ASSIGN_OR_RETURN(
+        std::string existing,
+        Kubectl(options_.kubectl,
+                {"get", resource, "-l", "cohort.dev/job=" + spec.name, "-o", "name"}));
+    if (!Trim(existing).empty()) {
+      return AlreadyExists(
+          "a job named '{}' is still in the cluster ({}); remove it with `cohort cancel {}` "
+          "(or `kubectl delete {} -l cohort.dev/job={}`) or choose another name",
+          spec.name, std::string(Trim(existing)), spec.name, resource, spec.name);
+    }
+    COHORT_ASSIGN_OR_RETURN(
+        std::string applied,
+        Kubectl(options_.kubectl, {"apply", "--field-manager=cohort", "-f", "-"}, yaml));
+    (void)applied;
+    return resource + "/" + spec.name;
+  }
+
+  Result<JobStatus> Poll(const JobRecord& job) override {
+    auto [resource, name] = Target(job);
+    const std::string selector = "cohort.dev/job=" + name;
+    COHORT_ASSIGN_OR_RETURN(
+        std::string objects,
+        Kubectl(options_.kubectl, {"get", resource, "-l", selector, "-o", "json"}));
+    COHORT_ASSIGN_OR_RETURN(
+        std::string pods,
+        Kubectl(options_.kubectl,
+                {"get", "pods", "-l", selector + ",cohort.dev/component=worker", "-o", "json"}));
+    return KubernetesStatusFromJson(resource, objects, pods, job.array_size);
+  }
+
+  Status Cancel(const JobRecord& job) override {
+    auto [resource, name] = Target(job);
+    auto deleted = Kubectl(options_.kubectl,
+                           {"delete", resource + ",services,configmaps,secrets,deployments.apps",
+                            "-l", "cohort.dev/job=" + name, "--ignore-not-found", "--wait=false"});
+    return deleted.ok() ? Status::Ok() : deleted.status();
+  }
+
+  Result<std::string> LogPath(const JobRecord& job, int element, int rank) override {
+    auto [resource, name] = Target(job);
+    std::string selector = "cohort.dev/job=" + name;
+    if (element >= 0) {
+      // A single-node array is one Indexed Job (its pods carry their completion index); a
+      // multi-node array is one object per element (labelled with the element's index).
+      std::vector<Problem> ignored;
+      const bool single =
+          resource == kBatchResource && ParseJobSpec(job.spec_yaml, &ignored).max_nodes == 1;
+      selector += single ? fmt::format(",batch.kubernetes.io/job-completion-index={}", element)
+                         : fmt::format(",cohort.dev/array-index={}", element);
+    }
+    std::string ranks = rank >= 0
+                            ? fmt::format(
+                                  " (each pod's log holds the output of all its ranks; look for "
+                                  "rank {})",
+                                  rank)
+                            : "";
+    return FailedPrecondition(
+        "the kubernetes backend keeps logs in the cluster: run `kubectl logs -l {} "
+        "--prefix --tail=-1`{}",
+        selector, ranks);
+  }
+
+ private:
+  std::string CohortBin() const {
+    return options_.cohort_bin.empty() ? std::string("cohort") : options_.cohort_bin;
+  }
+
+  // (resource, name) of a submitted job, from its backend id "<resource>/<name>".
+  std::pair<std::string, std::string> Target(const JobRecord& job) const {
+    auto slash = job.backend_id.find('/');
+    if (slash != std::string::npos) {
+      return {job.backend_id.substr(0, slash), job.backend_id.substr(slash + 1)};
+    }
+    const std::string& f = options_.kube_flavor;
+    return {f == "pytorchjob" ? kPyTorchResource
+            : f == "volcano"  ? kVolcanoResource
+                              : kBatchResource,
+            job.name};
+  }
+
+  BackendOptions options_;
+};
+
+}  // namespace
+
+void CheckKubernetesSpec(const JobSpec& spec, const std::vector<ArrayElement>& elements,
+                         const std::string& flavor, std::vector<Problem>* problems) {
+  if (!IsFlavor(flavor)) {
+    Add(problems, "kubernetes flavor",
+        fmt::format("'{}' is not one of pytorchjob, volcano, indexed", flavor));
+  }
+  if (spec.image.empty()) {
+    Add(problems, "image",
+        "required by the kubernetes backend (the container image with cohort and your program)");
+  }
+  CheckNames(spec, elements, flavor, problems);
+  CheckVolumeNames(spec, problems);
+  if (!spec.priority.empty()) {
+    if (ParseInt64(spec.priority)) {
+      Add(problems, "priority",
+          fmt::format("'{}' is a number (a Slurm nice value); the kubernetes backend needs the "
+                      "name of a PriorityClass (e.g. high-priority)",
+                      spec.priority));
+    } else if (!IsDnsSubdomain(spec.priority)) {
+      Add(problems, "priority",
+          fmt::format("'{}' is not a PriorityClass name (a DNS-1123 subdomain)", spec.priority));
+    }
+  }
+  if (!spec.queue.empty() && !IsDnsLabel(spec.queue)) {
+    Add(problems, "queue",
+        fmt::format("'{}' is not a queue name Kubernetes accepts (a DNS-1123 label: lowercase "
+                    "letters, digits and '-')",
+                    spec.queue));
+  }
+  CheckArray(spec, elements, problems);
+}
+
+std::string KubernetesResource(const JobSpec& spec, const std::vector<ArrayElement>& elements,
+                               const std::string& flavor) {
+  if (SingleNodeArray(spec, elements)) return kBatchResource;
+  if (flavor == "pytorchjob") return kPyTorchResource;
+  if (flavor == "volcano") return kVolcanoResource;
+  return kBatchResource;
+}
+
+Result<std::vector<nlohmann::ordered_json>> RenderKubernetesObjects(
+    const JobSpec& spec, const std::vector<ArrayElement>& elements, const std::string& flavor,
+    const std::string& cohort_bin) {
+  std::vector<Problem> problems;
+  CheckBasics(spec, &problems);
+  CheckRendezvous(spec, &problems);
+  CheckKubernetesSpec(spec, elements, flavor, &problems);
+  if (cohort_bin.empty()) Add(&problems, "cohort binary", "empty path of cohort in the image");
+  if (!problems.empty()) {
+    return InvalidArgument("the job cannot run on Kubernetes:\n{}", FormatProblems(problems));
+  }
+  Context c{spec, flavor, cohort_bin, RandomHex(4)};
+  std::vector<Json> objects;
+  if (NeedsTokenSecret(spec)) {
+    objects.push_back({{"apiVersion", "v1"},
+                       {"kind", "Secret"},
+                       {"metadata", Metadata(spec, TokenSecretName(spec))},
+                       {"type", "Opaque"},
+                       {"stringData", {{"token", RandomHex(16)}}}});
+  }
+  if (OwnEtcd(spec)) {
+    for (auto& o : EtcdObjects(spec)) objects.push_back(std::move(o));
+  }
+  if (SingleNodeArray(spec, elements)) {
+    for (auto& o : SingleNodeArrayObjects(c, elements)) objects.push_back(std::move(o));
+    return objects;
+  }
+  const auto names = ObjectNames(spec, elements);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const ArrayElement* element = elements.empty() ? nullptr : &elements[i];
+    if (flavor == "pytorchjob") {
+      objects.push_back(PyTorchJobObject(c, names[i], element));
+    } else if (flavor == "volcano") {
+      objects.push_back(VolcanoJobObject(c, names[i], element));
+    } else {
+      if (spec.max_nodes > 1) objects.push_back(HeadlessService(spec, names[i], element));
+      objects.push_back(IndexedJobObject(c, names[i], element));
+    }
+  }
+  return objects;
+}
+
+Result<std::string> KubernetesYaml(const std::vector<nlohmann::ordered_json>& objects) {
+  std::string yaml;
+  for (const auto& object : objects) {
+    YAML::Emitter out;
+    out.SetIndent(2);
+    EmitJson(out, object);
+    if (!out.good()) return Internal("YAML emitter: {}", out.GetLastError());
+    yaml += "---\n";
+    yaml += out.c_str();
+    yaml += "\n";
+  }
+  return yaml;
+}
+
+Result<std::string> RenderKubernetes(const JobSpec& spec, const std::vector<ArrayElement>& elements,
+                                     const std::string& flavor, const std::string& cohort_bin) {
+  COHORT_ASSIGN_OR_RETURN(auto objects,
+                          RenderKubernetesObjects(spec, elements, flavor, cohort_bin));
+  return KubernetesYaml(objects);
+}
+
+Result<JobStatus> KubernetesStatusFromJson(const std::string& resource,
+                                           const std::string& objects_json,
+                                           const std::string& pods_json, int array_size) {
+  COHORT_ASSIGN_OR_RETURN(Json objects, ParseList(objects_json, "the job objects"));
+  COHORT_ASSIGN_OR_RETURN(Json pods, ParseList(pods_json, "the pods"));
+  const std::vector<const Json*> items = List(objects, {"items"});
+  if (items.empty()) {
+    return NotFound(
+        "no {} of this job is in the cluster (deleted, or applied in another "
+        "namespace or cluster?)",
+        resource);
+  }
+  JobStatus status;
+
+  // One object for the whole job: a plain job, or a single-node array (one Indexed Job).
+  if (items.size() == 1 &&
+      Str(*items[0], {"metadata", "labels", "cohort.dev/array-index"}).empty()) {
+    const Json& object = *items[0];
+    ObjectState s = StateOf(resource, object);
+    status.state = s.state;
+    status.detail = s.detail;
+    if (s.state == "succeeded") status.exit_code = 0;
+    if (s.state == "failed") status.exit_code = FailedExitCode(pods, -1);
+    if (array_size <= 0) return status;
+    const std::set<int> done = ParseIndexes(Str(object, {"status", "completedIndexes"}));
+    const std::set<int> failed = ParseIndexes(Str(object, {"status", "failedIndexes"}));
+    std::set<int> running;
+    for (const Json* pod : List(pods, {"items"})) {
+      auto index = ParseInt64(PodIndex(*pod));
+      if (index && Str(*pod, {"status", "phase"}) == "Running") {
+        running.insert(static_cast<int>(*index));
+      }
+    }
+    for (int i = 0; i < array_size; ++i) {
+      ElementRecord e;
+      e.index = i;
+      if (done.count(i)) {
+        e.state = "succeeded";
+        e.exit_code = 0;
+      } else if (failed.count(i)) {
+        e.state = "failed";
+        e.exit_code = FailedExitCode(pods, i);
+      } else if (s.state == "failed" || s.state == "succeeded") {
+        e.state = "cancelled";
+        e.detail = "the job ended before this element finished";
+      } else {
+        e.state = running.count(i) ? "running" : "pending";
+      }
+      status.elements.push_back(e);
+    }
+    return status;
+  }
+
+  // One object per element (multi-node arrays).
+  std::map<int, ObjectState> states;
+  for (const Json* object : items) {
+    auto index = ParseInt64(Str(*object, {"metadata", "labels", "cohort.dev/array-index"}));
+    if (index) states[static_cast<int>(*index)] = StateOf(resource, *object);
+  }
+  const int n = std::max(array_size, states.empty() ? 0 : states.rbegin()->first + 1);
+  int failed = 0;
+  for (int i = 0; i < n; ++i) {
+    ElementRecord e;
+    e.index = i;
+    auto it = states.find(i);
+    if (it == states.end()) {
+      e.state = "failed";
+      e.detail = "its object is no longer in the cluster";
+    } else {
+      e.state = it->second.state;
+      e.detail = it->second.detail;
+    }
+    if (e.state == "succeeded") e.exit_code = 0;
+    if (e.state == "failed") {
+      e.exit_code = FailedExitCode(pods, i);
+      ++failed;
+    }
+    status.elements.push_back(e);
+  }
+  status.state = Aggregate(status.elements);
+  if (failed > 0) status.detail = fmt::format("{} of {} elements failed", failed, n);
+  if (status.state == "succeeded") status.exit_code = 0;
+  return status;
+}
+
+std::unique_ptr<Backend> MakeKubernetesBackend(const BackendOptions& options) {
+  return std::make_unique<KubernetesBackend>(options);
+}
+
+}  // namespace cohort::launch

@@ -1,0 +1,915 @@
+// The slurm backend (see slurm_backend.h): renders the sbatch script, runs the Slurm client
+// commands (sbatch, scontrol, scancel, sinfo) with their output captured and a deadline,
+// and maps what they print to cohort's job states.
+// Thread-safety: the free functions are pure; a backend instance is used by one thread.
+#include "cohort/launch/slurm_backend.h"
+
+#include <fcntl.h>
+#include <fmt/ranges.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "cohort/base/settings.h"
+#include "cohort/base/strings.h"
+#include "cohort/base/subprocess.h"
+#include "cohort/base/time.h"
+
+namespace cohort::launch {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Sbatch and scancel answer within seconds on a healthy controller; a controller that does
+// not answer is reported as unreachable rather than waited on.
+constexpr int64_t kCommandTimeoutMs = 60000;
+
+bool IsEnvName(std::string_view name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+// A value on an #SBATCH line. sbatch splits those lines on blanks and strips a pair of
+// double quotes, so a value with blanks is written in double quotes; quotes, backslashes
+// and line breaks cannot be carried at all.
+Result<std::string> SbatchValue(std::string_view value, std::string_view what) {
+  if (value.empty()) return InvalidArgument("{} is empty", what);
+  bool plain = true;
+  for (char c : value) {
+    if (c == '"' || c == '\\' || c == '\n' || c == '\r') {
+      return InvalidArgument(
+          "{} '{}' cannot be written on an #SBATCH line (it holds a double quote, a "
+          "backslash or a line break)",
+          what, value);
+    }
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' ||
+          c == '/' || c == ':' || c == '=' || c == ',' || c == '+' || c == '@' || c == '%')) {
+      plain = false;
+    }
+  }
+  return plain ? std::string(value) : fmt::format("\"{}\"", value);
+}
+
+// Slurm expands %j, %A, %a... in --output; a literal % in the directory is written %%.
+std::string EscapePercent(std::string_view path) {
+  std::string out;
+  for (char c : path) {
+    if (c == '%') out += '%';
+    out += c;
+  }
+  return out;
+}
+
+std::string NnodesText(const JobSpec& spec) {
+  return spec.min_nodes == spec.max_nodes ? std::to_string(spec.min_nodes)
+                                          : fmt::format("{}:{}", spec.min_nodes, spec.max_nodes);
+}
+
+int CpusPerTask(const JobSpec& spec) {
+  return spec.resources.cpu > 0 ? static_cast<int>(std::ceil(spec.resources.cpu - 1e-9)) : 0;
+}
+
+int64_t MemoryMib(const JobSpec& spec) {
+  const int64_t mib = 1024 * 1024;
+  return spec.resources.memory_bytes > 0 ? (spec.resources.memory_bytes + mib - 1) / mib : 0;
+}
+
+// "2+" (sinfo's "at least") and "4096" -> the number in front.
+int64_t LeadingNumber(std::string_view text) {
+  int64_t n = 0;
+  for (char c : text) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) break;
+    n = n * 10 + (c - '0');
+    if (n > (int64_t{1} << 40)) break;
+  }
+  return n;
+}
+
+// "2026-11-29T14:56:12" (the controller's local time) -> unix seconds; 0 for Unknown/None.
+double ParseSlurmTime(const std::string& text) {
+  std::tm tm{};
+  const char* end = ::strptime(text.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
+  if (end == nullptr || *end != '\0') return 0;
+  tm.tm_isdst = -1;
+  std::time_t t = std::mktime(&tm);
+  return t < 0 ? 0 : static_cast<double>(t);
+}
+
+std::string Field(const slurm::Record& r, const std::string& key) {
+  auto it = r.find(key);
+  return it == r.end() ? std::string() : it->second;
+}
+
+std::string ReadFile(const std::string& path, bool* found) {
+  std::ifstream in(path, std::ios::binary);
+  *found = static_cast<bool>(in);
+  if (!*found) return "";
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Writes `text` to `path`, readable by its owner only from the start (a job script holds
+// the job's environment).
+Status WritePrivateFile(const std::string& path, const std::string& text) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoStatus(fmt::format("cannot write {}", path), errno);
+  ::fchmod(fd, 0600);  // the file may have existed with a wider mode
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      return ErrnoStatus(fmt::format("cannot write {}", path), err);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0) return ErrnoStatus(fmt::format("cannot write {}", path), errno);
+  return Status::Ok();
+}
+
+// An element (or job) from its scontrol record.
+ElementRecord ElementFromRecord(const slurm::Record& r) {
+  ElementRecord e;
+  const std::string slurm_state = Field(r, "JobState");
+  e.state = slurm::MapJobState(slurm_state);
+  const std::string id = Field(r, "JobId");
+  const std::string reason = Field(r, "Reason");
+  const bool has_reason = !reason.empty() && reason != "None" && reason != "(null)";
+  if (e.state != "pending") e.started_at = ParseSlurmTime(Field(r, "StartTime"));
+  if (IsFinalState(e.state)) {
+    e.ended_at = ParseSlurmTime(Field(r, "EndTime"));
+    e.exit_code = slurm::ParseExitCode(Field(r, "ExitCode"));
+  }
+  if (e.state == "pending") {
+    e.detail =
+        fmt::format("Slurm job {} pending{}", id, has_reason ? fmt::format(" ({})", reason) : "");
+  } else if (e.state == "running") {
+    e.detail = fmt::format("Slurm job {} {} on {}", id, slurm_state, Field(r, "NodeList"));
+  } else if (e.state == "failed" || e.state == "cancelled") {
+    const std::string code = Field(r, "ExitCode");
+    std::string how;
+    if (auto parts = Split(code, ':', false); parts.size() == 2 && parts[1] != "0") {
+      how = fmt::format(", killed by signal {}", parts[1]);
+    } else if (e.exit_code && *e.exit_code != 0) {
+      how = fmt::format(", exit code {}", *e.exit_code);
+    }
+    e.detail = fmt::format("Slurm job {} {}{}{}", id, slurm_state,
+                           has_reason ? fmt::format(" ({})", reason) : "", how);
+  }
+  return e;
+}
+
+// The output of one Slurm client command.
+struct CommandOutput {
+  ExitStatus status;
+  std::string out;
+  std::string err;
+  // What went wrong, in one line where Slurm's own words are a screenful.
+  std::string Message() const {
+    std::string text(Trim(err.empty() ? out : err));
+    if (text.find("Could not establish a configuration source") != std::string::npos) {
+      return "the Slurm client found no configuration: set SLURM_CONF to the cluster's "
+             "slurm.conf (or install /etc/slurm/slurm.conf)";
+    }
+    if (text.find("Unable to contact slurm controller") != std::string::npos) {
+      return "the Slurm controller does not answer (" + LastLine(text) + ")";
+    }
+    return text.empty() ? status.Describe() : text;
+  }
+  static std::string LastLine(const std::string& text) {
+    auto lines = Split(text, '\n');
+    return lines.empty() ? text : std::string(Trim(lines.back()));
+  }
+};
+
+// Runs argv with stdout/stderr captured; kills it (its process group) at the deadline.
+Result<CommandOutput> RunCommand(const std::vector<std::string>& argv,
+                                 const std::vector<std::pair<std::string, std::string>>& env,
+                                 Deadline deadline) {
+  SpawnOptions so;
+  so.argv = argv;
+  so.env = MergeEnvironment(env);
+  auto spawned = Spawn(so);
+  if (!spawned.ok()) {
+    return Status(spawned.status().code() == StatusCode::kNotFound ? StatusCode::kUnavailable
+                                                                   : spawned.status().code(),
+                  fmt::format("cannot run {}: {} (is the Slurm client installed here?)", argv[0],
+                              spawned.status().message()));
+  }
+  Child child = *spawned;
+  CommandOutput result;
+  bool exited = false;
+  int fds[2] = {child.out_fd, child.err_fd};
+  std::string* sinks[2] = {&result.out, &result.err};
+  while (fds[0] >= 0 || fds[1] >= 0 || !exited) {
+    pollfd p[3];
+    int n = 0;
+    int which[3];
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i] >= 0) {
+        p[n] = {fds[i], POLLIN, 0};
+        which[n++] = i;
+      }
+    }
+    if (!exited) {
+      p[n] = {child.pidfd, POLLIN, 0};
+      which[n++] = 2;
+    }
+    int ready = ::poll(p, static_cast<nfds_t>(n), deadline.PollTimeoutMs());
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0 || deadline.expired()) {
+      SignalGroup(child.pid, SIGKILL);
+      Reap(child.pid);
+      for (int fd : {fds[0], fds[1], child.pidfd}) {
+        if (fd >= 0) ::close(fd);
+      }
+      return DeadlineExceeded("{} did not answer within {} s", fmt::join(argv, " "),
+                              kCommandTimeoutMs / 1000);
+    }
+    for (int i = 0; i < n; ++i) {
+      if (p[i].revents == 0) continue;
+      if (which[i] == 2) {
+        exited = true;
+        continue;
+      }
+      int& fd = fds[which[i]];
+      char buf[8192];
+      ssize_t got = ::read(fd, buf, sizeof(buf));
+      if (got > 0) {
+        sinks[which[i]]->append(buf, static_cast<size_t>(got));
+      } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
+        ::close(fd);
+        fd = -1;
+      }
+    }
+  }
+  ::close(child.pidfd);
+  result.status = Reap(child.pid);
+  return result;
+}
+
+bool ControllerUnreachable(const std::string& message) {
+  return message.find("controller does not answer") != std::string::npos ||
+         message.find("found no configuration") != std::string::npos ||
+         message.find("Connection refused") != std::string::npos ||
+         message.find("Socket timed out") != std::string::npos;
+}
+
+class SlurmBackend final : public Backend {
+ public:
+  explicit SlurmBackend(BackendOptions options) : options_(std::move(options)) {
+    if (options_.cohort_bin.empty()) options_.cohort_bin = "cohort";
+    if (options_.cohort_bin.find('/') != std::string::npos) {
+      std::error_code ec;
+      fs::path abs = fs::absolute(options_.cohort_bin, ec);
+      if (!ec) options_.cohort_bin = abs.string();
+    }
+  }
+
+  std::string name() const override { return "slurm"; }
+
+  void Validate(const JobSpec& spec, const std::vector<ArrayElement>& elements,
+                std::vector<Problem>* problems) override {
+    slurm::CheckSpec(spec, problems);
+    for (const ArrayElement& e : elements) {
+      for (const auto& [k, v] : e.env) {
+        if (!IsEnvName(k)) {
+          problems->push_back({fmt::format("array element {}", e.index),
+                               fmt::format("'{}' is not an environment variable name", k)});
+        }
+      }
+    }
+    auto sinfo = RunCommand({"sinfo", "-h", "-o", "%P %D %c %m %G"}, {},
+                            Deadline::AfterMs(kCommandTimeoutMs));
+    if (!sinfo.ok() || !sinfo->status.success()) {
+      problems->push_back(
+          {"", fmt::format("Slurm is unreachable from this machine: sinfo failed: {}",
+                           sinfo.ok() ? sinfo->Message() : sinfo.status().message())});
+      return;
+    }
+    slurm::CheckAgainstPartitions(spec, slurm::ParseSinfo(sinfo->out), problems);
+  }
+
+  Result<std::string> Render(const JobSpec& spec,
+                             const std::vector<ArrayElement>& elements) override {
+    // The log directory is only known once the job is recorded; show where it will be.
+    return RenderSbatch(spec, elements, options_.cohort_bin, options_.home + "/logs/<id>");
+  }
+
+  Result<std::string> Submit(const JobRecord& job, const JobSpec& spec,
+                             const std::vector<ArrayElement>& elements) override {
+    COHORT_ASSIGN_OR_RETURN(std::string script,
+                            RenderSbatch(spec, elements, options_.cohort_bin, job.log_dir));
+    std::error_code ec;
+    fs::create_directories(job.log_dir, ec);
+    if (ec) return Unavailable("cannot create {}: {}", job.log_dir, ec.message());
+    const std::string path = job.log_dir + "/job.sbatch";
+    COHORT_RETURN_IF_ERROR(WritePrivateFile(path, script));
+    COHORT_ASSIGN_OR_RETURN(CommandOutput r, RunCommand({"sbatch", "--parsable", path},
+                                                        {{"COHORT_JOB_ID", std::to_string(job.id)},
+                                                         {"COHORT_JOB_NAME", job.name}},
+                                                        Deadline::AfterMs(kCommandTimeoutMs)));
+    if (!r.status.success()) {
+      const std::string why = r.Message();
+      return Status(
+          ControllerUnreachable(why) ? StatusCode::kUnavailable : StatusCode::kFailedPrecondition,
+          fmt::format("sbatch {}: {}", path, why));
+    }
+    // --parsable prints "<id>" or "<id>;<cluster>".
+    std::string id(Trim(r.out.substr(0, r.out.find(';'))));
+    if (!ParseInt64(id)) {
+      return Internal("sbatch printed '{}' instead of a job id", std::string(Trim(r.out)));
+    }
+    return id;
+  }
+
+  Result<JobStatus> Poll(const JobRecord& job) override {
+    if (job.backend_id.empty()) return FailedPrecondition("job {} has no Slurm job id", job.id);
+    COHORT_ASSIGN_OR_RETURN(CommandOutput r,
+                            RunCommand({"scontrol", "show", "job", "-o", job.backend_id}, {},
+                                       Deadline::AfterMs(kCommandTimeoutMs)));
+    JobStatus s;
+    if (r.status.success()) {
+      s = slurm::StatusFromRecords(slurm::ParseScontrolRecords(r.out), job.array_size);
+    } else if (r.Message().find("Invalid job id") == std::string::npos) {
+      return Unavailable("scontrol show job {}: {}", job.backend_id, r.Message());
+    }
+    // Whatever scontrol did not report (the job, or elements, already purged from the
+    // controller) comes from the files the job left.
+    if (job.array_size == 0) {
+      if (s.state.empty()) {
+        ElementRecord e = slurm::StatusFromFiles(job.log_dir, job.backend_id);
+        s.state = e.state;
+        s.exit_code = e.exit_code;
+        s.detail = e.detail;
+      }
+      return s;
+    }
+    if (s.elements.size() != static_cast<size_t>(job.array_size)) {
+      s.elements.assign(static_cast<size_t>(job.array_size), ElementRecord{});
+      for (ElementRecord& e : s.elements) e.state.clear();  // nothing reported yet
+    }
+    for (int i = 0; i < job.array_size; ++i) {
+      ElementRecord& e = s.elements[static_cast<size_t>(i)];
+      e.index = i;
+      if (e.state.empty()) {
+        e = slurm::StatusFromFiles(job.log_dir, fmt::format("{}_{}", job.backend_id, i));
+        e.index = i;
+      }
+      e.log_dir = fmt::format("{}/{}", job.log_dir, i);
+    }
+    slurm::AggregateElements(&s);
+    return s;
+  }
+
+  Status Cancel(const JobRecord& job) override {
+    if (job.backend_id.empty()) return FailedPrecondition("job {} has no Slurm job id", job.id);
+    COHORT_ASSIGN_OR_RETURN(CommandOutput r, RunCommand({"scancel", job.backend_id}, {},
+                                                        Deadline::AfterMs(kCommandTimeoutMs)));
+    const std::string why = r.Message();
+    // scancel exits 0 even for some refusals; it says so on stderr.
+    if (r.status.success() && Trim(r.err).empty()) return Status::Ok();
+    if (why.find("Invalid job id") != std::string::npos) {
+      return NotFound("Slurm does not know job {} (already finished and purged?)", job.backend_id);
+    }
+    if (why.find("already completing or completed") != std::string::npos) {
+      return FailedPrecondition("Slurm job {} has already ended", job.backend_id);
+    }
+    if (r.status.success()) return Status::Ok();
+    return Status(
+        ControllerUnreachable(why) ? StatusCode::kUnavailable : StatusCode::kFailedPrecondition,
+        fmt::format("scancel {}: {}", job.backend_id, why));
+  }
+
+  Result<std::string> LogPath(const JobRecord& job, int element, int rank) override {
+    if (job.array_size > 0 && element < 0) {
+      return InvalidArgument("job {} is an array of {} elements: choose one with --element", job.id,
+                             job.array_size);
+    }
+    if (job.array_size > 0 && element >= job.array_size) {
+      return InvalidArgument("job {} has elements 0..{}", job.id, job.array_size - 1);
+    }
+    if (job.array_size == 0 && element >= 0) {
+      return InvalidArgument("job {} is not an array; leave out --element", job.id);
+    }
+    if (job.backend_id.empty()) return NotFound("job {} was never submitted to Slurm", job.id);
+    if (rank < 0) return slurm::OutputPath(job.log_dir, job.backend_id, element);
+    // The newest attempt's log of that rank: <unit>/ranks/<run-id>/attempt_<k>/<rank>/.
+    const std::string unit =
+        job.log_dir + "/" + (element < 0 ? std::string("job") : std::to_string(element));
+    std::string best;
+    int best_attempt = -1;
+    std::error_code ec;
+    for (const auto& run : fs::directory_iterator(unit + "/ranks", ec)) {
+      std::error_code ec2;
+      for (const auto& attempt : fs::directory_iterator(run.path(), ec2)) {
+        const std::string name = attempt.path().filename().string();
+        if (!StartsWith(name, "attempt_")) continue;
+        int k = static_cast<int>(ParseInt64(name.substr(8)).value_or(-1));
+        fs::path log = attempt.path() / std::to_string(rank) / "stdout.log";
+        if (k > best_attempt && fs::exists(log, ec2)) {
+          best_attempt = k;
+          best = log.string();
+        }
+      }
+    }
+    if (best.empty()) {
+      return NotFound("no log of rank {} under {}/ranks (yet; the nodes write it there)", rank,
+                      unit);
+    }
+    return best;
+  }
+
+ private:
+  BackendOptions options_;
+};
+
+}  // namespace
+
+Result<std::string> RenderSbatch(const JobSpec& spec, const std::vector<ArrayElement>& elements,
+                                 const std::string& cohort_bin, const std::string& log_dir) {
+  std::vector<Problem> problems;
+  slurm::CheckSpec(spec, &problems);
+  for (const ArrayElement& e : elements) {
+    for (const auto& [k, v] : e.env) {
+      if (!IsEnvName(k)) {
+        problems.push_back({fmt::format("array element {}", e.index),
+                            fmt::format("'{}' is not an environment variable name", k)});
+      }
+    }
+  }
+  // Volumes are a cluster-side matter the script does not render; everything else must be.
+  std::erase_if(problems, [](const Problem& p) {
+    return StartsWith(p.where, "volumes") || StartsWith(p.where, "mounts");
+  });
+  if (!problems.empty()) return InvalidArgument("{}", FormatProblems(problems));
+  if (spec.entrypoint.empty()) return InvalidArgument("entrypoint: required");
+  if (spec.min_nodes < 1 || spec.max_nodes < spec.min_nodes) {
+    return InvalidArgument("nnodes: '{}' is not N or MIN:MAX", NnodesText(spec));
+  }
+  const bool array = !elements.empty();
+  const bool multi = spec.max_nodes > 1;
+  const bool etcd = spec.rdzv.backend == "etcd";
+
+  std::string s = "#!/bin/bash\n";
+  auto directive = [&](const std::string& option) { s += "#SBATCH " + option + "\n"; };
+  COHORT_ASSIGN_OR_RETURN(std::string name, SbatchValue(spec.name, "name"));
+  directive("--job-name=" + name);
+  directive(spec.min_nodes == spec.max_nodes
+                ? fmt::format("--nodes={}", spec.min_nodes)
+                : fmt::format("--nodes={}-{}", spec.min_nodes, spec.max_nodes));
+  directive("--ntasks-per-node=1");
+  if (int cpus = CpusPerTask(spec); cpus > 0) directive(fmt::format("--cpus-per-task={}", cpus));
+  if (int64_t mib = MemoryMib(spec); mib > 0) directive(fmt::format("--mem={}M", mib));
+  if (spec.resources.gpu > 0) directive(fmt::format("--gres=gpu:{}", spec.resources.gpu));
+  if (!spec.queue.empty()) {
+    COHORT_ASSIGN_OR_RETURN(std::string queue, SbatchValue(spec.queue, "queue"));
+    directive("--partition=" + queue);
+  }
+  if (!spec.priority.empty()) {
+    directive(fmt::format("--nice={}", *ParseInt64(spec.priority)));
+  }
+  if (array) {
+    std::string range = fmt::format("--array=0-{}", elements.size() - 1);
+    if (spec.array.concurrency > 0) range += fmt::format("%{}", spec.array.concurrency);
+    directive(range);
+  }
+  const std::string pattern = array ? "slurm-%A_%a.out" : "slurm-%j.out";
+  COHORT_ASSIGN_OR_RETURN(std::string output,
+                          SbatchValue(EscapePercent(log_dir) + "/" + pattern, "log directory"));
+  directive("--output=" + output);
+  directive("--error=" + output);
+
+  s += fmt::format(
+      "#\n"
+      "# Generated by cohort for job '{}': one task per node runs `cohort run`, which starts\n"
+      "# {} worker(s) on its node.{} See docs/slurm.md.\n\n",
+      spec.name, spec.nproc_per_node,
+      multi ? (etcd ? " The agents rendezvous in etcd."
+                    : "\n# The agents rendezvous in the store served on the first node.")
+            : "");
+  s += "log_dir=" + ShellQuote(log_dir) + "\n";
+
+  if (!spec.env.empty()) {
+    s += "\n# The job's environment.\n";
+    for (const auto& [k, v] : spec.env) s += fmt::format("export {}={}\n", k, ShellQuote(v));
+  }
+  s += fmt::format("export COHORT_JOB_NAME={}\n", ShellQuote(spec.name));
+
+  if (array) {
+    s += "\n# Each array element's environment, picked by its index.\n";
+    s += "case \"${SLURM_ARRAY_TASK_ID:-}\" in\n";
+    for (const ArrayElement& e : elements) {
+      s += fmt::format("  {})\n", e.index);
+      for (const auto& [k, v] : e.env) s += fmt::format("    export {}={}\n", k, ShellQuote(v));
+      s += "    ;;\n";
+    }
+    s += "  *)\n"
+         "    echo \"cohort: this script has no array element '${SLURM_ARRAY_TASK_ID:-}'\" >&2\n"
+         "    exit 2\n"
+         "    ;;\n"
+         "esac\n"
+         "unit=\"$SLURM_ARRAY_TASK_ID\"\n"
+         "tag=\"${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}\"\n";
+  } else {
+    s += "unit=job\n"
+         "tag=\"$SLURM_JOB_ID\"\n";
+  }
+
+  // The agents' rendezvous.
+  std::vector<std::string> rdzv;  // already quoted for the shell
+  bool wrap_is_host = false;
+  if (multi && etcd) {
+    rdzv = {"--rdzv-backend", "etcd", "--rdzv-endpoint", ShellQuote(spec.rdzv.endpoint)};
+  } else if (multi) {
+    s += "\n# Shared secret of this job's rendezvous store, the same on every node.\n"
+         "COHORT_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n')\n"
+         "export COHORT_TOKEN\n";
+    if (spec.rdzv.endpoint.empty()) {
+      s += "\n# The agent on the first node of the allocation (SLURM_NODEID=0) serves the "
+           "store;\n"
+           "# the others reach it at that node's address (NodeAddr, else its name).\n"
+           "first_node=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\n"
+           "rdzv_host=$(scontrol show node -o \"$first_node\" | tr ' ' '\\n' | "
+           "sed -n 's/^NodeAddr=//p')\n"
+           "rdzv_host=${rdzv_host:-$first_node}\n"
+           "if [ -z \"$rdzv_host\" ]; then\n"
+           "  echo \"cohort: cannot tell the first node of '$SLURM_JOB_NODELIST'\" >&2\n"
+           "  exit 1\n"
+           "fi\n";
+      rdzv = {"--rdzv-backend", "c10d", "--rdzv-endpoint",
+              fmt::format("\"$rdzv_host\":{}", spec.rdzv.port)};
+      wrap_is_host = true;
+    } else {
+      rdzv = {"--rdzv-backend", "c10d", "--rdzv-endpoint", ShellQuote(spec.rdzv.endpoint)};
+    }
+  }
+
+  s += "\n# One `cohort run` per node.\n";
+  std::string srun =
+      "srun --nodes=\"$SLURM_JOB_NUM_NODES\" --ntasks=\"$SLURM_JOB_NUM_NODES\" "
+      "--ntasks-per-node=1";
+  if (int cpus = CpusPerTask(spec); cpus > 0) srun += fmt::format(" --cpus-per-task={}", cpus);
+  srun += " --kill-on-bad-exit=0 \\\n";
+  s += srun;
+  if (wrap_is_host) {
+    // Every node's address may resolve to the same host (several slurmd on one machine),
+    // so which agent serves the store is said explicitly rather than guessed.
+    s += "  /bin/bash -c 'if [ \"${SLURM_NODEID:-0}\" = 0 ]; then h=1; else h=0; fi; "
+         "export PET_RDZV_CONF=\"is_host=$h\"; exec \"$@\"' cohort-agent \\\n";
+  }
+  s +=
+      fmt::format("  {} run --nnodes {} --nproc-per-node {} --max-restarts {}",
+                  ShellQuote(cohort_bin), NnodesText(spec), spec.nproc_per_node, spec.max_restarts);
+  if (!rdzv.empty()) s += " \\\n  " + fmt::format("{}", fmt::join(rdzv, " "));
+  s += " \\\n  --rdzv-id \"$SLURM_JOB_ID\" --log-dir \"$log_dir/$unit/ranks\" \\\n  --";
+  s += " " + ShellQuote(spec.entrypoint);
+  for (const std::string& a : spec.args) s += " " + ShellQuote(a);
+  s += "\nrc=$?\n"
+       "# The exit code outlives the controller's memory of the job.\n"
+       "printf '%s\\n' \"$rc\" > \"$log_dir/slurm-$tag.exit\"\n"
+       "exit \"$rc\"\n";
+  return s;
+}
+
+std::unique_ptr<Backend> MakeSlurmBackend(const BackendOptions& options) {
+  return std::make_unique<SlurmBackend>(options);
+}
+
+namespace slurm {
+
+std::vector<Record> ParseScontrolRecords(std::string_view text) {
+  std::vector<Record> records;
+  for (const std::string& line : Split(text, '\n')) {
+    if (Trim(line).empty()) continue;
+    Record r;
+    std::string last_key;
+    for (const std::string& token : Split(line, ' ')) {
+      size_t eq = token.find('=');
+      bool is_key =
+          eq != std::string::npos && eq > 0 && std::isalpha(static_cast<unsigned char>(token[0]));
+      for (size_t i = 0; is_key && i < eq; ++i) {
+        char c = token[i];
+        is_key = std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '/' || c == ':';
+      }
+      if (!is_key) {
+        if (!last_key.empty()) r[last_key] += " " + token;  // a value with blanks
+        continue;
+      }
+      std::string key = token.substr(0, eq);
+      if (r.count(key)) {  // first occurrence wins; later ones are inside some value
+        if (!last_key.empty()) r[last_key] += " " + token;
+        continue;
+      }
+      r[key] = token.substr(eq + 1);
+      last_key = key;
+    }
+    if (!r.empty()) records.push_back(std::move(r));
+  }
+  return records;
+}
+
+std::string MapJobState(std::string_view slurm_state) {
+  std::string s(Trim(slurm_state));
+  s = s.substr(0, s.find_first_of(" +"));
+  static const std::set<std::string> kPending = {"PENDING",      "CONFIGURING", "REQUEUED",
+                                                 "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD",
+                                                 "SPECIAL_EXIT"};
+  static const std::set<std::string> kFailed = {
+      "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"};
+  if (kPending.count(s)) return "pending";
+  if (s == "COMPLETED") return "succeeded";
+  if (kFailed.count(s)) return "failed";
+  if (s == "CANCELLED" || s == "REVOKED") return "cancelled";
+  // RUNNING, COMPLETING, SUSPENDED, STOPPED, SIGNALING, STAGE_OUT, RESIZING and anything
+  // newer: not final.
+  return "running";
+}
+
+std::optional<int> ParseExitCode(std::string_view text) {
+  auto parts = Split(Trim(text), ':', false);
+  if (parts.size() != 2) return std::nullopt;
+  auto code = ParseInt64(parts[0]);
+  auto sig = ParseInt64(parts[1]);
+  if (!code || !sig || *code < 0 || *sig < 0) return std::nullopt;
+  return *sig != 0 ? 128 + static_cast<int>(*sig) : static_cast<int>(*code);
+}
+
+std::vector<int> ParseTaskIds(std::string_view text) {
+  std::string_view ids = Trim(text);
+  ids = ids.substr(0, ids.find('%'));  // "%2": the throttle, not an index
+  std::vector<int> out;
+  constexpr int64_t kMaxIds = 10'000'000;
+  for (const std::string& item : Split(ids, ',')) {
+    auto step_parts = Split(item, ':', false);
+    if (step_parts.empty() || step_parts.size() > 2) return {};
+    int64_t step = 1;
+    if (step_parts.size() == 2) {
+      auto st = ParseInt64(step_parts[1]);
+      if (!st || *st < 1) return {};
+      step = *st;
+    }
+    auto range = Split(step_parts[0], '-', false);
+    if (range.empty() || range.size() > 2) return {};
+    auto lo = ParseInt64(range[0]);
+    auto hi = range.size() == 2 ? ParseInt64(range[1]) : lo;
+    if (!lo || !hi || *lo < 0 || *hi < *lo || (*hi - *lo) / step > kMaxIds) return {};
+    for (int64_t i = *lo; i <= *hi; i += step) out.push_back(static_cast<int>(i));
+  }
+  return out;
+}
+
+JobStatus StatusFromRecords(const std::vector<Record>& records, int array_size) {
+  JobStatus s;
+  if (array_size <= 0) {
+    if (records.empty()) return s;
+    ElementRecord e = ElementFromRecord(records.front());
+    s.state = e.state;
+    s.exit_code = e.exit_code;
+    s.detail = e.detail;
+    return s;
+  }
+  s.elements.resize(static_cast<size_t>(array_size));
+  for (int i = 0; i < array_size; ++i) {
+    s.elements[static_cast<size_t>(i)].index = i;
+    s.elements[static_cast<size_t>(i)].state.clear();
+  }
+  for (const Record& r : records) {
+    ElementRecord e = ElementFromRecord(r);
+    for (int index : ParseTaskIds(Field(r, "ArrayTaskId"))) {
+      if (index < 0 || index >= array_size) continue;
+      ElementRecord& slot = s.elements[static_cast<size_t>(index)];
+      slot = e;
+      slot.index = index;
+    }
+  }
+  AggregateElements(&s);
+  return s;
+}
+
+void AggregateElements(JobStatus* status) {
+  std::map<std::string, int> counts;
+  std::vector<int> failed;
+  const ElementRecord* first_failed = nullptr;
+  bool any_open = false, any_known = false;
+  for (const ElementRecord& e : status->elements) {
+    if (e.state.empty()) continue;
+    any_known = true;
+    counts[e.state]++;
+    if (!IsFinalState(e.state)) any_open = true;
+    if (e.state == "failed") {
+      failed.push_back(e.index);
+      if (first_failed == nullptr) first_failed = &e;
+    }
+  }
+  if (!any_known) return;
+  std::string summary;
+  for (const auto& [state, n] : counts) {
+    summary += fmt::format("{}{} {}", summary.empty() ? "" : ", ", n, state);
+  }
+  status->exit_code.reset();
+  if (any_open) {
+    status->state = counts.size() == 1 && counts.count("pending") ? "pending" : "running";
+    status->detail = summary;
+  } else if (first_failed != nullptr) {
+    status->state = "failed";
+    status->exit_code = first_failed->exit_code;
+    status->detail = fmt::format("element{} {} failed; {}", failed.size() > 1 ? "s" : "",
+                                 fmt::join(failed, ", "), summary);
+  } else if (counts.count("cancelled")) {
+    status->state = "cancelled";
+    status->detail = summary;
+  } else if (counts.count("lost")) {
+    status->state = "lost";
+    status->detail = summary;
+  } else {
+    status->state = "succeeded";
+    status->exit_code = 0;
+    status->detail.clear();
+  }
+}
+
+ElementRecord StatusFromFiles(const std::string& log_dir, const std::string& tag) {
+  ElementRecord e;
+  const std::string exit_path = fmt::format("{}/slurm-{}.exit", log_dir, tag);
+  const std::string out_path = fmt::format("{}/slurm-{}.out", log_dir, tag);
+  bool found = false;
+  std::string text = ReadFile(exit_path, &found);
+  if (found) {
+    if (auto code = ParseInt64(text); code) {
+      e.exit_code = static_cast<int>(*code);
+      e.state = *code == 0 ? "succeeded" : "failed";
+      e.detail = *code == 0 ? ""
+                            : fmt::format(
+                                  "exit code {} (from {}; Slurm no longer knows "
+                                  "job {})",
+                                  *code, exit_path, tag);
+      return e;
+    }
+  }
+  text = ReadFile(out_path, &found);
+  if (!found) {
+    e.state = "lost";
+    e.detail =
+        fmt::format("Slurm no longer knows job {} and it left no output at {}", tag, out_path);
+    return e;
+  }
+  // slurmstepd's notices: "*** JOB 8 ON n1 CANCELLED AT ... ***", "... DUE TO TIME LIMIT ***".
+  if (text.find("DUE TO TIME LIMIT") != std::string::npos) {
+    e.state = "failed";
+    e.detail = fmt::format("Slurm job {} hit its time limit (from {})", tag, out_path);
+  } else if (text.find("DUE TO NODE FAILURE") != std::string::npos) {
+    e.state = "failed";
+    e.detail = fmt::format("Slurm job {} lost a node (from {})", tag, out_path);
+  } else if (text.find("DUE TO PREEMPTION") != std::string::npos) {
+    e.state = "failed";
+    e.detail = fmt::format("Slurm job {} was preempted (from {})", tag, out_path);
+  } else if (text.find("CANCELLED AT") != std::string::npos) {
+    e.state = "cancelled";
+    e.detail = fmt::format("Slurm job {} was cancelled (from {})", tag, out_path);
+  } else {
+    e.state = "lost";
+    e.detail =
+        fmt::format("Slurm no longer knows job {} and {} does not say how it ended", tag, out_path);
+  }
+  return e;
+}
+
+std::vector<Partition> ParseSinfo(std::string_view text) {
+  std::vector<Partition> out;
+  for (const std::string& line : Split(text, '\n')) {
+    auto cols = Split(line, ' ');
+    if (cols.size() < 4) continue;
+    std::string name = cols[0];
+    bool is_default = EndsWith(name, "*");
+    if (is_default) name.pop_back();
+    auto it =
+        std::find_if(out.begin(), out.end(), [&](const Partition& p) { return p.name == name; });
+    if (it == out.end()) {
+      out.push_back({.name = name});
+      it = out.end() - 1;
+    }
+    it->is_default = it->is_default || is_default;
+    it->nodes += static_cast<int>(LeadingNumber(cols[1]));
+    it->max_cpus = std::max(it->max_cpus, static_cast<int>(LeadingNumber(cols[2])));
+    it->max_memory_mib = std::max(it->max_memory_mib, LeadingNumber(cols[3]));
+    // Gres: "(null)", "gpu:2", "gpu:a100:4(S:0-1),mps:100".
+    std::string gres = cols.size() > 4 ? cols[4] : "";
+    std::string plain;
+    int depth = 0;
+    for (char c : gres) {
+      if (c == '(') ++depth;
+      if (depth == 0) plain += c;
+      if (c == ')' && depth > 0) --depth;
+    }
+    for (const std::string& item : Split(plain, ',')) {
+      auto parts = Split(item, ':', false);
+      if (parts.empty() || parts[0] != "gpu") continue;
+      int n = parts.size() == 1 ? 1 : static_cast<int>(LeadingNumber(parts.back()));
+      it->max_gpus = std::max(it->max_gpus, n);
+    }
+  }
+  return out;
+}
+
+void CheckAgainstPartitions(const JobSpec& spec, const std::vector<Partition>& partitions,
+                            std::vector<Problem>* problems) {
+  if (partitions.empty()) {
+    problems->push_back({"queue", "Slurm reports no partition this user can submit to"});
+    return;
+  }
+  const Partition* p = nullptr;
+  for (const Partition& candidate : partitions) {
+    if (spec.queue.empty() ? candidate.is_default : candidate.name == spec.queue) {
+      p = &candidate;
+    }
+  }
+  std::vector<std::string> names;
+  for (const Partition& candidate : partitions) names.push_back(candidate.name);
+  if (p == nullptr) {
+    problems->push_back(
+        {"queue", spec.queue.empty() ? fmt::format("Slurm has no default partition; name one of {}",
+                                                   fmt::join(names, ", "))
+                                     : fmt::format("Slurm has no partition '{}' (partitions: {})",
+                                                   spec.queue, fmt::join(names, ", "))});
+    return;
+  }
+  if (spec.max_nodes > p->nodes) {
+    problems->push_back(
+        {"nnodes", fmt::format("'{}' asks for up to {} nodes; partition '{}' has {}",
+                               NnodesText(spec), spec.max_nodes, p->name, p->nodes)});
+  }
+  if (int cpus = CpusPerTask(spec); cpus > p->max_cpus) {
+    problems->push_back(
+        {"resources.cpu", fmt::format("{} cores per node requested; the largest node of "
+                                      "partition '{}' has {}",
+                                      spec.resources.cpu, p->name, p->max_cpus)});
+  }
+  if (int64_t mib = MemoryMib(spec); mib > p->max_memory_mib) {
+    problems->push_back(
+        {"resources.memory",
+         fmt::format("{} per node requested; the largest node of partition '{}' has {} MiB",
+                     spec.resources.memory_text.empty() ? fmt::format("{} MiB", mib)
+                                                        : spec.resources.memory_text,
+                     p->name, p->max_memory_mib)});
+  }
+  if (spec.resources.gpu > 0 && p->max_gpus == 0) {
+    problems->push_back(
+        {"resources.gpu", fmt::format("{} GPU(s) per node requested; no node of partition '{}' "
+                                      "has GPUs (no gpu gres)",
+                                      spec.resources.gpu, p->name)});
+  } else if (spec.resources.gpu > p->max_gpus) {
+    problems->push_back(
+        {"resources.gpu", fmt::format("{} GPUs per node requested; nodes of partition '{}' "
+                                      "have at most {}",
+                                      spec.resources.gpu, p->name, p->max_gpus)});
+  }
+}
+
+void CheckSpec(const JobSpec& spec, std::vector<Problem>* problems) {
+  if (!spec.priority.empty() && !ParseInt64(spec.priority)) {
+    problems->push_back(
+        {"priority", fmt::format("Slurm takes a number here (its --nice: higher runs later); "
+                                 "'{}' is a priority class name for kubernetes",
+                                 spec.priority)});
+  }
+  for (const auto& [k, v] : spec.env) {
+    if (!IsEnvName(k)) {
+      problems->push_back(
+          {"env." + k, "not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)"});
+    }
+  }
+  CheckHostPathVolumes(spec, "Slurm", problems);
+  if (spec.rdzv.backend == "etcd" && spec.max_nodes > 1 && spec.rdzv.endpoint.empty()) {
+    problems->push_back({"rdzv.endpoint",
+                         "the etcd rendezvous needs the etcd endpoints "
+                         "(host:port[,host:port])"});
+  }
+  if (spec.rdzv.port < 1 || spec.rdzv.port > 65535) {
+    problems->push_back({"rdzv.port", fmt::format("{} is not a TCP port", spec.rdzv.port)});
+  }
+}
+
+std::string OutputPath(const std::string& log_dir, const std::string& slurm_id, int element) {
+  return element < 0 ? fmt::format("{}/slurm-{}.out", log_dir, slurm_id)
+                     : fmt::format("{}/slurm-{}_{}.out", log_dir, slurm_id, element);
+}
+
+}  // namespace slurm
+}  // namespace cohort::launch
