@@ -11,7 +11,8 @@
 // checkpoints are taken at step boundaries and restore parameters, optimizer state, sampler
 // position and torch's generator. On start the newest valid checkpoint of --checkpoint-dir
 // is restored. Rank 0 prints progress and finally `test_accuracy <x>` and
-// `param_digest <crc32 of all parameters>`.
+// `param_digest <crc32 of all parameters>`. With --tensorboard-dir, rank 0 also writes
+// TensorBoard scalars (docs/tensorboard.md).
 //
 // Exit codes: 0 ok, 2 usage (unknown flag, model, data set or optimizer), 3 data set
 // missing or malformed, 4 checkpoint from another model/optimizer/seed, 5 communication
@@ -36,6 +37,7 @@
 #include "cohort/base/settings.h"
 #include "cohort/base/time.h"
 #include "cohort/comm/communicator.h"
+#include "cohort/metrics/tensorboard.h"
 #include "cohort/train/checkpointer.h"
 #include "cohort/train/data.h"
 #include "cohort/train/ddp.h"
@@ -68,6 +70,7 @@ struct Flags {
   int keep = 3;
   int64_t log_every = 50;
   std::string metrics_file;
+  std::string tensorboard_dir;
   int64_t max_steps = 0;
   bool bf16_grads = false;
   std::string grad_compression = "none";
@@ -310,6 +313,31 @@ int Run(const Flags& f) {
   }
 
   MetricsWriter metrics(leader ? f.metrics_file : "");
+  // TensorBoard scalars (rank 0). Optional output: a failure warns once and training goes on.
+  std::unique_ptr<metrics::EventWriter> tensorboard;
+  if (leader && !f.tensorboard_dir.empty()) {
+    auto w = metrics::EventWriter::Open(f.tensorboard_dir);
+    if (w.ok()) {
+      tensorboard = std::move(*w);
+    } else {
+      fmt::print(stderr, "cohort-train: warning: --tensorboard-dir: {}; continuing without it\n",
+                 w.status().ToString());
+    }
+  }
+  auto tensorboard_write = [&](int64_t step,
+                               std::initializer_list<std::pair<const char*, double>> scalars) {
+    if (!tensorboard) return;
+    Status st;
+    for (const auto& [tag, value] : scalars) {
+      if (st.ok()) st = tensorboard->AddScalar(tag, step, value);
+    }
+    if (st.ok()) st = tensorboard->Flush();
+    if (!st.ok()) {
+      fmt::print(stderr, "cohort-train: warning: --tensorboard-dir: {}; continuing without it\n",
+                 st.ToString());
+      tensorboard.reset();
+    }
+  };
   int64_t fault_rank = -1, fault_step = -1;
   if (const char* r = std::getenv("COHORT_TRAIN_FAULT_RANK"); r != nullptr) {
     const char* s = std::getenv("COHORT_TRAIN_FAULT_STEP");
@@ -399,6 +427,12 @@ int Run(const Flags& f) {
                          {"window_s", now_window},
                          {"elapsed_s", elapsed},
                          {"world_size", world}});
+          tensorboard_write(state.global_step,
+                            {{"train/loss", l[0] / std::max(l[1], 1.0)},
+                             {"train/samples_per_s", sps},
+                             {"train/comm_wait_fraction", wait / std::max(now_window, 1e-9)},
+                             {"train/epoch", static_cast<double>(state.epoch) +
+                                                 double(state.batch_in_epoch) / per_epoch}});
         }
         t_window = SteadyClock::now();
         window_steps = 0;
@@ -430,6 +464,8 @@ int Run(const Flags& f) {
                    {"train_s", train_seconds},
                    {"comm_wait_s", ddp.stats().comm_wait_seconds},
                    {"param_digest", digest}});
+    tensorboard_write(state.global_step, {{"test/accuracy", accuracy}});
+    tensorboard.reset();  // flushes and closes
   }
   if (comm) {
     // Nobody leaves (closing connections) while a peer still evaluates.
@@ -464,6 +500,8 @@ int main(int argc, char** argv) {
   app.add_option("--keep", f.keep, "checkpoints kept")->capture_default_str();
   app.add_option("--log-every", f.log_every, "progress line every N steps")->capture_default_str();
   app.add_option("--metrics-file", f.metrics_file, "JSON lines of progress (rank 0)");
+  app.add_option("--tensorboard-dir", f.tensorboard_dir,
+                 "write TensorBoard scalars (rank 0) to an event file in DIR");
   app.add_option("--max-steps", f.max_steps, "stop after N steps in all (0: no limit)")
       ->capture_default_str();
   app.add_flag("--bf16-grads", f.bf16_grads, "allreduce gradients as bf16 (= --grad-compression bf16)");

@@ -1,0 +1,117 @@
+// The live dashboard served at "/" by MetricsServer: one self-contained page (no external
+// scripts or fonts) that polls /api/state every second and draws the job state, a table of
+// ranks, the throughput chart, restarts with their causes, recent log lines, collective
+// bandwidth and GPU availability. Thread-safety: a constant string.
+#include "cohort/metrics/http_server.h"
+
+namespace cohort::metrics {
+
+const char* DashboardPage() {
+  return R"html(<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>cohort dashboard</title>
+<style>
+body{font:14px system-ui,sans-serif;margin:16px;background:#f7f7f9;color:#222}
+h1{font-size:20px;margin:0 0 8px} h2{font-size:15px;margin:18px 0 6px}
+.cards{display:flex;gap:10px;flex-wrap:wrap}
+.card{background:#fff;border:1px solid #ddd;border-radius:6px;padding:8px 12px;min-width:110px}
+.card b{display:block;font-size:18px}
+table{border-collapse:collapse;background:#fff;font-variant-numeric:tabular-nums}
+td,th{border:1px solid #ddd;padding:3px 8px;text-align:right} th{background:#eee}
+td.l,th.l{text-align:left}
+.HEALTHY,.running{color:#0a7a2f}.FAILED,.failed{color:#b00020}.SUCCEEDED{color:#1a55c4}
+#chart{background:#fff;border:1px solid #ddd;border-radius:6px}
+pre{background:#111;color:#ddd;padding:8px;max-height:260px;overflow:auto;font-size:12px}
+.muted{color:#777}
+</style></head><body>
+<h1>cohort <span id="run" class="muted"></span></h1>
+<div class="cards" id="cards"></div>
+<h2>Ranks</h2>
+<table id="ranks"><thead><tr><th>rank</th><th class="l">state</th><th>step</th><th>loss</th>
+<th>samples/s</th><th>comm wait</th><th>allreduce GB/s</th><th>CPU %</th><th>RSS MiB</th></tr></thead><tbody></tbody></table>
+<h2>Throughput (samples/s, all ranks)</h2>
+<svg id="chart" width="640" height="180" viewBox="0 0 640 180"></svg>
+<h2>Restarts and failures</h2><div id="restarts" class="muted">none</div>
+<h2>GPUs</h2><div id="gpus" class="muted"></div>
+<h2>Recent log lines</h2><pre id="logs"></pre>
+<script>
+let since = 0, history = [], logs = [], restarts = [];
+const esc = t => String(t).replace(/[&<>"']/g, c => ({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;',"'":'&#39;'}[c]));
+const fmt = (v, d) => (v === undefined || v === null) ? '-' : Number(v).toFixed(d);
+function metric(m, name, labels) {
+  if (!m) return undefined;
+  if (labels) return m[name + '{' + labels + '}'];
+  return m[name];
+}
+function sumPrefix(m, prefix) {
+  let s = 0, seen = false;
+  for (const k in m) if (k.startsWith(prefix)) { s += m[k]; seen = true; }
+  return seen ? s : undefined;
+}
+function draw() {
+  const svg = document.getElementById('chart');
+  const pts = history.slice(-120);
+  if (pts.length < 2) { svg.innerHTML = '<text x="10" y="90" fill="#777">waiting for data</text>'; return; }
+  const max = Math.max(...pts.map(p => p.v), 1), t0 = pts[0].t, t1 = pts[pts.length - 1].t;
+  const x = t => 40 + 590 * (t - t0) / Math.max(t1 - t0, 1e-9), y = v => 165 - 150 * v / max;
+  const line = pts.map(p => x(p.t).toFixed(1) + ',' + y(p.v).toFixed(1)).join(' ');
+  svg.innerHTML = '<polyline fill="none" stroke="#1a55c4" stroke-width="2" points="' + line + '"/>' +
+    '<text x="2" y="18" font-size="11" fill="#555">' + max.toFixed(0) + '</text>' +
+    '<text x="2" y="168" font-size="11" fill="#555">0</text>' +
+    '<line x1="40" y1="165" x2="630" y2="165" stroke="#999"/>';
+}
+async function tick() {
+  let s;
+  try { s = await (await fetch('/api/state?since=' + since, {cache: 'no-store'})).json(); }
+  catch (e) { document.getElementById('run').textContent = '(agent unreachable)'; return; }
+  const a = s.agent || {};
+  document.getElementById('run').textContent = (a.run_id || '') + ' on ' + (a.host || '');
+  const cards = [['state', a.state], ['round', a.round], ['world size', a.world_size],
+    ['restarts', (a.restarts ?? 0) + ' / ' + (a.max_restarts ?? 0)], ['node', (a.group_rank ?? '-') + ' of ' + (a.group_world_size ?? '-')],
+    ['node CPU %', fmt(s.system && s.system.node && s.system.node.cpu_percent, 0)]];
+  document.getElementById('cards').innerHTML = cards.map(c =>
+    '<div class="card">' + c[0] + '<b class="' + c[1] + '">' + (c[1] ?? '-') + '</b></div>').join('');
+  const usage = {};
+  for (const w of ((s.system || {}).workers || [])) usage[w.rank] = w;
+  const states = {};
+  for (const r of (a.ranks || [])) states[r.rank] = r.state;
+  const rows = [];
+  let total = 0, any = false;
+  const ranks = s.ranks || [];
+  const all = new Set([...ranks.map(r => r.rank), ...Object.keys(states).map(Number)]);
+  for (const rank of [...all].sort((p, q) => p - q)) {
+    const m = (ranks.find(r => r.rank === rank) || {}).metrics || {};
+    const u = usage[rank] || {};
+    const sps = metric(m, 'cohort_train_samples_per_second');
+    if (sps !== undefined) { total += sps; any = true; }
+    const bytes = sumPrefix(m, 'cohort_comm_bytes_total'), secs = sumPrefix(m, 'cohort_comm_seconds_total');
+    const bw = bytes && secs ? bytes / secs / 1e9 : undefined;
+    const wait = metric(m, 'cohort_train_comm_wait_fraction');
+    rows.push('<tr><td>' + rank + '</td><td class="l ' + (states[rank] || '') + '">' + (states[rank] || '-') +
+      '</td><td>' + fmt(metric(m, 'cohort_train_step'), 0) + '</td><td>' + fmt(metric(m, 'cohort_train_loss'), 4) +
+      '</td><td>' + fmt(sps, 0) + '</td><td>' + (wait === undefined ? '-' : fmt(100 * wait, 1) + '%') +
+      '</td><td>' + fmt(bw, 2) + '</td><td>' + fmt(u.cpu_percent, 0) + '</td><td>' +
+      fmt(u.rss_bytes === undefined ? undefined : u.rss_bytes / 1048576, 0) + '</td></tr>');
+  }
+  document.querySelector('#ranks tbody').innerHTML = rows.join('');
+  if (any) { history.push({t: Date.now() / 1000, v: total}); draw(); }
+  for (const e of (s.events || [])) {
+    since = Math.max(since, e.seq);
+    if (e.type === 'log') logs.push('[rank' + e.rank + '] ' + e.line);
+    else if (e.type === 'restart' || e.type === 'failure' || e.type === 'round') restarts.push(e);
+  }
+  logs = logs.slice(-200);
+  document.getElementById('logs').textContent = logs.join('\n');
+  if (restarts.length) document.getElementById('restarts').innerHTML = '<table><tr><th class="l">time</th><th class="l">event</th><th class="l">cause</th></tr>' +
+    restarts.slice(-20).map(e => '<tr><td class="l">' + new Date(e.time * 1000).toLocaleTimeString() + '</td><td class="l">' + e.type +
+      (e.round !== undefined ? ' (round ' + e.round + ')' : '') + '</td><td class="l">' + esc(e.cause || '') + '</td></tr>').join('') + '</table>';
+  const g = (s.system || {}).gpus || {};
+  document.getElementById('gpus').textContent = g.available ?
+    (g.devices || []).map(d => 'GPU ' + d.index + ' ' + (d.name || '') + ': ' + d.utilization_percent + '% busy, ' +
+      fmt(d.memory_used_bytes / 1073741824, 1) + ' GiB used').join('; ') : ('not monitored: ' + (g.reason || 'unknown'));
+}
+tick(); setInterval(tick, 1000);
+</script></body></html>
+)html";
+}
+
+}  // namespace cohort::metrics

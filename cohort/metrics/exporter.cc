@@ -1,0 +1,141 @@
+// Worker metrics export (see exporter.h). Thread-safety: as documented there.
+#include "cohort/metrics/exporter.h"
+
+#include <pthread.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "cohort/base/log.h"
+#include "cohort/base/settings.h"
+
+namespace cohort::metrics {
+namespace {
+
+constexpr const char* kLog = "metrics";
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+class Exporter {
+ public:
+  Exporter(std::string dir, int rank, std::chrono::milliseconds interval)
+      : dir_(std::move(dir)), rank_(rank), interval_(interval) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~Exporter() { Stop(); }
+
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) return;
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    WriteOnce();  // the final numbers
+  }
+
+ private:
+  void Loop() {
+    pthread_setname_np(pthread_self(), "metrics-export");
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      lock.unlock();
+      WriteOnce();
+      lock.lock();
+      cv_.wait_for(lock, interval_, [&] { return stop_; });
+    }
+  }
+
+  void WriteOnce() {
+    nlohmann::json snap = {{"time", Now()}, {"rank", rank_},
+                           {"metrics", DefaultRegistry().ToJson()}};
+    const std::string base = fmt::format("{}/rank{}", dir_, rank_);
+    const std::string line = snap.dump();
+    bool ok = true;
+    {
+      std::ofstream tmp(base + ".json.tmp", std::ios::trunc);
+      tmp << line << "\n";
+      ok = ok && static_cast<bool>(tmp);
+    }
+    std::error_code ec;
+    if (ok) std::filesystem::rename(base + ".json.tmp", base + ".json", ec);
+    ok = ok && !ec;
+    {
+      std::ofstream history(base + ".jsonl", std::ios::app);
+      history << line << "\n";
+      ok = ok && static_cast<bool>(history);
+    }
+    if (!ok && !warned_) {
+      warned_ = true;
+      COHORT_LOG_WARN(kLog, "cannot write metrics under {} (monitoring only; training goes on)",
+                      dir_);
+    }
+  }
+
+  const std::string dir_;
+  const int rank_;
+  const std::chrono::milliseconds interval_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool warned_ = false;
+  std::thread thread_;
+};
+
+std::mutex g_mu;
+Exporter* g_exporter = nullptr;
+
+}  // namespace
+
+bool StartWorkerExporter(std::chrono::milliseconds interval) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_exporter) return true;
+  const char* dir = std::getenv("COHORT_METRICS_DIR");
+  if (!dir || !*dir) return false;
+  const char* rank = std::getenv("RANK");
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  g_exporter = new Exporter(dir, rank ? static_cast<int>(ParseInt64(rank).value_or(0)) : 0,
+                            interval);
+  std::atexit([] { StopWorkerExporter(); });
+  return true;
+}
+
+void StopWorkerExporter() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_exporter) return;
+  g_exporter->Stop();
+  delete g_exporter;
+  g_exporter = nullptr;
+}
+
+std::vector<RankSnapshot> ReadRankSnapshots(const std::string& dir) {
+  std::vector<RankSnapshot> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("rank", 0) != 0 || entry.path().extension() != ".json") continue;
+    std::ifstream in(entry.path());
+    nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) continue;
+    RankSnapshot s;
+    s.rank = j.value("rank", -1);
+    s.time = j.value("time", 0.0);
+    s.metrics = j.value("metrics", nlohmann::json::array());
+    out.push_back(std::move(s));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const RankSnapshot& a, const RankSnapshot& b) { return a.rank < b.rank; });
+  return out;
+}
+
+}  // namespace cohort::metrics

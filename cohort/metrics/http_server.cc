@@ -1,0 +1,130 @@
+// The agent's metrics/dashboard HTTP server (see http_server.h).
+// Thread-safety: as documented in the header.
+#include "cohort/metrics/http_server.h"
+
+#include <httplib.h>
+#include <pthread.h>
+
+#include "cohort/base/settings.h"
+#include "cohort/metrics/exporter.h"
+
+namespace cohort::metrics {
+
+MetricsServer::MetricsServer(ServerOptions options) : o_(std::move(options)) {
+  if (!o_.registry) o_.registry = &DefaultRegistry();
+}
+
+Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(ServerOptions options) {
+  std::unique_ptr<MetricsServer> s(new MetricsServer(std::move(options)));
+  s->server_ = std::make_unique<httplib::Server>();
+  // SO_REUSEADDR only: httplib's default adds SO_REUSEPORT, which would let a second agent
+  // bind the same port silently instead of reporting it in use.
+  s->server_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  MetricsServer* self = s.get();
+  s->server_->Get("/metrics", [self](const httplib::Request&, httplib::Response& res) {
+    res.set_content(self->MetricsText(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  s->server_->Get("/api/state", [self](const httplib::Request& req, httplib::Response& res) {
+    uint64_t since = 0;
+    if (req.has_param("since")) {
+      since = static_cast<uint64_t>(ParseInt64(req.get_param_value("since")).value_or(0));
+    }
+    res.set_header("Cache-Control", "no-store");
+    res.set_content(self->State(since).dump(), "application/json");
+  });
+  s->server_->Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(DashboardPage(), "text/html; charset=utf-8");
+  });
+  const std::string& host = s->o_.host;
+  if (s->o_.port == 0) {
+    s->port_ = s->server_->bind_to_any_port(host.c_str());
+  } else if (s->server_->bind_to_port(host.c_str(), s->o_.port)) {
+    s->port_ = s->o_.port;
+  } else {
+    s->port_ = -1;
+  }
+  if (s->port_ <= 0) {
+    return AlreadyExists("cannot listen on {}:{} for metrics (the port is in use or not "
+                         "allowed): pick another --metrics-port, or 0 for any free port",
+                         host, s->o_.port);
+  }
+  s->thread_ = std::thread([self] {
+    pthread_setname_np(pthread_self(), "metrics-http");
+    self->server_->listen_after_bind();
+  });
+  return s;
+}
+
+MetricsServer::~MetricsServer() { Stop(); }
+
+void MetricsServer::Stop() {
+  if (server_) server_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string MetricsServer::MetricsText() {
+  std::vector<WorkerProcess> workers = o_.workers ? o_.workers() : std::vector<WorkerProcess>{};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_system_ = sampler_.Sample(workers, *o_.registry);
+  }
+  std::vector<Source> sources = {{o_.registry->ToJson(), {}}};
+  if (!o_.metrics_dir.empty()) {
+    for (auto& snap : ReadRankSnapshots(o_.metrics_dir)) {
+      sources.push_back({std::move(snap.metrics), {{"rank", std::to_string(snap.rank)}}});
+    }
+  }
+  return RenderPrometheus(sources);
+}
+
+namespace {
+
+// {"name{labels}": value} of a snapshot's scalar metrics, for the dashboard.
+nlohmann::json Flatten(const nlohmann::json& metrics) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& m : metrics) {
+    std::string key = m.value("name", "");
+    if (m.contains("labels") && !m["labels"].empty()) {
+      std::string labels;
+      for (const auto& [k, v] : m["labels"].items()) {
+        labels += (labels.empty() ? "" : ",") + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+      }
+      key += "{" + labels + "}";
+    }
+    if (m.contains("value")) {
+      out[key] = m["value"];
+    } else if (m.contains("count")) {
+      out[key + ":count"] = m["count"];
+      out[key + ":sum"] = m["sum"];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json MetricsServer::State(uint64_t since) {
+  std::vector<WorkerProcess> workers = o_.workers ? o_.workers() : std::vector<WorkerProcess>{};
+  nlohmann::json system;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_system_ = sampler_.Sample(workers, *o_.registry);
+    system = last_system_;
+  }
+  nlohmann::json ranks = nlohmann::json::array();
+  if (!o_.metrics_dir.empty()) {
+    for (const auto& snap : ReadRankSnapshots(o_.metrics_dir)) {
+      ranks.push_back({{"rank", snap.rank}, {"time", snap.time}, {"metrics", Flatten(snap.metrics)}});
+    }
+  }
+  return {{"agent", o_.state ? o_.state() : nlohmann::json::object()},
+          {"agent_metrics", Flatten(o_.registry->ToJson())},
+          {"ranks", ranks},
+          {"system", system},
+          {"events", o_.events ? o_.events->Since(since) : nlohmann::json::array()}};
+}
+
+}  // namespace cohort::metrics

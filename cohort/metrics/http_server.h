@@ -1,0 +1,66 @@
+// MetricsServer: the agent's HTTP endpoint (--metrics-port), on cpp-httplib.
+//   GET /metrics      Prometheus text: the agent's registry, every local rank's exported
+//                     snapshot (label rank="R"), and /proc + NVML gauges sampled per scrape
+//   GET /api/state    JSON for the dashboard: the agent's state (from the provider), each
+//                     rank's latest metrics, utilisation, recent events (?since=<seq>)
+//   GET /             the live dashboard (dashboard_page.cc), which polls /api/state
+// Monitoring never fails the job: a port in use is an error from Start() with a clear
+// message, and the caller (cohort run) goes on without the endpoint.
+//
+// Thread-safety: Start/Stop from the owning thread; handlers run on httplib's pool and
+// take `mu_` around the sampler; providers must be thread-safe.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cohort/base/status.h"
+#include "cohort/metrics/registry.h"
+#include "cohort/metrics/system.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace cohort::metrics {
+
+struct ServerOptions {
+  std::string host = "0.0.0.0";
+  int port = 0;                       // 0: any free port (see port())
+  std::string metrics_dir;            // where workers export rank<R>.json
+  Registry* registry = nullptr;       // default: DefaultRegistry()
+  EventLog* events = nullptr;         // restarts, failures, log lines
+  std::function<nlohmann::json()> state;                     // the agent's own state
+  std::function<std::vector<WorkerProcess>()> workers;        // live worker processes
+};
+
+class MetricsServer {
+ public:
+  static Result<std::unique_ptr<MetricsServer>> Start(ServerOptions options);
+  ~MetricsServer();
+  int port() const { return port_; }
+  void Stop();
+
+  // The bodies of the endpoints (also used by tests without HTTP).
+  std::string MetricsText();
+  nlohmann::json State(uint64_t since);
+
+ private:
+  explicit MetricsServer(ServerOptions options);
+  ServerOptions o_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+  std::mutex mu_;
+  SystemSampler sampler_;
+  nlohmann::json last_system_;
+};
+
+// The dashboard page (HTML + JS, no external resources).
+const char* DashboardPage();
+
+}  // namespace cohort::metrics
