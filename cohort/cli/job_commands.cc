@@ -210,6 +210,9 @@ int SubmitCommand(const std::vector<std::string>& args) {
   app.add_option("--concurrency", concurrency, "array elements running at once")
       ->check(CLI::PositiveNumber);
   app.add_option("--kube-flavor", kube_flavor, "pytorchjob (default), volcano or indexed");
+  std::string image_cohort = "cohort";
+  app.add_option("--cohort-in-image", image_cohort,
+                 "kubernetes: the cohort binary inside the image (default: cohort, on PATH)");
   app.add_flag("--dry-run", dry_run, "print what would be submitted; submit nothing");
   app.add_flag("--wait", wait, "wait for the end; exit 0 succeeded, 1 failed, 9 cancelled");
   if (int rc = Parse(app, args, "submit"); rc >= 0) return rc;
@@ -240,6 +243,9 @@ int SubmitCommand(const std::vector<std::string>& args) {
 
   launch::BackendOptions options = c.Options();
   options.kube_flavor = kube_flavor;
+  // Pods run the image's cohort; local and Slurm nodes run this very binary (Slurm nodes
+  // share the file system with the submit host).
+  if (backend_name == "kubernetes" || backend_name == "k8s") options.cohort_bin = image_cohort;
   auto backend = launch::MakeBackend(backend_name, options);
   if (!backend.ok()) {
     fmt::print(stderr, "cohort submit: {}\n", backend.status().message());
