@@ -16,6 +16,7 @@ PACKAGES=(
   openmpi-bin libopenmpi-dev libgloo-dev
   slurmctld slurmd slurm-client munge
   libpq-dev postgresql sqlite3 libcsv-dev
+  chromium
 )
 
 missing=()

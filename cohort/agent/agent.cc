@@ -146,6 +146,13 @@ class Agent::Impl {
   std::string attempt_dir_;
   std::string stall_report_;  // CollectFlightRecords of the latest failure
   WorkerState state_ = WorkerState::kInit;
+  std::unique_ptr<ConsoleMerger> out_console_, err_console_;
+  std::optional<RendezvousInfo> info_;  // the current round, for PublishStatus
+  // Monitoring (AgentOptions::status / events): the dashboard's view of this agent.
+  void PublishStatus();
+  void AddEvent(nlohmann::json event) {
+    if (o_.events) o_.events->Add(std::move(event));
+  }
 };
 
 Agent::Agent(AgentOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
@@ -211,6 +218,23 @@ Status Agent::Impl::StartWorkers(const RendezvousInfo& info, int attempt) {
   failure_.reset();
   workers_.clear();
   workers_.reserve(spec.nproc_per_node);
+  // One console merger per stream, sized by the ranks that print to it.
+  int shown_out = 0, shown_err = 0;
+  for (int local = 0; local < spec.nproc_per_node; ++local) {
+    if (!spec.local_ranks_filter.empty() && !spec.local_ranks_filter.count(local)) continue;
+    shown_out += !(spec.redirects.For(local) & 1) || (spec.tee.For(local) & 1);
+    shown_err += !(spec.redirects.For(local) & 2) || (spec.tee.For(local) & 2);
+  }
+  if (out_console_) out_console_->FlushAll();
+  if (err_console_) err_console_->FlushAll();
+  out_console_ = std::make_unique<ConsoleMerger>(STDOUT_FILENO, shown_out, spec.log_merge_window);
+  err_console_ = std::make_unique<ConsoleMerger>(STDERR_FILENO, shown_err, spec.log_merge_window);
+  std::function<void(int, std::string_view)> on_line;
+  if (o_.events) {
+    on_line = [this](int rank, std::string_view line) {
+      AddEvent({{"type", "log"}, {"rank", rank}, {"line", std::string(line)}});
+    };
+  }
   const bool set_omp = std::getenv("OMP_NUM_THREADS") == nullptr && spec.nproc_per_node > 1;
   for (int local = 0; local < spec.nproc_per_node; ++local) {
     Worker w;
@@ -244,6 +268,7 @@ Status Agent::Impl::StartWorkers(const RendezvousInfo& info, int attempt) {
         {"COHORT_FLIGHT_RECORDER_DIR", dir},
     };
     if (set_omp) env.emplace_back("OMP_NUM_THREADS", "1");
+    if (!o_.metrics_dir.empty()) env.emplace_back("COHORT_METRICS_DIR", o_.metrics_dir);
     for (const auto& kv : spec.extra_env) env.push_back(kv);
     SpawnOptions so;
     so.argv = spec.argv;
@@ -254,15 +279,18 @@ Status Agent::Impl::StartWorkers(const RendezvousInfo& info, int attempt) {
     w.alive = true;
     const bool shown = spec.local_ranks_filter.empty() || spec.local_ranks_filter.count(local);
     const int redirect = spec.redirects.For(local), tee = spec.tee.For(local);
-    auto console = [&](int bit, int fd) {
+    auto console = [&](int bit, ConsoleMerger* merger) {
       bool to_console = shown && (!(redirect & bit) || (tee & bit));
-      return to_console ? fd : -1;
+      return to_console ? merger : nullptr;
     };
-    w.out = std::make_unique<LogSink>(w.rank, console(1, STDOUT_FILENO), dir + "/stdout.log");
-    w.err = std::make_unique<LogSink>(w.rank, console(2, STDERR_FILENO), dir + "/stderr.log");
+    w.out = std::make_unique<LogSink>(w.rank, console(1, out_console_.get()),
+                                      dir + "/stdout.log", on_line);
+    w.err = std::make_unique<LogSink>(w.rank, console(2, err_console_.get()),
+                                      dir + "/stderr.log", on_line);
     workers_.push_back(std::move(w));
   }
   state_ = WorkerState::kHealthy;
+  PublishStatus();
   COHORT_LOG_DEBUG(kLog, "attempt {}: started {} worker(s), ranks {}..{} of {}", attempt,
                    spec.nproc_per_node, offset, offset + spec.nproc_per_node - 1, world);
   return Status::Ok();
@@ -283,6 +311,7 @@ void Agent::Impl::CloseWorkerPipes(Worker& w) {
 void Agent::Impl::OnWorkerExit(Worker& w) {
   w.status = Reap(w.child.pid);
   w.alive = false;
+  PublishStatus();
   ::close(w.child.pidfd);
   w.child.pidfd = -1;
   // Whatever the worker wrote before exiting is in its pipes now; a grandchild that keeps
@@ -334,12 +363,20 @@ Agent::Impl::Outcome Agent::Impl::Monitor(int watch_fd) {
         owners.push_back(static_cast<int>(i) * 3 + 2);
       }
     }
-    int rc = ::poll(fds.data(), fds.size(), -1);
+    // Wake for console lines waiting to be merged, else only on events.
+    int timeout = -1;
+    for (ConsoleMerger* m : {out_console_.get(), err_console_.get()}) {
+      int t = m ? m->PollTimeoutMs() : -1;
+      if (t >= 0 && (timeout < 0 || t < timeout)) timeout = t;
+    }
+    int rc = ::poll(fds.data(), fds.size(), timeout);
     if (rc < 0) {
       if (errno == EINTR) continue;
       COHORT_LOG_ERROR(kLog, "poll failed: {}", std::strerror(errno));
       return Outcome::kSignaled;
     }
+    if (out_console_) out_console_->FlushDue();
+    if (err_console_) err_console_->FlushDue();
     bool exited = false;
     for (size_t k = 0; k < fds.size(); ++k) {
       if (!fds[k].revents) continue;
@@ -428,8 +465,46 @@ void Agent::Impl::StopWorkers(int first_signal) {
     SignalGroup(w.child.pid, SIGKILL);
     CloseWorkerPipes(w);
   }
+  if (out_console_) out_console_->FlushAll();
+  if (err_console_) err_console_->FlushAll();
+  if (state_ == WorkerState::kHealthy || state_ == WorkerState::kUnhealthy) {
+    state_ = WorkerState::kStopped;
+  }
+  PublishStatus();  // the ranks' last states stay visible until the next attempt
   workers_.clear();
   state_ = WorkerState::kStopped;
+}
+
+void Agent::Impl::PublishStatus() {
+  int running = 0;
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const auto& w : workers_) {
+    running += w.alive;
+    ranks.push_back({{"rank", w.rank},
+                     {"local_rank", w.local_rank},
+                     {"pid", w.child.pid},
+                     {"state", w.alive ? std::string("HEALTHY")
+                                       : w.status.success() ? std::string("SUCCEEDED")
+                                                            : "FAILED (" + w.status.Describe() + ")"}});
+  }
+  metrics::DefaultRegistry()
+      .GetGauge("cohort_agent_workers_running", "Worker processes alive on this node")
+      .Set(running);
+  if (!o_.status) return;
+  nlohmann::json s = {{"run_id", o_.spec.run_id},
+                      {"host", o_.self.host},
+                      {"state", std::string(WorkerStateName(state_))},
+                      {"round", last_round_},
+                      {"max_restarts", o_.spec.max_restarts},
+                      {"nproc_per_node", o_.spec.nproc_per_node},
+                      {"ranks", ranks}};
+  if (info_) {
+    s["world_size"] = info_->WorldSize();
+    s["group_rank"] = info_->group_rank;
+    s["group_world_size"] = info_->group_world_size;
+    s["restarts"] = info_->restart_count;
+  }
+  o_.status->Set(std::move(s));
 }
 
 std::string Agent::Impl::CollectFlightRecords(const FailureRecord& failure) {
@@ -541,6 +616,22 @@ AgentResult Agent::Impl::Run() {
                                            info.status().message())};
     }
     last_round_ = info->round;
+    info_ = *info;
+    {
+      auto& reg = metrics::DefaultRegistry();
+      reg.GetCounter("cohort_agent_rendezvous_rounds_total", "Rendezvous rounds this agent joined")
+          .Add();
+      reg.GetGauge("cohort_agent_round", "Current rendezvous round").Set(double(info->round));
+      reg.GetGauge("cohort_agent_world_size", "Workers in the job (all nodes)")
+          .Set(info->WorldSize());
+      reg.GetGauge("cohort_agent_restarts", "Failures counted against the job's restart budget")
+          .Set(double(info->restart_count));
+      AddEvent({{"type", "round"}, {"round", info->round},
+                {"cause", attempt == 0 ? std::string("start")
+                                       : fmt::format("world size {}, restart {} of {}",
+                                                     info->WorldSize(), info->restart_count,
+                                                     o_.spec.max_restarts)}});
+    }
     if (attempt > 0) {
       COHORT_LOG_INFO(kLog, "round {}: restarting the workers (restart {} of {}), world size {}",
                       info->round, info->restart_count, o_.spec.max_restarts, info->WorldSize());
@@ -621,6 +712,10 @@ AgentResult Agent::Impl::Run() {
       case Outcome::kFailed: {
         FailureRecord f = *failure_;
         COHORT_LOG_WARN(kLog, "{}; stopping the worker group", f.Describe());
+        metrics::DefaultRegistry()
+            .GetCounter("cohort_agent_worker_failures_total", "Worker failures seen on this node")
+            .Add();
+        AddEvent({{"type", "failure"}, {"round", info->round}, {"cause", f.Describe()}});
         stall_report_ = CollectFlightRecords(f);
         if (!stall_report_.empty()) COHORT_LOG_WARN(kLog, "{}", stall_report_);
         StopWorkers(SIGTERM);
@@ -633,6 +728,8 @@ AgentResult Agent::Impl::Run() {
         break;
       }
       case Outcome::kRoundEnded:
+        AddEvent({{"type", "restart"}, {"round", info->round},
+                  {"cause", "the round ended elsewhere (a node failed, left or joined)"}});
         StopWorkers(SIGTERM);
         break;
     }

@@ -19,6 +19,7 @@
 
 #include "cohort/base/status.h"
 #include "cohort/base/time.h"
+#include "cohort/metrics/registry.h"
 #include "cohort/rendezvous/rendezvous.h"
 #include "cohort/store/store.h"
 
@@ -51,6 +52,9 @@ struct WorkerSpec {
   std::string master_addr;           // empty = rank-0 node's address
   int master_port = 0;               // 0 = reserve a free port for the job
   Duration stop_grace = std::chrono::seconds(5);
+  // Identical console lines from several local ranks within this window print once as
+  // "[ranks 0-3]: ..." (0: every rank's line separately). Log files are never merged.
+  Duration log_merge_window = std::chrono::milliseconds(100);
   std::vector<std::pair<std::string, std::string>> extra_env;
 };
 
@@ -63,6 +67,12 @@ struct AgentOptions {
   // This node serves the job's store: after its workers succeed it keeps running until the
   // job is over, so the other nodes keep their store.
   bool serves_store = false;
+  // Monitoring, all optional: workers export their metrics to `metrics_dir`
+  // (COHORT_METRICS_DIR); the agent publishes its state to `status`, and rounds, restarts,
+  // failures and worker log lines to `events` (the dashboard reads both).
+  std::string metrics_dir;
+  metrics::StatusBoard* status = nullptr;
+  metrics::EventLog* events = nullptr;
 };
 
 struct AgentResult {

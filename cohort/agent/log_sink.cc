@@ -11,18 +11,11 @@ namespace {
 constexpr size_t kTailLines = 20;
 constexpr size_t kMaxPartial = 1 << 20;  // a line longer than this is emitted in pieces
 
-void WriteAll(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // console gone: drop (the file keeps everything)
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-}
 }  // namespace
 
-LogSink::LogSink(int rank, int console_fd, const std::string& file_path)
-    : rank_(rank), console_fd_(console_fd) {
+LogSink::LogSink(int rank, ConsoleMerger* console, const std::string& file_path,
+                 std::function<void(int, std::string_view)> on_line)
+    : rank_(rank), console_(console), on_line_(std::move(on_line)) {
   if (!file_path.empty()) file_ = std::fopen(file_path.c_str(), "ae");
 }
 
@@ -72,7 +65,8 @@ void LogSink::EmitLine(std::string_view line) {
     tail_.emplace_back(line);
     if (tail_.size() > kTailLines) tail_.pop_front();
   }
-  if (console_fd_ >= 0) WriteAll(console_fd_, fmt::format("[rank{}]: {}\n", rank_, line));
+  if (console_) console_->Add(rank_, line);
+  if (on_line_) on_line_(rank_, line);
 }
 
 void LogSink::Finish() {

@@ -8,16 +8,20 @@
 
 #include <cstdio>
 #include <deque>
+#include <functional>
 #include <string>
 
+#include "cohort/agent/console_merger.h"
 #include "cohort/base/status.h"
 
 namespace cohort::agent {
 
 class LogSink {
  public:
-  // `console_fd` < 0 disables console output. `file_path` empty disables the file.
-  LogSink(int rank, int console_fd, const std::string& file_path);
+  // `console` null disables console output (else lines go through its merger).
+  // `file_path` empty disables the file. `on_line`, if set, sees every complete line.
+  LogSink(int rank, ConsoleMerger* console, const std::string& file_path,
+          std::function<void(int rank, std::string_view line)> on_line = nullptr);
   ~LogSink();
   LogSink(const LogSink&) = delete;
   LogSink& operator=(const LogSink&) = delete;
@@ -35,7 +39,8 @@ class LogSink {
   void EmitLine(std::string_view line);
 
   const int rank_;
-  const int console_fd_;
+  ConsoleMerger* const console_;
+  const std::function<void(int, std::string_view)> on_line_;
   FILE* file_ = nullptr;
   std::string partial_;
   std::deque<std::string> tail_;

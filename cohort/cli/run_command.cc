@@ -12,6 +12,7 @@
 #include "cohort/base/strings.h"
 #include "cohort/base/subprocess.h"
 #include "cohort/cli/exit_codes.h"
+#include "cohort/metrics/http_server.h"
 #include "cohort/net/socket.h"
 #include "cohort/store/etcd_store.h"
 #include "cohort/store/store_server.h"
@@ -49,6 +50,9 @@ struct RunFlags {
   int master_port = 0;
   std::string local_addr;
   double stop_grace = 5.0;
+  int metrics_port = -1;            // -1: no metrics endpoint
+  std::string metrics_host = "0.0.0.0";
+  int log_merge_ms = 100;
 };
 
 // A user error: message plus exit code.
@@ -105,6 +109,13 @@ void AddFlags(CLI::App& app, RunFlags& f) {
       "address other nodes reach this node at");
   opt("--stop-grace", f.stop_grace, "COHORT_STOP_GRACE",
       "seconds between the stop signal and SIGKILL when stopping workers");
+  opt("--metrics-port", f.metrics_port, "COHORT_METRICS_PORT",
+      "serve Prometheus /metrics and the live dashboard on this port (0: any free port)");
+  opt("--metrics-host", f.metrics_host, "COHORT_METRICS_HOST",
+      "address of the metrics endpoint (default 0.0.0.0)");
+  opt("--log-merge-ms", f.log_merge_ms, "COHORT_LOG_MERGE_MS",
+      "print identical console lines of several ranks within this window once, as "
+      "[ranks 0-3]: ... (0: off)");
 }
 
 // Splits "cohort run [options] program [args]" into the options part and the program part,
@@ -595,8 +606,51 @@ int RunCommand(const std::vector<std::string>& args) {
   }
 
   o.serves_store = server != nullptr && !use_etcd;
+  o.spec.log_merge_window = std::chrono::milliseconds(std::max(0, f.log_merge_ms));
+
+  // Monitoring: workers export their metrics under the run's log directory; the endpoint
+  // serves them with the agent's own. A failure here never stops the job.
+  metrics::StatusBoard status;
+  metrics::EventLog events(2000);
+  std::unique_ptr<metrics::MetricsServer> metrics_server;
+  if (f.metrics_port >= 0) {
+    o.metrics_dir = fmt::format("{}/{}/metrics", o.spec.log_dir, run_id);
+    std::error_code ec;
+    std::filesystem::remove_all(o.metrics_dir, ec);  // no stale ranks from an earlier run
+    std::filesystem::create_directories(o.metrics_dir, ec);
+    o.status = &status;
+    o.events = &events;
+    metrics::ServerOptions mo;
+    mo.host = f.metrics_host;
+    mo.port = f.metrics_port;
+    mo.metrics_dir = o.metrics_dir;
+    mo.events = &events;
+    mo.state = [&status] { return status.Get(); };
+    mo.workers = [&status] {
+      std::vector<metrics::WorkerProcess> out;
+      nlohmann::json s = status.Get();
+      for (const auto& r : s.value("ranks", nlohmann::json::array())) {
+        if (r.value("state", "") != "HEALTHY") continue;
+        out.push_back({r.value("rank", 0), r.value("local_rank", 0), r.value("pid", 0)});
+      }
+      return out;
+    };
+    auto started = metrics::MetricsServer::Start(mo);
+    if (started.ok()) {
+      metrics_server = std::move(*started);
+      fmt::print(stderr, "cohort: metrics on http://{}:{}/metrics, dashboard on http://{}:{}/\n",
+                 f.metrics_host == "0.0.0.0" ? o.self.addr : f.metrics_host,
+                 metrics_server->port(),
+                 f.metrics_host == "0.0.0.0" ? o.self.addr : f.metrics_host,
+                 metrics_server->port());
+    } else {
+      fmt::print(stderr, "cohort run: warning: {}; the job runs without the metrics endpoint\n",
+                 started.status().message());
+    }
+  }
   agent::Agent the_agent(std::move(o));
   agent::AgentResult result = the_agent.Run();
+  if (metrics_server) metrics_server->Stop();
   if (server) server->Stop();
   if (use_etcd && single && own_run_id && result.exit_code != agent::kExitRendezvous) {
     // Nobody else can use this job's keys (its run id was made here): remove them.

@@ -13,6 +13,7 @@
 #include "cohort/comm/algorithms.h"
 #include "cohort/comm/flight_recorder.h"
 #include "cohort/comm/reduce.h"
+#include "cohort/metrics/registry.h"
 #include "cohort/net/socket.h"
 #include "cohort/store/etcd_store.h"
 #include "cohort/store/tcp_store.h"
@@ -138,6 +139,7 @@ class Communicator::Impl {
     WorkPtr work;
     size_t recorder_id;
   };
+  void RecordMetrics(const OpDesc& desc, double seconds);
   Algo ChooseAllReduce(size_t bytes) const;
   Algo ChooseTcp(size_t bytes, int members) const;
   Status TcpAllReduce(TcpGroup& g, const void* in, void* out, size_t count, DataType t,
@@ -400,9 +402,11 @@ void Communicator::Impl::Execute(Pending& p) {
   }
   recorder_.Update(p.recorder_id, p.desc.seq, OpState::kStarted);
   Call call{p.desc, Deadline::After(timeout_), scratch_};
+  const auto started = SteadyClock::now();
   Status st = p.body(call);
   if (st.ok()) {
     recorder_.Update(p.recorder_id, p.desc.seq, OpState::kCompleted);
+    RecordMetrics(p.desc, SecondsSince(started));
   } else {
     recorder_.Update(p.recorder_id, p.desc.seq, OpState::kFailed, st.message());
     {
@@ -413,6 +417,20 @@ void Communicator::Impl::Execute(Pending& p) {
     if (st.code() == StatusCode::kDeadlineExceeded) recorder_.DumpNow("timeout");
   }
   p.work->Finish(std::move(st));
+}
+
+// Per kind of operation: count, bytes (count x element size: the buffer each rank hands
+// in) and time, for the agent's /metrics and the dashboard's bandwidth column.
+void Communicator::Impl::RecordMetrics(const OpDesc& desc, double seconds) {
+  auto& registry = metrics::DefaultRegistry();
+  const metrics::Labels labels = {{"op", std::string(OpKindName(desc.kind))}};
+  registry.GetCounter("cohort_comm_operations_total", "Collective operations completed", labels)
+      .Add();
+  registry.GetCounter("cohort_comm_bytes_total", "Bytes handed to collectives by this rank",
+                      labels)
+      .Add(static_cast<double>(desc.count * DataTypeSize(desc.dtype)));
+  registry.GetCounter("cohort_comm_seconds_total", "Time spent running collectives", labels)
+      .Add(seconds);
 }
 
 void Communicator::Impl::Abort() {

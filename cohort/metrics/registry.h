@@ -100,6 +100,24 @@ struct Source {
 };
 std::string RenderPrometheus(const std::vector<Source>& sources);
 
+// The latest state of a component as one JSON document (the agent's, for the dashboard):
+// replaced whole by its owner, read by the HTTP server.
+class StatusBoard {
+ public:
+  void Set(nlohmann::json state) {
+    std::lock_guard<std::mutex> lock(mu_);
+    state_ = std::move(state);
+  }
+  nlohmann::json Get() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return state_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  nlohmann::json state_ = nlohmann::json::object();
+};
+
 // Recent events for the dashboard (restarts with their causes, log lines): a bounded,
 // thread-safe ring of JSON objects with a sequence number each.
 class EventLog {

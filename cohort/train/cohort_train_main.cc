@@ -37,6 +37,7 @@
 #include "cohort/base/settings.h"
 #include "cohort/base/time.h"
 #include "cohort/comm/communicator.h"
+#include "cohort/metrics/exporter.h"
 #include "cohort/metrics/tensorboard.h"
 #include "cohort/train/checkpointer.h"
 #include "cohort/train/data.h"
@@ -403,6 +404,24 @@ int Run(const Flags& f) {
         }
         loss_sum = 0;
         loss_count = 0;
+        {
+          // Every rank's own numbers, for the agent's /metrics and dashboard (exporter.h).
+          auto& reg = metrics::DefaultRegistry();
+          const double window = std::max(SecondsSince(t_window), 1e-9);
+          reg.GetGauge("cohort_train_step", "Optimizer steps done").Set(double(state.global_step));
+          reg.GetGauge("cohort_train_epoch", "Epochs done (fractional)")
+              .Set(double(state.global_step) / double(std::max<int64_t>(per_epoch, 1)));
+          reg.GetGauge("cohort_train_loss", "Mean training loss over the last window, all ranks")
+              .Set(l[0] / std::max(l[1], 1.0));
+          reg.GetGauge("cohort_train_samples_per_second", "Samples this rank trained per second")
+              .Set(window_steps * double(f.batch_size) / window);
+          reg.GetGauge("cohort_train_comm_wait_fraction",
+                       "Share of the last window spent waiting for gradient allreduce")
+              .Set((ddp.stats().comm_wait_seconds - window_wait) / window);
+          reg.GetHistogram("cohort_train_step_seconds", "Time per optimizer step (window mean)",
+                           metrics::SecondsBuckets())
+              .Observe(window / std::max<int64_t>(window_steps, 1));
+        }
         if (leader) {
           double now_window = SecondsSince(t_window);
           double elapsed = SecondsSince(t_start);
@@ -516,6 +535,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cohort-train: %s (see --help)\n", e.what());
     return cohort::train::kExitUsage;
   }
+  // Under `cohort run --metrics-port`, export this rank's metrics for the agent.
+  cohort::metrics::StartWorkerExporter();
   try {
     return cohort::train::Run(f);
   } catch (const cohort::train::Exit& e) {

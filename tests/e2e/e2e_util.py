@@ -155,6 +155,29 @@ def kill_marker_procs(marker, timeout=5.0):
     return left
 
 
+_RANK_PREFIX = re.compile(r"^\[(?:rank(\d+)|ranks ([0-9,\-]+))\]: ?(.*)$")
+
+
+def rank_lines(text):
+    """{rank: [line, ...]} from console text; a merged line "[ranks 0-2,5]: x" counts for
+    each of its ranks."""
+    out = {}
+    for raw in text.splitlines():
+        m = _RANK_PREFIX.match(raw)
+        if not m:
+            continue
+        ranks = []
+        if m.group(1) is not None:
+            ranks = [int(m.group(1))]
+        else:
+            for part in m.group(2).split(","):
+                lo, _, hi = part.partition("-")
+                ranks.extend(range(int(lo), int(hi or lo) + 1))
+        for r in ranks:
+            out.setdefault(r, []).append(m.group(3))
+    return out
+
+
 def tail(text, n=40):
     lines = text.splitlines()
     return "\n".join(lines[-n:])

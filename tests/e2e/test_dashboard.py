@@ -1,0 +1,153 @@
+"""Observability end to end: a real training job under `cohort run --metrics-port 0`, its
+Prometheus /metrics (agent, every rank, /proc), the dashboard rendered by headless Chromium
+with the job's live data (DOM checked, screenshot kept), a metrics port in use that does not
+stop the job, and identical console lines of several ranks merged into one.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import e2e_util as U
+
+TRAIN = U.REPO / "build/dev/cohort/cli/cohort-train"
+
+
+def chromium():
+    for name in ("chromium", "chromium-browser"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def get(url, timeout=10):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read().decode()
+
+
+def start_training(cohort, tmp_path, marker, extra=()):
+    log = open(tmp_path / "run.log", "wb")
+    argv = [cohort, "run", "--nproc-per-node", "2", "--metrics-port", "0", "--metrics-host",
+            "127.0.0.1", "--log-dir", str(tmp_path / "logs"), *extra, str(TRAIN),
+            "--dataset", "synthetic", "--model", "mlp", "--epochs", "1000", "--batch-size", "16",
+            "--max-steps", "100000", "--log-every", "5", "--tag", marker]
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=U.clean_env(),
+                            start_new_session=True)
+    return proc, tmp_path / "run.log"
+
+
+def stop(proc, marker):
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert U.kill_marker_procs(marker) == []
+
+
+@pytest.fixture
+def need_train():
+    if not TRAIN.exists():
+        pytest.skip("cohort-train not built")
+
+
+def test_metrics_and_dashboard_show_the_running_job(cohort, need_train, tmp_path):
+    marker = U.new_marker()
+    proc, log = start_training(cohort, tmp_path, marker)
+    try:
+        url = U.wait_for(lambda: (re.search(r"dashboard on (http://\S+/)", log.read_text())
+                                  or [None, None])[1], 60, what="the dashboard URL")
+
+        def trained():
+            state = json.loads(get(url + "api/state"))
+            steps = [r["metrics"].get("cohort_train_step", 0) for r in state["ranks"]]
+            return state if len(steps) == 2 and min(steps) >= 10 else None
+        state = U.wait_for(trained, 120, interval=0.2, what="both ranks reporting steps")
+        assert state["agent"]["state"] == "HEALTHY", state["agent"]
+        assert [r["state"] for r in state["agent"]["ranks"]] == ["HEALTHY", "HEALTHY"]
+        assert state["system"]["gpus"]["available"] is False  # no NVIDIA driver here
+        assert "NVML" in state["system"]["gpus"]["reason"]
+
+        text = get(url + "metrics")
+        for needle in ['cohort_train_loss{rank="0"}', 'cohort_train_loss{rank="1"}',
+                       'cohort_train_samples_per_second{rank="1"}',
+                       'cohort_comm_bytes_total{op="allreduce",rank="0"}',
+                       'cohort_train_step_seconds_bucket{rank="0",le="+Inf"}',
+                       "cohort_agent_rendezvous_rounds_total 1", "cohort_agent_workers_running 2",
+                       'cohort_worker_cpu_percent{rank="1"}', "cohort_gpu_monitoring_available 0"]:
+            assert needle in text, (needle, text[:3000])
+        assert text.count("# TYPE cohort_train_loss gauge") == 1
+
+        browser = chromium()
+        if browser is None:
+            pytest.skip("chromium not installed (apt-get install chromium)")
+        common = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                  "--virtual-time-budget=6000", "--window-size=1280,1200",
+                  "--user-data-dir=" + str(tmp_path / "chromium")]
+        dom = subprocess.run(common + ["--dump-dom", url], capture_output=True, text=True,
+                             timeout=120)
+        assert dom.returncode == 0, dom.stderr[-2000:]
+        html = dom.stdout
+        rows = re.findall(r"<tr><td>(\d+)</td><td class=\"l HEALTHY\">HEALTHY</td><td>(\d+)</td>"
+                          r"<td>([0-9.]+)</td><td>([0-9.]+)</td>", html)
+        assert [r[0] for r in rows] == ["0", "1"], html[:4000]
+        assert all(int(step) >= 10 and float(loss) >= 0 and float(sps) > 0
+                   for _, step, loss, sps in rows), rows
+        assert "<polyline" in html, "no throughput chart drawn"
+        assert "[rank0]" in html, "no log lines shown"
+        shots = Path(os.environ.get("COHORT_ARTIFACTS", tmp_path))
+        shots.mkdir(parents=True, exist_ok=True)
+        png = shots / "dashboard.png"
+        shot = subprocess.run(common + ["--screenshot=" + str(png), url], capture_output=True,
+                              text=True, timeout=120)
+        assert shot.returncode == 0 and png.exists(), shot.stderr[-2000:]
+        data = png.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20000, len(data)
+    finally:
+        stop(proc, marker)
+
+
+def test_metrics_port_in_use_does_not_stop_the_job(cohort, tmp_path):
+    marker = U.new_marker()
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        p = subprocess.run([cohort, "run", "--nproc-per-node", "2", "--metrics-port", str(port),
+                            "--metrics-host", "127.0.0.1", "--log-dir", str(tmp_path),
+                            "/bin/sh", "-c", "echo worked", marker],
+                           capture_output=True, text=True, timeout=120, env=U.clean_env())
+    assert p.returncode == 0, p.stderr
+    assert "warning" in p.stderr and "in use" in p.stderr and str(port) in p.stderr, p.stderr
+    assert len(U.rank_lines(p.stdout)) == 2
+
+
+def test_identical_lines_of_several_ranks_print_once(cohort, tmp_path):
+    marker = U.new_marker()
+    script = 'echo "same on every rank"; echo "rank $RANK only"'
+    p = subprocess.run([cohort, "run", "--nproc-per-node", "3", "--log-merge-ms", "20000",
+                        "--log-dir", str(tmp_path), "/bin/sh", "-c", script, marker],
+                       capture_output=True, text=True, timeout=120, env=U.clean_env())
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.count("same on every rank") == 1, p.stdout
+    assert "[ranks 0-2]: same on every rank" in p.stdout, p.stdout
+    for r in range(3):
+        assert "[rank%d]: rank %d only" % (r, r) in p.stdout, p.stdout
+    # The per-rank files keep every line.
+    for r in range(3):
+        files = list(tmp_path.glob("*/attempt_0/%d/stdout.log" % r))
+        assert files and "same on every rank" in files[0].read_text()
+    off = subprocess.run([cohort, "run", "--nproc-per-node", "3", "--log-merge-ms", "0",
+                          "--log-dir", str(tmp_path), "/bin/sh", "-c", script, marker],
+                         capture_output=True, text=True, timeout=120, env=U.clean_env())
+    assert off.stdout.count("same on every rank") == 3, off.stdout
