@@ -8,6 +8,7 @@
 #include "cohort/agent/agent.h"
 #include "cohort/cli/exit_codes.h"
 #include "cohort/cli/job_commands.h"
+#include "cohort/cli/scaling_command.h"
 #include "cohort/cli/run_command.h"
 #include "cohort/cli/store_command.h"
 #include "cohort/cli/exec_sibling.h"
@@ -27,7 +28,8 @@ constexpr const char* kUsage =
     "  logs    a job's log (--rank, --element, --follow)\n"
     "  cancel  cancel a job\n"
     "  list    recent jobs\n"
-    "  bench   nccl-tests-style collective benchmarks (runs cohort-bench)\n"
+    "  bench   nccl-tests-style collective benchmarks (runs cohort-bench);\n"
+    "          bench scaling -- <cmd>: a training command at 1..N workers\n"
     "\n"
     "Run 'cohort <command> --help' for a command's options.\n";
 
@@ -46,6 +48,9 @@ int main(int argc, char** argv) {
   args.erase(args.begin());
   if (command == "run") return cohort::cli::RunCommand(args);
   if (command == "store") return cohort::cli::StoreCommand(args);
+  if (command == "bench" && !args.empty() && args[0] == "scaling") {
+    return cohort::cli::ScalingCommand(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
   if (command == "bench") return cohort::cli::ExecSibling("cohort-bench", args);
   if (command == "submit") return cohort::cli::SubmitCommand(args);
   if (command == "status") return cohort::cli::StatusCommand(args);

@@ -28,15 +28,16 @@ pre{background:#111;color:#ddd;padding:8px;max-height:260px;overflow:auto;font-s
 <h2>Ranks</h2>
 <table id="ranks"><thead><tr><th>rank</th><th class="l">state</th><th>step</th><th>loss</th>
 <th>samples/s</th><th>comm wait</th><th>allreduce GB/s</th><th>CPU %</th><th>RSS MiB</th></tr></thead><tbody></tbody></table>
-<h2>Throughput (samples/s, all ranks)</h2>
-<svg id="chart" width="640" height="180" viewBox="0 0 640 180"></svg>
+<h2>Throughput (samples/s per rank)</h2>
+<svg id="chart" width="660" height="185" viewBox="0 0 660 185"></svg>
 <h2>Restarts and failures</h2><div id="restarts" class="muted">none</div>
 <h2>GPUs</h2><div id="gpus" class="muted"></div>
 <h2>Recent log lines</h2><pre id="logs"></pre>
 <script>
-let since = 0, history = [], logs = [], restarts = [];
+let since = 0, ticks = 0, logs = [], restarts = [];
 const esc = t => String(t).replace(/[&<>"']/g, c => ({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;',"'":'&#39;'}[c]));
-const fmt = (v, d) => (v === undefined || v === null) ? '-' : Number(v).toFixed(d);
+const fmt = (v, d) => (v === undefined || v === null) ? '-' :
+  (d > 2 && v !== 0 && Math.abs(v) < 0.01) ? Number(v).toExponential(2) : Number(v).toFixed(d);
 function metric(m, name, labels) {
   if (!m) return undefined;
   if (labels) return m[name + '{' + labels + '}'];
@@ -47,17 +48,29 @@ function sumPrefix(m, prefix) {
   for (const k in m) if (k.startsWith(prefix)) { s += m[k]; seen = true; }
   return seen ? s : undefined;
 }
-function draw() {
+const colors = ['#1a55c4', '#c4411a', '#1a8a3c', '#8a1ac4', '#c49a1a', '#1ab4c4', '#555', '#c41a7a'];
+async function draw() {
   const svg = document.getElementById('chart');
-  const pts = history.slice(-120);
-  if (pts.length < 2) { svg.innerHTML = '<text x="10" y="90" fill="#777">waiting for data</text>'; return; }
-  const max = Math.max(...pts.map(p => p.v), 1), t0 = pts[0].t, t1 = pts[pts.length - 1].t;
-  const x = t => 40 + 590 * (t - t0) / Math.max(t1 - t0, 1e-9), y = v => 165 - 150 * v / max;
-  const line = pts.map(p => x(p.t).toFixed(1) + ',' + y(p.v).toFixed(1)).join(' ');
-  svg.innerHTML = '<polyline fill="none" stroke="#1a55c4" stroke-width="2" points="' + line + '"/>' +
+  let h;
+  try { h = await (await fetch('/api/history', {cache: 'no-store'})).json(); } catch (e) { return; }
+  const series = (h.ranks || []).map(r => ({rank: r.rank, pts: r.points.filter(p => p[1] !== null)}))
+    .filter(s => s.pts.length > 1);
+  if (!series.length) { svg.innerHTML = '<text x="10" y="90" fill="#777">waiting for data</text>'; return; }
+  const all = series.flatMap(s => s.pts);
+  const t0 = Math.min(...all.map(p => p[0])), t1 = Math.max(...all.map(p => p[0]));
+  const max = Math.max(...all.map(p => p[1]), 1);
+  const x = t => 40 + 560 * (t - t0) / Math.max(t1 - t0, 1e-9), y = v => 165 - 150 * v / max;
+  let out = '<line x1="40" y1="165" x2="600" y2="165" stroke="#999"/>' +
     '<text x="2" y="18" font-size="11" fill="#555">' + max.toFixed(0) + '</text>' +
     '<text x="2" y="168" font-size="11" fill="#555">0</text>' +
-    '<line x1="40" y1="165" x2="630" y2="165" stroke="#999"/>';
+    '<text x="600" y="178" font-size="11" fill="#555" text-anchor="end">' + (t1 - t0).toFixed(0) + ' s</text>';
+  series.forEach((s, i) => {
+    const c = colors[i % colors.length];
+    out += '<polyline fill="none" stroke="' + c + '" stroke-width="2" points="' +
+      s.pts.map(p => x(p[0]).toFixed(1) + ',' + y(p[1]).toFixed(1)).join(' ') + '"/>' +
+      '<text x="606" y="' + (20 + 14 * i) + '" font-size="11" fill="' + c + '">rank ' + s.rank + '</text>';
+  });
+  svg.innerHTML = out;
 }
 async function tick() {
   let s;
@@ -93,14 +106,16 @@ async function tick() {
       fmt(u.rss_bytes === undefined ? undefined : u.rss_bytes / 1048576, 0) + '</td></tr>');
   }
   document.querySelector('#ranks tbody').innerHTML = rows.join('');
-  if (any) { history.push({t: Date.now() / 1000, v: total}); draw(); }
+  if (any && ticks++ % 3 === 0) draw();
   for (const e of (s.events || [])) {
     since = Math.max(since, e.seq);
     if (e.type === 'log') logs.push('[rank' + e.rank + '] ' + e.line);
     else if (e.type === 'restart' || e.type === 'failure' || e.type === 'round') restarts.push(e);
   }
   logs = logs.slice(-200);
-  document.getElementById('logs').textContent = logs.join('\n');
+  const pre = document.getElementById('logs');
+  pre.textContent = logs.join('\n');
+  pre.scrollTop = pre.scrollHeight;  // newest lines in view
   if (restarts.length) document.getElementById('restarts').innerHTML = '<table><tr><th class="l">time</th><th class="l">event</th><th class="l">cause</th></tr>' +
     restarts.slice(-20).map(e => '<tr><td class="l">' + new Date(e.time * 1000).toLocaleTimeString() + '</td><td class="l">' + e.type +
       (e.round !== undefined ? ' (round ' + e.round + ')' : '') + '</td><td class="l">' + esc(e.cause || '') + '</td></tr>').join('') + '</table>';

@@ -26,8 +26,8 @@ double Now() {
 
 class Exporter {
  public:
-  Exporter(std::string dir, int rank, std::chrono::milliseconds interval)
-      : dir_(std::move(dir)), rank_(rank), interval_(interval) {
+  Exporter(std::string dir, int rank, std::chrono::milliseconds interval, double history_s)
+      : dir_(std::move(dir)), rank_(rank), interval_(interval), history_s_(history_s) {
     thread_ = std::thread([this] { Loop(); });
   }
   ~Exporter() { Stop(); }
@@ -40,7 +40,8 @@ class Exporter {
     }
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
-    WriteOnce();  // the final numbers
+    stopping_ = true;
+    WriteOnce();  // the final numbers, in the history too
   }
 
  private:
@@ -69,7 +70,9 @@ class Exporter {
     std::error_code ec;
     if (ok) std::filesystem::rename(base + ".json.tmp", base + ".json", ec);
     ok = ok && !ec;
-    {
+    const double now = snap["time"].get<double>();
+    if (now - last_history_ >= history_s_ || stopping_) {
+      last_history_ = now;
       std::ofstream history(base + ".jsonl", std::ios::app);
       history << line << "\n";
       ok = ok && static_cast<bool>(history);
@@ -84,6 +87,9 @@ class Exporter {
   const std::string dir_;
   const int rank_;
   const std::chrono::milliseconds interval_;
+  const double history_s_;
+  double last_history_ = 0;
+  bool stopping_ = false;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
@@ -104,8 +110,10 @@ bool StartWorkerExporter(std::chrono::milliseconds interval) {
   const char* rank = std::getenv("RANK");
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
+  const char* history = std::getenv("COHORT_METRICS_HISTORY_S");
+  double history_s = history ? ParseDouble(history).value_or(5.0) : 5.0;
   g_exporter = new Exporter(dir, rank ? static_cast<int>(ParseInt64(rank).value_or(0)) : 0,
-                            interval);
+                            interval, history_s);
   std::atexit([] { StopWorkerExporter(); });
   return true;
 }
@@ -135,6 +143,31 @@ std::vector<RankSnapshot> ReadRankSnapshots(const std::string& dir) {
   }
   std::sort(out.begin(), out.end(),
             [](const RankSnapshot& a, const RankSnapshot& b) { return a.rank < b.rank; });
+  return out;
+}
+
+std::vector<std::vector<RankSnapshot>> ReadRankHistories(const std::string& dir,
+                                                         size_t max_bytes) {
+  std::vector<std::vector<RankSnapshot>> out;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (entry.path().extension() != ".jsonl") continue;
+    std::ifstream in(entry.path(), std::ios::binary | std::ios::ate);
+    const auto size = static_cast<size_t>(in.tellg());
+    in.seekg(static_cast<std::streamoff>(size > max_bytes ? size - max_bytes : 0));
+    std::string line;
+    if (size > max_bytes) std::getline(in, line);  // skip the partial first line
+    std::vector<RankSnapshot> points;
+    while (std::getline(in, line)) {
+      nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded() || !j.is_object()) continue;
+      points.push_back({j.value("rank", -1), j.value("time", 0.0),
+                        j.value("metrics", nlohmann::json::array())});
+    }
+    if (!points.empty()) out.push_back(std::move(points));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const auto& a, const auto& b) { return a[0].rank < b[0].rank; });
   return out;
 }
 

@@ -1,7 +1,8 @@
 // Worker-side export of DefaultRegistry(): when the agent set COHORT_METRICS_DIR, a thread
 // ("metrics-export") writes every second
 //   <dir>/rank<RANK>.json   the latest snapshot (replaced atomically: the agent serves it)
-//   <dir>/rank<RANK>.jsonl  one line per snapshot {"time", "rank", "metrics"} (history)
+//   <dir>/rank<RANK>.jsonl  a history line {"time", "rank", "metrics"} every
+//                           $COHORT_METRICS_HISTORY_S seconds (default 5)
 // Monitoring never fails the job: write errors are logged once and the exporter goes on.
 // Agent-side, ReadRankSnapshots() collects the latest snapshot of every local rank.
 //
@@ -31,5 +32,9 @@ struct RankSnapshot {
 // The latest snapshot of each rank<R>.json in `dir`, ordered by rank (unreadable or
 // half-written files are skipped).
 std::vector<RankSnapshot> ReadRankSnapshots(const std::string& dir);
+// The history lines of rank<R>.jsonl in `dir` from the last `max_bytes` of each file, per
+// rank (oldest first).
+std::vector<std::vector<RankSnapshot>> ReadRankHistories(const std::string& dir,
+                                                         size_t max_bytes);
 
 }  // namespace cohort::metrics

@@ -35,6 +35,10 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(ServerOptions option
     res.set_header("Cache-Control", "no-store");
     res.set_content(self->State(since).dump(), "application/json");
   });
+  s->server_->Get("/api/history", [self](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Cache-Control", "no-store");
+    res.set_content(self->History().dump(), "application/json");
+  });
   s->server_->Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(DashboardPage(), "text/html; charset=utf-8");
   });
@@ -105,6 +109,27 @@ nlohmann::json Flatten(const nlohmann::json& metrics) {
 }
 
 }  // namespace
+
+nlohmann::json MetricsServer::History() {
+  nlohmann::json ranks = nlohmann::json::array();
+  if (o_.metrics_dir.empty()) return {{"ranks", ranks}};
+  auto value = [](const nlohmann::json& metrics, const char* name) -> nlohmann::json {
+    for (const auto& m : metrics) {
+      if (m.value("name", "") == name && m.contains("value")) return m["value"];
+    }
+    return nullptr;
+  };
+  for (const auto& points : ReadRankHistories(o_.metrics_dir, 512 << 10)) {
+    nlohmann::json series = nlohmann::json::array();
+    for (const auto& p : points) {
+      series.push_back({p.time, value(p.metrics, "cohort_train_samples_per_second"),
+                        value(p.metrics, "cohort_train_loss"),
+                        value(p.metrics, "cohort_train_step")});
+    }
+    ranks.push_back({{"rank", points[0].rank}, {"points", series}});
+  }
+  return {{"ranks", ranks}, {"columns", {"time", "samples_per_s", "loss", "step"}}};
+}
 
 nlohmann::json MetricsServer::State(uint64_t since) {
   std::vector<WorkerProcess> workers = o_.workers ? o_.workers() : std::vector<WorkerProcess>{};

@@ -3,6 +3,7 @@
 //                     snapshot (label rank="R"), and /proc + NVML gauges sampled per scrape
 //   GET /api/state    JSON for the dashboard: the agent's state (from the provider), each
 //                     rank's latest metrics, utilisation, recent events (?since=<seq>)
+//   GET /api/history  each rank's samples/s, loss and step over time (the chart)
 //   GET /             the live dashboard (dashboard_page.cc), which polls /api/state
 // Monitoring never fails the job: a port in use is an error from Start() with a clear
 // message, and the caller (cohort run) goes on without the endpoint.
@@ -48,6 +49,8 @@ class MetricsServer {
   // The bodies of the endpoints (also used by tests without HTTP).
   std::string MetricsText();
   nlohmann::json State(uint64_t since);
+  // Each rank's exported history: [time, samples/s, loss, step] points (/api/history).
+  nlohmann::json History();
 
  private:
   explicit MetricsServer(ServerOptions options);

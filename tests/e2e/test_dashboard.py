@@ -39,7 +39,8 @@ def start_training(cohort, tmp_path, marker, extra=()):
             "127.0.0.1", "--log-dir", str(tmp_path / "logs"), *extra, str(TRAIN),
             "--dataset", "synthetic", "--model", "mlp", "--epochs", "1000", "--batch-size", "16",
             "--max-steps", "100000", "--log-every", "5", "--tag", marker]
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=U.clean_env(),
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                            env=U.clean_env(COHORT_METRICS_HISTORY_S="0.2"),
                             start_new_session=True)
     return proc, tmp_path / "run.log"
 
@@ -99,11 +100,12 @@ def test_metrics_and_dashboard_show_the_running_job(cohort, need_train, tmp_path
         assert dom.returncode == 0, dom.stderr[-2000:]
         html = dom.stdout
         rows = re.findall(r"<tr><td>(\d+)</td><td class=\"l HEALTHY\">HEALTHY</td><td>(\d+)</td>"
-                          r"<td>([0-9.]+)</td><td>([0-9.]+)</td>", html)
+                          r"<td>([0-9.e+-]+)</td><td>([0-9.]+)</td>", html)
         assert [r[0] for r in rows] == ["0", "1"], html[:4000]
         assert all(int(step) >= 10 and float(loss) >= 0 and float(sps) > 0
                    for _, step, loss, sps in rows), rows
-        assert "<polyline" in html, "no throughput chart drawn"
+        chart = re.search(r'<svg id="chart".*?</svg>', html, re.S)
+        assert chart and chart.group(0).count("<polyline") == 2, "no throughput line per rank"
         assert "[rank0]" in html, "no log lines shown"
         shots = Path(os.environ.get("COHORT_ARTIFACTS", tmp_path))
         shots.mkdir(parents=True, exist_ok=True)
@@ -151,3 +153,26 @@ def test_identical_lines_of_several_ranks_print_once(cohort, tmp_path):
                           "--log-dir", str(tmp_path), "/bin/sh", "-c", script, marker],
                          capture_output=True, text=True, timeout=120, env=U.clean_env())
     assert off.stdout.count("same on every rank") == 3, off.stdout
+
+
+def test_bench_scaling_prints_the_table_and_writes_the_plot(cohort, need_train, tmp_path):
+    out = tmp_path / "scaling"
+    p = subprocess.run([cohort, "bench", "scaling", "--workers", "1,2", "--out", str(out), "--",
+                        str(TRAIN), "--dataset", "synthetic", "--model", "mlp", "--batch-size",
+                        "16", "--max-steps", "300", "--log-every", "5"],
+                       capture_output=True, text=True, timeout=600, env=U.clean_env())
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert re.search(r"^\s+workers\s+samples/s\s+epoch s\s+speed-up\s+efficiency", p.stdout, re.M)
+    rows = json.loads((out / "scaling.json").read_text())
+    assert [r["workers"] for r in rows] == [1, 2], rows
+    for r in rows:
+        assert r["exit_code"] == 0 and r["samples_per_s"] > 0 and r["epoch_s"] > 0, rows
+    assert rows[0]["efficiency"] == 1.0 and rows[1]["efficiency"] > 0, rows
+    svg = (out / "scaling.svg").read_text()
+    assert svg.startswith("<svg") and "<polyline" in svg and "stroke-dasharray" in svg
+    bad = subprocess.run([cohort, "bench", "scaling", "--workers", "0,x"], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and "no training command" in bad.stderr
+    bad = subprocess.run([cohort, "bench", "scaling", "--workers", "0,x", "--", "/bin/true"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 3 and "--workers" in bad.stderr

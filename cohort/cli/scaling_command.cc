@@ -1,0 +1,276 @@
+// `cohort bench scaling [--workers 1,2,4 | --max-workers N] [--out DIR] -- <training command>`:
+// runs the command under `cohort run --nproc-per-node K` for each K, reads the ranks'
+// exported metrics (COHORT_METRICS_DIR, see cohort/metrics/exporter.h), and prints a table
+// of samples/s, epoch time, speed-up and efficiency against linear scaling; writes the
+// table as JSON and a plot as SVG into DIR.
+//
+// Throughput is the sum over ranks of each rank's mean cohort_train_samples_per_second over
+// its snapshots after the first quarter of the run (start-up excluded); epoch time comes
+// from rank 0's cohort_train_epoch over the same span. A command that exports no such
+// metrics still gets its wall time per run.
+//
+// Thread-safety: main thread only.
+#include "cohort/cli/scaling_command.h"
+
+#include <poll.h>
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cohort/base/settings.h"
+#include "cohort/base/strings.h"
+#include "cohort/base/subprocess.h"
+#include "cohort/cli/exit_codes.h"
+
+namespace cohort::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+struct Row {
+  int workers = 0;
+  int exit_code = 0;
+  double wall_s = 0;
+  double samples_per_s = -1;  // -1: not reported
+  double epoch_s = -1;
+};
+
+double MetricValue(const json& metrics, const std::string& name) {
+  for (const auto& m : metrics) {
+    if (m.value("name", "") == name && m.contains("value")) return m["value"].get<double>();
+  }
+  return -1;
+}
+
+// Reads <dir>/rank<R>.jsonl of every rank; fills samples/s and epoch time.
+void ReadRun(const std::string& dir, Row* row) {
+  double total = 0;
+  bool any = false;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.path().extension() != ".jsonl") continue;
+    std::vector<std::pair<double, json>> snaps;
+    std::ifstream in(entry.path());
+    std::string line;
+    while (std::getline(in, line)) {
+      json j = json::parse(line, nullptr, false);
+      if (j.is_discarded()) continue;
+      snaps.emplace_back(j.value("time", 0.0), j.value("metrics", json::array()));
+    }
+    if (snaps.size() < 2) continue;
+    const size_t from = snaps.size() / 4;
+    double sum = 0;
+    int n = 0;
+    for (size_t i = from; i < snaps.size(); ++i) {
+      double v = MetricValue(snaps[i].second, "cohort_train_samples_per_second");
+      if (v > 0) {
+        sum += v;
+        ++n;
+      }
+    }
+    if (n > 0) {
+      total += sum / n;
+      any = true;
+    }
+    if (entry.path().stem() == "rank0") {
+      double e0 = MetricValue(snaps[from].second, "cohort_train_epoch");
+      double e1 = MetricValue(snaps.back().second, "cohort_train_epoch");
+      double dt = snaps.back().first - snaps[from].first;
+      if (e0 >= 0 && e1 > e0 && dt > 0) row->epoch_s = dt / (e1 - e0);
+    }
+  }
+  if (any) row->samples_per_s = total;
+}
+
+std::string Svg(const std::vector<Row>& rows) {
+  const double w = 560, h = 360, left = 60, bottom = 310, top = 30, right = 530;
+  int max_k = 1;
+  double max_v = 1;
+  double base = -1;
+  for (const auto& r : rows) {
+    max_k = std::max(max_k, r.workers);
+    if (r.samples_per_s > 0) {
+      if (base < 0) base = r.samples_per_s / r.workers;
+      max_v = std::max(max_v, r.samples_per_s);
+    }
+  }
+  if (base > 0) max_v = std::max(max_v, base * max_k);
+  auto x = [&](double k) { return left + (right - left) * (k - 1) / std::max(1, max_k - 1); };
+  auto y = [&](double v) { return bottom - (bottom - top) * v / max_v; };
+  std::string out = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
+      "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" "
+      "fill=\"white\"/>\n<text x=\"{}\" y=\"18\" font-size=\"14\">samples/s against workers "
+      "(dashed: linear)</text>\n<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#333\"/>\n"
+      "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#333\"/>\n",
+      w, h, left, left, bottom, right, bottom, left, bottom, left, top);
+  for (const auto& r : rows) {
+    out += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
+                       x(r.workers), bottom + 18, r.workers);
+  }
+  out += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">workers</text>\n",
+                     (left + right) / 2, bottom + 40);
+  for (int i = 0; i <= 4; ++i) {
+    double v = max_v * i / 4;
+    out += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{:.0f}</text>\n",
+                       left - 6, y(v) + 4, v);
+  }
+  if (base > 0) {
+    out += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" "
+                       "stroke=\"#999\" stroke-dasharray=\"6,4\"/>\n",
+                       x(1), y(base), x(max_k), y(base * max_k));
+  }
+  std::string points;
+  for (const auto& r : rows) {
+    if (r.samples_per_s <= 0) continue;
+    points += fmt::format("{:.1f},{:.1f} ", x(r.workers), y(r.samples_per_s));
+    out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4\" fill=\"#1a55c4\"/>\n",
+                       x(r.workers), y(r.samples_per_s));
+  }
+  if (!points.empty()) {
+    out += "<polyline fill=\"none\" stroke=\"#1a55c4\" stroke-width=\"2\" points=\"" +
+           std::string(Trim(points)) + "\"/>\n";
+  }
+  return out + "</svg>\n";
+}
+
+std::string SelfExe() {
+  std::error_code ec;
+  auto p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("cohort") : p.string();
+}
+
+}  // namespace
+
+int ScalingCommand(const std::vector<std::string>& args) {
+  // Split at "--": our options before, the training command after.
+  auto dash = std::find(args.begin(), args.end(), "--");
+  std::vector<std::string> ours(args.begin(), dash);
+  std::vector<std::string> command(dash == args.end() ? dash : dash + 1, args.end());
+  CLI::App app("Run a training command at several worker counts and report the scaling.",
+               "cohort bench scaling");
+  std::string workers_text, out_dir = "cohort-scaling";
+  int max_workers = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  double timeout = 3600;
+  app.add_option("--workers", workers_text, "worker counts, e.g. 1,2,4 (default 1..max)");
+  app.add_option("--max-workers", max_workers, "run 1..N workers")->check(CLI::PositiveNumber);
+  app.add_option("--out", out_dir, "directory for scaling.json, scaling.svg and the logs");
+  app.add_option("--timeout", timeout, "seconds each run may take");
+  std::vector<std::string> reversed(ours.rbegin(), ours.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    fmt::print("{}\nUsage: cohort bench scaling [options] -- <training command>\n", app.help());
+    return kExitOk;
+  } catch (const CLI::ParseError& e) {
+    fmt::print(stderr, "cohort bench scaling: {}; see 'cohort bench scaling --help'\n", e.what());
+    return kExitUsage;
+  }
+  if (command.empty()) {
+    fmt::print(stderr, "cohort bench scaling: no training command: cohort bench scaling "
+                       "[options] -- <program> [args]\n");
+    return kExitUsage;
+  }
+  std::vector<int> counts;
+  if (!workers_text.empty()) {
+    for (const auto& part : Split(workers_text, ',')) {
+      auto v = ParseInt64(std::string(Trim(part)));
+      if (!v || *v < 1 || *v > 4096) {
+        fmt::print(stderr, "cohort bench scaling: --workers '{}' is not a list of counts "
+                           "such as 1,2,4\n",
+                   workers_text);
+        return kExitInvalidValue;
+      }
+      counts.push_back(static_cast<int>(*v));
+    }
+  } else {
+    for (int k = 1; k <= max_workers; ++k) counts.push_back(k);
+  }
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) {
+    fmt::print(stderr, "cohort bench scaling: cannot create {}: {}\n", out_dir, ec.message());
+    return kExitInvalidValue;
+  }
+  const std::string out = fs::absolute(out_dir).string();
+  std::vector<Row> rows;
+  for (int k : counts) {
+    Row row;
+    row.workers = k;
+    const std::string run_dir = fmt::format("{}/workers{}", out, k);
+    fs::remove_all(run_dir, ec);
+    fs::create_directories(run_dir + "/metrics", ec);
+    SpawnOptions so;
+    so.argv = {SelfExe(), "run", "--nproc-per-node", std::to_string(k), "--log-dir",
+               run_dir + "/logs", "--"};
+    so.argv.insert(so.argv.end(), command.begin(), command.end());
+    so.env = MergeEnvironment({{"COHORT_METRICS_DIR", run_dir + "/metrics"},
+                               {"COHORT_METRICS_HISTORY_S", "1"}});
+    so.output_file = run_dir + "/output.log";
+    fmt::print(stderr, "cohort bench scaling: {} worker(s)...\n", k);
+    const auto start = SteadyClock::now();
+    auto child = Spawn(so);
+    if (!child.ok()) {
+      fmt::print(stderr, "cohort bench scaling: {}\n", child.status().message());
+      return kExitInternal;
+    }
+    pollfd p{child->pidfd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout * 1000)) == 0) {
+      SignalGroup(child->pid, SIGTERM);
+      fmt::print(stderr, "cohort bench scaling: {} worker(s) ran past --timeout {} s; stopped\n",
+                 k, timeout);
+    }
+    ExitStatus st = Reap(child->pid);
+    ::close(child->pidfd);
+    row.wall_s = SecondsSince(start);
+    row.exit_code = st.exited ? st.code : 128 + st.signal;
+    ReadRun(run_dir + "/metrics", &row);
+    rows.push_back(row);
+    if (!st.success()) {
+      fmt::print(stderr, "cohort bench scaling: {} worker(s) failed ({}); see {}/output.log\n",
+                 k, st.Describe(), run_dir);
+    }
+  }
+  // Table, JSON, plot.
+  const Row* first = nullptr;
+  for (const auto& r : rows) {
+    if (r.samples_per_s > 0) {
+      first = &r;
+      break;
+    }
+  }
+  json table = json::array();
+  fmt::print("{:>8} {:>12} {:>10} {:>9} {:>11} {:>8}  {}\n", "workers", "samples/s", "epoch s",
+             "speed-up", "efficiency", "wall s", "exit");
+  for (const auto& r : rows) {
+    double speedup = first && r.samples_per_s > 0 ? r.samples_per_s / first->samples_per_s : -1;
+    double eff = speedup > 0 ? speedup / (double(r.workers) / first->workers) : -1;
+    auto num = [](double v, int d) { return v < 0 ? std::string("-") : fmt::format("{:.{}f}", v, d); };
+    fmt::print("{:>8} {:>12} {:>10} {:>9} {:>11} {:>8.1f}  {}\n", r.workers,
+               num(r.samples_per_s, 0), num(r.epoch_s, 2), num(speedup, 2),
+               eff < 0 ? std::string("-") : fmt::format("{:.0f}%", 100 * eff), r.wall_s,
+               r.exit_code);
+    table.push_back({{"workers", r.workers},
+                     {"samples_per_s", r.samples_per_s < 0 ? json(nullptr) : json(r.samples_per_s)},
+                     {"epoch_s", r.epoch_s < 0 ? json(nullptr) : json(r.epoch_s)},
+                     {"speedup", speedup < 0 ? json(nullptr) : json(speedup)},
+                     {"efficiency", eff < 0 ? json(nullptr) : json(eff)},
+                     {"wall_s", r.wall_s},
+                     {"exit_code", r.exit_code}});
+  }
+  std::ofstream(out + "/scaling.json") << table.dump(1) << "\n";
+  std::ofstream(out + "/scaling.svg") << Svg(rows);
+  fmt::print("# efficiency: samples/s per worker against the {}-worker run; table in {}/scaling.json, "
+             "plot in {}/scaling.svg\n",
+             first ? first->workers : 1, out, out);
+  bool all_ok = std::all_of(rows.begin(), rows.end(), [](const Row& r) { return r.exit_code == 0; });
+  return all_ok ? kExitOk : kExitWorkerFailed;
+}
+
+}  // namespace cohort::cli
