@@ -490,7 +490,7 @@ void CheckHostPathVolumes(const JobSpec& spec, const std::string& runner,
   for (size_t i = 0; i < spec.volumes.size(); ++i) {
     if (spec.volumes[i].host_path.empty()) {
       problems->push_back({fmt::format("volumes[{}]", i),
-                           fmt::format("{} uses host paths only (a path mounted on every node); "
+                           fmt::format("{} uses host_path volumes only (a path mounted on every node); "
                                        "claim and nfs need kubernetes",
                                        runner)});
     }
