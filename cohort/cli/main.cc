@@ -8,6 +8,7 @@
 #include "cohort/agent/agent.h"
 #include "cohort/cli/exit_codes.h"
 #include "cohort/cli/job_commands.h"
+#include "cohort/cli/pipeline_command.h"
 #include "cohort/cli/scaling_command.h"
 #include "cohort/cli/run_command.h"
 #include "cohort/cli/store_command.h"
@@ -28,6 +29,7 @@ constexpr const char* kUsage =
     "  logs    a job's log (--rank, --element, --follow)\n"
     "  cancel  cancel a job\n"
     "  list    recent jobs\n"
+    "  pipeline  multi-step workflows: run, resume, status, list, export (Argo)\n"
     "  bench   nccl-tests-style collective benchmarks (runs cohort-bench);\n"
     "          bench scaling -- <cmd>: a training command at 1..N workers\n"
     "\n"
@@ -57,6 +59,7 @@ int main(int argc, char** argv) {
   if (command == "logs") return cohort::cli::LogsCommand(args);
   if (command == "cancel") return cohort::cli::CancelCommand(args);
   if (command == "list") return cohort::cli::ListCommand(args);
+  if (command == "pipeline") return cohort::cli::PipelineCommand(args);
   if (command == "_run-local-job") return cohort::cli::RunLocalJobCommand(args);
   fmt::print(stderr, "cohort: unknown command '{}'\n\n{}", command, kUsage);
   return cohort::cli::kExitUsage;

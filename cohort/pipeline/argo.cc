@@ -1,0 +1,148 @@
+// Argo Workflow export (see argo.h). Thread-safety: pure functions.
+#include "cohort/pipeline/argo.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <regex>
+#include <set>
+
+namespace cohort::pipeline {
+namespace {
+
+using json = nlohmann::json;
+
+// The name of the input parameter carrying `ref` (an output of another step) into a template.
+std::string InputName(const Ref& ref) { return ref.step + "-" + ref.output; }
+
+// Rewrites the templates of `text` for use inside a container template; collects the
+// step outputs it needs as inputs.
+std::string ForTemplate(const std::string& text, std::set<std::pair<std::string, std::string>>*
+                                                     needed) {
+  auto rewritten = SubstituteTemplates(text, [&](const Ref& ref) -> Result<std::string> {
+    if (ref.kind == Ref::Kind::kParam) return "{{workflow.parameters." + ref.param + "}}";
+    needed->insert({ref.step, ref.output});
+    return "{{inputs.parameters." + InputName(ref) + "}}";
+  });
+  return rewritten.ok() ? *rewritten : text;  // validated specs always rewrite
+}
+
+void Emit(YAML::Emitter& e, const json& j) {
+  if (j.is_object()) {
+    e << YAML::BeginMap;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      e << YAML::Key << it.key() << YAML::Value;
+      Emit(e, it.value());
+    }
+    e << YAML::EndMap;
+  } else if (j.is_array()) {
+    e << YAML::BeginSeq;
+    for (const auto& v : j) Emit(e, v);
+    e << YAML::EndSeq;
+  } else if (j.is_string()) {
+    const std::string s = j.get<std::string>();
+    static const std::regex plain_other(
+        R"((?:[-+]?[0-9._].*|[-+]?\.(?:inf|nan)|true|false|yes|no|on|off|y|n|null|~)?)",
+        std::regex::icase);
+    if (std::regex_match(s, plain_other) || s.find('{') != std::string::npos) {
+      e << YAML::DoubleQuoted << s;
+    } else {
+      e << s;
+    }
+  } else if (j.is_boolean()) {
+    e << j.get<bool>();
+  } else if (j.is_number_integer()) {
+    e << j.get<int64_t>();
+  } else if (j.is_number()) {
+    e << j.get<double>();
+  } else {
+    e << YAML::Null;
+  }
+}
+
+}  // namespace
+
+json ExportArgo(const PipelineSpec& spec, const std::map<std::string, std::string>& params,
+                const ArgoOptions& options) {
+  json wf;
+  wf["apiVersion"] = "argoproj.io/v1alpha1";
+  wf["kind"] = "Workflow";
+  wf["metadata"] = {{"generateName", spec.name + "-"},
+                    {"labels", {{"cohort.dev/pipeline", spec.name}}}};
+  json parameters = json::array();
+  for (const auto& p : spec.parameters) {
+    json jp = {{"name", p.name}};
+    auto it = params.find(p.name);
+    if (it != params.end()) jp["value"] = it->second;
+    if (!p.enum_values.empty()) jp["enum"] = p.enum_values;
+    jp["description"] = std::string("type ") + ParamTypeName(p.type);
+    parameters.push_back(jp);
+  }
+  json tasks = json::array();
+  json templates = json::array();
+  for (const auto& s : spec.steps) {
+    std::set<std::pair<std::string, std::string>> needed;
+    json container = {{"name", "main"}, {"image", options.image}};
+    if (!s.command.empty()) {
+      json argv = json::array();
+      for (const auto& a : s.command) argv.push_back(ForTemplate(a, &needed));
+      container["command"] = argv;
+    } else if (!s.shell.empty()) {
+      container["command"] = {"sh", "-c", ForTemplate(s.shell, &needed)};
+    } else {
+      container["command"] = {"cohort", "submit", "--wait", "--backend", s.backend,
+                              ForTemplate(s.job, &needed)};
+    }
+    if (!s.workdir.empty()) container["workingDir"] = ForTemplate(s.workdir, &needed);
+    json env = json::array();
+    env.push_back({{"name", "COHORT_OUTPUTS"}, {"value", "/tmp/outputs"}});
+    env.push_back({{"name", "COHORT_PIPELINE"}, {"value", spec.name}});
+    env.push_back({{"name", "COHORT_PIPELINE_STEP"}, {"value", s.name}});
+    for (const auto& [k, v] : s.env) env.push_back({{"name", k}, {"value", ForTemplate(v, &needed)}});
+    container["env"] = env;
+    json tmpl = {{"name", s.name}, {"container", container}};
+    if (!s.output_values.empty()) {
+      json outs = json::array();
+      for (const auto& o : s.output_values) {
+        outs.push_back({{"name", o}, {"valueFrom", {{"path", "/tmp/outputs/" + o}}}});
+      }
+      tmpl["outputs"] = {{"parameters", outs}};
+    }
+    if (s.retries > 0) tmpl["retryStrategy"] = {{"limit", s.retries}};
+    if (s.timeout_s > 0) {
+      tmpl["activeDeadlineSeconds"] = static_cast<int64_t>(s.timeout_s + 0.999);
+    }
+    json task = {{"name", s.name}, {"template", s.name}};
+    if (!s.depends.empty()) task["dependencies"] = s.depends;
+    if (s.condition) task["when"] = ToArgoCondition(*s.condition);
+    if (!needed.empty()) {
+      json inputs = json::array(), args = json::array();
+      for (const auto& [step, output] : needed) {
+        Ref r;
+        r.kind = Ref::Kind::kStepOutput;
+        r.step = step;
+        r.output = output;
+        inputs.push_back({{"name", InputName(r)}});
+        args.push_back({{"name", InputName(r)},
+                        {"value", "{{tasks." + step + ".outputs.parameters." + output + "}}"}});
+      }
+      tmpl["inputs"] = {{"parameters", inputs}};
+      task["arguments"] = {{"parameters", args}};
+    }
+    tasks.push_back(task);
+    templates.push_back(tmpl);
+  }
+  templates.insert(templates.begin(), json{{"name", "cohort-dag"}, {"dag", {{"tasks", tasks}}}});
+  json wspec = {{"entrypoint", "cohort-dag"}, {"templates", templates}};
+  if (!parameters.empty()) wspec["arguments"] = {{"parameters", parameters}};
+  if (!options.service_account.empty()) wspec["serviceAccountName"] = options.service_account;
+  wf["spec"] = wspec;
+  return wf;
+}
+
+std::string ToYaml(const json& object) {
+  YAML::Emitter e;
+  Emit(e, object);
+  return std::string(e.c_str()) + "\n";
+}
+
+}  // namespace cohort::pipeline

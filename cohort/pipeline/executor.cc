@@ -1,0 +1,759 @@
+// The local pipeline executor (see executor.h). Thread-safety: the coordinator owns the
+// RunDb and the step records; step threads share only the event queue (under a mutex) and
+// the two eventfds.
+#include "cohort/pipeline/executor.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "cohort/base/strings.h"
+#include "cohort/base/subprocess.h"
+#include "cohort/launch/array.h"
+#include "cohort/launch/backend.h"
+#include "cohort/launch/job_db.h"
+#include "cohort/launch/job_spec.h"
+#include "cohort/launch/local_backend.h"
+#include "cohort/pipeline/run_db.h"
+
+namespace cohort::pipeline {
+namespace {
+
+namespace fs = std::filesystem;
+using OutputMap = std::map<std::string, std::map<std::string, std::string>>;
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string ReadFile(const std::string& path, bool* ok) {
+  std::ifstream in(path, std::ios::binary);
+  *ok = static_cast<bool>(in);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string Absolute(const std::string& base, const std::string& p) {
+  fs::path path(p);
+  std::string out = (path.is_absolute() ? path : fs::path(base) / path).lexically_normal().string();
+  if (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
+}
+
+bool Readable(int fd) {
+  if (fd < 0) return false;
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
+// Waits until one of `fds` is readable or `timeout_ms` passes (-1: forever). Returns the
+// index of a readable fd, or -1 on timeout.
+int WaitAny(const std::vector<int>& fds, int timeout_ms) {
+  std::vector<pollfd> p;
+  for (int fd : fds) p.push_back({fd, POLLIN, 0});
+  for (;;) {
+    int rc = ::poll(p.data(), p.size(), timeout_ms);
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc <= 0) return -1;
+    for (size_t i = 0; i < p.size(); ++i) {
+      if (p[i].revents) return static_cast<int>(i);
+    }
+    return -1;
+  }
+}
+
+void Notify(int efd) {
+  uint64_t one = 1;
+  ssize_t n = ::write(efd, &one, sizeof(one));
+  (void)n;
+}
+void Drain(int efd) {
+  uint64_t v;
+  ssize_t n = ::read(efd, &v, sizeof(v));
+  (void)n;
+}
+
+bool IsDone(const std::string& state) {
+  return state == "succeeded" || state == "cached" || state == "skipped";
+}
+bool IsFinal(const std::string& state) {
+  return IsDone(state) || state == "failed" || state == "not-run" || state == "cancelled";
+}
+
+std::string Seconds(double s) { return fmt::format("{:.1f}s", s); }
+
+// An event from a step thread.
+struct Event {
+  enum class Kind { kAttempt, kAttemptFailed, kDone };
+  Kind kind = Kind::kDone;
+  size_t step = 0;
+  int attempt = 0;
+  std::string state;  // kDone: succeeded | failed | cancelled
+  std::optional<int> exit_code;
+  std::string detail;
+  std::map<std::string, std::string> outputs;
+};
+
+Event MakeEvent(Event::Kind kind, size_t step, int attempt = 0) {
+  Event e;
+  e.kind = kind;
+  e.step = step;
+  e.attempt = attempt;
+  return e;
+}
+
+class Execution {
+ public:
+  Execution(const PipelineSpec& spec, RunRecord run, std::vector<StepRecord> records,
+            RunDb* db, const ExecutorOptions& options)
+      : spec_(spec), run_(std::move(run)), records_(std::move(records)), db_(db),
+        options_(options) {
+    events_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  }
+  ~Execution() {
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+    ::close(events_fd_);
+    ::close(stop_fd_);
+  }
+
+  Result<RunOutcome> Run() {
+    std::vector<Problem> problems;
+    order_ = TopologicalOrder(spec_, &problems);
+    if (!problems.empty()) return InvalidArgument("{}", launch::FormatProblems(problems));
+    threads_.resize(spec_.steps.size());
+    for (size_t i = 0; i < records_.size(); ++i) {
+      if (IsDone(records_[i].state)) outputs_[spec_.steps[i].name] = records_[i].outputs;
+    }
+    bool cancelled = false;
+    for (;;) {
+      if (!cancelled) Schedule();
+      if (running_ == 0 && (cancelled || AllFinal())) break;
+      int which = WaitAny({events_fd_, options_.cancel_fd >= 0 ? options_.cancel_fd : events_fd_},
+                          -1);
+      if (which == 1 && options_.cancel_fd >= 0 && !cancelled) {
+        cancelled = true;
+        Progress(fmt::format("[{}] cancelling: stopping {} running step(s)", spec_.name,
+                             running_));
+        Notify(stop_fd_);
+      }
+      Drain(events_fd_);
+      HandleEvents();
+    }
+    std::string state = "succeeded";
+    for (size_t i = 0; i < records_.size(); ++i) {
+      auto& r = records_[i];
+      if (cancelled && !IsFinal(r.state)) {
+        r.state = "cancelled";
+        r.detail = "the run was cancelled before it started";
+        Put(i);
+      }
+      if (r.state == "cancelled") state = "cancelled";
+      if ((r.state == "failed" || r.state == "not-run") && state != "cancelled") state = "failed";
+    }
+    if (cancelled) state = "cancelled";
+    run_.state = state;
+    run_.exit_code = state == "succeeded" ? 0 : 1;
+    run_.ended_at = Now();
+    COHORT_RETURN_IF_ERROR(db_->UpdateRun(run_));
+    return RunOutcome{run_.id, state};
+  }
+
+ private:
+  void Progress(const std::string& line) {
+    if (options_.progress) options_.progress(line);
+  }
+  void Put(size_t i) {
+    Status st = db_->PutStep(run_.id, records_[i]);
+    if (!st.ok()) Progress(fmt::format("warning: {}", st.message()));
+  }
+  bool AllFinal() const {
+    for (const auto& r : records_) {
+      if (!IsFinal(r.state)) return false;
+    }
+    return true;
+  }
+
+  void Finish(size_t i, const std::string& state, const std::string& detail, std::string line) {
+    auto& r = records_[i];
+    r.state = state;
+    r.detail = detail;
+    if (r.started_at == 0) r.started_at = Now();
+    r.ended_at = Now();
+    Put(i);
+    Progress(fmt::format("[{}] {}", spec_.steps[i].name, line));
+  }
+
+  // Step 1 of the protocol: decide every pending step whose dependencies are final.
+  void Schedule() {
+    for (size_t i : order_) {
+      auto& r = records_[i];
+      if (r.state != "pending") continue;
+      const Step& s = spec_.steps[i];
+      std::string blocker;
+      bool ready = true;
+      for (const auto& d : s.depends) {
+        const StepRecord& dr = records_[Index(d)];
+        if (!IsFinal(dr.state)) {
+          ready = false;
+          break;
+        }
+        if (!IsDone(dr.state) && blocker.empty()) blocker = d;
+      }
+      if (!ready) continue;
+      if (!blocker.empty()) {
+        Finish(i, "not-run", fmt::format("dependency '{}' {}", blocker, records_[Index(blocker)].state),
+               fmt::format("not run (dependency '{}' {})", blocker,
+                           records_[Index(blocker)].state));
+        continue;
+      }
+      if (s.condition) {
+        auto result = EvaluateCondition(*s.condition, [&](const Ref& ref) -> Result<Value> {
+          if (ref.kind == Ref::Kind::kParam) {
+            const Parameter* p = spec_.FindParam(ref.param);
+            auto it = run_.params.find(ref.param);
+            if (!p || it == run_.params.end()) return NotFound("unknown parameter '{}'", ref.param);
+            return ParamValue(*p, it->second);
+          }
+          COHORT_ASSIGN_OR_RETURN(std::string v, LookupOutput(ref));
+          return Value::String(v);
+        });
+        if (!result.ok()) {
+          Finish(i, "failed", "condition: " + result.status().message(),
+                 "failed: condition: " + result.status().message());
+          continue;
+        }
+        if (!*result) {
+          Finish(i, "skipped", "condition false: " + s.when, "skipped (condition false)");
+          continue;
+        }
+      }
+      auto resolved = ResolveStep(s, spec_.base_dir, run_.params, outputs_);
+      if (!resolved.ok()) {
+        Finish(i, "failed", resolved.status().message(),
+               "failed: " + resolved.status().message());
+        continue;
+      }
+      r.log_dir = RunLogDir(options_.home, run_.id) + "/" + s.name;
+      if (s.cache) {
+        auto key = CacheKey(s.name, *resolved);
+        if (!key.ok()) {
+          Finish(i, "failed", key.status().message(), "failed: " + key.status().message());
+          continue;
+        }
+        r.cache_key = *key;
+        auto hit = db_->FindCached(spec_.name, s.name, *key);
+        bool files_there = true;
+        for (const auto& f : resolved->output_files) files_there = files_there && fs::exists(f);
+        if (hit.ok() && hit->has_value() && files_there) {
+          r.outputs = (*hit)->outputs;
+          outputs_[s.name] = r.outputs;
+          r.exit_code = 0;
+          Finish(i, "cached", "unchanged since an earlier run", "cached");
+          continue;
+        }
+      }
+      if (running_ >= options_.parallel) continue;
+      r.state = "running";
+      r.started_at = Now();
+      r.ended_at = 0;
+      r.exit_code.reset();
+      r.detail.clear();
+      Put(i);
+      ++running_;
+      if (threads_[i].joinable()) threads_[i].join();
+      threads_[i] = std::thread([this, i, step = std::move(resolved).value()] {
+        RunStep(i, step);
+      });
+    }
+  }
+
+  size_t Index(const std::string& name) const {
+    for (size_t i = 0; i < spec_.steps.size(); ++i) {
+      if (spec_.steps[i].name == name) return i;
+    }
+    return 0;  // validated: every name exists
+  }
+
+  Result<std::string> LookupOutput(const Ref& ref) {
+    auto it = outputs_.find(ref.step);
+    const StepRecord& r = records_[Index(ref.step)];
+    if (r.state == "skipped") {
+      return FailedPrecondition("step '{}' was skipped, so its output '{}' does not exist",
+                                ref.step, ref.output);
+    }
+    if (it == outputs_.end() || !it->second.count(ref.output)) {
+      return FailedPrecondition("step '{}' has no output '{}'", ref.step, ref.output);
+    }
+    return it->second.at(ref.output);
+  }
+
+  void HandleEvents() {
+    std::deque<Event> events;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      events.swap(events_);
+    }
+    for (auto& e : events) {
+      auto& r = records_[e.step];
+      const Step& s = spec_.steps[e.step];
+      switch (e.kind) {
+        case Event::Kind::kAttempt:
+          r.attempts++;
+          Put(e.step);
+          Progress(e.attempt == 1 ? fmt::format("[{}] running", s.name)
+                                  : fmt::format("[{}] running (attempt {}/{})", s.name,
+                                                e.attempt, s.retries + 1));
+          break;
+        case Event::Kind::kAttemptFailed:
+          r.exit_code = e.exit_code;
+          r.detail = e.detail;
+          Put(e.step);
+          Progress(fmt::format("[{}] failed: {} (retry {}/{})", s.name, e.detail, e.attempt,
+                               s.retries));
+          break;
+        case Event::Kind::kDone: {
+          --running_;
+          r.exit_code = e.exit_code;
+          r.outputs = e.outputs;
+          if (e.state == "succeeded") outputs_[s.name] = e.outputs;
+          double took = Now() - r.started_at;
+          std::string line =
+              e.state == "succeeded" ? fmt::format("succeeded ({})", Seconds(took))
+              : e.state == "cancelled" ? "cancelled"
+                                       : fmt::format("failed: {}", e.detail);
+          Finish(e.step, e.state, e.detail, line);
+          break;
+        }
+      }
+    }
+  }
+
+  void Post(Event e) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      events_.push_back(std::move(e));
+    }
+    Notify(events_fd_);
+  }
+
+  // Step 2 of the protocol, on the step's own thread.
+  void RunStep(size_t i, const ResolvedStep& step) {
+    const Step& s = spec_.steps[i];
+    const std::string log_dir = RunLogDir(options_.home, run_.id) + "/" + s.name;
+    const std::string outputs_dir = log_dir + "/outputs";
+    std::error_code ec;
+    fs::create_directories(outputs_dir, ec);
+    Event done = MakeEvent(Event::Kind::kDone, i);
+    for (int attempt = 1; attempt <= s.retries + 1; ++attempt) {
+      Post(MakeEvent(Event::Kind::kAttempt, i, attempt));
+      fs::remove_all(outputs_dir, ec);
+      fs::create_directories(outputs_dir, ec);
+      {
+        std::ofstream(log_dir + "/output.log", std::ios::app)
+            << fmt::format("=== cohort pipeline: step {} attempt {}/{} ===\n", s.name, attempt,
+                           s.retries + 1);
+      }
+      Event r = step.job_text.empty() ? RunCommand(i, step, log_dir, outputs_dir, attempt)
+                                      : RunJob(i, step, log_dir, outputs_dir);
+      if (r.state == "succeeded") {
+        // Values and files the step declared.
+        for (const auto& name : step.output_values) {
+          bool ok;
+          std::string v = ReadFile(outputs_dir + "/" + name, &ok);
+          if (!ok) {
+            r.state = "failed";
+            r.detail = fmt::format("the step did not write its output '{}' ($COHORT_OUTPUTS/{})",
+                                   name, name);
+            break;
+          }
+          while (!v.empty() && (v.back() == '\n' || v.back() == '\r')) v.pop_back();
+          r.outputs[name] = v;
+        }
+        for (const auto& f : step.output_files) {
+          if (r.state == "succeeded" && !fs::exists(f)) {
+            r.state = "failed";
+            r.detail = fmt::format("the step did not create its output file {}", f);
+          }
+        }
+      }
+      if (r.state != "failed" || attempt == s.retries + 1 || Readable(stop_fd_)) {
+        done.state = r.state;
+        done.exit_code = r.exit_code;
+        done.detail = r.detail;
+        done.outputs = r.outputs;
+        break;
+      }
+      Event failed = MakeEvent(Event::Kind::kAttemptFailed, i, attempt);
+      failed.exit_code = r.exit_code;
+      failed.detail = r.detail;
+      Post(std::move(failed));
+    }
+    Post(std::move(done));
+  }
+
+  // Stops the process group of `pid`: SIGTERM, then SIGKILL after the grace period.
+  ExitStatus Stop(const Child& child) {
+    SignalGroup(child.pid, SIGTERM);
+    if (WaitAny({child.pidfd}, static_cast<int>(options_.kill_grace_s * 1000)) < 0) {
+      SignalGroup(child.pid, SIGKILL);
+    }
+    WaitAny({child.pidfd}, -1);
+    ExitStatus st = Reap(child.pid);
+    SignalGroup(child.pid, SIGKILL);  // anything of the group still alive
+    return st;
+  }
+
+  Event RunCommand(size_t i, const ResolvedStep& step, const std::string& log_dir,
+                   const std::string& outputs_dir, int attempt) {
+    Event r = MakeEvent(Event::Kind::kDone, i);
+    std::vector<std::pair<std::string, std::string>> env(step.env.begin(), step.env.end());
+    env.push_back({"COHORT_OUTPUTS", outputs_dir});
+    env.push_back({"COHORT_PIPELINE", spec_.name});
+    env.push_back({"COHORT_PIPELINE_RUN", std::to_string(run_.id)});
+    env.push_back({"COHORT_PIPELINE_STEP", spec_.steps[i].name});
+    env.push_back({"COHORT_STEP_ATTEMPT", std::to_string(attempt)});
+    env.push_back({"COHORT_SPEC_DIR", spec_.base_dir});
+    SpawnOptions so;
+    so.argv = step.argv;
+    so.env = MergeEnvironment(env);
+    so.working_dir = step.workdir;
+    so.capture_output = false;
+    so.output_file = log_dir + "/output.log";
+    auto child = Spawn(so);
+    if (!child.ok()) {
+      r.state = "failed";
+      r.detail = child.status().message();
+      return r;
+    }
+    const double timeout = spec_.steps[i].timeout_s;
+    int wait_ms = timeout > 0 ? static_cast<int>(timeout * 1000) : -1;
+    int which = WaitAny({child->pidfd, stop_fd_}, wait_ms);
+    ExitStatus st;
+    if (which == 0) {
+      st = Reap(child->pid);
+      SignalGroup(child->pid, SIGKILL);  // whatever it left behind in its group
+    } else {
+      st = Stop(*child);
+    }
+    ::close(child->pidfd);
+    if (which == 1) {
+      r.state = "cancelled";
+      r.detail = "stopped: the run was cancelled";
+    } else if (which < 0) {
+      r.state = "failed";
+      r.detail = fmt::format("timed out after {}s (process group killed)", timeout);
+    } else if (st.success()) {
+      r.state = "succeeded";
+      r.exit_code = 0;
+    } else {
+      r.state = "failed";
+      r.exit_code = st.exited ? st.code : 128 + st.signal;
+      r.detail = st.Describe();
+    }
+    return r;
+  }
+
+  Event RunJob(size_t i, const ResolvedStep& step, const std::string& log_dir,
+               const std::string& outputs_dir) {
+    Event r = MakeEvent(Event::Kind::kDone, i);
+    r.state = "failed";
+    std::ofstream log(log_dir + "/output.log", std::ios::app);
+    std::vector<Problem> problems;
+    launch::JobSpec js = launch::ParseJobSpec(step.job_text, &problems);
+    js.env["COHORT_OUTPUTS"] = outputs_dir;
+    launch::BackendOptions bo;
+    bo.home = options_.home;
+    bo.cohort_bin = options_.cohort_bin;
+    auto backend = launch::MakeBackend(step.backend, bo);
+    if (!backend.ok()) {
+      r.detail = backend.status().message();
+      return r;
+    }
+    std::vector<launch::ArrayElement> elements;
+    if (problems.empty()) {
+      elements = launch::ExpandArray(js.array, fs::path(step.job_path).parent_path().string(),
+                                     &problems);
+    }
+    if (problems.empty()) (*backend)->Validate(js, elements, &problems);
+    if (!problems.empty()) {
+      r.detail = fmt::format("job spec {}: {}", step.job_path, problems[0].ToString());
+      log << "invalid job spec " << step.job_path << ":\n" << launch::FormatProblems(problems);
+      return r;
+    }
+    auto db = launch::JobDb::Open(launch::JobDbPath(options_.home));
+    if (!db.ok()) {
+      r.detail = db.status().message();
+      return r;
+    }
+    launch::JobRecord job;
+    job.name = js.name;
+    job.backend = (*backend)->name();
+    job.spec_yaml = launch::JobSpecToYaml(js);
+    job.submitted_at = Now();
+    job.array_size = static_cast<int>(elements.size());
+    job.concurrency = js.array.concurrency;
+    auto id = (*db)->Insert(job);
+    if (!id.ok()) {
+      r.detail = id.status().message();
+      return r;
+    }
+    job.id = *id;
+    job.log_dir = fs::absolute(fs::path(options_.home) / "logs" / std::to_string(job.id)).string();
+    std::error_code ec;
+    fs::create_directories(job.log_dir, ec);
+    Status recorded = (*db)->Update(job);
+    auto backend_id = recorded.ok() ? (*backend)->Submit(job, js, elements)
+                                    : Result<std::string>(recorded);
+    if (!backend_id.ok()) {
+      job.state = "failed";
+      job.ended_at = Now();
+      job.detail = "not submitted: " + backend_id.status().message();
+      (void)(*db)->Update(job);
+      r.detail = fmt::format("the {} backend refused the job: {}", job.backend,
+                             backend_id.status().message());
+      return r;
+    }
+    if (auto fresh = (*db)->Get(job.id); fresh.ok()) job = *fresh;
+    job.backend_id = *backend_id;
+    (void)(*db)->Update(job);
+    log << fmt::format("submitted job {} ({}) to {} [{}]; logs: {}\n", job.id, job.name,
+                       job.backend, job.backend_id, job.log_dir)
+        << std::flush;
+    // Poll the engine (no event to wait on) with a growing delay; the stop eventfd and the
+    // deadline interrupt the wait.
+    const double timeout = spec_.steps[i].timeout_s;
+    const double deadline = timeout > 0 ? Now() + timeout : 0;
+    int delay_ms = 100;
+    bool cancel_sent = false;
+    std::string why_cancel;
+    for (;;) {
+      auto s = (*backend)->Poll(job);
+      if (!s.ok()) {
+        r.detail = fmt::format("cannot read the state of job {}: {}", job.id,
+                               s.status().message());
+        if (!cancel_sent) (void)(*backend)->Cancel(job);
+        return r;
+      }
+      if (launch::IsFinalState(s->state)) {
+        log << fmt::format("job {}: {}{}\n", job.id, s->state,
+                           s->detail.empty() ? "" : " (" + s->detail + ")");
+        if (!why_cancel.empty()) {
+          r.state = why_cancel == "cancelled" ? "cancelled" : "failed";
+          r.detail = why_cancel == "cancelled" ? "stopped: the run was cancelled"
+                                               : fmt::format("timed out after {}s (job {} "
+                                                             "cancelled)", timeout, job.id);
+        } else if (s->state == "succeeded") {
+          r.state = "succeeded";
+          r.exit_code = 0;
+        } else {
+          r.exit_code = s->exit_code.value_or(1);
+          r.detail = fmt::format("job {} {}{}", job.id, s->state,
+                                 s->detail.empty() ? "" : ": " + s->detail);
+        }
+        return r;
+      }
+      int wait = delay_ms;
+      if (deadline > 0 && !cancel_sent) {
+        wait = std::min<int>(wait, std::max<int>(0, static_cast<int>((deadline - Now()) * 1000)));
+      }
+      int which = WaitAny({stop_fd_}, wait);
+      delay_ms = std::min(delay_ms * 2, 1000);
+      if (cancel_sent) continue;
+      if (which == 0 || (deadline > 0 && Now() >= deadline)) {
+        why_cancel = which == 0 ? "cancelled" : "timeout";
+        Status c = (*backend)->Cancel(job);
+        log << fmt::format("cancelling job {} ({}){}\n", job.id, why_cancel,
+                           c.ok() ? "" : ": " + c.message());
+        cancel_sent = true;
+        delay_ms = 100;
+      }
+    }
+  }
+
+  const PipelineSpec& spec_;
+  RunRecord run_;
+  std::vector<StepRecord> records_;
+  RunDb* db_;
+  ExecutorOptions options_;
+  std::vector<size_t> order_;
+  OutputMap outputs_;
+  std::vector<std::thread> threads_;
+  int running_ = 0;
+  int events_fd_ = -1, stop_fd_ = -1;
+  std::mutex mu_;
+  std::deque<Event> events_;  // guarded by mu_
+};
+
+uint64_t Fnv1a(const std::string& data, uint64_t h) {
+  for (unsigned char c : data) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+}  // namespace
+
+Result<ResolvedStep> ResolveStep(const Step& step, const std::string& base_dir,
+                                 const std::map<std::string, std::string>& params,
+                                 const OutputMap& outputs) {
+  auto lookup = [&](const Ref& ref) -> Result<std::string> {
+    if (ref.kind == Ref::Kind::kParam) {
+      auto it = params.find(ref.param);
+      if (it == params.end()) return NotFound("unknown parameter '{}'", ref.param);
+      return it->second;
+    }
+    auto it = outputs.find(ref.step);
+    if (it == outputs.end() || !it->second.count(ref.output)) {
+      return FailedPrecondition("step '{}' produced no output '{}' (was it skipped?)", ref.step,
+                                ref.output);
+    }
+    return it->second.at(ref.output);
+  };
+  ResolvedStep r;
+  r.backend = step.backend;
+  r.output_values = step.output_values;
+  for (const auto& a : step.command) {
+    COHORT_ASSIGN_OR_RETURN(std::string v, SubstituteTemplates(a, lookup));
+    r.argv.push_back(v);
+  }
+  if (!step.shell.empty()) {
+    COHORT_ASSIGN_OR_RETURN(std::string v, SubstituteTemplates(step.shell, lookup));
+    r.argv = {"/bin/sh", "-c", v};
+  }
+  for (const auto& [k, v] : step.env) {
+    COHORT_ASSIGN_OR_RETURN(r.env[k], SubstituteTemplates(v, lookup));
+  }
+  COHORT_ASSIGN_OR_RETURN(std::string workdir, SubstituteTemplates(step.workdir, lookup));
+  r.workdir = Absolute(base_dir, workdir.empty() ? "." : workdir);
+  for (const auto& in : step.inputs) {
+    COHORT_ASSIGN_OR_RETURN(std::string v, SubstituteTemplates(in, lookup));
+    r.inputs.push_back(Absolute(r.workdir, v));
+  }
+  for (const auto& out : step.output_files) {
+    COHORT_ASSIGN_OR_RETURN(std::string v, SubstituteTemplates(out, lookup));
+    r.output_files.push_back(Absolute(r.workdir, v));
+  }
+  if (!step.job.empty()) {
+    COHORT_ASSIGN_OR_RETURN(std::string path, SubstituteTemplates(step.job, lookup));
+    r.job_path = Absolute(base_dir, path);
+    bool ok;
+    std::string text = ReadFile(r.job_path, &ok);
+    if (!ok) return NotFound("cannot read the job spec {}", r.job_path);
+    COHORT_ASSIGN_OR_RETURN(r.job_text, SubstituteTemplates(text, lookup));
+  }
+  return r;
+}
+
+Result<std::string> CacheKey(const std::string& step_name, const ResolvedStep& step) {
+  // Length-prefixed fields, so that no two different steps serialize alike.
+  std::string data;
+  auto field = [&](const std::string& tag, const std::string& value) {
+    data += fmt::format("{}:{}:", tag, value.size());
+    data += value;
+    data += '\n';
+  };
+  field("name", step_name);
+  for (const auto& a : step.argv) field("arg", a);
+  field("job", step.job_text);
+  field("backend", step.job_text.empty() ? "" : step.backend);
+  field("workdir", step.workdir);
+  for (const auto& [k, v] : step.env) field("env", k + "=" + v);
+  for (const auto& o : step.output_values) field("output", o);
+  for (const auto& o : step.output_files) field("output_file", o);
+  for (const auto& in : step.inputs) {
+    bool ok;
+    std::string contents = ReadFile(in, &ok);
+    if (!ok || fs::is_directory(in)) {
+      return NotFound("input {} does not exist (or is not a readable file)", in);
+    }
+    field("input", in);
+    field("contents", contents);
+  }
+  return fmt::format("{:016x}{:016x}", Fnv1a(data, 14695981039346656037ULL),
+                     Fnv1a(data, 0x84222325cbf29ce4ULL ^ data.size()));
+}
+
+Result<RunOutcome> ExecuteNew(const PipelineSpec& spec, const std::string& spec_path,
+                              const std::string& spec_yaml,
+                              const std::map<std::string, std::string>& params,
+                              const ExecutorOptions& options) {
+  COHORT_ASSIGN_OR_RETURN(auto db, RunDb::Open(RunDbPath(options.home)));
+  RunRecord run;
+  run.pipeline = spec.name;
+  run.spec_path = spec_path;
+  run.spec_yaml = spec_yaml;
+  run.base_dir = spec.base_dir;
+  run.params = params;
+  run.started_at = Now();
+  COHORT_ASSIGN_OR_RETURN(run.id, db->InsertRun(run));
+  std::vector<StepRecord> records;
+  std::vector<Problem> problems;
+  std::vector<size_t> order = TopologicalOrder(spec, &problems);
+  records.resize(spec.steps.size());
+  for (size_t i = 0; i < spec.steps.size(); ++i) records[i].name = spec.steps[i].name;
+  for (size_t i : order) COHORT_RETURN_IF_ERROR(db->PutStep(run.id, records[i]));
+  if (options.progress) {
+    options.progress(fmt::format("pipeline {}: run {} ({} steps; logs in {})", spec.name, run.id,
+                                 spec.steps.size(), RunLogDir(options.home, run.id)));
+  }
+  Execution e(spec, run, records, db.get(), options);
+  return e.Run();
+}
+
+Result<RunOutcome> Resume(int64_t run_id, const ExecutorOptions& options) {
+  COHORT_ASSIGN_OR_RETURN(auto db, RunDb::Open(RunDbPath(options.home)));
+  COHORT_ASSIGN_OR_RETURN(RunRecord run, db->GetRun(run_id));
+  if (run.state == "succeeded") {
+    return FailedPrecondition("run {} succeeded; there is nothing to resume", run_id);
+  }
+  if (run.state == "running") {
+    return FailedPrecondition("run {} is still running (or its runner died without recording "
+                              "an end; then cancel it first)", run_id);
+  }
+  std::vector<Problem> problems;
+  PipelineSpec spec = ParsePipelineSpec(run.spec_yaml, run.base_dir, &problems);
+  if (!problems.empty()) {
+    return InvalidArgument("the stored spec of run {} is invalid:\n{}", run_id,
+                           launch::FormatProblems(problems));
+  }
+  COHORT_ASSIGN_OR_RETURN(auto stored, db->Steps(run_id));
+  std::vector<StepRecord> records(spec.steps.size());
+  for (size_t i = 0; i < spec.steps.size(); ++i) {
+    records[i].name = spec.steps[i].name;
+    for (const auto& s : stored) {
+      if (s.name == spec.steps[i].name) records[i] = s;
+    }
+    if (!IsDone(records[i].state)) {
+      records[i].state = "pending";
+      records[i].detail.clear();
+      COHORT_RETURN_IF_ERROR(db->PutStep(run_id, records[i]));
+    }
+  }
+  run.state = "running";
+  run.exit_code.reset();
+  run.ended_at = 0;
+  COHORT_RETURN_IF_ERROR(db->UpdateRun(run));
+  if (options.progress) {
+    options.progress(fmt::format("pipeline {}: resuming run {}", spec.name, run_id));
+  }
+  Execution e(spec, run, records, db.get(), options);
+  return e.Run();
+}
+
+}  // namespace cohort::pipeline

@@ -1,0 +1,265 @@
+// RunDb on SQLite (see run_db.h). Thread-safety: one instance per thread.
+#include "cohort/pipeline/run_db.h"
+
+#include <sqlite3.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+namespace cohort::pipeline {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS runs (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  pipeline TEXT NOT NULL,
+  spec_path TEXT NOT NULL,
+  spec_yaml TEXT NOT NULL,
+  base_dir TEXT NOT NULL,
+  params_json TEXT NOT NULL,
+  state TEXT NOT NULL,
+  exit_code INTEGER,
+  started_at REAL NOT NULL DEFAULT 0,
+  ended_at REAL NOT NULL DEFAULT 0,
+  detail TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS steps (
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  name TEXT NOT NULL,
+  state TEXT NOT NULL,
+  attempts INTEGER NOT NULL DEFAULT 0,
+  exit_code INTEGER,
+  started_at REAL NOT NULL DEFAULT 0,
+  ended_at REAL NOT NULL DEFAULT 0,
+  outputs_json TEXT NOT NULL DEFAULT '{}',
+  cache_key TEXT NOT NULL DEFAULT '',
+  log_dir TEXT NOT NULL DEFAULT '',
+  detail TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (run_id, name)
+);
+CREATE INDEX IF NOT EXISTS steps_by_cache_key ON steps(cache_key);
+)sql";
+
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) : db_(db) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+  }
+  ~Stmt() { sqlite3_finalize(stmt_); }
+  Status ok() const {
+    return rc_ == SQLITE_OK ? Status::Ok()
+                            : Internal("pipeline database: {}", sqlite3_errmsg(db_));
+  }
+  Stmt& Bind(int i, const std::string& v) {
+    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& Bind(int i, int64_t v) {
+    sqlite3_bind_int64(stmt_, i, v);
+    return *this;
+  }
+  Stmt& Bind(int i, double v) {
+    sqlite3_bind_double(stmt_, i, v);
+    return *this;
+  }
+  Stmt& Bind(int i, const std::optional<int>& v) {
+    if (v) {
+      sqlite3_bind_int64(stmt_, i, *v);
+    } else {
+      sqlite3_bind_null(stmt_, i);
+    }
+    return *this;
+  }
+  int Step() { return sqlite3_step(stmt_); }
+  Status Run() {
+    if (!ok().ok()) return ok();
+    int rc = Step();
+    return rc == SQLITE_DONE || rc == SQLITE_ROW
+               ? Status::Ok()
+               : Internal("pipeline database: {}", sqlite3_errmsg(db_));
+  }
+  std::string Text(int c) const {
+    const unsigned char* t = sqlite3_column_text(stmt_, c);
+    return t ? reinterpret_cast<const char*>(t) : "";
+  }
+  int64_t Int(int c) const { return sqlite3_column_int64(stmt_, c); }
+  double Real(int c) const { return sqlite3_column_double(stmt_, c); }
+  std::optional<int> OptInt(int c) const {
+    if (sqlite3_column_type(stmt_, c) == SQLITE_NULL) return std::nullopt;
+    return static_cast<int>(sqlite3_column_int64(stmt_, c));
+  }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_;
+};
+
+std::map<std::string, std::string> JsonToMap(const std::string& text) {
+  std::map<std::string, std::string> out;
+  json j = json::parse(text, nullptr, false);
+  if (!j.is_object()) return out;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.value().is_string()) out[it.key()] = it.value().get<std::string>();
+  }
+  return out;
+}
+std::string MapToJson(const std::map<std::string, std::string>& m) { return json(m).dump(); }
+
+constexpr const char* kRunColumns =
+    "id, pipeline, spec_path, spec_yaml, base_dir, params_json, state, exit_code, started_at, "
+    "ended_at, detail";
+
+RunRecord ReadRun(const Stmt& s) {
+  RunRecord r;
+  r.id = s.Int(0);
+  r.pipeline = s.Text(1);
+  r.spec_path = s.Text(2);
+  r.spec_yaml = s.Text(3);
+  r.base_dir = s.Text(4);
+  r.params = JsonToMap(s.Text(5));
+  r.state = s.Text(6);
+  r.exit_code = s.OptInt(7);
+  r.started_at = s.Real(8);
+  r.ended_at = s.Real(9);
+  r.detail = s.Text(10);
+  return r;
+}
+
+constexpr const char* kStepColumns =
+    "name, state, attempts, exit_code, started_at, ended_at, outputs_json, cache_key, log_dir, "
+    "detail";
+
+StepRecord ReadStep(const Stmt& s) {
+  StepRecord r;
+  r.name = s.Text(0);
+  r.state = s.Text(1);
+  r.attempts = static_cast<int>(s.Int(2));
+  r.exit_code = s.OptInt(3);
+  r.started_at = s.Real(4);
+  r.ended_at = s.Real(5);
+  r.outputs = JsonToMap(s.Text(6));
+  r.cache_key = s.Text(7);
+  r.log_dir = s.Text(8);
+  r.detail = s.Text(9);
+  return r;
+}
+
+}  // namespace
+
+std::string RunDbPath(const std::string& home) { return home + "/pipelines.db"; }
+std::string RunLogDir(const std::string& home, int64_t run_id) {
+  return home + "/pipelines/" + std::to_string(run_id);
+}
+
+Result<std::unique_ptr<RunDb>> RunDb::Open(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
+      SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    return Unavailable("cannot open the pipeline database {}: {} (set COHORT_HOME to a "
+                       "writable directory)",
+                       path, msg);
+  }
+  sqlite3_busy_timeout(db, 10000);
+  std::unique_ptr<RunDb> out(new RunDb(db));
+  for (const char* sql : {"PRAGMA journal_mode=WAL", kSchema}) {
+    char* err = nullptr;
+    if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+      std::string msg = err ? err : sqlite3_errmsg(db);
+      sqlite3_free(err);
+      return Internal("pipeline database {}: {}", path, msg);
+    }
+  }
+  return out;
+}
+
+RunDb::~RunDb() { sqlite3_close(db_); }
+
+Result<int64_t> RunDb::InsertRun(const RunRecord& r) {
+  Stmt s(db_,
+         "INSERT INTO runs (pipeline, spec_path, spec_yaml, base_dir, params_json, state, "
+         "exit_code, started_at, ended_at, detail) VALUES (?,?,?,?,?,?,?,?,?,?)");
+  s.Bind(1, r.pipeline).Bind(2, r.spec_path).Bind(3, r.spec_yaml).Bind(4, r.base_dir);
+  s.Bind(5, MapToJson(r.params)).Bind(6, r.state).Bind(7, r.exit_code).Bind(8, r.started_at);
+  s.Bind(9, r.ended_at).Bind(10, r.detail);
+  COHORT_RETURN_IF_ERROR(s.Run());
+  return static_cast<int64_t>(sqlite3_last_insert_rowid(db_));
+}
+
+Status RunDb::UpdateRun(const RunRecord& r) {
+  Stmt s(db_,
+         "UPDATE runs SET state=?, exit_code=?, started_at=?, ended_at=?, detail=?, "
+         "params_json=? WHERE id=?");
+  s.Bind(1, r.state).Bind(2, r.exit_code).Bind(3, r.started_at).Bind(4, r.ended_at);
+  s.Bind(5, r.detail).Bind(6, MapToJson(r.params)).Bind(7, r.id);
+  return s.Run();
+}
+
+Result<RunRecord> RunDb::GetRun(int64_t id) {
+  std::string sql = fmt::format("SELECT {} FROM runs WHERE id=?", kRunColumns);
+  Stmt s(db_, sql.c_str());
+  COHORT_RETURN_IF_ERROR(s.ok());
+  s.Bind(1, id);
+  if (s.Step() != SQLITE_ROW) return NotFound("no pipeline run {}", id);
+  return ReadRun(s);
+}
+
+Result<std::vector<RunRecord>> RunDb::ListRuns(int limit) {
+  std::string sql = fmt::format("SELECT {} FROM runs ORDER BY id DESC LIMIT ?", kRunColumns);
+  Stmt s(db_, sql.c_str());
+  COHORT_RETURN_IF_ERROR(s.ok());
+  s.Bind(1, static_cast<int64_t>(limit));
+  std::vector<RunRecord> out;
+  while (s.Step() == SQLITE_ROW) out.push_back(ReadRun(s));
+  return out;
+}
+
+Status RunDb::PutStep(int64_t run_id, const StepRecord& r) {  // keeps the row (and its order)
+  Stmt s(db_,
+         "INSERT INTO steps (run_id, name, state, attempts, exit_code, started_at, ended_at, "
+         "outputs_json, cache_key, log_dir, detail) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
+         "ON CONFLICT(run_id, name) DO UPDATE SET state=excluded.state, "
+         "attempts=excluded.attempts, exit_code=excluded.exit_code, "
+         "started_at=excluded.started_at, ended_at=excluded.ended_at, "
+         "outputs_json=excluded.outputs_json, cache_key=excluded.cache_key, "
+         "log_dir=excluded.log_dir, detail=excluded.detail");
+  s.Bind(1, run_id).Bind(2, r.name).Bind(3, r.state).Bind(4, static_cast<int64_t>(r.attempts));
+  s.Bind(5, r.exit_code).Bind(6, r.started_at).Bind(7, r.ended_at);
+  s.Bind(8, MapToJson(r.outputs)).Bind(9, r.cache_key).Bind(10, r.log_dir).Bind(11, r.detail);
+  return s.Run();
+}
+
+Result<std::vector<StepRecord>> RunDb::Steps(int64_t run_id) {
+  std::string sql =
+      fmt::format("SELECT {} FROM steps WHERE run_id=? ORDER BY rowid", kStepColumns);
+  Stmt s(db_, sql.c_str());
+  COHORT_RETURN_IF_ERROR(s.ok());
+  s.Bind(1, run_id);
+  std::vector<StepRecord> out;
+  while (s.Step() == SQLITE_ROW) out.push_back(ReadStep(s));
+  return out;
+}
+
+Result<std::optional<StepRecord>> RunDb::FindCached(const std::string& pipeline,
+                                                    const std::string& step,
+                                                    const std::string& cache_key) {
+  std::string sql = fmt::format(
+      "SELECT {} FROM steps JOIN runs ON runs.id = steps.run_id WHERE runs.pipeline=? AND "
+      "steps.name=? AND steps.cache_key=? AND steps.state IN ('succeeded', 'cached') "
+      "ORDER BY steps.ended_at DESC LIMIT 1",
+      "steps.name, steps.state, steps.attempts, steps.exit_code, steps.started_at, "
+      "steps.ended_at, steps.outputs_json, steps.cache_key, steps.log_dir, steps.detail");
+  Stmt s(db_, sql.c_str());
+  COHORT_RETURN_IF_ERROR(s.ok());
+  s.Bind(1, pipeline).Bind(2, step).Bind(3, cache_key);
+  if (s.Step() != SQLITE_ROW) return std::optional<StepRecord>();
+  return std::optional<StepRecord>(ReadStep(s));
+}
+
+}  // namespace cohort::pipeline
