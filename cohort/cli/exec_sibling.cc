@@ -14,10 +14,14 @@
 
 namespace cohort::cli {
 
-int ExecSibling(const std::string& program, const std::vector<std::string>& args) {
+std::string SiblingPath(const std::string& program) {
   std::error_code ec;
   auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  std::string path = (ec ? std::filesystem::path(".") : self.parent_path()) / program;
+  return ((ec ? std::filesystem::path(".") : self.parent_path()) / program).string();
+}
+
+int ExecSibling(const std::string& program, const std::vector<std::string>& args) {
+  const std::string path = SiblingPath(program);
   std::vector<char*> argv;
   std::string name = "cohort " + program.substr(program.find('-') + 1);
   argv.push_back(name.data());

@@ -1,5 +1,6 @@
-// Runs a companion program installed next to the cohort binary (e.g. cohort-bench, which
-// links libcohort; the launcher itself never does). Thread-safety: call from main only.
+// Runs a companion program installed next to the cohort binary: cohort-bench (links
+// libcohort) and cohort-jobs (job specs, backends, pipelines: SQLite, PostgreSQL, YAML),
+// so the launcher itself stays small. Thread-safety: call from main only.
 #pragma once
 
 #include <string>
@@ -7,8 +8,11 @@
 
 namespace cohort::cli {
 
-// Replaces this process with <dir of /proc/self/exe>/<program> args...; returns an exit code
-// only when that fails.
+// <dir of /proc/self/exe>/<program>: a companion binary installed next to this one.
+std::string SiblingPath(const std::string& program);
+
+// Replaces this process with SiblingPath(program) args...; returns an exit code only when
+// that fails.
 int ExecSibling(const std::string& program, const std::vector<std::string>& args);
 
 }  // namespace cohort::cli

@@ -13,6 +13,7 @@
 
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
+#include "cohort/cli/exec_sibling.h"
 #include "cohort/cli/exit_codes.h"
 #include "cohort/launch/array.h"
 #include "cohort/launch/backend.h"
@@ -35,11 +36,6 @@ double Now() {
       .count();
 }
 
-std::string SelfExe() {
-  std::error_code ec;
-  auto p = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string("cohort") : p.string();
-}
 
 std::string FormatTime(double t) {
   if (t <= 0) return "-";
@@ -85,7 +81,7 @@ struct Common {
   launch::BackendOptions Options() const {
     launch::BackendOptions o;
     o.home = home;
-    o.cohort_bin = SelfExe();
+    o.cohort_bin = SiblingPath("cohort");
     return o;
   }
 };
@@ -529,7 +525,7 @@ int RunLocalJobCommand(const std::vector<std::string>& args) {
   app.add_option("--home", home)->required();
   app.add_option("--job", id)->required();
   if (int rc = Parse(app, args, "_run-local-job"); rc >= 0) return rc;
-  return launch::RunLocalJob(home, id, SelfExe());
+  return launch::RunLocalJob(home, id, SiblingPath("cohort"));
 }
 
 }  // namespace cohort::cli

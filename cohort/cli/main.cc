@@ -7,8 +7,6 @@
 
 #include "cohort/agent/agent.h"
 #include "cohort/cli/exit_codes.h"
-#include "cohort/cli/job_commands.h"
-#include "cohort/cli/pipeline_command.h"
 #include "cohort/cli/scaling_command.h"
 #include "cohort/cli/run_command.h"
 #include "cohort/cli/store_command.h"
@@ -54,13 +52,11 @@ int main(int argc, char** argv) {
     return cohort::cli::ScalingCommand(std::vector<std::string>(args.begin() + 1, args.end()));
   }
   if (command == "bench") return cohort::cli::ExecSibling("cohort-bench", args);
-  if (command == "submit") return cohort::cli::SubmitCommand(args);
-  if (command == "status") return cohort::cli::StatusCommand(args);
-  if (command == "logs") return cohort::cli::LogsCommand(args);
-  if (command == "cancel") return cohort::cli::CancelCommand(args);
-  if (command == "list") return cohort::cli::ListCommand(args);
-  if (command == "pipeline") return cohort::cli::PipelineCommand(args);
-  if (command == "_run-local-job") return cohort::cli::RunLocalJobCommand(args);
+  if (command == "submit" || command == "status" || command == "logs" || command == "cancel" ||
+      command == "list" || command == "pipeline" || command == "_run-local-job") {
+    args.insert(args.begin(), command);
+    return cohort::cli::ExecSibling("cohort-jobs", args);
+  }
   fmt::print(stderr, "cohort: unknown command '{}'\n\n{}", command, kUsage);
   return cohort::cli::kExitUsage;
 }

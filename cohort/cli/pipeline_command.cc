@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "cohort/base/settings.h"
+#include "cohort/cli/exec_sibling.h"
 #include "cohort/cli/exit_codes.h"
 #include "cohort/launch/local_backend.h"
 #include "cohort/pipeline/argo.h"
@@ -39,11 +40,6 @@ constexpr const char* kUsage =
     "                                              an Argo Workflow manifest (YAML)\n"
     "  validate SPEC [-p KEY=VALUE]...             check a spec; run nothing\n";
 
-std::string SelfExe() {
-  std::error_code ec;
-  auto p = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? std::string("cohort") : p.string();
-}
 
 std::string FormatTime(double t) {
   if (t <= 0) return "-";
@@ -126,7 +122,7 @@ int Execute(const std::string& name, const std::string& home, int parallel,
                 body) {
   pipeline::ExecutorOptions o;
   o.home = home;
-  o.cohort_bin = SelfExe();
+  o.cohort_bin = SiblingPath("cohort");
   o.parallel = parallel;
   o.cancel_fd = SignalFd();
   o.progress = [](const std::string& line) {
