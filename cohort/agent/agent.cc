@@ -478,8 +478,13 @@ void Agent::Impl::StopWorkers(int first_signal) {
 void Agent::Impl::PublishStatus() {
   int running = 0;
   nlohmann::json ranks = nlohmann::json::array();
+  auto& registry = metrics::DefaultRegistry();
   for (const auto& w : workers_) {
     running += w.alive;
+    registry
+        .GetGauge("cohort_agent_worker_up", "1 while the worker process of this rank runs",
+                  {{"rank", std::to_string(w.rank)}})
+        .Set(w.alive ? 1 : 0);
     ranks.push_back({{"rank", w.rank},
                      {"local_rank", w.local_rank},
                      {"pid", w.child.pid},
@@ -487,8 +492,7 @@ void Agent::Impl::PublishStatus() {
                                        : w.status.success() ? std::string("SUCCEEDED")
                                                             : "FAILED (" + w.status.Describe() + ")"}});
   }
-  metrics::DefaultRegistry()
-      .GetGauge("cohort_agent_workers_running", "Worker processes alive on this node")
+  registry.GetGauge("cohort_agent_workers_running", "Worker processes alive on this node")
       .Set(running);
   if (!o_.status) return;
   nlohmann::json s = {{"run_id", o_.spec.run_id},

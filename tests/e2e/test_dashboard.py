@@ -85,6 +85,7 @@ def test_metrics_and_dashboard_show_the_running_job(cohort, need_train, tmp_path
                        'cohort_comm_bytes_total{op="allreduce",rank="0"}',
                        'cohort_train_step_seconds_bucket{rank="0",le="+Inf"}',
                        "cohort_agent_rendezvous_rounds_total 1", "cohort_agent_workers_running 2",
+                       'cohort_agent_worker_up{rank="1"} 1',
                        'cohort_worker_cpu_percent{rank="1"}', "cohort_gpu_monitoring_available 0"]:
             assert needle in text, (needle, text[:3000])
         assert text.count("# TYPE cohort_train_loss gauge") == 1
