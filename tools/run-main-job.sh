@@ -8,7 +8,8 @@ bash tools/install-deps.sh
 bash tools/build.sh dev
 ckpt="$(mktemp -d /tmp/cohort-main-job.XXXXXX)"
 trap 'rm -rf "$ckpt"' EXIT
-exec build/dev/cohort/cli/cohort run --nproc-per-node 2 --max-restarts 2 -- \
+# Not exec: the trap removes the checkpoints when the job ends (cohort's exit code is kept).
+build/dev/cohort/cli/cohort run --nproc-per-node 2 --max-restarts 2 -- \
   build/dev/cohort/cli/cohort-train --model cnn --dataset fashion-mnist \
   --data-dir /usr/share/datasets/fashion-mnist --epochs 6 --batch-size 64 --lr 0.05 \
   --checkpoint-dir "$ckpt" --checkpoint-every 200 --metrics-file "$ckpt/metrics.jsonl"
