@@ -2,6 +2,8 @@
 // embedded StoreServer runs on its own thread.
 #include "cohort/cli/run_command.h"
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <filesystem>
 #include <thread>
@@ -614,7 +616,8 @@ int RunCommand(const std::vector<std::string>& args) {
   metrics::EventLog events(2000);
   std::unique_ptr<metrics::MetricsServer> metrics_server;
   if (f.metrics_port >= 0) {
-    o.metrics_dir = fmt::format("{}/{}/metrics", o.spec.log_dir, run_id);
+    // Per agent process: two agents of one job on one machine share the log directory.
+    o.metrics_dir = fmt::format("{}/{}/metrics/agent{}", o.spec.log_dir, run_id, ::getpid());
     std::error_code ec;
     std::filesystem::remove_all(o.metrics_dir, ec);  // no stale ranks from an earlier run
     std::filesystem::create_directories(o.metrics_dir, ec);
