@@ -6,6 +6,7 @@
 #include <pthread.h>
 
 #include "cohort/base/settings.h"
+#include "cohort/base/time.h"
 #include "cohort/metrics/exporter.h"
 
 namespace cohort::metrics {
@@ -59,6 +60,15 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(ServerOptions option
     pthread_setname_np(pthread_self(), "metrics-http");
     self->server_->listen_after_bind();
   });
+  // httplib's stop() is lost if it comes before the listen loop has started, and Stop()
+  // would then wait forever: return only once the server runs (bounded).
+  const Deadline ready = Deadline::AfterMs(10000);
+  while (!s->server_->is_running() && !ready.expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // startup handshake
+  }
+  if (!s->server_->is_running()) {
+    return Internal("the metrics server on {}:{} did not start", host, s->port_);
+  }
   return s;
 }
 
