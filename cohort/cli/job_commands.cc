@@ -13,6 +13,7 @@
 
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
+#include "cohort/base/time.h"
 #include "cohort/cli/exec_sibling.h"
 #include "cohort/cli/exit_codes.h"
 #include "cohort/launch/array.h"
@@ -31,10 +32,6 @@ using launch::JobDb;
 using launch::JobRecord;
 using launch::JobStatus;
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 
 std::string FormatTime(double t) {
@@ -99,7 +96,7 @@ Result<JobStatus> Refresh(JobDb& db, JobRecord& job, const launch::BackendOption
     job.state = s.state;
     job.exit_code = s.exit_code;
     job.detail = s.detail;
-    if (launch::IsFinalState(s.state) && job.ended_at == 0) job.ended_at = Now();
+    if (launch::IsFinalState(s.state) && job.ended_at == 0) job.ended_at = WallSeconds();
     COHORT_RETURN_IF_ERROR(db.Update(job));
     for (const auto& e : s.elements) COHORT_RETURN_IF_ERROR(db.UpdateElement(job.id, e));
   } else if (changed) {
@@ -277,7 +274,7 @@ int SubmitCommand(const std::vector<std::string>& args) {
   job.name = spec.name;
   job.backend = (*backend)->name();
   job.spec_yaml = launch::JobSpecToYaml(spec);
-  job.submitted_at = Now();
+  job.submitted_at = WallSeconds();
   job.array_size = static_cast<int>(elements.size());
   job.concurrency = spec.array.concurrency;
   auto id = (*db)->Insert(job);
@@ -294,7 +291,7 @@ int SubmitCommand(const std::vector<std::string>& args) {
                                   : Result<std::string>(recorded);
   if (!backend_id.ok()) {
     job.state = "failed";
-    job.ended_at = Now();
+    job.ended_at = WallSeconds();
     job.detail = "not submitted: " + backend_id.status().message();
     (void)(*db)->Update(job);
     fmt::print(stderr, "cohort submit: the {} backend refused job {}: {}\n", job.backend, job.id,
@@ -500,7 +497,7 @@ int CancelCommand(const std::vector<std::string>& args) {
     fmt::print(stderr, "cohort cancel: job {}: {}\n", job->id, s.message());
     return kExitBackend;
   }
-  const double deadline = Now() + timeout;
+  const double deadline = WallSeconds() + timeout;
   auto delay = std::chrono::milliseconds(50);
   for (;;) {
     auto s = Refresh(**db, *job, c.Options());
@@ -508,7 +505,7 @@ int CancelCommand(const std::vector<std::string>& args) {
       fmt::print("job {}: {}\n", job->id, s->state);
       return kExitOk;
     }
-    if (Now() > deadline) {
+    if (WallSeconds() > deadline) {
       fmt::print(stderr, "cohort cancel: job {} asked to stop; still {} after {} s\n", job->id,
                  s.ok() ? s->state : "unknown", timeout);
       return kExitBackend;

@@ -20,6 +20,7 @@
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
 #include "cohort/base/subprocess.h"
+#include "cohort/base/time.h"
 
 namespace cohort::launch {
 namespace {
@@ -29,10 +30,6 @@ using json = nlohmann::json;
 
 constexpr const char* kLog = "launch";
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // Field 22 of /proc/<pid>/stat: the start time, which tells a live process from a later
 // one that reused its pid.
@@ -353,7 +350,7 @@ class Runner {
     sig_fd_ = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
 
     job_.state = "running";
-    job_.started_at = Now();
+    job_.started_at = WallSeconds();
     (void)db_->Update(job_);
     const int limit = LocalBackend::Concurrency(spec_, units_.size());
     COHORT_LOG_INFO(kLog, "job {}: {} unit(s), at most {} at once", id_, units_.size(), limit);
@@ -431,7 +428,7 @@ class Runner {
     ElementRecord rec;
     rec.index = u.index;
     rec.log_dir = dir;
-    rec.started_at = Now();
+    rec.started_at = WallSeconds();
     auto child = Spawn(so);
     if (!child.ok()) {
       u.done = true;
@@ -488,7 +485,7 @@ class Runner {
     rec.state = state;
     rec.exit_code = code;
     rec.started_at = started_at_.count(u.index) ? started_at_[u.index] : 0;
-    rec.ended_at = Now();
+    rec.ended_at = WallSeconds();
     rec.log_dir = UnitDir(job_, u.index);
     rec.detail = detail;
     results_.push_back(rec);
@@ -498,7 +495,7 @@ class Runner {
   int Finish(const std::string& state, int code, const std::string& detail) {
     job_.state = state;
     job_.exit_code = code;
-    job_.ended_at = Now();
+    job_.ended_at = WallSeconds();
     job_.detail = detail;
     if (db_) {
       Status s = db_->Update(job_);

@@ -13,16 +13,13 @@
 
 #include "cohort/base/log.h"
 #include "cohort/base/settings.h"
+#include "cohort/base/time.h"
 
 namespace cohort::metrics {
 namespace {
 
 constexpr const char* kLog = "metrics";
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 class Exporter {
  public:
@@ -57,7 +54,7 @@ class Exporter {
   }
 
   void WriteOnce() {
-    nlohmann::json snap = {{"time", Now()}, {"rank", rank_},
+    nlohmann::json snap = {{"time", WallSeconds()}, {"rank", rank_},
                            {"metrics", DefaultRegistry().ToJson()}};
     const std::string base = fmt::format("{}/rank{}", dir_, rank_);
     const std::string line = snap.dump();

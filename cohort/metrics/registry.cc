@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cmath>
 
+#include "cohort/base/time.h"
+
 namespace cohort::metrics {
 namespace {
 
@@ -231,8 +233,7 @@ std::string RenderPrometheus(const std::vector<Source>& sources) {
 void EventLog::Add(nlohmann::json event) {
   std::lock_guard<std::mutex> lock(mu_);
   event["seq"] = next_seq_++;
-  event["time"] =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  event["time"] = WallSeconds();
   events_.push_back(std::move(event));
   while (events_.size() > capacity_) events_.pop_front();
 }

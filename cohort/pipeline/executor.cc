@@ -19,6 +19,7 @@
 
 #include "cohort/base/strings.h"
 #include "cohort/base/subprocess.h"
+#include "cohort/base/time.h"
 #include "cohort/launch/array.h"
 #include "cohort/launch/backend.h"
 #include "cohort/launch/job_db.h"
@@ -32,10 +33,6 @@ namespace {
 namespace fs = std::filesystem;
 using OutputMap = std::map<std::string, std::map<std::string, std::string>>;
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::string ReadFile(const std::string& path, bool* ok) {
   std::ifstream in(path, std::ios::binary);
@@ -168,7 +165,7 @@ class Execution {
     if (cancelled) state = "cancelled";
     run_.state = state;
     run_.exit_code = state == "succeeded" ? 0 : 1;
-    run_.ended_at = Now();
+    run_.ended_at = WallSeconds();
     COHORT_RETURN_IF_ERROR(db_->UpdateRun(run_));
     return RunOutcome{run_.id, state};
   }
@@ -192,8 +189,8 @@ class Execution {
     auto& r = records_[i];
     r.state = state;
     r.detail = detail;
-    if (r.started_at == 0) r.started_at = Now();
-    r.ended_at = Now();
+    if (r.started_at == 0) r.started_at = WallSeconds();
+    r.ended_at = WallSeconds();
     Put(i);
     Progress(fmt::format("[{}] {}", spec_.steps[i].name, line));
   }
@@ -269,7 +266,7 @@ class Execution {
       }
       if (running_ >= options_.parallel) continue;
       r.state = "running";
-      r.started_at = Now();
+      r.started_at = WallSeconds();
       r.ended_at = 0;
       r.exit_code.reset();
       r.detail.clear();
@@ -331,7 +328,7 @@ class Execution {
           r.exit_code = e.exit_code;
           r.outputs = e.outputs;
           if (e.state == "succeeded") outputs_[s.name] = e.outputs;
-          double took = Now() - r.started_at;
+          double took = WallSeconds() - r.started_at;
           std::string line =
               e.state == "succeeded" ? fmt::format("succeeded ({})", Seconds(took))
               : e.state == "cancelled" ? "cancelled"
@@ -504,7 +501,7 @@ class Execution {
     job.name = js.name;
     job.backend = (*backend)->name();
     job.spec_yaml = launch::JobSpecToYaml(js);
-    job.submitted_at = Now();
+    job.submitted_at = WallSeconds();
     job.array_size = static_cast<int>(elements.size());
     job.concurrency = js.array.concurrency;
     auto id = (*db)->Insert(job);
@@ -521,7 +518,7 @@ class Execution {
                                     : Result<std::string>(recorded);
     if (!backend_id.ok()) {
       job.state = "failed";
-      job.ended_at = Now();
+      job.ended_at = WallSeconds();
       job.detail = "not submitted: " + backend_id.status().message();
       (void)(*db)->Update(job);
       r.detail = fmt::format("the {} backend refused the job: {}", job.backend,
@@ -537,7 +534,7 @@ class Execution {
     // Poll the engine (no event to wait on) with a growing delay; the stop eventfd and the
     // deadline interrupt the wait.
     const double timeout = spec_.steps[i].timeout_s;
-    const double deadline = timeout > 0 ? Now() + timeout : 0;
+    const double deadline = timeout > 0 ? WallSeconds() + timeout : 0;
     int delay_ms = 100;
     bool cancel_sent = false;
     std::string why_cancel;
@@ -569,12 +566,12 @@ class Execution {
       }
       int wait = delay_ms;
       if (deadline > 0 && !cancel_sent) {
-        wait = std::min<int>(wait, std::max<int>(0, static_cast<int>((deadline - Now()) * 1000)));
+        wait = std::min<int>(wait, std::max<int>(0, static_cast<int>((deadline - WallSeconds()) * 1000)));
       }
       int which = WaitAny({stop_fd_}, wait);
       delay_ms = std::min(delay_ms * 2, 1000);
       if (cancel_sent) continue;
-      if (which == 0 || (deadline > 0 && Now() >= deadline)) {
+      if (which == 0 || (deadline > 0 && WallSeconds() >= deadline)) {
         why_cancel = which == 0 ? "cancelled" : "timeout";
         Status c = (*backend)->Cancel(job);
         log << fmt::format("cancelling job {} ({}){}\n", job.id, why_cancel,
@@ -700,7 +697,7 @@ Result<RunOutcome> ExecuteNew(const PipelineSpec& spec, const std::string& spec_
   run.spec_yaml = spec_yaml;
   run.base_dir = spec.base_dir;
   run.params = params;
-  run.started_at = Now();
+  run.started_at = WallSeconds();
   COHORT_ASSIGN_OR_RETURN(run.id, db->InsertRun(run));
   std::vector<StepRecord> records;
   std::vector<Problem> problems;
