@@ -14,6 +14,7 @@
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
 #include "cohort/base/time.h"
+#include "cohort/cli/cli_util.h"
 #include "cohort/cli/exec_sibling.h"
 #include "cohort/cli/exit_codes.h"
 #include "cohort/launch/array.h"
@@ -34,39 +35,7 @@ using launch::JobStatus;
 
 
 
-std::string FormatTime(double t) {
-  if (t <= 0) return "-";
-  std::time_t s = static_cast<std::time_t>(t);
-  std::tm tm{};
-  ::localtime_r(&s, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &tm);
-  return buf;
-}
 
-// The main thread blocks the agent's signals for `cohort run`; these commands want the
-// default behaviour (Ctrl-C ends `cohort logs --follow`).
-void UnblockSignals() {
-  sigset_t set;
-  sigemptyset(&set);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) sigaddset(&set, sig);
-  ::sigprocmask(SIG_UNBLOCK, &set, nullptr);
-}
-
-// Parses args with CLI11 (which wants them reversed); returns -1 to go on, else an exit code.
-int Parse(CLI::App& app, const std::vector<std::string>& args, const std::string& name) {
-  std::vector<std::string> reversed(args.rbegin(), args.rend());
-  try {
-    app.parse(reversed);
-  } catch (const CLI::CallForHelp&) {
-    fmt::print("{}", app.help());
-    return kExitOk;
-  } catch (const CLI::ParseError& e) {
-    fmt::print(stderr, "cohort {}: {}; see 'cohort {} --help'\n", name, e.what(), name);
-    return kExitUsage;
-  }
-  return -1;
-}
 
 struct Common {
   std::string home = launch::DefaultCohortHome();
@@ -186,7 +155,6 @@ int WaitForEnd(JobDb& db, JobRecord& job, const launch::BackendOptions& options,
 }  // namespace
 
 int SubmitCommand(const std::vector<std::string>& args) {
-  UnblockSignals();
   CLI::App app("Submit a job spec to a backend.", "cohort submit");
   Common c;
   c.Add(app);
@@ -208,7 +176,7 @@ int SubmitCommand(const std::vector<std::string>& args) {
                  "kubernetes: the cohort binary inside the image (default: cohort, on PATH)");
   app.add_flag("--dry-run", dry_run, "print what would be submitted; submit nothing");
   app.add_flag("--wait", wait, "wait for the end; exit 0 succeeded, 1 failed, 9 cancelled");
-  if (int rc = Parse(app, args, "submit"); rc >= 0) return rc;
+  if (int rc = ParseCommandLine(app, args, "submit"); rc >= 0) return rc;
   if (backend_name.empty()) backend_name = "local";
 
   std::vector<launch::Problem> problems;
@@ -319,7 +287,6 @@ int SubmitCommand(const std::vector<std::string>& args) {
 }
 
 int StatusCommand(const std::vector<std::string>& args) {
-  UnblockSignals();
   CLI::App app("Show a job's state (and its array elements).", "cohort status");
   Common c;
   c.Add(app);
@@ -327,7 +294,7 @@ int StatusCommand(const std::vector<std::string>& args) {
   bool wait = false;
   app.add_option("job", id, "job id or name (default: list recent jobs)");
   app.add_flag("--wait", wait, "wait until the job ends");
-  if (int rc = Parse(app, args, "status"); rc >= 0) return rc;
+  if (int rc = ParseCommandLine(app, args, "status"); rc >= 0) return rc;
   if (id.empty()) return ListCommand(args);
   auto db = OpenDb(c);
   if (!db.ok()) {
@@ -354,7 +321,6 @@ int StatusCommand(const std::vector<std::string>& args) {
 }
 
 int ListCommand(const std::vector<std::string>& args) {
-  UnblockSignals();
   CLI::App app("List recent jobs.", "cohort list");
   Common c;
   c.Add(app);
@@ -363,7 +329,7 @@ int ListCommand(const std::vector<std::string>& args) {
   app.add_option("--limit", limit, "how many (newest first)");
   app.add_option("job", ignored)->group("");  // `cohort status` without a job comes here
   app.allow_extras();
-  if (int rc = Parse(app, args, "list"); rc >= 0) return rc;
+  if (int rc = ParseCommandLine(app, args, "list"); rc >= 0) return rc;
   auto db = OpenDb(c);
   if (!db.ok()) {
     fmt::print(stderr, "cohort list: {}\n", db.status().message());
@@ -394,7 +360,6 @@ int ListCommand(const std::vector<std::string>& args) {
 }
 
 int LogsCommand(const std::vector<std::string>& args) {
-  UnblockSignals();
   CLI::App app("Print a job's log.", "cohort logs");
   Common c;
   c.Add(app);
@@ -405,7 +370,7 @@ int LogsCommand(const std::vector<std::string>& args) {
   app.add_option("--element", element, "array element");
   app.add_option("--rank", rank, "one worker's log (default: the whole console)");
   app.add_flag("-f,--follow", follow, "keep printing until the job ends");
-  if (int rc = Parse(app, args, "logs"); rc >= 0) return rc;
+  if (int rc = ParseCommandLine(app, args, "logs"); rc >= 0) return rc;
   auto db = OpenDb(c);
   if (!db.ok()) {
     fmt::print(stderr, "cohort logs: {}\n", db.status().message());
@@ -464,7 +429,6 @@ int LogsCommand(const std::vector<std::string>& args) {
 }
 
 int CancelCommand(const std::vector<std::string>& args) {
-  UnblockSignals();
   CLI::App app("Cancel a job.", "cohort cancel");
   Common c;
   c.Add(app);
@@ -472,7 +436,7 @@ int CancelCommand(const std::vector<std::string>& args) {
   double timeout = 60;
   app.add_option("job", id, "job id or name")->required();
   app.add_option("--timeout", timeout, "seconds to wait for the job to stop");
-  if (int rc = Parse(app, args, "cancel"); rc >= 0) return rc;
+  if (int rc = ParseCommandLine(app, args, "cancel"); rc >= 0) return rc;
   auto db = OpenDb(c);
   if (!db.ok()) {
     fmt::print(stderr, "cohort cancel: {}\n", db.status().message());
@@ -521,7 +485,7 @@ int RunLocalJobCommand(const std::vector<std::string>& args) {
   int64_t id = 0;
   app.add_option("--home", home)->required();
   app.add_option("--job", id)->required();
-  if (int rc = Parse(app, args, "_run-local-job"); rc >= 0) return rc;
+  if (int rc = ParseCommandLine(app, args, "_run-local-job"); rc >= 0) return rc;
   return launch::RunLocalJob(home, id, SiblingPath("cohort"));
 }
 

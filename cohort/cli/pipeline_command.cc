@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "cohort/base/settings.h"
+#include "cohort/cli/cli_util.h"
 #include "cohort/cli/exec_sibling.h"
 #include "cohort/cli/exit_codes.h"
 #include "cohort/launch/local_backend.h"
@@ -41,30 +42,7 @@ constexpr const char* kUsage =
     "  validate SPEC [-p KEY=VALUE]...             check a spec; run nothing\n";
 
 
-std::string FormatTime(double t) {
-  if (t <= 0) return "-";
-  std::time_t s = static_cast<std::time_t>(t);
-  std::tm tm{};
-  ::localtime_r(&s, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &tm);
-  return buf;
-}
 
-int Parse(CLI::App& app, const std::vector<std::string>& args, const std::string& name) {
-  std::vector<std::string> reversed(args.rbegin(), args.rend());
-  try {
-    app.parse(reversed);
-  } catch (const CLI::CallForHelp&) {
-    fmt::print("{}", app.help());
-    return kExitOk;
-  } catch (const CLI::ParseError& e) {
-    fmt::print(stderr, "cohort pipeline {}: {}; see 'cohort pipeline {} --help'\n", name,
-               e.what(), name);
-    return kExitUsage;
-  }
-  return -1;
-}
 
 // The spec, its text and the resolved parameters; problems (all of them) otherwise.
 struct Loaded {
@@ -159,7 +137,7 @@ int Run(const std::vector<std::string>& args) {
   app.add_option("--parallel", parallel, "steps running at once (default 2)")
       ->check(CLI::PositiveNumber);
   app.add_option("--home", home, "run history and logs (default $COHORT_HOME or ~/.cohort)");
-  if (int rc = Parse(app, args, "run"); rc >= 0) return rc;
+  if (int rc = ParseCommandLine(app, args, "pipeline run"); rc >= 0) return rc;
   Loaded l;
   if (int rc = LoadAndValidate("run", spec_path, params, true, &l); rc >= 0) return rc;
   return Execute("run", home, parallel, [&](const pipeline::ExecutorOptions& o) {
@@ -177,7 +155,7 @@ int ResumeRun(const std::vector<std::string>& args) {
   app.add_option("--parallel", parallel, "steps running at once (default 2)")
       ->check(CLI::PositiveNumber);
   app.add_option("--home", home, "run history and logs (default $COHORT_HOME or ~/.cohort)");
-  if (int rc = Parse(app, args, "resume"); rc >= 0) return rc;
+  if (int rc = ParseCommandLine(app, args, "pipeline resume"); rc >= 0) return rc;
   return Execute("resume", home, parallel, [&](const pipeline::ExecutorOptions& o) {
     return pipeline::Resume(run_id, o);
   });
@@ -200,7 +178,7 @@ int Status(const std::vector<std::string>& args) {
   app.add_option("run", run_id, "run id")->required();
   app.add_option("--home", home, "run history (default $COHORT_HOME or ~/.cohort)");
   app.add_flag("--json", as_json, "print JSON");
-  if (int rc = Parse(app, args, "status"); rc >= 0) return rc;
+  if (int rc = ParseCommandLine(app, args, "pipeline status"); rc >= 0) return rc;
   auto db = pipeline::RunDb::Open(pipeline::RunDbPath(home));
   if (!db.ok()) {
     fmt::print(stderr, "cohort pipeline status: {}\n", db.status().message());
@@ -265,7 +243,7 @@ int List(const std::vector<std::string>& args) {
   app.add_option("--home", home, "run history (default $COHORT_HOME or ~/.cohort)");
   app.add_option("-n,--limit", limit, "at most this many runs (default 20)");
   app.add_flag("--json", as_json, "print JSON");
-  if (int rc = Parse(app, args, "list"); rc >= 0) return rc;
+  if (int rc = ParseCommandLine(app, args, "pipeline list"); rc >= 0) return rc;
   auto db = pipeline::RunDb::Open(pipeline::RunDbPath(home));
   if (!db.ok()) {
     fmt::print(stderr, "cohort pipeline list: {}\n", db.status().message());
@@ -305,7 +283,7 @@ int Export(const std::vector<std::string>& args) {
   app.add_option("--image", options.image, "container image of the steps (default cohort:latest)");
   app.add_option("--service-account", options.service_account, "the workflow's service account");
   app.add_option("-o,--output", output, "write to this file (default: stdout)");
-  if (int rc = Parse(app, args, "export"); rc >= 0) return rc;
+  if (int rc = ParseCommandLine(app, args, "pipeline export"); rc >= 0) return rc;
   Loaded l;
   if (int rc = LoadAndValidate("export", spec_path, params, false, &l); rc >= 0) return rc;
   std::string yaml = pipeline::ToYaml(pipeline::ExportArgo(l.spec, l.params, options));
@@ -329,7 +307,7 @@ int Validate(const std::vector<std::string>& args) {
   std::vector<std::string> params;
   app.add_option("spec", spec_path, "pipeline spec (YAML)")->required();
   app.add_option("-p,--param", params, "parameter KEY=VALUE (repeatable)");
-  if (int rc = Parse(app, args, "validate"); rc >= 0) return rc;
+  if (int rc = ParseCommandLine(app, args, "pipeline validate"); rc >= 0) return rc;
   Loaded l;
   if (int rc = LoadAndValidate("validate", spec_path, params, true, &l); rc >= 0) return rc;
   fmt::print("{}: pipeline {} is valid ({} steps)\n", spec_path, l.spec.name, l.spec.steps.size());

@@ -25,6 +25,7 @@
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
 #include "cohort/base/subprocess.h"
+#include "cohort/cli/cli_util.h"
 #include "cohort/cli/exit_codes.h"
 
 namespace cohort::cli {
@@ -162,16 +163,8 @@ int ScalingCommand(const std::vector<std::string>& args) {
   app.add_option("--max-workers", max_workers, "run 1..N workers")->check(CLI::PositiveNumber);
   app.add_option("--out", out_dir, "directory for scaling.json, scaling.svg and the logs");
   app.add_option("--timeout", timeout, "seconds each run may take");
-  std::vector<std::string> reversed(ours.rbegin(), ours.rend());
-  try {
-    app.parse(reversed);
-  } catch (const CLI::CallForHelp&) {
-    fmt::print("{}\nUsage: cohort bench scaling [options] -- <training command>\n", app.help());
-    return kExitOk;
-  } catch (const CLI::ParseError& e) {
-    fmt::print(stderr, "cohort bench scaling: {}; see 'cohort bench scaling --help'\n", e.what());
-    return kExitUsage;
-  }
+  app.footer("Usage: cohort bench scaling [options] -- <training command>");
+  if (int rc = ParseCommandLine(app, ours, "bench scaling"); rc >= 0) return rc;
   if (command.empty()) {
     fmt::print(stderr, "cohort bench scaling: no training command: cohort bench scaling "
                        "[options] -- <program> [args]\n");

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "cohort/base/strings.h"
+#include "cohort/cli/cli_util.h"
 #include "cohort/cli/exit_codes.h"
 #include "cohort/store/store_server.h"
 
@@ -24,16 +25,7 @@ int StoreCommand(const std::vector<std::string>& args) {
   app.add_option("--port", port, "port to listen on (0 = any free port)");
   app.add_option("--token-file", token_file,
                  "file holding the job token (default: the COHORT_TOKEN variable)");
-  std::vector<std::string> reversed(args.rbegin(), args.rend());
-  try {
-    app.parse(reversed);
-  } catch (const CLI::CallForHelp&) {
-    fmt::print("{}", app.help());
-    return kExitOk;
-  } catch (const CLI::ParseError& e) {
-    fmt::print(stderr, "cohort store: {}; see 'cohort store --help'\n", e.what());
-    return kExitUsage;
-  }
+  if (int rc = ParseCommandLine(app, args, "store"); rc >= 0) return rc;
   std::string token;
   if (!token_file.empty()) {
     std::ifstream in(token_file);
