@@ -22,6 +22,7 @@
 #include "cohort/launch/job_db.h"
 #include "cohort/launch/job_spec.h"
 #include "cohort/launch/local_backend.h"
+#include "cohort/launch/submit.h"
 
 namespace cohort::cli {
 namespace {
@@ -238,41 +239,12 @@ int SubmitCommand(const std::vector<std::string>& args) {
     fmt::print(stderr, "cohort submit: {}\n", db.status().message());
     return kExitBackend;
   }
-  JobRecord job;
-  job.name = spec.name;
-  job.backend = (*backend)->name();
-  job.spec_yaml = launch::JobSpecToYaml(spec);
-  job.submitted_at = WallSeconds();
-  job.array_size = static_cast<int>(elements.size());
-  job.concurrency = spec.array.concurrency;
-  auto id = (*db)->Insert(job);
-  if (!id.ok()) {
-    fmt::print(stderr, "cohort submit: {}\n", id.status().message());
+  auto submitted = launch::SubmitJob(**db, **backend, spec, elements, c.home);
+  if (!submitted.ok()) {
+    fmt::print(stderr, "cohort submit: {}\n", submitted.status().message());
     return kExitBackend;
   }
-  job.id = *id;
-  job.log_dir = fs::absolute(fs::path(c.home) / "logs" / std::to_string(job.id)).string();
-  std::error_code ec;
-  fs::create_directories(job.log_dir, ec);
-  Status recorded = (*db)->Update(job);
-  auto backend_id = recorded.ok() ? (*backend)->Submit(job, spec, elements)
-                                  : Result<std::string>(recorded);
-  if (!backend_id.ok()) {
-    job.state = "failed";
-    job.ended_at = WallSeconds();
-    job.detail = "not submitted: " + backend_id.status().message();
-    (void)(*db)->Update(job);
-    fmt::print(stderr, "cohort submit: the {} backend refused job {}: {}\n", job.backend, job.id,
-               backend_id.status().message());
-    return kExitBackend;
-  }
-  job.backend_id = *backend_id;
-  // Keep whatever state the backend recorded meanwhile (the local runner may have started).
-  if (auto fresh = (*db)->Get(job.id); fresh.ok()) {
-    fresh->backend_id = job.backend_id;
-    job = *fresh;
-  }
-  (void)(*db)->Update(job);
+  JobRecord job = *submitted;
   if (c.json) {
     fmt::print("{}\n", JobJson(job, nullptr).dump());
   } else {

@@ -25,6 +25,7 @@
 #include "cohort/launch/job_db.h"
 #include "cohort/launch/job_spec.h"
 #include "cohort/launch/local_backend.h"
+#include "cohort/launch/submit.h"
 #include "cohort/pipeline/run_db.h"
 
 namespace cohort::pipeline {
@@ -497,37 +498,12 @@ class Execution {
       r.detail = db.status().message();
       return r;
     }
-    launch::JobRecord job;
-    job.name = js.name;
-    job.backend = (*backend)->name();
-    job.spec_yaml = launch::JobSpecToYaml(js);
-    job.submitted_at = WallSeconds();
-    job.array_size = static_cast<int>(elements.size());
-    job.concurrency = js.array.concurrency;
-    auto id = (*db)->Insert(job);
-    if (!id.ok()) {
-      r.detail = id.status().message();
+    auto submitted = launch::SubmitJob(**db, **backend, js, elements, options_.home);
+    if (!submitted.ok()) {
+      r.detail = submitted.status().message();
       return r;
     }
-    job.id = *id;
-    job.log_dir = fs::absolute(fs::path(options_.home) / "logs" / std::to_string(job.id)).string();
-    std::error_code ec;
-    fs::create_directories(job.log_dir, ec);
-    Status recorded = (*db)->Update(job);
-    auto backend_id = recorded.ok() ? (*backend)->Submit(job, js, elements)
-                                    : Result<std::string>(recorded);
-    if (!backend_id.ok()) {
-      job.state = "failed";
-      job.ended_at = WallSeconds();
-      job.detail = "not submitted: " + backend_id.status().message();
-      (void)(*db)->Update(job);
-      r.detail = fmt::format("the {} backend refused the job: {}", job.backend,
-                             backend_id.status().message());
-      return r;
-    }
-    if (auto fresh = (*db)->Get(job.id); fresh.ok()) job = *fresh;
-    job.backend_id = *backend_id;
-    (void)(*db)->Update(job);
+    launch::JobRecord job = *submitted;
     log << fmt::format("submitted job {} ({}) to {} [{}]; logs: {}\n", job.id, job.name,
                        job.backend, job.backend_id, job.log_dir)
         << std::flush;

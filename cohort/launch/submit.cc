@@ -1,0 +1,43 @@
+// SubmitJob (see submit.h). Thread-safety: as documented there.
+#include "cohort/launch/submit.h"
+
+#include <filesystem>
+
+#include "cohort/base/time.h"
+
+namespace cohort::launch {
+
+Result<JobRecord> SubmitJob(JobDb& db, Backend& backend, const JobSpec& spec,
+                            const std::vector<ArrayElement>& elements, const std::string& home) {
+  JobRecord job;
+  job.name = spec.name;
+  job.backend = backend.name();
+  job.spec_yaml = JobSpecToYaml(spec);
+  job.submitted_at = WallSeconds();
+  job.array_size = static_cast<int>(elements.size());
+  job.concurrency = spec.array.concurrency;
+  COHORT_ASSIGN_OR_RETURN(job.id, db.Insert(job));
+  job.log_dir =
+      std::filesystem::absolute(std::filesystem::path(home) / "logs" / std::to_string(job.id))
+          .string();
+  std::error_code ec;
+  std::filesystem::create_directories(job.log_dir, ec);
+  Status recorded = db.Update(job);
+  auto backend_id = recorded.ok() ? backend.Submit(job, spec, elements)
+                                  : Result<std::string>(recorded);
+  if (!backend_id.ok()) {
+    job.state = "failed";
+    job.ended_at = WallSeconds();
+    job.detail = "not submitted: " + backend_id.status().message();
+    (void)db.Update(job);
+    return Status(backend_id.status().code(),
+                  fmt::format("the {} backend refused job {}: {}", job.backend, job.id,
+                              backend_id.status().message()));
+  }
+  if (auto fresh = db.Get(job.id); fresh.ok()) job = *fresh;
+  job.backend_id = *backend_id;
+  COHORT_RETURN_IF_ERROR(db.Update(job));
+  return job;
+}
+
+}  // namespace cohort::launch
