@@ -1,11 +1,10 @@
 // JobDb on SQLite (see job_db.h). Thread-safety: one instance per thread.
 #include "cohort/launch/job_db.h"
 
-#include <sqlite3.h>
-
 #include <filesystem>
 
 #include "cohort/base/settings.h"
+#include "cohort/launch/sql_db.h"
 
 namespace cohort::launch {
 namespace {
@@ -41,59 +40,12 @@ CREATE TABLE IF NOT EXISTS elements (
 );
 )sql";
 
-// A prepared statement, finalized on scope exit.
-class Stmt {
- public:
-  Stmt(sqlite3* db, const char* sql) : db_(db) {
-    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
-  }
-  ~Stmt() { sqlite3_finalize(stmt_); }
-  Status ok() const {
-    return rc_ == SQLITE_OK ? Status::Ok() : Internal("job database: {}", sqlite3_errmsg(db_));
-  }
-  Stmt& Bind(int i, const std::string& v) {
-    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  Stmt& Bind(int i, int64_t v) {
-    sqlite3_bind_int64(stmt_, i, v);
-    return *this;
-  }
-  Stmt& Bind(int i, double v) {
-    sqlite3_bind_double(stmt_, i, v);
-    return *this;
-  }
-  Stmt& Bind(int i, const std::optional<int>& v) {
-    if (v) {
-      sqlite3_bind_int64(stmt_, i, *v);
-    } else {
-      sqlite3_bind_null(stmt_, i);
-    }
-    return *this;
-  }
-  // SQLITE_ROW, SQLITE_DONE or an error code.
-  int Step() { return sqlite3_step(stmt_); }
-  Status Run() {
-    int rc = Step();
-    return rc == SQLITE_DONE || rc == SQLITE_ROW
-               ? Status::Ok()
-               : Internal("job database: {}", sqlite3_errmsg(db_));
-  }
-  std::string Text(int c) const {
-    const unsigned char* t = sqlite3_column_text(stmt_, c);
-    return t ? reinterpret_cast<const char*>(t) : "";
-  }
-  int64_t Int(int c) const { return sqlite3_column_int64(stmt_, c); }
-  double Real(int c) const { return sqlite3_column_double(stmt_, c); }
-  std::optional<int> OptInt(int c) const {
-    if (sqlite3_column_type(stmt_, c) == SQLITE_NULL) return std::nullopt;
-    return static_cast<int>(sqlite3_column_int64(stmt_, c));
-  }
+constexpr const char* kWhat = "job database";
 
- private:
-  sqlite3* db_;
-  sqlite3_stmt* stmt_ = nullptr;
-  int rc_;
+// A statement on the job database.
+class Stmt : public SqlStatement {
+ public:
+  Stmt(sqlite3* db, const char* sql) : SqlStatement(db, sql, kWhat) {}
 };
 
 constexpr const char* kJobColumns =
@@ -126,36 +78,13 @@ bool IsFinalState(const std::string& state) {
 }
 
 Result<std::unique_ptr<JobDb>> JobDb::Open(const std::string& path) {
-  std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  sqlite3* db = nullptr;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
-      SQLITE_OK) {
-    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
-    sqlite3_close(db);
-    return Unavailable("cannot open the job database {}: {} (set COHORT_HOME to a writable "
-                       "directory)",
-                       path, msg);
-  }
-  // Several processes share the file (submit, the local runner, status): wait for locks.
-  sqlite3_busy_timeout(db, 10000);
-  std::unique_ptr<JobDb> out(new JobDb(db));
-  COHORT_RETURN_IF_ERROR(out->Exec("PRAGMA journal_mode=WAL"));
-  COHORT_RETURN_IF_ERROR(out->Exec(kSchema));
-  return out;
+  COHORT_ASSIGN_OR_RETURN(sqlite3* db, OpenSqlDatabase(path, kSchema, kWhat));
+  return std::unique_ptr<JobDb>(new JobDb(db));
 }
 
 JobDb::~JobDb() { sqlite3_close(db_); }
 
-Status JobDb::Exec(const std::string& sql) {
-  char* err = nullptr;
-  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
-    std::string msg = err ? err : sqlite3_errmsg(db_);
-    sqlite3_free(err);
-    return Internal("job database: {}", msg);
-  }
-  return Status::Ok();
-}
+Status JobDb::Exec(const std::string& sql) { return ExecSql(db_, sql, kWhat); }
 
 Result<int64_t> JobDb::Insert(JobRecord job) {
   COHORT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
@@ -213,7 +142,7 @@ Result<JobRecord> JobDb::Get(int64_t id) {
   int rc = s.Step();
   if (rc == SQLITE_ROW) return ReadJob(s);
   if (rc == SQLITE_DONE) return NotFound("no job {} (see `cohort list`)", id);
-  return Internal("job database: {}", sqlite3_errmsg(db_));
+  return s.Error();
 }
 
 Result<JobRecord> JobDb::Find(const std::string& id_or_name) {
@@ -228,7 +157,7 @@ Result<JobRecord> JobDb::Find(const std::string& id_or_name) {
   if (rc == SQLITE_DONE) {
     return NotFound("no job with id or name '{}' (see `cohort list`)", id_or_name);
   }
-  return Internal("job database: {}", sqlite3_errmsg(db_));
+  return s.Error();
 }
 
 Result<std::vector<JobRecord>> JobDb::List(int limit) {
@@ -238,7 +167,7 @@ Result<std::vector<JobRecord>> JobDb::List(int limit) {
   std::vector<JobRecord> out;
   int rc;
   while ((rc = s.Step()) == SQLITE_ROW) out.push_back(ReadJob(s));
-  if (rc != SQLITE_DONE) return Internal("job database: {}", sqlite3_errmsg(db_));
+  if (rc != SQLITE_DONE) return s.Error();
   return out;
 }
 
@@ -261,7 +190,7 @@ Result<std::vector<ElementRecord>> JobDb::Elements(int64_t job_id) {
     e.detail = s.Text(6);
     out.push_back(std::move(e));
   }
-  if (rc != SQLITE_DONE) return Internal("job database: {}", sqlite3_errmsg(db_));
+  if (rc != SQLITE_DONE) return s.Error();
   return out;
 }
 

@@ -1,10 +1,10 @@
 // RunDb on SQLite (see run_db.h). Thread-safety: one instance per thread.
 #include "cohort/pipeline/run_db.h"
 
-#include <sqlite3.h>
-
 #include <filesystem>
 #include <nlohmann/json.hpp>
+
+#include "cohort/launch/sql_db.h"
 
 namespace cohort::pipeline {
 namespace {
@@ -42,59 +42,12 @@ CREATE TABLE IF NOT EXISTS steps (
 CREATE INDEX IF NOT EXISTS steps_by_cache_key ON steps(cache_key);
 )sql";
 
-class Stmt {
- public:
-  Stmt(sqlite3* db, const char* sql) : db_(db) {
-    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
-  }
-  ~Stmt() { sqlite3_finalize(stmt_); }
-  Status ok() const {
-    return rc_ == SQLITE_OK ? Status::Ok()
-                            : Internal("pipeline database: {}", sqlite3_errmsg(db_));
-  }
-  Stmt& Bind(int i, const std::string& v) {
-    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  Stmt& Bind(int i, int64_t v) {
-    sqlite3_bind_int64(stmt_, i, v);
-    return *this;
-  }
-  Stmt& Bind(int i, double v) {
-    sqlite3_bind_double(stmt_, i, v);
-    return *this;
-  }
-  Stmt& Bind(int i, const std::optional<int>& v) {
-    if (v) {
-      sqlite3_bind_int64(stmt_, i, *v);
-    } else {
-      sqlite3_bind_null(stmt_, i);
-    }
-    return *this;
-  }
-  int Step() { return sqlite3_step(stmt_); }
-  Status Run() {
-    if (!ok().ok()) return ok();
-    int rc = Step();
-    return rc == SQLITE_DONE || rc == SQLITE_ROW
-               ? Status::Ok()
-               : Internal("pipeline database: {}", sqlite3_errmsg(db_));
-  }
-  std::string Text(int c) const {
-    const unsigned char* t = sqlite3_column_text(stmt_, c);
-    return t ? reinterpret_cast<const char*>(t) : "";
-  }
-  int64_t Int(int c) const { return sqlite3_column_int64(stmt_, c); }
-  double Real(int c) const { return sqlite3_column_double(stmt_, c); }
-  std::optional<int> OptInt(int c) const {
-    if (sqlite3_column_type(stmt_, c) == SQLITE_NULL) return std::nullopt;
-    return static_cast<int>(sqlite3_column_int64(stmt_, c));
-  }
+constexpr const char* kWhat = "pipeline database";
 
- private:
-  sqlite3* db_;
-  sqlite3_stmt* stmt_ = nullptr;
-  int rc_;
+// A statement on the pipeline database.
+class Stmt : public launch::SqlStatement {
+ public:
+  Stmt(sqlite3* db, const char* sql) : SqlStatement(db, sql, kWhat) {}
 };
 
 std::map<std::string, std::string> JsonToMap(const std::string& text) {
@@ -155,28 +108,8 @@ std::string RunLogDir(const std::string& home, int64_t run_id) {
 }
 
 Result<std::unique_ptr<RunDb>> RunDb::Open(const std::string& path) {
-  std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  sqlite3* db = nullptr;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
-      SQLITE_OK) {
-    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
-    sqlite3_close(db);
-    return Unavailable("cannot open the pipeline database {}: {} (set COHORT_HOME to a "
-                       "writable directory)",
-                       path, msg);
-  }
-  sqlite3_busy_timeout(db, 10000);
-  std::unique_ptr<RunDb> out(new RunDb(db));
-  for (const char* sql : {"PRAGMA journal_mode=WAL", kSchema}) {
-    char* err = nullptr;
-    if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-      std::string msg = err ? err : sqlite3_errmsg(db);
-      sqlite3_free(err);
-      return Internal("pipeline database {}: {}", path, msg);
-    }
-  }
-  return out;
+  COHORT_ASSIGN_OR_RETURN(sqlite3* db, launch::OpenSqlDatabase(path, kSchema, kWhat));
+  return std::unique_ptr<RunDb>(new RunDb(db));
 }
 
 RunDb::~RunDb() { sqlite3_close(db_); }

@@ -1,0 +1,83 @@
+// Small SQLite helpers shared by the job history (JobDb) and the pipeline run state (RunDb):
+// opening a database file that several processes share, and prepared statements that are
+// finalized on scope exit. Error messages name the database (`what`: "job database").
+//
+// Thread-safety: a connection and its statements belong to one thread.
+#pragma once
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "cohort/base/status.h"
+
+namespace cohort::launch {
+
+// Opens (creating the file and its directory) `path` for use by several processes: a busy
+// timeout for their locks, WAL journal, then `schema` (CREATE ... IF NOT EXISTS).
+Result<sqlite3*> OpenSqlDatabase(const std::string& path, const char* schema,
+                                 const std::string& what);
+Status ExecSql(sqlite3* db, const std::string& sql, const std::string& what);
+
+class SqlStatement {
+ public:
+  SqlStatement(sqlite3* db, const char* sql, std::string what)
+      : db_(db), what_(std::move(what)) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+  }
+  ~SqlStatement() { sqlite3_finalize(stmt_); }
+  SqlStatement(const SqlStatement&) = delete;
+  SqlStatement& operator=(const SqlStatement&) = delete;
+
+  Status ok() const { return rc_ == SQLITE_OK ? Status::Ok() : Error(); }
+  SqlStatement& Bind(int i, const std::string& v) {
+    sqlite3_bind_text(stmt_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  SqlStatement& Bind(int i, int64_t v) {
+    sqlite3_bind_int64(stmt_, i, v);
+    return *this;
+  }
+  SqlStatement& Bind(int i, double v) {
+    sqlite3_bind_double(stmt_, i, v);
+    return *this;
+  }
+  SqlStatement& Bind(int i, const std::optional<int>& v) {
+    if (v) {
+      sqlite3_bind_int64(stmt_, i, *v);
+    } else {
+      sqlite3_bind_null(stmt_, i);
+    }
+    return *this;
+  }
+  // SQLITE_ROW, SQLITE_DONE or an error code.
+  int Step() { return sqlite3_step(stmt_); }
+  // Runs a statement that returns no rows (or ignores them).
+  Status Run() {
+    if (rc_ != SQLITE_OK) return Error();
+    int rc = Step();
+    return rc == SQLITE_DONE || rc == SQLITE_ROW ? Status::Ok() : Error();
+  }
+  Status Error() const { return Internal("{}: {}", what_, sqlite3_errmsg(db_)); }
+
+  std::string Text(int c) const {
+    const unsigned char* t = sqlite3_column_text(stmt_, c);
+    return t ? reinterpret_cast<const char*>(t) : "";
+  }
+  int64_t Int(int c) const { return sqlite3_column_int64(stmt_, c); }
+  double Real(int c) const { return sqlite3_column_double(stmt_, c); }
+  std::optional<int> OptInt(int c) const {
+    if (sqlite3_column_type(stmt_, c) == SQLITE_NULL) return std::nullopt;
+    return static_cast<int>(sqlite3_column_int64(stmt_, c));
+  }
+
+ private:
+  sqlite3* db_;
+  std::string what_;
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_;
+};
+
+}  // namespace cohort::launch
