@@ -13,14 +13,11 @@
 
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
+#include "cohort/launch/spec_walker.h"
 
 namespace cohort::launch {
 namespace {
 
-bool IsEnvName(const std::string& s) {
-  static const std::regex re("[A-Za-z_][A-Za-z0-9_]*");
-  return std::regex_match(s, re);
-}
 
 // A table: column names and rows of values, from a CSV file or a query.
 struct Table {

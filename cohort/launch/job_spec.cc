@@ -12,127 +12,18 @@
 
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
+#include "cohort/launch/spec_walker.h"
 
 namespace cohort::launch {
 namespace {
 
-// Collects problems while walking the YAML tree; every accessor names the field path.
-class Walker {
- public:
-  explicit Walker(std::vector<Problem>* problems) : problems_(problems) {}
-
-  void Add(const std::string& where, std::string what) {
-    problems_->push_back({where, std::move(what)});
-  }
-
-  // Reports keys of `map` that are not in `known`, suggesting the closest known key.
-  void CheckKeys(const YAML::Node& map, const std::string& path,
-                 const std::vector<std::string>& known) {
-    for (const auto& kv : map) {
-      std::string key = kv.first.Scalar();
-      if (std::find(known.begin(), known.end(), key) != known.end()) continue;
-      std::string hint;
-      size_t best = 3;
-      for (const auto& k : known) {
-        size_t d = EditDistance(key, k);
-        if (d < best) {
-          best = d;
-          hint = k;
-        }
-      }
-      Add(Join(path, key), hint.empty()
-                               ? fmt::format("unknown field (known: {})", JoinStrings(known, ", "))
-                               : fmt::format("unknown field (did you mean '{}'?)", hint));
-    }
-  }
-
-  std::optional<std::string> String(const YAML::Node& map, const std::string& path,
-                                    const std::string& key) {
-    YAML::Node n = map[key];
-    if (!n) return std::nullopt;
-    if (!n.IsScalar()) {
-      Add(Join(path, key), "must be a single value, not a list or a map");
-      return std::nullopt;
-    }
-    return n.Scalar();
-  }
-
-  std::optional<int64_t> Int(const YAML::Node& map, const std::string& path,
-                             const std::string& key, int64_t min, int64_t max) {
-    auto s = String(map, path, key);
-    if (!s) return std::nullopt;
-    auto v = ParseInt64(*s);
-    if (!v) {
-      Add(Join(path, key), fmt::format("'{}' is not a whole number", *s));
-      return std::nullopt;
-    }
-    if (*v < min || *v > max) {
-      Add(Join(path, key), fmt::format("{} is out of range ({}..{})", *v, min, max));
-      return std::nullopt;
-    }
-    return *v;
-  }
-
-  std::vector<std::string> StringList(const YAML::Node& map, const std::string& path,
-                                      const std::string& key) {
-    std::vector<std::string> out;
-    YAML::Node n = map[key];
-    if (!n) return out;
-    if (n.IsScalar()) {
-      Add(Join(path, key), "must be a list (write [a, b] or one '- item' per line)");
-      return out;
-    }
-    if (!n.IsSequence()) {
-      Add(Join(path, key), "must be a list");
-      return out;
-    }
-    for (size_t i = 0; i < n.size(); ++i) {
-      if (!n[i].IsScalar()) {
-        Add(fmt::format("{}[{}]", Join(path, key), i), "must be a single value");
-        continue;
-      }
-      out.push_back(n[i].Scalar());
-    }
-    return out;
-  }
-
-  static std::string Join(const std::string& path, const std::string& key) {
-    return path.empty() ? key : path + "." + key;
-  }
-
- private:
-  static size_t EditDistance(const std::string& a, const std::string& b) {
-    std::vector<size_t> row(b.size() + 1);
-    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-    for (size_t i = 1; i <= a.size(); ++i) {
-      size_t diag = row[0];
-      row[0] = i;
-      for (size_t j = 1; j <= b.size(); ++j) {
-        size_t up = row[j];
-        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-        diag = up;
-      }
-    }
-    return row[b.size()];
-  }
-  static std::string JoinStrings(const std::vector<std::string>& v, const char* sep) {
-    std::string out;
-    for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
-    return out;
-  }
-
-  std::vector<Problem>* problems_;
-};
+using Walker = SpecWalker;
 
 bool IsDnsLabel(const std::string& s) {
   static const std::regex re("[a-z0-9]([-a-z0-9]*[a-z0-9])?");
   return s.size() <= 63 && std::regex_match(s, re);
 }
 
-bool IsEnvName(const std::string& s) {
-  static const std::regex re("[A-Za-z_][A-Za-z0-9_]*");
-  return std::regex_match(s, re);
-}
 
 void ParseResources(Walker& w, const YAML::Node& n, Resources* r) {
   const std::string path = "resources";

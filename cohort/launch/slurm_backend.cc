@@ -25,6 +25,7 @@
 #include "cohort/base/strings.h"
 #include "cohort/base/subprocess.h"
 #include "cohort/base/time.h"
+#include "cohort/launch/spec_walker.h"
 
 namespace cohort::launch {
 namespace {
@@ -35,12 +36,6 @@ namespace fs = std::filesystem;
 // not answer is reported as unreachable rather than waited on.
 constexpr int64_t kCommandTimeoutMs = 60000;
 
-bool IsEnvName(std::string_view name) {
-  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
-  return std::all_of(name.begin(), name.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
-  });
-}
 
 // A value on an #SBATCH line. sbatch splits those lines on blanks and strips a pair of
 // double quotes, so a value with blanks is written in double quotes; quotes, backslashes

@@ -15,26 +15,16 @@
 
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
+#include "cohort/launch/spec_walker.h"
 
 namespace cohort::pipeline {
 namespace {
 
 namespace fs = std::filesystem;
 
-size_t EditDistance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
+using launch::ClosestName;
+using launch::IsEnvName;
+using Walker = launch::SpecWalker;
 
 std::string Hint(const std::string& name, const std::vector<std::string>& known) {
   std::string c = ClosestName(name, known);
@@ -47,66 +37,12 @@ std::string JoinNames(const std::vector<std::string>& v) {
   return out;
 }
 
-class Walker {
- public:
-  explicit Walker(std::vector<Problem>* problems) : problems_(problems) {}
-  void Add(const std::string& where, std::string what) {
-    problems_->push_back({where, std::move(what)});
-  }
-  void CheckKeys(const YAML::Node& map, const std::string& path,
-                 const std::vector<std::string>& known) {
-    for (const auto& kv : map) {
-      std::string key = kv.first.Scalar();
-      if (std::find(known.begin(), known.end(), key) != known.end()) continue;
-      std::string hint = ClosestName(key, known);
-      Add(path + "." + key, hint.empty()
-                                ? fmt::format("unknown field (known: {})", JoinNames(known))
-                                : fmt::format("unknown field (did you mean '{}'?)", hint));
-    }
-  }
-  std::optional<std::string> String(const YAML::Node& map, const std::string& path,
-                                    const std::string& key) {
-    YAML::Node n = map[key];
-    if (!n || n.IsNull()) return std::nullopt;
-    if (!n.IsScalar()) {
-      Add(path + "." + key, "must be a single value, not a list or a map");
-      return std::nullopt;
-    }
-    return n.Scalar();
-  }
-  std::vector<std::string> StringList(const YAML::Node& map, const std::string& path,
-                                      const std::string& key) {
-    std::vector<std::string> out;
-    YAML::Node n = map[key];
-    if (!n || n.IsNull()) return out;
-    if (!n.IsSequence()) {
-      Add(path + "." + key, "must be a list (write [a, b] or one '- item' per line)");
-      return out;
-    }
-    for (size_t i = 0; i < n.size(); ++i) {
-      if (!n[i].IsScalar()) {
-        Add(fmt::format("{}.{}[{}]", path, key, i), "must be a single value");
-        continue;
-      }
-      out.push_back(n[i].Scalar());
-    }
-    return out;
-  }
-
- private:
-  std::vector<Problem>* problems_;
-};
-
 bool IsStepName(const std::string& s) {
   static const std::regex re("[a-z0-9]([-a-z0-9]*[a-z0-9])?");
   return s.size() <= 63 && std::regex_match(s, re);
 }
 bool IsIdentifier(const std::string& s) {
   static const std::regex re("[A-Za-z_][A-Za-z0-9_-]*");
-  return std::regex_match(s, re);
-}
-bool IsEnvName(const std::string& s) {
-  static const std::regex re("[A-Za-z_][A-Za-z0-9_]*");
   return std::regex_match(s, re);
 }
 
@@ -358,18 +294,6 @@ const char* ParamTypeName(ParamType type) {
   return "string";
 }
 
-std::string ClosestName(const std::string& name, const std::vector<std::string>& known) {
-  std::string best_name;
-  size_t best = 3;
-  for (const auto& k : known) {
-    size_t d = EditDistance(name, k);
-    if (d < best && d < std::max<size_t>(k.size(), 2)) {
-      best = d;
-      best_name = k;
-    }
-  }
-  return best_name;
-}
 
 const Step* PipelineSpec::FindStep(const std::string& n) const {
   for (const auto& s : steps) {

@@ -109,7 +109,4 @@ std::vector<size_t> TopologicalOrder(const PipelineSpec& spec, std::vector<Probl
 // True when `ancestor` is reachable from `step` through `depends`.
 bool DependsOn(const PipelineSpec& spec, const std::string& step, const std::string& ancestor);
 
-// "did you mean 'x'?" helper: the closest of `known` within edit distance 2, or "".
-std::string ClosestName(const std::string& name, const std::vector<std::string>& known);
-
 }  // namespace cohort::pipeline
