@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# Shared helpers of the end-to-end tests (marker processes, free ports).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "e2e"))
 
 import slurm_cluster  # noqa: E402
 import slurm_jobs  # noqa: E402

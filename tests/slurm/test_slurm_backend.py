@@ -10,39 +10,15 @@
 
 Every wait polls with a deadline. Skipped when not root or Slurm is not installed.
 """
-import os
 import re
-import socket
 
 import pytest
 
+import e2e_util
 import slurm_cluster
 from slurm_jobs import describe, train_bin
 
 JOB_TIMEOUT = 240
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("0.0.0.0", 0))
-        return s.getsockname()[1]
-
-
-def marker_pids(marker):
-    """Live processes whose command line holds marker (zombies have an empty cmdline)."""
-    needle = marker.encode()
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open("/proc/%s/cmdline" % name, "rb") as f:
-                cmd = f.read()
-        except OSError:
-            continue
-        if needle in cmd:
-            found.append((int(name), cmd.replace(b"\0", b" ").decode(errors="replace")))
-    return found
 
 
 def field(scontrol_line, key):
@@ -62,7 +38,7 @@ def test_three_node_training_job(jobs, slurm, marker):
         nnodes: 3
         nproc_per_node: 1
         rdzv: {port: %d}
-        """ % (train, marker, free_port()))
+        """ % (train, marker, e2e_util.free_port()))
     r, job = jobs.submit(spec, "--wait", timeout=JOB_TIMEOUT)
     assert r.returncode == 0, describe(r) + slurm.describe()
     sid = job["backend_id"]
@@ -95,7 +71,7 @@ def test_three_node_training_job(jobs, slurm, marker):
     assert listed.returncode == 0, describe(listed)
     assert re.search(r"\b%s\s+ddp3\s+slurm\s+succeeded\b" % job["id"], listed.stdout), (
         listed.stdout)
-    assert not marker_pids(marker)
+    assert not e2e_util.marker_pids(marker)
 
 
 def test_cancel_leaves_no_process(jobs, slurm, marker):
@@ -105,7 +81,7 @@ def test_cancel_leaves_no_process(jobs, slurm, marker):
         args: [-c, "sleep 600", %s]
         nnodes: 2
         rdzv: {port: %d}
-        """ % (marker, free_port()))
+        """ % (marker, e2e_util.free_port()))
     r, job = jobs.submit(spec)
     assert r.returncode == 0, describe(r)
 
@@ -113,7 +89,7 @@ def test_cancel_leaves_no_process(jobs, slurm, marker):
     def workers_up():
         st = jobs.status(job["id"])
         assert st["state"] in ("pending", "running"), st
-        workers = [p for p in marker_pids(marker) if p[1].startswith("/bin/sh -c sleep 600")]
+        workers = [p for p in e2e_util.marker_pids(marker) if p[1].startswith("/bin/sh -c sleep 600")]
         return st["state"] == "running" and len(workers) == 2
 
     slurm_cluster.wait_for(workers_up, JOB_TIMEOUT,
@@ -127,8 +103,8 @@ def test_cancel_leaves_no_process(jobs, slurm, marker):
     assert field(jobs.scontrol_job(job["backend_id"]), "JobState") == "CANCELLED"
 
     # slurmstepd signals the job's processes and SIGKILLs what is left after KillWait (5 s).
-    slurm_cluster.wait_for(lambda: not marker_pids(marker), 60,
-                           lambda: "the cancelled job's processes to end: %s" % marker_pids(marker))
+    slurm_cluster.wait_for(lambda: not e2e_util.marker_pids(marker), 60,
+                           lambda: "the cancelled job's processes to end: %s" % e2e_util.marker_pids(marker))
 
     # Cancelling again is refused: the job already ended.
     again = jobs.run("cancel", job["id"])
