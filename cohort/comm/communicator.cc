@@ -4,6 +4,7 @@
 // status_mu_ guards broken_.
 #include "cohort/comm/communicator.h"
 
+#include <array>
 #include <cstring>
 #include <fstream>
 
@@ -140,6 +141,13 @@ class Communicator::Impl {
     size_t recorder_id;
   };
   void RecordMetrics(const OpDesc& desc, double seconds);
+  // Metrics per OpKind, resolved on first use (Execute runs under runner_mu_).
+  struct OpCounters {
+    metrics::Counter* operations = nullptr;
+    metrics::Counter* bytes = nullptr;
+    metrics::Counter* seconds = nullptr;
+  };
+  std::array<OpCounters, static_cast<size_t>(OpKind::kSend) + 1> op_counters_{};
   Algo ChooseAllReduce(size_t bytes) const;
   Algo ChooseTcp(size_t bytes, int members) const;
   Status TcpAllReduce(TcpGroup& g, const void* in, void* out, size_t count, DataType t,
@@ -420,17 +428,24 @@ void Communicator::Impl::Execute(Pending& p) {
 }
 
 // Per kind of operation: count, bytes (count x element size: the buffer each rank hands
-// in) and time, for the agent's /metrics and the dashboard's bandwidth column.
+// in) and time, for the agent's /metrics and the dashboard's bandwidth column. The counters
+// are looked up once per kind (the registry lookup takes a mutex and builds labels): this
+// runs after every collective.
 void Communicator::Impl::RecordMetrics(const OpDesc& desc, double seconds) {
-  auto& registry = metrics::DefaultRegistry();
-  const metrics::Labels labels = {{"op", std::string(OpKindName(desc.kind))}};
-  registry.GetCounter("cohort_comm_operations_total", "Collective operations completed", labels)
-      .Add();
-  registry.GetCounter("cohort_comm_bytes_total", "Bytes handed to collectives by this rank",
-                      labels)
-      .Add(static_cast<double>(desc.count * DataTypeSize(desc.dtype)));
-  registry.GetCounter("cohort_comm_seconds_total", "Time spent running collectives", labels)
-      .Add(seconds);
+  OpCounters& c = op_counters_[static_cast<size_t>(desc.kind)];
+  if (c.operations == nullptr) {
+    auto& registry = metrics::DefaultRegistry();
+    const metrics::Labels labels = {{"op", std::string(OpKindName(desc.kind))}};
+    c.operations = &registry.GetCounter("cohort_comm_operations_total",
+                                        "Collective operations completed", labels);
+    c.bytes = &registry.GetCounter("cohort_comm_bytes_total",
+                                   "Bytes handed to collectives by this rank", labels);
+    c.seconds = &registry.GetCounter("cohort_comm_seconds_total",
+                                     "Time spent running collectives", labels);
+  }
+  c.operations->Add();
+  c.bytes->Add(static_cast<double>(desc.count * DataTypeSize(desc.dtype)));
+  c.seconds->Add(seconds);
 }
 
 void Communicator::Impl::Abort() {
