@@ -236,7 +236,11 @@ class LocalBackend final : public Backend {
   }
 
   Result<JobStatus> Poll(const JobRecord& job) override {
-    COHORT_ASSIGN_OR_RETURN(auto db, JobDb::Open(JobDbPath(options_.home)));
+    // The job history is the local backend's engine: opened once, then read on each poll.
+    if (!db_) {
+      COHORT_ASSIGN_OR_RETURN(db_, JobDb::Open(JobDbPath(options_.home)));
+    }
+    JobDb* db = db_.get();
     COHORT_ASSIGN_OR_RETURN(JobRecord now, db->Get(job.id));
     JobStatus s;
     s.state = now.state;
@@ -313,6 +317,7 @@ class LocalBackend final : public Backend {
 
  private:
   BackendOptions options_;
+  std::unique_ptr<JobDb> db_;  // for Poll
 };
 
 // ---- the runner ----
