@@ -58,23 +58,24 @@ Result<std::unique_ptr<JobDb>> OpenDb(const Common& c) {
 }
 
 // Asks the job's backend for its current state and records it; returns the fresh status.
+Result<JobStatus> Refresh(JobDb& db, Backend& backend, JobRecord& job) {
+  COHORT_ASSIGN_OR_RETURN(JobStatus s, backend.Poll(job));
+  if (s.state == job.state && s.exit_code == job.exit_code && s.detail == job.detail) return s;
+  job.state = s.state;
+  job.exit_code = s.exit_code;
+  job.detail = s.detail;
+  // A backend that records its own progress (the local runner) is not overwritten; what it
+  // derives on reading ("lost") is shown, not stored.
+  if (backend.RecordsOwnState()) return s;
+  if (launch::IsFinalState(s.state) && job.ended_at == 0) job.ended_at = WallSeconds();
+  COHORT_RETURN_IF_ERROR(db.Update(job));
+  for (const auto& e : s.elements) COHORT_RETURN_IF_ERROR(db.UpdateElement(job.id, e));
+  return s;
+}
+
 Result<JobStatus> Refresh(JobDb& db, JobRecord& job, const launch::BackendOptions& options) {
   COHORT_ASSIGN_OR_RETURN(auto backend, launch::MakeBackend(job.backend, options));
-  COHORT_ASSIGN_OR_RETURN(JobStatus s, backend->Poll(job));
-  bool changed = s.state != job.state || s.exit_code != job.exit_code || s.detail != job.detail;
-  if (changed && job.backend != "local") {  // the local runner records its own progress
-    job.state = s.state;
-    job.exit_code = s.exit_code;
-    job.detail = s.detail;
-    if (launch::IsFinalState(s.state) && job.ended_at == 0) job.ended_at = WallSeconds();
-    COHORT_RETURN_IF_ERROR(db.Update(job));
-    for (const auto& e : s.elements) COHORT_RETURN_IF_ERROR(db.UpdateElement(job.id, e));
-  } else if (changed) {
-    job.state = s.state;  // "lost" is derived, not stored
-    job.exit_code = s.exit_code;
-    job.detail = s.detail;
-  }
-  return s;
+  return Refresh(db, *backend, job);
 }
 
 json JobJson(const JobRecord& j, const JobStatus* s) {
@@ -130,10 +131,15 @@ int JobExitCode(const std::string& state) {
 
 // Polls until the job reaches a final state; prints each new state once.
 int WaitForEnd(JobDb& db, JobRecord& job, const launch::BackendOptions& options, bool quiet) {
+  auto backend = launch::MakeBackend(job.backend, options);
+  if (!backend.ok()) {
+    fmt::print(stderr, "cohort: {}\n", backend.status().message());
+    return kExitBackend;
+  }
   std::string last;
   auto delay = std::chrono::milliseconds(100);
   for (;;) {
-    auto s = Refresh(db, job, options);
+    auto s = Refresh(db, **backend, job);
     if (!s.ok()) {
       fmt::print(stderr, "cohort: cannot read the state of job {}: {}\n", job.id,
                  s.status().message());
@@ -389,7 +395,7 @@ int LogsCommand(const std::vector<std::string>& args) {
     in.clear();
     std::fflush(stdout);
     if (!follow) return kExitOk;
-    auto s = Refresh(**db, *job, c.Options());
+    auto s = Refresh(**db, **backend, *job);
     if (s.ok() && launch::IsFinalState(s->state)) {
       // One more pass for what the job wrote before it ended.
       while (in.is_open() && std::getline(in, line)) fmt::print("{}\n", line);
@@ -424,7 +430,7 @@ int CancelCommand(const std::vector<std::string>& args) {
     fmt::print(stderr, "cohort cancel: {}\n", backend.status().message());
     return kExitBackend;
   }
-  auto before = Refresh(**db, *job, c.Options());
+  auto before = Refresh(**db, **backend, *job);
   if (before.ok() && launch::IsFinalState(before->state)) {
     fmt::print(stderr, "cohort cancel: job {} already ended ({})\n", job->id, before->state);
     return kExitInvalidValue;
@@ -436,7 +442,7 @@ int CancelCommand(const std::vector<std::string>& args) {
   const double deadline = WallSeconds() + timeout;
   auto delay = std::chrono::milliseconds(50);
   for (;;) {
-    auto s = Refresh(**db, *job, c.Options());
+    auto s = Refresh(**db, **backend, *job);
     if (s.ok() && launch::IsFinalState(s->state)) {
       fmt::print("job {}: {}\n", job->id, s->state);
       return kExitOk;

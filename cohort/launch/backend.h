@@ -50,6 +50,10 @@ class Backend {
 
   virtual Status Cancel(const JobRecord& job) = 0;
 
+  // True when the backend writes the job's progress to the JobDb itself (the local runner);
+  // callers then show what Poll returns without storing it.
+  virtual bool RecordsOwnState() const { return false; }
+
   // Path of a log file to show for `element` (-1: the job) and `rank` (-1: all), when the
   // backend keeps logs in files on this machine; an error saying where to look otherwise.
   virtual Result<std::string> LogPath(const JobRecord& job, int element, int rank) = 0;

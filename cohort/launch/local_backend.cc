@@ -138,6 +138,7 @@ class LocalBackend final : public Backend {
  public:
   explicit LocalBackend(BackendOptions options) : options_(std::move(options)) {}
   std::string name() const override { return "local"; }
+  bool RecordsOwnState() const override { return true; }
 
   void Validate(const JobSpec& spec, const std::vector<ArrayElement>& elements,
                 std::vector<Problem>* problems) override {
