@@ -13,10 +13,10 @@
 
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
+#include "cohort/base/worker_env.h"
 #include "cohort/comm/communicator.h"
 #include "cohort/comm/reduce.h"
 #include "cohort/net/socket.h"
-#include "cohort/store/memory_store.h"
 
 using namespace cohort;
 using namespace cohort::comm;
@@ -131,17 +131,16 @@ int main(int argc, char** argv) {
     return 3;
   }
 
-  std::unique_ptr<Communicator> comm;
-  if (std::getenv("RANK") && std::getenv("COHORT_STORE_PORT")) {
-    auto made = Communicator::FromEnvironment({.name = "bench"});
-    if (!made.ok()) {
-      std::fprintf(stderr, "cohort bench: %s\n", made.status().ToString().c_str());
-      return 4;
-    }
-    comm = std::move(made).value();
-  } else {
-    comm = std::move(Communicator::Create(std::make_shared<store::MemoryStore>(), 0, 1, {}).value());
+  // Every rank of the job this process was started into (alone when run by hand).
+  CommOptions options;
+  options.name = "bench";
+  auto made = Communicator::FromEnvironment(options);
+  if (!made.ok()) {
+    std::fprintf(stderr, "cohort bench: cannot join the job: %s\n",
+                 made.status().ToString().c_str());
+    return kExitCannotJoinJob;
   }
+  std::unique_ptr<Communicator> comm = std::move(made).value();
   const int rank = comm->rank(), nranks = comm->size();
   if (cfg.root < 0 || cfg.root >= nranks) {
     std::fprintf(stderr, "cohort bench: root %d is not a rank of %d\n", cfg.root, nranks);

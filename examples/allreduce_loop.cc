@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "cohort/base/worker_env.h"
 #include "cohort/comm/communicator.h"
 
 using namespace cohort;
@@ -18,8 +19,9 @@ int main(int argc, char** argv) {
   const char* hang_at = std::getenv("HANG_AT");
   auto comm = comm::Communicator::FromEnvironment();
   if (!comm.ok()) {
-    std::fprintf(stderr, "allreduce_loop: %s\n", comm.status().ToString().c_str());
-    return 2;
+    std::fprintf(stderr, "allreduce_loop: cannot join the job: %s\n",
+                 comm.status().ToString().c_str());
+    return kExitCannotJoinJob;
   }
   const int rank = (*comm)->rank(), size = (*comm)->size();
   std::vector<float> buf(1024);

@@ -235,7 +235,10 @@ Status Agent::Impl::StartWorkers(const RendezvousInfo& info, int attempt) {
       AddEvent({{"type", "log"}, {"rank", rank}, {"line", std::string(line)}});
     };
   }
-  const bool set_omp = std::getenv("OMP_NUM_THREADS") == nullptr && spec.nproc_per_node > 1;
+  // As torchrun: one intra-op thread per worker when several share the node, unless the
+  // user chose a number.
+  const bool set_omp =
+      !worker_env::Inherited(worker_env::kOmpNumThreads) && spec.nproc_per_node > 1;
   for (int local = 0; local < spec.nproc_per_node; ++local) {
     Worker w;
     w.local_rank = local;
@@ -246,33 +249,33 @@ Status Agent::Impl::StartWorkers(const RendezvousInfo& info, int attempt) {
     if (ec) return Internal("cannot create log directory {}: {}", dir, ec.message());
     w.error_file = dir + "/error.json";
     fs::remove(w.error_file, ec);
-    std::vector<std::pair<std::string, std::string>> env = {
-        {"RANK", std::to_string(w.rank)},
-        {"LOCAL_RANK", std::to_string(local)},
-        {"WORLD_SIZE", std::to_string(world)},
-        {"LOCAL_WORLD_SIZE", std::to_string(spec.nproc_per_node)},
-        {"GROUP_RANK", std::to_string(info.group_rank)},
-        {"GROUP_WORLD_SIZE", std::to_string(info.group_world_size)},
-        {"ROLE_RANK", std::to_string(w.rank)},
-        {"ROLE_WORLD_SIZE", std::to_string(world)},
-        {"ROLE_NAME", spec.role},
-        {"MASTER_ADDR", master.first},
-        {"MASTER_PORT", std::to_string(master.second)},
-        {"TORCHELASTIC_RESTART_COUNT", std::to_string(info.restart_count)},
-        {"TORCHELASTIC_MAX_RESTARTS", std::to_string(spec.max_restarts)},
-        {"TORCHELASTIC_RUN_ID", spec.run_id},
-        {"TORCHELASTIC_ERROR_FILE", w.error_file},
-        {"TORCHELASTIC_USE_AGENT_STORE", "False"},
-        {"COHORT_STORE_PREFIX", info.store_prefix},
-        {"COHORT_ATTEMPT", std::to_string(attempt)},
-        {"COHORT_FLIGHT_RECORDER_DIR", dir},
-    };
-    if (set_omp) env.emplace_back("OMP_NUM_THREADS", "1");
-    if (!o_.metrics_dir.empty()) env.emplace_back("COHORT_METRICS_DIR", o_.metrics_dir);
-    for (const auto& kv : spec.extra_env) env.push_back(kv);
+    WorkerEnv we;
+    we.rank = w.rank;
+    we.local_rank = local;
+    we.world_size = world;
+    we.local_world_size = spec.nproc_per_node;
+    we.group_rank = info.group_rank;
+    we.group_world_size = info.group_world_size;
+    we.role_rank = w.rank;
+    we.role_world_size = world;
+    we.role_name = spec.role;
+    we.master_addr = master.first;
+    we.master_port = master.second;
+    we.restart_count = info.restart_count;
+    we.max_restarts = spec.max_restarts;
+    we.run_id = spec.run_id;
+    we.error_file = w.error_file;
+    we.omp_num_threads = set_omp ? 1 : 0;
+    we.store = spec.store_access;
+    we.store.round_prefix = info.store_prefix;
+    we.attempt = attempt;
+    we.round = static_cast<int>(info.round);
+    we.listen_addr = spec.listen_addr;
+    we.flight_recorder_dir = dir;
+    we.metrics_dir = o_.metrics_dir;
     SpawnOptions so;
     so.argv = spec.argv;
-    so.env = MergeEnvironment(env);
+    so.env = WorkerEnvironment(we, spec.extra_env);
     auto child = Spawn(so);
     if (!child.ok()) return child.status();
     w.child = *child;
@@ -587,6 +590,7 @@ AgentResult Agent::Impl::FailureResult(const std::string& why) {
     if (f.ok()) text += fmt::format("\ncohort: first failure: {}", f->Describe());
   }
   if (!stall_report_.empty()) text += "\ncohort: " + stall_report_;
+  if (!o_.spec.entrypoint_note.empty()) text += "\ncohort: " + o_.spec.entrypoint_note;
   text += fmt::format("\ncohort: logs: {}/{}", o_.spec.log_dir, o_.spec.run_id);
   return {kExitWorkerFailed, text};
 }

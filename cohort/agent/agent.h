@@ -19,6 +19,7 @@
 
 #include "cohort/base/status.h"
 #include "cohort/base/time.h"
+#include "cohort/base/worker_env.h"
 #include "cohort/metrics/registry.h"
 #include "cohort/rendezvous/rendezvous.h"
 #include "cohort/store/store.h"
@@ -55,6 +56,13 @@ struct WorkerSpec {
   // Identical console lines from several local ranks within this window print once as
   // "[ranks 0-3]: ..." (0: every rank's line separately). Log files are never merged.
   Duration log_merge_window = std::chrono::milliseconds(100);
+  // How the workers reach the job's store (their communicator's rendezvous) and the
+  // address their peers reach them at: passed on through the worker environment.
+  JobStoreAccess store_access;
+  std::string listen_addr;
+  // Said with a failed job's summary, e.g. which interpreter ran a .py entrypoint.
+  std::string entrypoint_note;
+  // Further variables for every worker (tests); the worker contract wins on a clash.
   std::vector<std::pair<std::string, std::string>> extra_env;
 };
 

@@ -57,7 +57,8 @@ Result<std::string> FindProgram(const std::string& program) {
 }
 
 std::vector<std::string> MergeEnvironment(
-    const std::vector<std::pair<std::string, std::string>>& overrides) {
+    const std::vector<std::pair<std::string, std::string>>& overrides,
+    const std::vector<std::string>& remove) {
   std::map<std::string, std::string> env;
   for (char** e = environ; e && *e; ++e) {
     std::string_view kv(*e);
@@ -65,6 +66,7 @@ std::vector<std::string> MergeEnvironment(
     if (eq == std::string_view::npos) continue;
     env[std::string(kv.substr(0, eq))] = std::string(kv.substr(eq + 1));
   }
+  for (const auto& k : remove) env.erase(k);
   for (const auto& [k, v] : overrides) env[k] = v;
   std::vector<std::string> out;
   out.reserve(env.size());

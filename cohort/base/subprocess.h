@@ -56,8 +56,10 @@ ExitStatus Reap(pid_t pid);
 // bare names through PATH. Returns the path or kNotFound / kPermissionDenied.
 Result<std::string> FindProgram(const std::string& program);
 
-// Current environment as "KEY=VALUE" strings, with `overrides` replacing or adding keys.
+// Current environment as "KEY=VALUE" strings, without the keys in `remove`, with
+// `overrides` replacing or adding keys.
 std::vector<std::string> MergeEnvironment(
-    const std::vector<std::pair<std::string, std::string>>& overrides);
+    const std::vector<std::pair<std::string, std::string>>& overrides,
+    const std::vector<std::string>& remove = {});
 
 }  // namespace cohort

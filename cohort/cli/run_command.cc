@@ -13,6 +13,7 @@
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
 #include "cohort/base/subprocess.h"
+#include "cohort/base/worker_env.h"
 #include "cohort/cli/exit_codes.h"
 #include "cohort/metrics/http_server.h"
 #include "cohort/net/socket.h"
@@ -255,13 +256,18 @@ Status ApplyRdzvConf(const std::string& text, rendezvous::RendezvousConfig& c,
   return Status::Ok();
 }
 
-// The worker command line, resolved the way torchrun does for .py files and -m.
+// The worker command line, resolved the way torchrun does for .py files and -m. torchrun
+// runs them with its own interpreter; cohort has none, so it takes COHORT_PYTHON, else the
+// `python3` on PATH, and says which one in `note` (shown with a failed job's summary: a
+// python3 without torch fails with a bare ModuleNotFoundError otherwise).
 Result<std::vector<std::string>> WorkerArgv(const RunFlags& f,
-                                            const std::vector<std::string>& program) {
+                                            const std::vector<std::string>& program,
+                                            std::string* note) {
   const std::string& entry = program[0];
   std::vector<std::string> rest(program.begin() + 1, program.end());
   const char* py_env = std::getenv("COHORT_PYTHON");
-  std::string python = py_env && *py_env ? py_env : "python3";
+  const bool chosen = py_env && *py_env;
+  std::string python = chosen ? py_env : "python3";
   std::vector<std::string> argv;
   if (f.module) {
     if (f.no_python) return InvalidArgument("-m and --no-python cannot be combined");
@@ -277,7 +283,18 @@ Result<std::vector<std::string>> WorkerArgv(const RunFlags& f,
   auto found = FindProgram(argv[0]);
   if (!found.ok()) {
     return Status(found.status().code(),
-                  fmt::format("cannot run the entrypoint: {}", found.status().message()));
+                  fmt::format("cannot run the entrypoint: {}{}", found.status().message(),
+                              argv[0] == python ? " (set COHORT_PYTHON to the interpreter "
+                                                  "that has your packages)"
+                                                : ""));
+  }
+  if (argv[0] == python) {
+    std::error_code ec;
+    fs::path real = fs::canonical(*found, ec);
+    *note = fmt::format("the workers ran {}{} ({}); set COHORT_PYTHON to the interpreter that "
+                        "has your packages (e.g. COHORT_PYTHON=/usr/bin/python3)",
+                        *found, ec || real == fs::path(*found) ? "" : " -> " + real.string(),
+                        chosen ? "COHORT_PYTHON" : "python3 on PATH");
   }
   argv.insert(argv.end(), rest.begin(), rest.end());
   return argv;
@@ -323,10 +340,8 @@ Status SplitEtcdConf(const std::string& text, store::EtcdStoreOptions& o, std::s
       return NotFound("--rdzv-conf: the file '{}' does not exist", *file);
     }
   }
-  if (const char* user = std::getenv("COHORT_ETCD_USER"); user && *user && o.user.empty()) {
-    o.user = user;
-  }
-  if (const char* pw = std::getenv("COHORT_ETCD_PASSWORD"); pw && *pw) o.password = pw;
+  if (o.user.empty()) o.user = worker_env::Inherited(worker_env::kEtcdUser).value_or("");
+  o.password = worker_env::Inherited(worker_env::kEtcdPassword).value_or("");
   return Status::Ok();
 }
 
@@ -435,7 +450,8 @@ int RunCommand(const std::vector<std::string>& args) {
   if (f.standalone && rdzv.max_nodes > 1) {
     return Fail(kExitInvalidValue, "--standalone runs one node; drop it or use --nnodes 1");
   }
-  auto argv = WorkerArgv(f, program);
+  std::string entrypoint_note;
+  auto argv = WorkerArgv(f, program, &entrypoint_note);
   if (!argv.ok()) {
     int code = argv.status().code() == StatusCode::kNotFound ||
                        argv.status().code() == StatusCode::kPermissionDenied
@@ -448,15 +464,14 @@ int RunCommand(const std::vector<std::string>& args) {
   // else the endpoint, served by this node when its host is local.
   const bool single = rdzv.max_nodes == 1;
   StorePlan plan;
-  const char* env_token = std::getenv("COHORT_TOKEN");
+  const std::optional<std::string> env_token = worker_env::Inherited(worker_env::kToken);
   if (use_etcd) {
-    // The agents use etcd; no rendezvous store is served and COHORT_TOKEN is not needed
-    // (etcd has its own auth). libcohort workers still need a cohort store: on a single
-    // node this agent serves one for them on loopback; across nodes that is not supported
-    // yet (docs/etcd.md), so their COHORT_STORE_* variables are left unset.
-    plan = {"127.0.0.1", 0, single, env_token && *env_token ? env_token : RandomHex(16)};
+    // The agents meet in etcd, which has its own auth: no rendezvous store is served and
+    // COHORT_TOKEN is not needed. On a single node the workers' communicator still gets a
+    // loopback cohort store from this agent; across nodes it uses etcd too (docs/etcd.md).
+    plan = {"127.0.0.1", 0, single, env_token ? *env_token : RandomHex(16)};
   } else if (f.standalone || (single && f.rdzv_endpoint.empty())) {
-    plan = {"127.0.0.1", 0, true, env_token && *env_token ? env_token : RandomHex(16)};
+    plan = {"127.0.0.1", 0, true, env_token ? *env_token : RandomHex(16)};
   } else {
     auto hp = ParseHostPort(f.rdzv_endpoint.empty() ? "127.0.0.1" : f.rdzv_endpoint,
                             kDefaultStorePort);
@@ -467,8 +482,8 @@ int RunCommand(const std::vector<std::string>& args) {
     plan.host = hp->first;
     plan.port = hp->second;
     plan.serve = is_host.value_or(net::IsLocalHost(plan.host));
-    if (env_token && *env_token) {
-      plan.token = env_token;
+    if (env_token) {
+      plan.token = *env_token;
     } else if (single) {
       plan.token = RandomHex(16);
     } else {
@@ -544,6 +559,7 @@ int RunCommand(const std::vector<std::string>& args) {
 
   agent::AgentOptions o;
   o.spec.argv = *argv;
+  o.spec.entrypoint_note = entrypoint_note;
   o.spec.nproc_per_node = *nproc;
   o.spec.role = f.role;
   o.spec.max_restarts = f.max_restarts;
@@ -560,22 +576,24 @@ int RunCommand(const std::vector<std::string>& args) {
       std::chrono::duration<double>(f.stop_grace));
   std::string store_addr = plan.host;
   if (plan.serve && server && net::IsLocalHost(plan.host)) store_addr = "127.0.0.1";
-  o.spec.extra_env = {{"COHORT_TOKEN", plan.token},
-                      {"COHORT_STORE_ADDR", store_addr},
-                      {"COHORT_STORE_PORT", std::to_string(plan.port)},
-                      {"COHORT_RUN_ID", run_id}};
+  // How libcohort in the workers reaches the job's store: the cohort store this node
+  // serves or joins; on an etcd job, etcd itself (the run id's keys), except on a single
+  // node, where this agent serves a loopback store for its own workers.
   if (use_etcd && !server) {
-    // libcohort in the workers reaches the job's store through etcd as well (the keys of
-    // this run id); the password, if any, is inherited as COHORT_ETCD_PASSWORD.
-    std::string endpoints;
-    for (const auto& e : etcd.endpoints) endpoints += (endpoints.empty() ? "" : ",") + e;
-    o.spec.extra_env = {{"COHORT_RUN_ID", run_id},
-                        {"COHORT_ETCD_ENDPOINTS", endpoints},
-                        {"COHORT_ETCD_PREFIX", run_id},
-                        {"COHORT_ETCD_CACERT", etcd.ca_file},
-                        {"COHORT_ETCD_CERT", etcd.cert_file},
-                        {"COHORT_ETCD_KEY", etcd.key_file},
-                        {"COHORT_ETCD_USER", etcd.user}};
+    o.spec.store_access.kind = JobStoreAccess::Kind::kEtcd;
+    o.spec.store_access.etcd_endpoints = etcd.endpoints;
+    o.spec.store_access.etcd_prefix = run_id;
+    o.spec.store_access.etcd_ca_file = etcd.ca_file;
+    o.spec.store_access.etcd_cert_file = etcd.cert_file;
+    o.spec.store_access.etcd_key_file = etcd.key_file;
+    o.spec.store_access.etcd_user = etcd.user;
+    o.spec.store_access.etcd_request_timeout_s =
+        std::chrono::duration<double>(etcd.request_timeout).count();
+  } else {
+    o.spec.store_access.kind = JobStoreAccess::Kind::kTcp;
+    o.spec.store_access.addr = store_addr;
+    o.spec.store_access.port = plan.port;
+    o.spec.store_access.token = plan.token;
   }
   o.rdzv = rdzv;
   o.self.host = net::HostName();
@@ -583,10 +601,9 @@ int RunCommand(const std::vector<std::string>& args) {
                 : single        ? std::string("127.0.0.1")
                                 : net::ResolveIpv4(o.self.host).value_or(o.self.host);
   o.self.local_world_size = *nproc;
-  // libcohort in the workers listens for its peers on this node's address.
-  if (std::getenv("COHORT_LISTEN_ADDR") == nullptr) {
-    o.spec.extra_env.emplace_back("COHORT_LISTEN_ADDR", o.self.addr);
-  }
+  // libcohort in the workers listens for its peers on this node's address (or the one the
+  // user chose with COHORT_LISTEN_ADDR).
+  o.spec.listen_addr = worker_env::Inherited(worker_env::kListenAddr).value_or(o.self.addr);
   const Deadline connect_deadline = Deadline::After(rdzv.join_timeout);
   const store::TcpStoreOptions store_options{
       .host = store_addr, .port = plan.port, .token = plan.token};

@@ -25,6 +25,7 @@
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
 #include "cohort/base/subprocess.h"
+#include "cohort/base/worker_env.h"
 #include "cohort/cli/cli_util.h"
 #include "cohort/cli/exit_codes.h"
 
@@ -203,8 +204,9 @@ int ScalingCommand(const std::vector<std::string>& args) {
     so.argv = {SelfExe(), "run", "--nproc-per-node", std::to_string(k), "--log-dir",
                run_dir + "/logs", "--"};
     so.argv.insert(so.argv.end(), command.begin(), command.end());
-    so.env = MergeEnvironment({{"COHORT_METRICS_DIR", run_dir + "/metrics"},
-                               {"COHORT_METRICS_HISTORY_S", "1"}});
+    // The workers of that run inherit these (worker_env.h) and export their metrics there.
+    so.env = MergeEnvironment({{worker_env::kMetricsDir, run_dir + "/metrics"},
+                               {worker_env::kMetricsHistory, "1"}});
     so.output_file = run_dir + "/output.log";
     fmt::print(stderr, "cohort bench scaling: {} worker(s)...\n", k);
     const auto start = SteadyClock::now();

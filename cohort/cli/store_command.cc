@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "cohort/base/strings.h"
+#include "cohort/base/worker_env.h"
 #include "cohort/cli/cli_util.h"
 #include "cohort/cli/exit_codes.h"
 #include "cohort/store/store_server.h"
@@ -34,8 +35,8 @@ int StoreCommand(const std::vector<std::string>& args) {
       return kExitInvalidValue;
     }
     token = std::string(Trim(token));
-  } else if (const char* env = std::getenv("COHORT_TOKEN"); env && *env) {
-    token = env;
+  } else {
+    token = worker_env::Inherited(worker_env::kToken).value_or("");
   }
   if (token.empty()) {
     fmt::print(stderr,

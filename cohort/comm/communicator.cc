@@ -11,12 +11,14 @@
 #include "cohort/base/log.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
+#include "cohort/base/worker_env.h"
 #include "cohort/comm/algorithms.h"
 #include "cohort/comm/flight_recorder.h"
 #include "cohort/comm/reduce.h"
 #include "cohort/metrics/registry.h"
 #include "cohort/net/socket.h"
 #include "cohort/store/etcd_store.h"
+#include "cohort/store/memory_store.h"
 #include "cohort/store/tcp_store.h"
 
 namespace cohort::comm {
@@ -78,7 +80,7 @@ bool Work::IsCompleted() const {
 class Communicator::Impl {
  public:
   Impl(int rank, int size, CommOptions options)
-      : rank_(rank), size_(size), o_(std::move(options)), recorder_(rank, o_.flight_recorder),
+      : rank_(rank), size_(size), o_(std::move(options)), recorder_(rank, o_.flight_recorder, o_.flight_recorder_dir),
         send_seq_(size, 0), recv_seq_(size, 0) {}
   ~Impl() {
     {
@@ -242,7 +244,7 @@ Status Communicator::Impl::Setup(store::Store& store) {
                               seen.size());
   }
   if (size_ > 1) {
-    std::string addr = !o_.listen_addr.empty() ? o_.listen_addr : Env("COHORT_LISTEN_ADDR");
+    std::string addr = o_.listen_addr;
     if (addr.empty()) {
       addr = single_host_ ? "127.0.0.1" : net::ResolveIpv4(net::HostName()).value_or("127.0.0.1");
     }
@@ -476,38 +478,48 @@ Result<std::unique_ptr<Communicator>> Communicator::Create(std::shared_ptr<store
 }
 
 Result<std::unique_ptr<Communicator>> Communicator::FromEnvironment(CommOptions options) {
-  auto rank = ParseInt64(Env("RANK")), size = ParseInt64(Env("WORLD_SIZE"));
-  auto port = ParseInt64(Env("COHORT_STORE_PORT"));
-  if (!rank || !size) {
-    return FailedPrecondition("RANK and WORLD_SIZE are not set; start this program with "
-                              "`cohort run`");
+  Result<WorkerEnv> env = ReadWorkerEnv();
+  if (!env.ok() && env.status().code() == StatusCode::kNotFound) {
+    return Create(std::make_shared<store::MemoryStore>(), 0, 1, std::move(options));
   }
+  if (!env.ok()) return FailedPrecondition("{}", env.status().message());
+  if (std::string missing = JobStoreMissing(*env); !missing.empty()) {
+    return FailedPrecondition("{}", missing);
+  }
+  if (options.listen_addr.empty()) options.listen_addr = env->listen_addr;
+  if (options.flight_recorder_dir.empty()) options.flight_recorder_dir = env->flight_recorder_dir;
+  if (env->world_size == 1) {
+    return Create(std::make_shared<store::MemoryStore>(), 0, 1, std::move(options));
+  }
+  // Steps: connect to the job's store (60 s to reach it), narrow it to this round's keys,
+  // then form the communicator of world_size ranks there (Create).
+  const JobStoreAccess& access = env->store;
+  const Deadline reach = Deadline::AfterMs(60000);
   std::shared_ptr<store::Store> store;
-  if (port && !Env("COHORT_STORE_ADDR").empty()) {
-    store::TcpStoreOptions so{.host = Env("COHORT_STORE_ADDR"),
-                              .port = static_cast<int>(*port),
-                              .token = Env("COHORT_TOKEN")};
-    COHORT_ASSIGN_OR_RETURN(auto tcp, store::TcpStore::Connect(so, Deadline::AfterMs(60000)));
+  if (access.kind == JobStoreAccess::Kind::kTcp) {
+    store::TcpStoreOptions so{.host = access.addr, .port = access.port, .token = access.token};
+    COHORT_ASSIGN_OR_RETURN(auto tcp, store::TcpStore::Connect(so, reach));
     store = std::move(tcp);
-  } else if (!Env("COHORT_ETCD_ENDPOINTS").empty()) {
-    // An etcd job (`cohort run --rdzv-backend etcd`): the job's keys live in etcd.
-    store::EtcdStoreOptions eo;
-    eo.endpoints = Split(Env("COHORT_ETCD_ENDPOINTS"), ',');
-    eo.prefix = Env("COHORT_ETCD_PREFIX");
-    eo.ca_file = Env("COHORT_ETCD_CACERT");
-    eo.cert_file = Env("COHORT_ETCD_CERT");
-    eo.key_file = Env("COHORT_ETCD_KEY");
-    eo.user = Env("COHORT_ETCD_USER");
-    eo.password = Env("COHORT_ETCD_PASSWORD");
-    COHORT_ASSIGN_OR_RETURN(auto etcd, store::EtcdStore::Connect(eo, Deadline::AfterMs(60000)));
-    store = std::move(etcd);
   } else {
-    return FailedPrecondition("no job store: neither COHORT_STORE_ADDR/COHORT_STORE_PORT nor "
-                              "COHORT_ETCD_ENDPOINTS is set; start this program with `cohort run`");
+    store::EtcdStoreOptions eo;
+    eo.endpoints = access.etcd_endpoints;
+    eo.prefix = access.etcd_prefix;
+    eo.ca_file = access.etcd_ca_file;
+    eo.cert_file = access.etcd_cert_file;
+    eo.key_file = access.etcd_key_file;
+    eo.user = access.etcd_user;
+    eo.password = access.etcd_password;
+    if (access.etcd_request_timeout_s > 0) {
+      eo.request_timeout = std::chrono::duration_cast<Duration>(
+          std::chrono::duration<double>(access.etcd_request_timeout_s));
+    }
+    COHORT_ASSIGN_OR_RETURN(auto etcd, store::EtcdStore::Connect(eo, reach));
+    store = std::move(etcd);
   }
-  std::string prefix = Env("COHORT_STORE_PREFIX");
-  if (!prefix.empty()) store = std::make_shared<store::PrefixStore>(prefix, store);
-  return Create(store, static_cast<int>(*rank), static_cast<int>(*size), std::move(options));
+  if (!access.round_prefix.empty()) {
+    store = std::make_shared<store::PrefixStore>(access.round_prefix, store);
+  }
+  return Create(store, env->rank, env->world_size, std::move(options));
 }
 
 std::string Communicator::topology() const { return impl_->topology(); }

@@ -50,6 +50,7 @@ struct CommOptions {
   size_t shm_slot_bytes = 0;      // 0: COHORT_SHM_SLOT_BYTES or 256 KiB
   size_t flight_recorder = 64;    // entries kept
   std::string listen_addr;        // address peers reach this rank at (default: hostname's)
+  std::string flight_recorder_dir;  // where a timeout or abort dumps the flight record
 };
 
 enum class Exec { kInline, kAsync };
@@ -74,8 +75,14 @@ class Communicator {
  public:
   static Result<std::unique_ptr<Communicator>> Create(std::shared_ptr<store::Store> store,
                                                       int rank, int size, CommOptions options);
-  // From the worker environment `cohort run` sets: RANK, WORLD_SIZE, COHORT_STORE_ADDR,
-  // COHORT_STORE_PORT, COHORT_TOKEN, COHORT_STORE_PREFIX.
+  // The communicator of the job this process was started into (the worker environment,
+  // cohort/base/worker_env.h): all of its ranks, through the job's store (a cohort store
+  // or etcd). A program not started by a launcher, or started with WORLD_SIZE=1, gets a
+  // communicator of one rank. Never alone by accident: with WORLD_SIZE > 1 and no way to
+  // reach the job's store, or a malformed environment, the result is kFailedPrecondition
+  // saying what is missing; a store that cannot be reached gives its error (kUnavailable,
+  // kDeadlineExceeded, kPermissionDenied for a wrong token). Options left empty take the
+  // environment's listen address and flight-recorder directory.
   static Result<std::unique_ptr<Communicator>> FromEnvironment(CommOptions options = {});
   ~Communicator();
 

@@ -78,8 +78,8 @@ void Unregister(const FlightRecorder* r) {
 
 }  // namespace
 
-FlightRecorder::FlightRecorder(int rank, size_t capacity)
-    : rank_(rank), ring_(std::max<size_t>(capacity, 1)) {
+FlightRecorder::FlightRecorder(int rank, size_t capacity, std::string dump_dir)
+    : rank_(rank), dump_dir_(std::move(dump_dir)), ring_(std::max<size_t>(capacity, 1)) {
   Register(this);
 }
 
@@ -129,8 +129,8 @@ void FlightRecorder::DumpNow(const std::string& reason) const {
   std::string text = fmt::format("[flight recorder dump: {}]\n{}", reason, Dump());
   std::fwrite(text.data(), 1, text.size(), stderr);
   std::fflush(stderr);
-  if (const char* dir = std::getenv("COHORT_FLIGHT_RECORDER_DIR"); dir && *dir) {
-    std::string path = fmt::format("{}/rank{}.txt", dir, rank_);
+  if (!dump_dir_.empty()) {
+    std::string path = fmt::format("{}/rank{}.txt", dump_dir_, rank_);
     if (FILE* f = std::fopen(path.c_str(), "a")) {
       std::fwrite(text.data(), 1, text.size(), f);
       std::fclose(f);

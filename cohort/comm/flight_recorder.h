@@ -19,7 +19,8 @@ enum class OpState : uint8_t { kIssued, kStarted, kCompleted, kFailed };
 
 class FlightRecorder {
  public:
-  FlightRecorder(int rank, size_t capacity);
+  // `dump_dir`: where DumpNow also writes rank<R>.txt (empty: stderr only).
+  FlightRecorder(int rank, size_t capacity, std::string dump_dir = "");
   ~FlightRecorder();
 
   // Returns the entry's slot id for Update.
@@ -27,7 +28,7 @@ class FlightRecorder {
   void Update(size_t id, uint32_t seq, OpState state, const std::string& error = "");
   // Human-readable table, oldest first.
   std::string Dump() const;
-  // Writes Dump() to stderr (and to $COHORT_FLIGHT_RECORDER_DIR/rank<R>.txt when set).
+  // Writes Dump() to stderr (and to <dump_dir>/rank<R>.txt when a directory was given).
   void DumpNow(const std::string& reason) const;
 
  private:
@@ -38,6 +39,7 @@ class FlightRecorder {
     std::string error;
   };
   const int rank_;
+  const std::string dump_dir_;
   mutable std::mutex mu_;
   std::vector<Entry> ring_;
   size_t next_ = 0;

@@ -27,6 +27,7 @@
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
 #include "cohort/base/subprocess.h"
+#include "cohort/base/worker_env.h"
 
 extern char** environ;
 
@@ -104,7 +105,7 @@ bool OwnEtcd(const JobSpec& spec) { return UsesEtcd(spec) && spec.rdzv.endpoint.
 // Multi-node jobs on cohort's store need the same COHORT_TOKEN in every pod: a Secret made
 // here, unless the spec sets the variable itself.
 bool NeedsTokenSecret(const JobSpec& spec) {
-  return spec.max_nodes > 1 && !UsesEtcd(spec) && spec.env.count("COHORT_TOKEN") == 0;
+  return spec.max_nodes > 1 && !UsesEtcd(spec) && spec.env.count(worker_env::kToken) == 0;
 }
 
 std::string TokenSecretName(const JobSpec& spec) { return spec.name + "-token"; }
@@ -441,7 +442,7 @@ Json WorkerContainer(const Context& c, const std::string& name,
   for (const auto& [k, v] : env) env_list.push_back(Json{{"name", k}, {"value", v}});
   if (NeedsTokenSecret(spec)) {
     env_list.push_back(Json{
-        {"name", "COHORT_TOKEN"},
+        {"name", worker_env::kToken},
         {"valueFrom", {{"secretKeyRef", {{"name", TokenSecretName(spec)}, {"key", "token"}}}}}});
   }
 

@@ -14,6 +14,7 @@
 #include "cohort/base/log.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/time.h"
+#include "cohort/base/worker_env.h"
 
 namespace cohort::metrics {
 namespace {
@@ -102,15 +103,12 @@ Exporter* g_exporter = nullptr;
 bool StartWorkerExporter(std::chrono::milliseconds interval) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_exporter) return true;
-  const char* dir = std::getenv("COHORT_METRICS_DIR");
-  if (!dir || !*dir) return false;
-  const char* rank = std::getenv("RANK");
+  Result<WorkerEnv> env = ReadWorkerEnv();
+  if (!env.ok() || env->metrics_dir.empty()) return false;
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  const char* history = std::getenv("COHORT_METRICS_HISTORY_S");
-  double history_s = history ? ParseDouble(history).value_or(5.0) : 5.0;
-  g_exporter = new Exporter(dir, rank ? static_cast<int>(ParseInt64(rank).value_or(0)) : 0,
-                            interval, history_s);
+  std::filesystem::create_directories(env->metrics_dir, ec);
+  const double history_s = env->metrics_history_s > 0 ? env->metrics_history_s : 5.0;
+  g_exporter = new Exporter(env->metrics_dir, env->rank, interval, history_s);
   std::atexit([] { StopWorkerExporter(); });
   return true;
 }

@@ -1,4 +1,4 @@
-// Worker-side export of DefaultRegistry(): when the agent set COHORT_METRICS_DIR, a thread
+// Worker-side export of DefaultRegistry(): when the worker environment names a metrics directory (worker_env.h), a thread
 // ("metrics-export") writes every second
 //   <dir>/rank<RANK>.json   the latest snapshot (replaced atomically: the agent serves it)
 //   <dir>/rank<RANK>.jsonl  a history line {"time", "rank", "metrics"} every

@@ -7,6 +7,7 @@
 #include "cohort/base/log.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
+#include "cohort/base/worker_env.h"
 
 namespace cohort::rendezvous {
 
@@ -63,6 +64,7 @@ Result<FailureRecord> FailureRecord::FromJson(std::string_view text) {
 std::string FailureRecord::Describe() const {
   std::string how = signal != 0 ? fmt::format("was killed by {}", SignalName(signal))
                                 : fmt::format("exited with code {}", exit_code);
+  if (signal == 0 && exit_code == kExitCannotJoinJob) how += " (it could not join its job)";
   std::string text = fmt::format("rank {} (host {}) {}", rank, host, how);
   if (!message.empty()) text += fmt::format(": {}", message);
   return text;

@@ -1,6 +1,8 @@
 // cohort-train: data-parallel training of an image classifier on libtorch with cohort's
-// collectives. Under `cohort run` (RANK and COHORT_STORE_PORT set) every worker joins one
-// Communicator; otherwise it trains as a single process.
+// collectives. Under `cohort run` every worker joins one Communicator of WORLD_SIZE ranks
+// through the job's store (the worker environment, cohort/base/worker_env.h); run by hand
+// it trains as a single process. A worker of several ranks that cannot join exits with
+// code 10 and says why: it never trains alone by accident.
 //
 //   cohort run --nproc-per-node 2 -- cohort-train --model cnn --dataset fashion-mnist
 //       --data-dir /usr/share/datasets/fashion-mnist --epochs 6 --batch-size 64
@@ -10,13 +12,15 @@
 // order from the sampler, bit-identical allreduce), including across a kill and resume:
 // checkpoints are taken at step boundaries and restore parameters, optimizer state, sampler
 // position and torch's generator. On start the newest valid checkpoint of --checkpoint-dir
-// is restored. Rank 0 prints progress and finally `test_accuracy <x>` and
-// `param_digest <crc32 of all parameters>`. With --tensorboard-dir, rank 0 also writes
+// is restored. Every rank prints `rank R of W: transport T, round N` once joined; rank 0 prints
+// progress and `test_accuracy <x>`; finally every rank prints `rank R param_digest <crc32 of
+// all parameters>` and rank 0 also `param_digest <crc32>`. With --tensorboard-dir, rank 0 also writes
 // TensorBoard scalars (docs/tensorboard.md).
 //
 // Exit codes: 0 ok, 2 usage (unknown flag, model, data set or optimizer), 3 data set
 // missing or malformed, 4 checkpoint from another model/optimizer/seed, 5 communication
-// failure, 70 internal error (torch, I/O). Nothing is written before inputs are validated.
+// failure, 10 could not join the job (worker_env.h), 70 internal error (torch, I/O).
+// Nothing is written before inputs are validated.
 //
 // Test hook: with COHORT_TRAIN_FAULT_RANK=r and COHORT_TRAIN_FAULT_STEP=s in the
 // environment and TORCHELASTIC_RESTART_COUNT=0, rank r SIGKILLs itself before step s.
@@ -31,11 +35,14 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "cohort/base/log.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/time.h"
+#include "cohort/base/worker_env.h"
 #include "cohort/comm/communicator.h"
 #include "cohort/metrics/exporter.h"
 #include "cohort/metrics/tensorboard.h"
@@ -53,6 +60,7 @@ constexpr int kExitUsage = 2;
 constexpr int kExitData = 3;
 constexpr int kExitCheckpoint = 4;
 constexpr int kExitComm = 5;
+constexpr int kExitCannotJoin = kExitCannotJoinJob;
 constexpr int kExitInternal = 70;
 
 struct Flags {
@@ -121,11 +129,8 @@ std::string ParamDigest(torch::nn::Module& model) {
 }
 
 void ConfigureThreads() {
-  int threads = 1;
-  if (const char* omp = std::getenv("OMP_NUM_THREADS"); omp != nullptr && *omp != '\0') {
-    if (auto v = ParseInt64(omp); v && *v > 0) threads = static_cast<int>(*v);
-  }
-  at::set_num_threads(threads);
+  const int threads = OmpThreadsOfThisProcess();
+  at::set_num_threads(threads > 0 ? threads : 1);
   try {
     at::set_num_interop_threads(1);
   } catch (const c10::Error&) {
@@ -135,10 +140,20 @@ void ConfigureThreads() {
 
 class MetricsWriter {
  public:
+  // Creates the file's directory, as for --checkpoint-dir and --tensorboard-dir.
   explicit MetricsWriter(const std::string& path) {
-    if (!path.empty()) out_.open(path, std::ios::app);
-    if (!path.empty() && !out_) {
-      throw Exit(kExitUsage, fmt::format("cannot open --metrics-file {}", path));
+    if (path.empty()) return;
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    std::error_code ec;
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+    if (ec) {
+      throw Exit(kExitUsage, fmt::format("cannot create the directory of --metrics-file {}: {}",
+                                         path, ec.message()));
+    }
+    out_.open(path, std::ios::app);
+    if (!out_) {
+      throw Exit(kExitUsage, fmt::format("cannot open --metrics-file {}: {}", path,
+                                         std::strerror(errno)));
     }
   }
   void Write(const nlohmann::json& j) {
@@ -208,14 +223,22 @@ int Run(const Flags& f) {
   Dataset& test_set = *test_r;
 
   // 3. Communicator.
+  // The job's communicator: every rank of WORLD_SIZE, or this process alone when it was
+  // not started by a launcher. No communicator object for a world of one (no collectives).
   std::unique_ptr<comm::Communicator> comm;
-  if (std::getenv("RANK") != nullptr && std::getenv("COHORT_STORE_PORT") != nullptr) {
+  {
     auto c = comm::Communicator::FromEnvironment();
-    Require(c.status(), kExitComm, "joining the job's communicator");
-    comm = std::move(*c);
+    Require(c.status(), kExitCannotJoin, "cannot join the job's communicator");
+    if ((*c)->size() > 1) comm = std::move(*c);
   }
   const int rank = comm ? comm->rank() : 0;
   const int world = comm ? comm->size() : 1;
+  {
+    Result<WorkerEnv> launched = ReadWorkerEnv();
+    fmt::print("rank {} of {}: transport {}, round {}\n", rank, world,
+               comm ? comm->topology() : "self", launched.ok() ? launched->round : 0);
+    std::fflush(stdout);
+  }
   const bool leader = rank == 0;
   if (!leader) log::SetLevel("warn");
 
@@ -342,8 +365,8 @@ int Run(const Flags& f) {
   int64_t fault_rank = -1, fault_step = -1;
   if (const char* r = std::getenv("COHORT_TRAIN_FAULT_RANK"); r != nullptr) {
     const char* s = std::getenv("COHORT_TRAIN_FAULT_STEP");
-    const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
-    if (s != nullptr && restart != nullptr && std::string(restart) == "0") {
+    Result<WorkerEnv> launched = ReadWorkerEnv();
+    if (s != nullptr && launched.ok() && launched->restart_count == 0) {
       fault_rank = ParseInt64(r).value_or(-1);
       fault_step = ParseInt64(s).value_or(-1);
     }
@@ -461,14 +484,18 @@ int Run(const Flags& f) {
     }
   }
   const double train_seconds = SecondsSince(t_start);
-  if (f.checkpoint_every > 0 && state.global_step % f.checkpoint_every != 0) save(state);
+  // The final state, unless the last periodic checkpoint already holds it (0: end only).
+  if (f.checkpoint_every <= 0 || state.global_step % f.checkpoint_every != 0) save(state);
 
   // 8. Test accuracy (rank 0's buffers, split across ranks).
   Require(ddp.SyncBuffers(), kExitComm, "buffer broadcast");
   auto [correct, total] = Evaluate(*model, test_set, comm.get(), rank, world);
   double accuracy = total > 0 ? double(correct) / double(total) : 0.0;
+  // Every rank's own parameters: equal digests show the ranks trained as one job.
+  const std::string digest = ParamDigest(*model);
+  fmt::print("rank {} param_digest {}\n", rank, digest);
+  std::fflush(stdout);
   if (leader) {
-    std::string digest = ParamDigest(*model);
     int64_t steps_run = state.global_step - first_step;
     fmt::print("done: {} steps in {} ({:.0f} samples/s, comm wait {:.1f}%)\n", steps_run,
                Hms(train_seconds),
@@ -514,7 +541,8 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-dir", f.checkpoint_dir,
                  "checkpoint directory; the newest valid checkpoint is resumed");
   app.add_option("--checkpoint-every", f.checkpoint_every,
-                 "checkpoint every N steps (0: only at the end)")
+                 "checkpoint every N steps and at the end (0: only at the end); needs "
+                 "--checkpoint-dir")
       ->capture_default_str();
   app.add_option("--keep", f.keep, "checkpoints kept")->capture_default_str();
   app.add_option("--log-every", f.log_every, "progress line every N steps")->capture_default_str();

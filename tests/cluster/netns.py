@@ -6,6 +6,7 @@ be cut off (the cable's bridge end goes down, like a pulled cable) and healed. E
 is removed by close(), which also SIGKILLs the process groups this cluster started.
 Needs root and iproute2.
 """
+import json
 import os
 import random
 import signal
@@ -158,3 +159,42 @@ def wait_for(pred, timeout, what, step=0.05):
         if time.monotonic() > deadline:
             raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
         time.sleep(step)
+
+
+ETCD = "/usr/bin/etcd"
+
+
+def start_etcd(c, hosts):
+    """One etcd member per host of cluster c (client port 2379, peer 2380 on the host's own
+    address: these addresses exist only inside this cluster's namespaces, so nothing can
+    collide). Returns the member processes; they are killed with the cluster."""
+    initial = ",".join("e%d=http://%s:2380" % (i, c.addr(i)) for i in range(hosts))
+    members = []
+    for i in range(hosts):
+        a = c.addr(i)
+        argv = [ETCD, "--name", "e%d" % i, "--data-dir", str(c.log_dir / ("etcd%d" % i)),
+                "--listen-client-urls", "http://%s:2379" % a,
+                "--advertise-client-urls", "http://%s:2379" % a,
+                "--listen-peer-urls", "http://%s:2380" % a,
+                "--initial-advertise-peer-urls", "http://%s:2380" % a,
+                "--initial-cluster", initial, "--initial-cluster-state", "new",
+                "--heartbeat-interval", "50", "--election-timeout", "500"]
+        members.append(c.start(i, argv, dict(os.environ), "etcd%d" % i))
+    return members
+
+
+def etcd_leader(c, hosts):
+    """Index of the host whose member is the leader (from /v3/maintenance/status), or
+    None while there is none."""
+    for i in range(hosts):
+        try:
+            out = subprocess.run(
+                ["ip", "netns", "exec", c.hosts[i], "curl", "-sf", "-m", "2", "-X", "POST",
+                 "-d", "{}", "http://%s:2379/v3/maintenance/status" % c.addr(i)],
+                capture_output=True, timeout=10).stdout
+            st = json.loads(out or b"{}")
+        except (ValueError, subprocess.SubprocessError):
+            continue
+        if st.get("leader") and st.get("leader") == st.get("header", {}).get("member_id"):
+            return i
+    return None

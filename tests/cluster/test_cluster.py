@@ -172,43 +172,9 @@ def test_cut_link_then_heal(cluster, tmp_path):
     print("cut node: exit %d; %s" % (rc, (nodes[2].stderr.strip().splitlines() or [""])[-1]))
 
 
-ETCD = "/usr/bin/etcd"
-
-
-def start_etcd(c, hosts):
-    """One etcd member per host (client port 2379, peer 2380 on the host's own address:
-    these addresses exist only inside this cluster's namespaces, so nothing can collide)."""
-    initial = ",".join("e%d=http://%s:2380" % (i, c.addr(i)) for i in range(hosts))
-    members = []
-    for i in range(hosts):
-        a = c.addr(i)
-        argv = [ETCD, "--name", "e%d" % i, "--data-dir", str(c.log_dir / ("etcd%d" % i)),
-                "--listen-client-urls", "http://%s:2379" % a,
-                "--advertise-client-urls", "http://%s:2379" % a,
-                "--listen-peer-urls", "http://%s:2380" % a,
-                "--initial-advertise-peer-urls", "http://%s:2380" % a,
-                "--initial-cluster", initial, "--initial-cluster-state", "new",
-                "--heartbeat-interval", "50", "--election-timeout", "500"]
-        members.append(c.start(i, argv, dict(os.environ), "etcd%d" % i))
-    return members
-
-
-def etcd_leader(c, hosts):
-    """Index of the host whose member is the leader (from /v3/maintenance/status)."""
-    import json
-    import subprocess
-    for i in range(hosts):
-        try:
-            out = subprocess.run(
-                ["ip", "netns", "exec", c.hosts[i], "curl", "-sf", "-m", "2", "-X", "POST",
-                 "-d", "{}", "http://%s:2379/v3/maintenance/status" % c.addr(i)],
-                capture_output=True, timeout=10).stdout
-            st = json.loads(out or b"{}")
-        except (ValueError, subprocess.SubprocessError):
-            continue
-        if st.get("leader") and st.get("leader") == st.get("header", {}).get("member_id"):
-            return i
-    return None
+ETCD = netns.ETCD
+start_etcd = netns.start_etcd
+etcd_leader = netns.etcd_leader
 
 
 @pytest.mark.skipif(not os.path.exists(ETCD), reason="etcd-server not installed")
@@ -227,6 +193,7 @@ def test_etcd_leader_killed_job_goes_on(cluster, tmp_path):
         argv[at:at] = ["--rdzv-backend", "etcd"]
         nodes.append(c.start(i, argv, node_env(c, i), "node%d" % i))
     wait_progress(nodes, 50, 90, "training on 3 nodes over etcd")
+    assert worlds_seen(nodes)[-1] == 3, "the nodes did not form one job of 3 ranks"
     t_fault = time.monotonic()
     etcd_procs = [p for p in c.procs if p.name.startswith("etcd")]
     etcd_procs[leader].kill()

@@ -599,3 +599,29 @@ def test_role_and_master_flags(cohort, launcher, marker, tmp_path):
         assert e["ROLE_NAME"] == "trainer", e
         assert e["MASTER_ADDR"] == "127.0.0.1", e
         assert e["MASTER_PORT"] == str(port), e
+
+
+def test_python_without_torch_on_path_names_the_interpreter(cohort, need_torch, launcher,
+                                                            marker, tmp_path):
+    """A `python3` first on PATH without torch (a venv, a newer Python): the failed job's
+    summary says which interpreter ran the script and how to choose another; with
+    COHORT_PYTHON pointing at the python that has torch the same command works."""
+    shim_dir = tmp_path / "bin"
+    shim_dir.mkdir()
+    shim = shim_dir / "python3"
+    shim.write_text("#!/bin/sh\nexec %s -S \"$@\"\n" % U.SYS_PY)  # -S: no dist-packages
+    shim.chmod(0o755)
+    script = tmp_path / "uses_torch.py"
+    script.write_text("import sys\nimport torch\nprint('torch', torch.__version__)\n")
+    env = U.clean_env(COHORT_PYTHON=None, PATH="%s:%s" % (shim_dir, os.environ["PATH"]))
+    p = launcher.run([cohort, "run", "--nproc-per-node", "1", script, marker], QUICK_TIMEOUT,
+                     env=env, name="no_torch")
+    assert p.p.returncode == 1, p.describe()
+    assert "ModuleNotFoundError" in p.stderr, p.describe()
+    assert "the workers ran %s" % shim in p.stderr, p.describe()
+    assert "python3 on PATH" in p.stderr and "COHORT_PYTHON" in p.stderr, p.describe()
+    env["COHORT_PYTHON"] = U.SYS_PY
+    p = launcher.run([cohort, "run", "--nproc-per-node", "1", script, marker], QUICK_TIMEOUT,
+                     env=env, name="with_torch")
+    assert p.p.returncode == 0, p.describe()
+    assert "torch " in p.stdout, p.describe()

@@ -123,3 +123,35 @@ def test_bad_input_exit_codes(trainer, launcher, marker, tmp_path):
     assert p.p.returncode == 4, p.describe()
     assert "is from model 'mlp', not 'cnn'" in p.stderr, p.describe()
     assert snapshot(ckpt) == before, "the checkpoint directory was modified"
+
+
+def test_default_checkpoint_every_saves_at_the_end(trainer, launcher, marker, tmp_path):
+    """--checkpoint-every defaults to 0, "only at the end": a run with just --checkpoint-dir
+    leaves one checkpoint of its last step, and the next run resumes from it."""
+    ckpt = tmp_path / "ckpt"
+    args = ["--model", "mlp", "--dataset", "synthetic", "--epochs", "1", "--max-steps", "7",
+            "--checkpoint-dir", str(ckpt), "--tag", marker]
+    p = launcher.run([trainer, *args], QUICK_TIMEOUT, name="first")
+    assert p.p.returncode == 0, p.describe()
+    assert sorted(x.name for x in ckpt.iterdir()) == ["ckpt-000000000007.cohort"]
+    p = launcher.run([trainer, *args[:-4], "--max-steps", "9", *args[-4:]], QUICK_TIMEOUT,
+                     name="second")
+    assert p.p.returncode == 0, p.describe()
+    assert re.search(r"resumed from .*ckpt-000000000007\.cohort at step 7", p.stdout), p.describe()
+
+
+def test_metrics_file_directories_are_created(trainer, launcher, marker, tmp_path):
+    metrics = tmp_path / "a" / "b" / "m.jsonl"
+    p = launcher.run([trainer, "--model", "mlp", "--dataset", "synthetic", "--max-steps", "3",
+                      "--metrics-file", str(metrics), "--tag", marker], QUICK_TIMEOUT,
+                     name="metrics")
+    assert p.p.returncode == 0, p.describe()
+    events = [e["event"] for e in U.read_json_lines(metrics)]
+    assert events and events[-1] == "end", events
+    # A path that cannot be a directory: a clear error, exit 2, nothing trained.
+    (tmp_path / "file").write_text("x")
+    p = launcher.run([trainer, "--model", "mlp", "--dataset", "synthetic", "--max-steps", "3",
+                      "--metrics-file", str(tmp_path / "file" / "m.jsonl"), "--tag", marker],
+                     QUICK_TIMEOUT, name="bad_metrics")
+    assert p.p.returncode == 2, p.describe()
+    assert "--metrics-file" in p.stderr and "param_digest" not in p.stdout, p.describe()

@@ -1,0 +1,136 @@
+"""Journey: one machine, every way a user can type the rendezvous flags.
+
+A user with one machine tries `cohort run` with each backend flag they know from torchrun
+(`--standalone`, `--rdzv-backend c10d|static|etcd`, with and without an endpoint), with one
+agent of two workers or two agents of one worker each (as two terminals would), with a
+standalone `cohort store`, and with etcd behind TLS client certificates or a password.
+Whatever they typed, the two workers must form ONE job of two ranks: every rank reports
+world size 2 in the same rendezvous round, and the final parameters of both ranks have the
+same digest as a reference two-rank run (same seed, same world size: cohort-train is
+deterministic and bit-identical across transports for two ranks).
+"""
+import uuid
+
+import pytest
+
+import journey_util as J
+
+STEPS = 30
+TIMEOUT = 120
+
+
+def run_job(procs, tmp_path, name, agents, env=None):
+    """Starts one `cohort run` per entry of `agents` (its extra flags), waits for all and
+    returns their combined stdout."""
+    ckpt = tmp_path / ("ckpt-" + name)
+    started = []
+    for i, flags in enumerate(agents):
+        argv = [J.BIN, "run", *flags, "--", *J.train_args(ckpt, STEPS, tag=name)]
+        started.append(procs.start(argv, env=J.job_env(**(env or {})), name="%s-%d" % (name, i)))
+    for p in started:
+        rc = p.wait(TIMEOUT)
+        assert rc == 0, J.describe(started)
+    return "".join(p.stdout for p in started), started
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The digest of the plainest two-rank run: `cohort run --nproc-per-node 2`."""
+    if not J.BIN.exists() or not J.TRAIN.exists():
+        pytest.skip("not built")
+    tmp = tmp_path_factory.mktemp("reference")
+
+    class P:  # a tiny process tracker for a module-scoped fixture
+        procs = []
+
+        def start(self, argv, env=None, name=None):
+            p = J.e2e_util.Proc([str(a) for a in argv], env, tmp / "io", name)
+            self.procs.append(p)
+            return p
+    tracker = P()
+    try:
+        out, _ = run_job(tracker, tmp, "reference", [["--nproc-per-node", "2"]])
+    finally:
+        for p in tracker.procs:
+            p.kill()
+    d = J.digests(out)
+    assert sorted(d) == [0, 1] and d[0] == d[1], out
+    return d[0]
+
+
+def assert_one_job_of_two(out, reference, what):
+    rnd = J.complete_round(out, 2)
+    assert rnd is not None, "%s: the ranks did not report one world of 2:\n%s" % (what, out)
+    d = J.digests(out)
+    assert sorted(d) == [0, 1], "%s: expected a digest from ranks 0 and 1:\n%s" % (what, out)
+    assert d[0] == d[1] == reference, (
+        "%s: digests %s differ from the reference two-rank run %s" % (what, d, reference))
+
+
+def ep():
+    return "127.0.0.1:%d" % J.e2e_util.free_port()
+
+
+ONE_AGENT = {
+    "default": lambda: [],
+    "standalone": lambda: ["--standalone"],
+    "c10d": lambda: ["--rdzv-backend", "c10d"],
+    "c10d-endpoint": lambda: ["--rdzv-backend", "c10d", "--rdzv-endpoint", ep()],
+    "static-endpoint": lambda: ["--rdzv-backend", "static", "--rdzv-endpoint", ep(),
+                                "--nnodes", "1"],
+    "standalone-overrides-etcd": lambda: ["--standalone", "--rdzv-backend", "etcd",
+                                          "--rdzv-endpoint", "127.0.0.1:9"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(ONE_AGENT))
+def test_one_agent_two_workers(case, procs, tmp_path, reference):
+    out, _ = run_job(procs, tmp_path, case, [["--nproc-per-node", "2", *ONE_AGENT[case]()]])
+    assert_one_job_of_two(out, reference, case)
+
+
+def test_one_agent_on_etcd(procs, tmp_path, reference, etcd_factory):
+    etcd = etcd_factory()
+    flags = ["--nproc-per-node", "2", "--rdzv-backend", "etcd", "--rdzv-endpoint",
+             etcd.endpoint, "--rdzv-id", "j" + uuid.uuid4().hex[:8]]
+    out, _ = run_job(procs, tmp_path, "etcd-one", [flags])
+    assert_one_job_of_two(out, reference, "etcd, one agent")
+
+
+@pytest.mark.parametrize("backend", ["c10d", "static"])
+def test_two_agents_on_the_embedded_store(backend, procs, tmp_path, reference):
+    endpoint = ep()
+    flags = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", backend,
+             "--rdzv-endpoint", endpoint, "--rdzv-id", "j" + uuid.uuid4().hex[:8]]
+    out, _ = run_job(procs, tmp_path, "two-" + backend, [flags, flags],
+                     env={"COHORT_TOKEN": uuid.uuid4().hex})
+    assert_one_job_of_two(out, reference, "two agents, %s" % backend)
+
+
+def test_two_agents_on_a_standalone_store(procs, tmp_path, reference):
+    token = uuid.uuid4().hex
+    port = J.e2e_util.free_port()
+    store = procs.start([J.BIN, "store", "--host", "127.0.0.1", "--port", port],
+                        env=J.job_env(COHORT_TOKEN=token), name="store")
+    J.wait_until(lambda: J.e2e_util.port_listening(port) or store.poll() is not None, 30,
+                 "the store listening")
+    assert store.poll() is None, store.describe()
+    flags = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-endpoint",
+             "127.0.0.1:%d" % port, "--rdzv-id", "j" + uuid.uuid4().hex[:8],
+             "--rdzv-conf", "is_host=false"]
+    out, _ = run_job(procs, tmp_path, "store", [flags, flags], env={"COHORT_TOKEN": token})
+    assert_one_job_of_two(out, reference, "two agents, standalone cohort store")
+    assert store.poll() is None, "the standalone store must outlive the job"
+
+
+@pytest.mark.parametrize("security", ["plain", "tls", "auth"])
+def test_two_agents_on_etcd(security, procs, tmp_path, reference, etcd_factory):
+    """The defect this journey was written for: two agents joined through etcd used to run
+    their workers as two separate one-rank jobs."""
+    etcd = etcd_factory(tls=security == "tls", auth=security == "auth")
+    flags = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "etcd",
+             "--rdzv-endpoint", etcd.endpoint, "--rdzv-id", "j" + uuid.uuid4().hex[:8]]
+    if etcd.rdzv_conf():
+        flags += ["--rdzv-conf", etcd.rdzv_conf()]
+    out, _ = run_job(procs, tmp_path, "etcd-" + security, [flags, flags], env=etcd.env())
+    assert_one_job_of_two(out, reference, "two agents on etcd (%s)" % security)
