@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "cohort/agent/log_sink.h"
+#include "cohort/agent/sweeper.h"
 #include "cohort/base/log.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/subprocess.h"
@@ -142,8 +143,14 @@ class Agent::Impl {
   int reserved_port_number_ = 0;
   std::atomic<int> terminating_signal_{0};
   std::optional<FailureRecord> failure_;  // first failure of the current attempt
+  std::unique_ptr<JobSweeper> sweeper_;   // kills what the workers leave behind
   int64_t last_round_ = -1;
   std::string attempt_dir_;
+  // Where rank `rank` dumps its flight record: the user's directory, else its log directory.
+  std::string FlightRecordDir(int rank) const {
+    return o_.spec.flight_recorder_dir.empty() ? fmt::format("{}/{}", attempt_dir_, rank)
+                                               : o_.spec.flight_recorder_dir;
+  }
   std::string stall_report_;  // CollectFlightRecords of the latest failure
   WorkerState state_ = WorkerState::kInit;
   std::unique_ptr<ConsoleMerger> out_console_, err_console_;
@@ -270,8 +277,9 @@ Status Agent::Impl::StartWorkers(const RendezvousInfo& info, int attempt) {
     we.store.round_prefix = info.store_prefix;
     we.attempt = attempt;
     we.round = static_cast<int>(info.round);
+    we.job_cookie = sweeper_ ? sweeper_->cookie() : "";
     we.listen_addr = spec.listen_addr;
-    we.flight_recorder_dir = dir;
+    we.flight_recorder_dir = FlightRecordDir(w.rank);
     we.metrics_dir = o_.metrics_dir;
     SpawnOptions so;
     so.argv = spec.argv;
@@ -468,6 +476,12 @@ void Agent::Impl::StopWorkers(int first_signal) {
     SignalGroup(w.child.pid, SIGKILL);
     CloseWorkerPipes(w);
   }
+  // Descendants that left their worker's process group (setsid) carry the job's cookie.
+  if (sweeper_) {
+    if (int n = sweeper_->SweepNow(); n > 0) {
+      COHORT_LOG_INFO(kLog, "killed {} process(es) the workers left outside their groups", n);
+    }
+  }
   if (out_console_) out_console_->FlushAll();
   if (err_console_) err_console_->FlushAll();
   if (state_ == WorkerState::kHealthy || state_ == WorkerState::kUnhealthy) {
@@ -516,7 +530,7 @@ void Agent::Impl::PublishStatus() {
 
 std::string Agent::Impl::CollectFlightRecords(const FailureRecord& failure) {
   auto dump_path = [&](const Worker& w) {
-    return fmt::format("{}/{}/rank{}.txt", attempt_dir_, w.rank, w.rank);
+    return fmt::format("{}/rank{}.txt", FlightRecordDir(w.rank), w.rank);
   };
   const Worker* failed = nullptr;
   for (const auto& w : workers_) {
@@ -530,8 +544,7 @@ std::string Agent::Impl::CollectFlightRecords(const FailureRecord& failure) {
   for (auto& w : workers_) {
     if (!w.alive) continue;
     if (in >= 0) {
-      ::inotify_add_watch(in, fmt::format("{}/{}", attempt_dir_, w.rank).c_str(),
-                          IN_CLOSE_WRITE);
+      ::inotify_add_watch(in, FlightRecordDir(w.rank).c_str(), IN_CLOSE_WRITE);
     }
     SignalGroup(w.child.pid, SIGUSR1);
     ++waiting;
@@ -606,6 +619,7 @@ AgentResult Agent::Impl::Run() {
   }
   store_ = *store;
   rdzv_ = std::make_unique<Rendezvous>(store_, o_.rdzv, o_.self);
+  sweeper_ = std::make_unique<JobSweeper>();
 
   for (int attempt = 0;; ++attempt) {
     auto info = Guarded([&] { return rdzv_->Next(); });

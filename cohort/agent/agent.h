@@ -60,6 +60,9 @@ struct WorkerSpec {
   // address their peers reach them at: passed on through the worker environment.
   JobStoreAccess store_access;
   std::string listen_addr;
+  // Where workers dump flight records (the user's COHORT_FLIGHT_RECORDER_DIR); empty: each
+  // rank's log directory of the attempt.
+  std::string flight_recorder_dir;
   // Said with a failed job's summary, e.g. which interpreter ran a .py entrypoint.
   std::string entrypoint_note;
   // Further variables for every worker (tests); the worker contract wins on a clash.

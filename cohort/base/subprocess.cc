@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -73,6 +74,22 @@ std::vector<std::string> MergeEnvironment(
   for (const auto& [k, v] : env) out.push_back(k + "=" + v);
   return out;
 }
+
+namespace {
+// In a forked child: closes every descriptor from 3 up but `keep` (async-signal-safe), so
+// a program inherits nothing of its parent's sockets (a store's listening socket, its
+// connections) even where a descriptor lacks close-on-exec.
+void CloseInheritedDescriptors(int keep) {
+  auto close_range = [](unsigned first, unsigned last) {
+    if (first > last) return;
+    if (::syscall(SYS_close_range, first, last, 0u) == 0) return;
+    const long max = std::min<long>(::sysconf(_SC_OPEN_MAX), 1 << 20);
+    for (long fd = first; fd <= std::min<long>(last, max); ++fd) ::close(static_cast<int>(fd));
+  };
+  if (keep > 3) close_range(3, static_cast<unsigned>(keep) - 1);
+  close_range(static_cast<unsigned>(std::max(keep + 1, 3)), ~0u);
+}
+}  // namespace
 
 Result<Child> Spawn(const SpawnOptions& options) {
   if (options.argv.empty()) return InvalidArgument("Spawn: empty argv");
@@ -141,6 +158,7 @@ Result<Child> Spawn(const SpawnOptions& options) {
       [[maybe_unused]] ssize_t n = ::write(exec_pipe[1], &err, sizeof(err));
       ::_exit(127);
     }
+    CloseInheritedDescriptors(exec_pipe[1]);
     ::execve(program.c_str(), argv.data(), envp.data());
     int err = errno;
     [[maybe_unused]] ssize_t n = ::write(exec_pipe[1], &err, sizeof(err));

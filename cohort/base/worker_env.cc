@@ -95,6 +95,7 @@ std::vector<std::pair<std::string, std::string>> WriteWorkerEnv(const WorkerEnv&
     }
   }
   add(we::kListenAddr, w.listen_addr);
+  add(we::kJobCookie, w.job_cookie);
   add(we::kFlightRecorderDir, w.flight_recorder_dir);
   add(we::kMetricsDir, w.metrics_dir);
   if (w.metrics_history_s > 0) {
@@ -111,7 +112,7 @@ std::vector<std::string> WorkerEnvironment(
       we::kMasterPort, we::kRestartCount, we::kMaxRestarts, we::kRunId, we::kErrorFile,
       we::kUseAgentStore, we::kToken, we::kStoreAddr, we::kStorePort, we::kStorePrefix,
       we::kEtcdEndpoints, we::kEtcdPrefix, we::kEtcdCaCert, we::kEtcdCert, we::kEtcdKey,
-      we::kEtcdUser, we::kEtcdRequestTimeout, we::kCohortRunId, we::kAttempt, we::kRound, we::kListenAddr,
+      we::kEtcdUser, we::kEtcdRequestTimeout, we::kCohortRunId, we::kAttempt, we::kRound, we::kJobCookie, we::kListenAddr,
       we::kFlightRecorderDir};
   std::vector<std::pair<std::string, std::string>> overrides = extra;
   for (auto& kv : WriteWorkerEnv(env)) overrides.push_back(std::move(kv));
@@ -188,6 +189,7 @@ Result<WorkerEnv> ReadWorkerEnv() {
   COHORT_RETURN_IF_ERROR(ReadInt(we::kAttempt, &w.attempt, 0));
   COHORT_RETURN_IF_ERROR(ReadInt(we::kRound, &w.round, 0));
   w.listen_addr = Get(we::kListenAddr);
+  w.job_cookie = Get(we::kJobCookie);
   w.flight_recorder_dir = Get(we::kFlightRecorderDir);
   w.metrics_dir = Get(we::kMetricsDir);
   COHORT_RETURN_IF_ERROR(ReadSeconds(we::kMetricsHistory, &w.metrics_history_s));

@@ -63,6 +63,9 @@ inline constexpr char kEtcdRequestTimeout[] = "COHORT_ETCD_REQUEST_TIMEOUT";
 inline constexpr char kCohortRunId[] = "COHORT_RUN_ID";
 inline constexpr char kAttempt[] = "COHORT_ATTEMPT";
 inline constexpr char kRound[] = "COHORT_ROUND";
+// Random per agent; inherited by every descendant of a worker, so the agent (and its
+// sweeper, after the agent's own death) can find what the job started (agent/sweeper.h).
+inline constexpr char kJobCookie[] = "COHORT_JOB_COOKIE";
 inline constexpr char kListenAddr[] = "COHORT_LISTEN_ADDR";
 inline constexpr char kFlightRecorderDir[] = "COHORT_FLIGHT_RECORDER_DIR";
 inline constexpr char kMetricsDir[] = "COHORT_METRICS_DIR";
@@ -119,6 +122,7 @@ struct WorkerEnv {
   JobStoreAccess store;
   int attempt = 0;                  // this agent's worker-group start, from 0
   int round = 0;                    // the job-wide rendezvous round these ranks formed
+  std::string job_cookie;           // marks the job's processes (agent/sweeper.h)
   std::string listen_addr;          // address this node's peers reach its workers at
   std::string flight_recorder_dir;  // where a collective's flight record is dumped
   std::string metrics_dir;          // where the worker exports rank<R>.json for the agent

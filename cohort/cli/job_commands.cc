@@ -68,8 +68,8 @@ Result<JobStatus> Refresh(JobDb& db, Backend& backend, JobRecord& job) {
   // derives on reading ("lost") is shown, not stored.
   if (backend.RecordsOwnState()) return s;
   if (launch::IsFinalState(s.state) && job.ended_at == 0) job.ended_at = WallSeconds();
-  COHORT_RETURN_IF_ERROR(db.Update(job));
-  for (const auto& e : s.elements) COHORT_RETURN_IF_ERROR(db.UpdateElement(job.id, e));
+  COHORT_RETURN_IF_ERROR(db.Update(job).status());
+  for (const auto& e : s.elements) COHORT_RETURN_IF_ERROR(db.UpdateElement(job.id, e).status());
   return s;
 }
 

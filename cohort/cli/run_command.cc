@@ -2,6 +2,7 @@
 // embedded StoreServer runs on its own thread.
 #include "cohort/cli/run_command.h"
 
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -54,7 +55,7 @@ struct RunFlags {
   std::string local_addr;
   double stop_grace = 5.0;
   int metrics_port = -1;            // -1: no metrics endpoint
-  std::string metrics_host = "0.0.0.0";
+  std::string metrics_host = "127.0.0.1";
   int log_merge_ms = 100;
 };
 
@@ -76,8 +77,8 @@ void AddFlags(CLI::App& app, RunFlags& f) {
       "rendezvous backend: store (embedded, default; c10d is an alias) or etcd (v3 API; "
       "etcd-v2 is an alias)");
   opt("--rdzv-endpoint,--rdzv_endpoint", f.rdzv_endpoint, "PET_RDZV_ENDPOINT",
-      "host:port of the rendezvous store; the node on that host serves it (etcd: "
-      "h1:2379,h2:2379,...)");
+      "host:port of the rendezvous store; the node on that host serves it, listening only "
+      "on that address (0.0.0.0:port: every interface; etcd: h1:2379,h2:2379,...)");
   opt("--rdzv-id,--rdzv_id", f.rdzv_id, "PET_RDZV_ID", "job id shared by all nodes");
   opt("--rdzv-conf,--rdzv_conf", f.rdzv_conf, "PET_RDZV_CONF",
       "key=value,... : join_timeout, last_call_timeout, close_timeout, keep_alive_interval, "
@@ -115,7 +116,8 @@ void AddFlags(CLI::App& app, RunFlags& f) {
   opt("--metrics-port", f.metrics_port, "COHORT_METRICS_PORT",
       "serve Prometheus /metrics and the live dashboard on this port (0: any free port)");
   opt("--metrics-host", f.metrics_host, "COHORT_METRICS_HOST",
-      "address of the metrics endpoint (default 0.0.0.0)");
+      "address the metrics endpoint listens on (default 127.0.0.1: it shows log lines, PIDs "
+      "and host names without authentication; 0.0.0.0 to serve every interface)");
   opt("--log-merge-ms", f.log_merge_ms, "COHORT_LOG_MERGE_MS",
       "print identical console lines of several ranks within this window once, as "
       "[ranks 0-3]: ... (0: off)");
@@ -358,6 +360,21 @@ int Fail(int code, const std::string& message) {
   return code;
 }
 
+// The address the store this node serves listens on: only what the endpoint names, never
+// more. A generated port (single node) and localhost stay on loopback; an IPv4 address is
+// bound as given (0.0.0.0 only when the user wrote it); a host name is bound at the
+// address it resolves to, except that a name this machine maps to loopback (Debian's
+// 127.0.1.1 line for its own hostname) must still be reachable by the other nodes, so it
+// binds every interface.
+std::string StoreBindAddress(const StorePlan& plan) {
+  if (plan.port == 0 || plan.host == "localhost") return "127.0.0.1";
+  in_addr literal{};
+  if (::inet_pton(AF_INET, plan.host.c_str(), &literal) == 1) return plan.host;
+  auto resolved = net::ResolveIpv4(plan.host);
+  if (!resolved.ok() || StartsWith(*resolved, "127.")) return "0.0.0.0";
+  return *resolved;
+}
+
 }  // namespace
 
 int RunCommand(const std::vector<std::string>& args) {
@@ -392,6 +409,7 @@ int RunCommand(const std::vector<std::string>& args) {
   }
 
   // Validate every value before anything starts.
+  store::RaiseFileLimit();  // 3 descriptors per worker, a socket per store client
   auto nnodes = ParseNnodes(f.nnodes);
   if (!nnodes.ok()) return Fail(kExitInvalidValue, nnodes.status().message());
   auto nproc = ParseNproc(f.nproc_per_node);
@@ -401,7 +419,20 @@ int RunCommand(const std::vector<std::string>& args) {
   auto tee = ParseStreams("--tee", f.tee);
   if (!tee.ok()) return Fail(kExitInvalidValue, tee.status().message());
   if (f.max_restarts < 0) return Fail(kExitInvalidValue, "--max-restarts must be >= 0");
-  if (f.stop_grace < 0) return Fail(kExitInvalidValue, "--stop-grace must be >= 0");
+  if (!(f.stop_grace >= 0 && f.stop_grace <= 86400)) {  // also refuses nan
+    return Fail(kExitInvalidValue, "--stop-grace must be a number of seconds from 0 to 86400");
+  }
+  if (f.master_port < 0 || f.master_port > 65535) {
+    return Fail(kExitInvalidValue, fmt::format("--master-port {} is not a port (0 to 65535; "
+                                               "0: a free one)", f.master_port));
+  }
+  if (f.metrics_port < -1 || f.metrics_port > 65535) {
+    return Fail(kExitInvalidValue, fmt::format("--metrics-port {} is not a port (0 to 65535; "
+                                               "0: a free one)", f.metrics_port));
+  }
+  if (f.log_merge_ms < 0 || f.log_merge_ms > 60000) {
+    return Fail(kExitInvalidValue, "--log-merge-ms must be from 0 (off) to 60000");
+  }
   std::set<int> filter;
   for (const auto& item : Split(f.local_ranks_filter, ',')) {
     auto r = ParseInt64(item);
@@ -516,12 +547,14 @@ int RunCommand(const std::vector<std::string>& args) {
   // loser finds a cohort store there and becomes a client; if the winner then vanishes,
   // the port is free again and the next try serves it.
   std::unique_ptr<store::StoreServer> server;
+  const std::string bind_addr = StoreBindAddress(plan);
+  // How this node reaches the store it serves (or that another local agent serves).
+  const std::string local_store_addr = bind_addr == "0.0.0.0" ? "127.0.0.1" : bind_addr;
   if (plan.serve) {
     const Deadline give_up = Deadline::After(rdzv.join_timeout);
     for (;;) {
-      auto started = store::StoreServer::Start({.host = plan.port == 0 ? "127.0.0.1" : "0.0.0.0",
-                                                .port = plan.port,
-                                                .token = plan.token});
+      auto started = store::StoreServer::Start(
+          {.host = bind_addr, .port = plan.port, .token = plan.token});
       if (started.ok()) {
         server = std::move(started).value();
         plan.port = server->port();
@@ -531,7 +564,7 @@ int RunCommand(const std::vector<std::string>& args) {
         return Fail(kExitRendezvous, started.status().message());
       }
       auto probe = store::TcpStore::Connect(
-          {.host = "127.0.0.1", .port = plan.port, .token = plan.token},
+          {.host = local_store_addr, .port = plan.port, .token = plan.token},
           Deadline::AfterMs(2000).Earlier(give_up));
       if (probe.ok()) {
         COHORT_LOG_INFO("cli", "port {} is served by another agent; joining it", plan.port);
@@ -575,7 +608,7 @@ int RunCommand(const std::vector<std::string>& args) {
   o.spec.stop_grace = std::chrono::duration_cast<Duration>(
       std::chrono::duration<double>(f.stop_grace));
   std::string store_addr = plan.host;
-  if (plan.serve && server && net::IsLocalHost(plan.host)) store_addr = "127.0.0.1";
+  if (plan.serve) store_addr = local_store_addr;
   // How libcohort in the workers reaches the job's store: the cohort store this node
   // serves or joins; on an etcd job, etcd itself (the run id's keys), except on a single
   // node, where this agent serves a loopback store for its own workers.
@@ -604,6 +637,8 @@ int RunCommand(const std::vector<std::string>& args) {
   // libcohort in the workers listens for its peers on this node's address (or the one the
   // user chose with COHORT_LISTEN_ADDR).
   o.spec.listen_addr = worker_env::Inherited(worker_env::kListenAddr).value_or(o.self.addr);
+  o.spec.flight_recorder_dir =
+      worker_env::Inherited(worker_env::kFlightRecorderDir).value_or("");
   const Deadline connect_deadline = Deadline::After(rdzv.join_timeout);
   const store::TcpStoreOptions store_options{
       .host = store_addr, .port = plan.port, .token = plan.token};

@@ -375,8 +375,9 @@ TEST(CommunicatorTest, AbortUnblocksAWaitingRank) {
 TEST(CommunicatorTest, FlightRecorderDumpsOnSigusr1) {
   auto dir = std::filesystem::temp_directory_path() / ("cohort-fr-" + RandomHex(6));
   std::filesystem::create_directories(dir);
-  ::setenv("COHORT_FLIGHT_RECORDER_DIR", dir.c_str(), 1);
-  auto comm = Communicator::Create(std::make_shared<store::MemoryStore>(), 0, 1, {});
+  CommOptions options;
+  options.flight_recorder_dir = dir.string();
+  auto comm = Communicator::Create(std::make_shared<store::MemoryStore>(), 0, 1, options);
   ASSERT_TRUE(comm.ok());
   float x = 2;
   ASSERT_TRUE((*comm)->AllReduce(&x, &x, 1, DataType::kF32, ReduceOp::kMax)->Wait().ok());
@@ -388,7 +389,6 @@ TEST(CommunicatorTest, FlightRecorderDumpsOnSigusr1) {
   pollfd p{in, POLLIN, 0};
   ASSERT_EQ(::poll(&p, 1, 10000), 1) << "no flight recorder dump within 10 s";
   ::close(in);
-  ::unsetenv("COHORT_FLIGHT_RECORDER_DIR");
   std::ifstream dump(dir / "rank0.txt");
   std::string text((std::istreambuf_iterator<char>(dump)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("SIGUSR1"), std::string::npos) << text;

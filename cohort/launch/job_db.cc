@@ -115,24 +115,39 @@ Result<int64_t> JobDb::Insert(JobRecord job) {
   return id;
 }
 
-Status JobDb::Update(const JobRecord& job) {
-  Stmt s(db_,
-         "UPDATE jobs SET state=?, exit_code=?, started_at=?, ended_at=?, log_dir=?, "
-         "backend_id=?, detail=? WHERE id=?");
+// The compare-and-set condition of a state update, with the new state bound as ?1: the
+// stored state is the same, still pending, or running and the new one is not pending.
+constexpr const char* kStateMayMove =
+    "(state = ?1 OR state = 'pending' OR (state = 'running' AND ?1 <> 'pending'))";
+
+Result<bool> JobDb::Update(const JobRecord& job) {
+  Stmt s(db_, fmt::format("UPDATE jobs SET state=?1, exit_code=?2, started_at=?3, ended_at=?4, "
+                          "log_dir=?5, detail=?6 WHERE id=?7 AND {}",
+                          kStateMayMove)
+                  .c_str());
   COHORT_RETURN_IF_ERROR(s.ok());
   s.Bind(1, job.state).Bind(2, job.exit_code).Bind(3, job.started_at).Bind(4, job.ended_at);
-  s.Bind(5, job.log_dir).Bind(6, job.backend_id).Bind(7, job.detail).Bind(8, job.id);
-  return s.Run();
+  s.Bind(5, job.log_dir).Bind(6, job.detail).Bind(7, job.id);
+  COHORT_RETURN_IF_ERROR(s.Run());
+  return sqlite3_changes(db_) > 0;
 }
 
-Status JobDb::UpdateElement(int64_t job_id, const ElementRecord& e) {
-  Stmt s(db_,
-         "UPDATE elements SET state=?, exit_code=?, started_at=?, ended_at=?, log_dir=?, "
-         "detail=? WHERE job_id=? AND idx=?");
+Result<bool> JobDb::UpdateElement(int64_t job_id, const ElementRecord& e) {
+  Stmt s(db_, fmt::format("UPDATE elements SET state=?1, exit_code=?2, started_at=?3, "
+                          "ended_at=?4, log_dir=?5, detail=?6 WHERE job_id=?7 AND idx=?8 AND {}",
+                          kStateMayMove)
+                  .c_str());
   COHORT_RETURN_IF_ERROR(s.ok());
   s.Bind(1, e.state).Bind(2, e.exit_code).Bind(3, e.started_at).Bind(4, e.ended_at);
   s.Bind(5, e.log_dir).Bind(6, e.detail).Bind(7, job_id).Bind(8, static_cast<int64_t>(e.index));
-  return s.Run();
+  COHORT_RETURN_IF_ERROR(s.Run());
+  return sqlite3_changes(db_) > 0;
+}
+
+Status JobDb::SetBackendId(int64_t job_id, const std::string& backend_id) {
+  Stmt s(db_, "UPDATE jobs SET backend_id=? WHERE id=?");
+  COHORT_RETURN_IF_ERROR(s.ok());
+  return s.Bind(1, backend_id).Bind(2, job_id).Run();
 }
 
 Result<JobRecord> JobDb::Get(int64_t id) {

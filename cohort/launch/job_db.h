@@ -5,7 +5,10 @@
 // busy timeout) lets the submitting command, the local runner and readers share the file.
 //
 // States: pending, running, succeeded, failed, cancelled, lost (the local runner vanished
-// without recording an end).
+// without recording an end). A row's state only moves forward (pending -> running -> a
+// final state; a final state never changes): every update is a compare-and-set in SQL, so
+// a writer holding an older copy of the row (the submitting command, a status poll) can
+// never undo what the runner recorded.
 //
 // Thread-safety: one JobDb per thread (each opens its own connection).
 #pragma once
@@ -63,8 +66,13 @@ class JobDb {
 
   // Inserts the job (id assigned) and `array_size` pending element rows.
   Result<int64_t> Insert(JobRecord job);
-  Status Update(const JobRecord& job);
-  Status UpdateElement(int64_t job_id, const ElementRecord& element);
+  // Writes the row (all but backend_id) when its state may move to job.state (see the file
+  // comment); returns whether it was written (false: the stored state is already further
+  // on, and nothing changed).
+  Result<bool> Update(const JobRecord& job);
+  Result<bool> UpdateElement(int64_t job_id, const ElementRecord& element);
+  // Sets only the backend's id of the job (the submitting command, after the backend took it).
+  Status SetBackendId(int64_t job_id, const std::string& backend_id);
   Result<JobRecord> Get(int64_t id);
   // By id ("7") or by name (the newest job with that name).
   Result<JobRecord> Find(const std::string& id_or_name);

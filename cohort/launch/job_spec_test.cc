@@ -275,5 +275,46 @@ TEST(JobDbTest, HistorySurvivesReopening) {
   EXPECT_EQ((*db)->Find("nope").status().code(), StatusCode::kNotFound);
 }
 
+// A row's state only moves forward: a writer with an older copy (the submitting command
+// after the runner finished, a status poll) cannot undo the recorded end.
+TEST(JobDbTest, StateOnlyMovesForward) {
+  TempDir dir;
+  auto db = JobDb::Open(dir.path() + "/jobs.db");
+  ASSERT_TRUE(db.ok()) << db.status().ToString();
+  JobRecord j;
+  j.name = "race";
+  j.backend = "local";
+  j.array_size = 1;
+  auto id = (*db)->Insert(j);
+  ASSERT_TRUE(id.ok());
+  j.id = *id;
+  JobRecord stale = j;  // what the submitter read before the runner started
+  ASSERT_TRUE((*db)->SetBackendId(j.id, "4242").ok());
+  j.state = "running";
+  EXPECT_TRUE(*(*db)->Update(j));
+  j.state = "succeeded";
+  j.exit_code = 0;
+  EXPECT_TRUE(*(*db)->Update(j));
+  EXPECT_FALSE(*(*db)->Update(stale));  // pending after succeeded: refused
+  stale.state = "running";
+  EXPECT_FALSE(*(*db)->Update(stale));
+  stale.state = "failed";
+  EXPECT_FALSE(*(*db)->Update(stale));  // one final state never becomes another
+  auto now = (*db)->Get(j.id);
+  ASSERT_TRUE(now.ok());
+  EXPECT_EQ(now->state, "succeeded");
+  EXPECT_EQ(now->exit_code, 0);
+  EXPECT_EQ(now->backend_id, "4242");  // Update never touches the backend's id
+
+  ElementRecord e;
+  e.index = 0;
+  e.state = "succeeded";
+  e.exit_code = 0;
+  EXPECT_TRUE(*(*db)->UpdateElement(j.id, e));
+  e.state = "running";
+  EXPECT_FALSE(*(*db)->UpdateElement(j.id, e));
+  EXPECT_EQ((*(*db)->Elements(j.id))[0].state, "succeeded");
+}
+
 }  // namespace
 }  // namespace cohort::launch

@@ -504,7 +504,7 @@ class Runner {
     job_.ended_at = WallSeconds();
     job_.detail = detail;
     if (db_) {
-      Status s = db_->Update(job_);
+      Status s = db_->Update(job_).status();
       if (!s.ok()) COHORT_LOG_ERROR(kLog, "job {}: cannot record the end: {}", id_, s.message());
     }
     COHORT_LOG_INFO(kLog, "job {}: {} (exit {}) {}", id_, state, code, detail);

@@ -25,6 +25,7 @@
 #include "cohort/base/strings.h"
 #include "cohort/base/subprocess.h"
 #include "cohort/base/time.h"
+#include "cohort/base/worker_env.h"
 #include "cohort/launch/spec_walker.h"
 
 namespace cohort::launch {
@@ -533,9 +534,11 @@ Result<std::string> RenderSbatch(const JobSpec& spec, const std::vector<ArrayEle
   if (multi && etcd) {
     rdzv = {"--rdzv-backend", "etcd", "--rdzv-endpoint", ShellQuote(spec.rdzv.endpoint)};
   } else if (multi) {
-    s += "\n# Shared secret of this job's rendezvous store, the same on every node.\n"
-         "COHORT_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n')\n"
-         "export COHORT_TOKEN\n";
+    s += fmt::format(
+        "\n# Shared secret of this job's rendezvous store, the same on every node.\n"
+        "{0}=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n')\n"
+        "export {0}\n",
+        worker_env::kToken);
     if (spec.rdzv.endpoint.empty()) {
       s += "\n# The agent on the first node of the allocation (SLURM_NODEID=0) serves the "
            "store;\n"

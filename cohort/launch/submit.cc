@@ -22,7 +22,7 @@ Result<JobRecord> SubmitJob(JobDb& db, Backend& backend, const JobSpec& spec,
           .string();
   std::error_code ec;
   std::filesystem::create_directories(job.log_dir, ec);
-  Status recorded = db.Update(job);
+  Status recorded = db.Update(job).status();
   auto backend_id = recorded.ok() ? backend.Submit(job, spec, elements)
                                   : Result<std::string>(recorded);
   if (!backend_id.ok()) {
@@ -34,9 +34,10 @@ Result<JobRecord> SubmitJob(JobDb& db, Backend& backend, const JobSpec& spec,
                   fmt::format("the {} backend refused job {}: {}", job.backend, job.id,
                               backend_id.status().message()));
   }
-  if (auto fresh = db.Get(job.id); fresh.ok()) job = *fresh;
-  job.backend_id = *backend_id;
-  COHORT_RETURN_IF_ERROR(db.Update(job));
+  // Only the backend's id: the runner may already have recorded the job's progress or end,
+  // which a full-row write from here would undo.
+  COHORT_RETURN_IF_ERROR(db.SetBackendId(job.id, *backend_id));
+  COHORT_ASSIGN_OR_RETURN(job, db.Get(job.id));
   return job;
 }
 

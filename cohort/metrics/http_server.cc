@@ -24,6 +24,12 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(ServerOptions option
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
+  // Slow or silent clients must not lock the dashboard out: requests are short, so a client
+  // gets 2 s per read and per idle keep-alive, and 32 threads serve (httplib's default is 8,
+  // which 8 clients that send a request line and stop could hold).
+  s->server_->set_read_timeout(2, 0);
+  s->server_->set_keep_alive_timeout(2);
+  s->server_->new_task_queue = [] { return new httplib::ThreadPool(32); };
   MetricsServer* self = s.get();
   s->server_->Get("/metrics", [self](const httplib::Request&, httplib::Response& res) {
     res.set_content(self->MetricsText(), "text/plain; version=0.0.4; charset=utf-8");

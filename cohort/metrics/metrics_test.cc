@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "cohort/base/strings.h"
+#include "cohort/base/worker_env.h"
 #include "cohort/metrics/exporter.h"
 #include "cohort/metrics/http_server.h"
 #include "cohort/metrics/registry.h"
@@ -84,13 +85,16 @@ class TempDir {
 
 TEST(ExporterTest, WorkerSnapshotsReachTheAgent) {
   TempDir dir;
-  ::setenv("COHORT_METRICS_DIR", dir.path.c_str(), 1);
-  ::setenv("RANK", "3", 1);
+  // The worker environment an agent with --metrics-port gives rank 3 of 4.
+  ::setenv(worker_env::kMetricsDir, dir.path.c_str(), 1);
+  ::setenv(worker_env::kRank, "3", 1);
+  ::setenv(worker_env::kWorldSize, "4", 1);
   ASSERT_TRUE(StartWorkerExporter(std::chrono::milliseconds(20)));
   DefaultRegistry().GetGauge("cohort_train_step", "Step").Set(42);
   StopWorkerExporter();  // writes the final snapshot
-  ::unsetenv("COHORT_METRICS_DIR");
-  ::unsetenv("RANK");
+  for (const char* name : {worker_env::kMetricsDir, worker_env::kRank, worker_env::kWorldSize}) {
+    ::unsetenv(name);
+  }
   auto snaps = ReadRankSnapshots(dir.path.string());
   ASSERT_EQ(snaps.size(), 1u);
   EXPECT_EQ(snaps[0].rank, 3);

@@ -190,11 +190,20 @@ Result<std::vector<Token>> Tokenize(const std::string& s) {
   return out;
 }
 
+// Bounds that keep parsing, evaluation and destruction (all recursive) far from the stack's
+// end: a condition is a line of a pipeline spec, not a program.
+constexpr size_t kMaxConditionTokens = 1024;
+constexpr int kMaxConditionDepth = 64;
+
 class Parser {
  public:
   explicit Parser(std::vector<Token> tokens) : tokens_(std::move(tokens)) {}
 
   Result<std::unique_ptr<Expr>> Parse() {
+    if (tokens_.size() > kMaxConditionTokens) {
+      return InvalidArgument("the condition has {} tokens; at most {} are allowed",
+                             tokens_.size() - 1, kMaxConditionTokens);
+    }
     COHORT_ASSIGN_OR_RETURN(auto e, Or());
     if (Peek().kind != Token::Kind::kEnd) {
       return Error(Peek(), "expected an operator or the end of the condition");
@@ -238,8 +247,21 @@ class Parser {
     }
     return l;
   }
+  // Counts one level of '!' or '(' nesting for as long as it lives.
+  struct Nested {
+    explicit Nested(int& depth) : depth_(depth) { ++depth_; }
+    ~Nested() { --depth_; }
+    int& depth_;
+  };
+  Status TooDeep(const Token& t) const {
+    return InvalidArgument("column {}: the condition nests '!' and '(' more than {} levels deep",
+                           t.column, kMaxConditionDepth);
+  }
+
   Result<std::unique_ptr<Expr>> Unary() {
     if (IsOp("!")) {
+      Nested level(depth_);
+      if (depth_ > kMaxConditionDepth) return TooDeep(Peek());
       ++pos_;
       COHORT_ASSIGN_OR_RETURN(auto operand, Unary());
       auto e = std::make_unique<Expr>();
@@ -268,6 +290,8 @@ class Parser {
     auto e = std::make_unique<Expr>();
     switch (t.kind) {
       case Token::Kind::kLParen: {
+        Nested level(depth_);
+        if (depth_ > kMaxConditionDepth) return TooDeep(t);
         ++pos_;
         COHORT_ASSIGN_OR_RETURN(auto inner, Or());
         if (Peek().kind != Token::Kind::kRParen) return Error(Peek(), "expected ')'");
@@ -302,6 +326,7 @@ class Parser {
 
   std::vector<Token> tokens_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 std::optional<double> AsNumber(const Value& v) {

@@ -89,6 +89,27 @@ TEST(PipelineConditionTest, MalformedConditionsSayWhere) {
   EXPECT_NE(e.status().message().find("=="), std::string::npos);
 }
 
+// Deep input is refused with a message, not a stack overflow (10,000 parentheses and
+// 100,000 '!' used to crash `cohort pipeline validate` and `run`).
+TEST(PipelineConditionTest, DeepOrLongConditionsAreRefused) {
+  const std::string parens = std::string(10000, '(') + "true" + std::string(10000, ')');
+  EXPECT_FALSE(ParseCondition(parens).ok());
+  auto deep = ParseCondition(std::string(100, '(') + "true" + std::string(100, ')'));
+  ASSERT_FALSE(deep.ok());
+  EXPECT_NE(deep.status().message().find("levels deep"), std::string::npos)
+      << deep.status().message();
+  auto nots = ParseCondition(std::string(100000, '!') + "true");
+  ASSERT_FALSE(nots.ok());
+  std::string chain = "true";
+  for (int i = 0; i < 100000; ++i) chain += " && true";
+  auto long_chain = ParseCondition(chain);
+  ASSERT_FALSE(long_chain.ok());
+  EXPECT_NE(long_chain.status().message().find("tokens"), std::string::npos);
+  // Within the bounds, nesting still works.
+  auto ok = ParseCondition(std::string(60, '(') + "!!true" + std::string(60, ')'));
+  EXPECT_TRUE(ok.ok()) << ok.status().ToString();
+}
+
 TEST(PipelineConditionTest, CollectsRefsAndTranslatesToArgo) {
   auto e = ParseCondition(
       "{{params.runtime}} == 'slurm' && !({{steps.prep.outputs.n}} < 10 || "

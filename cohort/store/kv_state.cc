@@ -15,7 +15,11 @@ Result<int64_t> KvState::Add(std::string_view key, int64_t delta) {
     }
     current = *parsed;
   }
-  int64_t next = current + delta;
+  int64_t next;
+  if (__builtin_add_overflow(current, delta, &next)) {
+    return InvalidArgument("Add of {} to key '{}' ({}) leaves the int64 range", delta, key,
+                           current);
+  }
   map_.insert_or_assign(std::string(key), std::to_string(next));
   return next;
 }

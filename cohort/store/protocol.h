@@ -12,6 +12,11 @@ namespace cohort::store::protocol {
 inline constexpr std::string_view kMagic = "cohort-store";
 inline constexpr uint32_t kVersion = 1;
 inline constexpr uint32_t kDefaultMaxFrame = 64u << 20;  // 64 MiB
+// The largest frame a client may send before it has authenticated (HELLO: magic, version
+// and token): a stranger cannot make the server allocate more than this per connection.
+inline constexpr uint32_t kMaxHelloFrame = 4u << 10;
+// The longest wait a GET/WAIT/MULTI_GET may ask for (longer ones are capped); -1: none.
+inline constexpr int64_t kMaxWaitMs = int64_t{30} * 24 * 3600 * 1000;
 inline constexpr uint32_t kMaxKeysPerRequest = 1u << 20;
 
 enum class Op : uint8_t {

@@ -2,6 +2,7 @@
 // and the thread handle is touched only by the event-loop thread.
 #include "cohort/store/store_server.h"
 
+#include <fcntl.h>
 #include <sys/resource.h>
 
 #include <asio.hpp>
@@ -13,6 +14,7 @@
 #include <unordered_set>
 
 #include "cohort/base/log.h"
+#include "cohort/base/worker_env.h"
 #include "cohort/net/codec.h"
 #include "cohort/store/kv_state.h"
 #include "cohort/store/memory_store.h"
@@ -47,8 +49,10 @@ struct Waiter {
 };
 
 struct Connection {
-  explicit Connection(tcp::socket s) : socket(std::move(s)) {}
+  explicit Connection(tcp::socket s)
+      : socket(std::move(s)), handshake_timer(socket.get_executor()) {}
   tcp::socket socket;
+  asio::steady_timer handshake_timer;  // closes a client that does not authenticate
   std::string peer;
   bool authenticated = false;
   bool closed = false;
@@ -56,6 +60,7 @@ struct Connection {
   char header[4];
   std::string body;
   std::deque<std::string> out;
+  size_t out_bytes = 0;  // queued in `out`
   bool writing = false;
   std::vector<std::shared_ptr<Waiter>> waiters;
 };
@@ -105,6 +110,7 @@ class StoreServer::Impl {
                               ec.value());
       return st;
     }
+    ::fcntl(acceptor_.native_handle(), F_SETFD, FD_CLOEXEC);  // never inherited by workers
     port_ = acceptor_.local_endpoint().port();
     RaiseFileLimit();
     Accept();
@@ -136,6 +142,7 @@ class StoreServer::Impl {
     s.connections_accepted = accepted_;
     s.connections_rejected = rejected_;
     s.connections_open = open_;
+    s.connections_unauthenticated = unauthenticated_;
     s.requests = requests_;
     return s;
   }
@@ -153,6 +160,20 @@ class StoreServer::Impl {
         });
         return;
       }
+      if (unauthenticated_ >= options_.max_unauthenticated) {
+        // Strangers hold every slot: refuse at once (the job's clients retry connecting).
+        ++rejected_;
+        asio::error_code ignored;
+        socket.close(ignored);
+        if (!warned_full_) {
+          COHORT_LOG_WARN("store", "{} connections have not authenticated; refusing new ones "
+                          "until they do or time out", unauthenticated_.load());
+          warned_full_ = true;
+        }
+        Accept();
+        return;
+      }
+      ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);
       auto conn = std::make_shared<Connection>(std::move(socket));
       asio::error_code ignored;
       conn->socket.set_option(tcp::no_delay(true), ignored);
@@ -161,6 +182,15 @@ class StoreServer::Impl {
       connections_.insert(conn);
       ++accepted_;
       ++open_;
+      ++unauthenticated_;
+      conn->handshake_timer.expires_after(options_.handshake_timeout);
+      conn->handshake_timer.async_wait([this, weak = std::weak_ptr<Connection>(conn)](
+                                           asio::error_code ec) {
+        auto c = weak.lock();
+        if (ec || !c || c->closed || c->authenticated) return;
+        Reject(c, fmt::format("no HELLO within {:.0f} s",
+                              std::chrono::duration<double>(options_.handshake_timeout).count()));
+      });
       ReadHeader(conn);
       Accept();
     });
@@ -175,9 +205,13 @@ class StoreServer::Impl {
                          return;
                        }
                        uint32_t n = net::DecodeFrameLength(conn->header);
-                       if (n > options_.max_frame) {
-                         Reject(conn, fmt::format("frame of {} bytes exceeds the limit of {}", n,
-                                                  options_.max_frame));
+                       // A stranger gets no more than a HELLO's worth of memory.
+                       const uint32_t limit =
+                           conn->authenticated ? options_.max_frame : protocol::kMaxHelloFrame;
+                       if (n > limit) {
+                         Reject(conn, fmt::format("frame of {} bytes exceeds the limit of {}{}",
+                                                  n, limit,
+                                                  conn->authenticated ? "" : " before HELLO"));
                          return;
                        }
                        conn->body.resize(n);
@@ -210,6 +244,11 @@ class StoreServer::Impl {
       COHORT_LOG_WARN("store", "closing connection from {}: {}", conn->peer, reason);
     }
     conn->closed = true;
+    if (!conn->authenticated) --unauthenticated_;
+    if (unauthenticated_ < options_.max_unauthenticated) warned_full_ = false;
+    conn->handshake_timer.cancel();
+    conn->out.clear();
+    conn->out_bytes = 0;
     for (auto& w : conn->waiters) Finish(w);
     conn->waiters.clear();
     asio::error_code ignored;
@@ -221,6 +260,12 @@ class StoreServer::Impl {
 
   void Send(const std::shared_ptr<Connection>& conn, std::string frame) {
     if (conn->closed) return;
+    if (conn->out_bytes + frame.size() > options_.max_output_bytes) {
+      Reject(conn, fmt::format("the client does not read its responses ({} bytes queued)",
+                               conn->out_bytes + frame.size()));
+      return;
+    }
+    conn->out_bytes += frame.size();
     conn->out.push_back(std::move(frame));
     if (!conn->writing) Flush(conn);
   }
@@ -239,6 +284,7 @@ class StoreServer::Impl {
                           Close(conn, "");
                           return;
                         }
+                        conn->out_bytes -= conn->out.front().size();
                         conn->out.pop_front();
                         Flush(conn);
                       });
@@ -280,7 +326,8 @@ class StoreServer::Impl {
         } else if (!r.StrList(&keys, protocol::kMaxKeysPerRequest)) {
           return malformed();
         }
-        if (!r.I64(&number) || !r.AtEnd()) return malformed();
+        if (!r.I64(&number) || !r.AtEnd() || number < -1) return malformed();
+        number = std::min(number, protocol::kMaxWaitMs);
         auto waiter = std::make_shared<Waiter>(io_, conn, id, op, std::move(keys));
         if (state_.ContainsAll(waiter->keys)) {
           Answer(*waiter, conn);
@@ -376,11 +423,14 @@ class StoreServer::Impl {
       COHORT_LOG_WARN("store", "refusing {}: {} token", conn->peer,
                       token.empty() ? "missing" : "wrong");
       conn->close_after_write = true;
-      Send(conn, ErrorResponse(id, PermissionDenied("the store refused the job token; set "
-                                                    "COHORT_TOKEN to the job's token")));
+      Send(conn, ErrorResponse(id, PermissionDenied("the store refused the job token; set {} "
+                                                    "to the job's token",
+                                                    worker_env::kToken)));
       return;
     }
     conn->authenticated = true;
+    --unauthenticated_;
+    conn->handshake_timer.cancel();
     Send(conn, std::move(OkResponse(id).Finish()));
   }
 
@@ -459,7 +509,8 @@ class StoreServer::Impl {
   std::thread thread_;
   std::once_flag stop_once_;
   std::atomic<int> port_{0};
-  std::atomic<int64_t> accepted_{0}, rejected_{0}, open_{0}, requests_{0};
+  std::atomic<int64_t> accepted_{0}, rejected_{0}, open_{0}, requests_{0}, unauthenticated_{0};
+  bool warned_full_ = false;  // event-loop thread
   // Owned by the event-loop thread:
   KvState state_;
   std::unordered_set<std::shared_ptr<Connection>> connections_;

@@ -5,7 +5,11 @@
 //
 // Robustness: a client must open with HELLO carrying the job's token; a wrong or missing
 // token, a malformed frame or an oversized frame closes that client's connection with a
-// logged reason (never the token) and does not disturb other clients.
+// logged reason (never the token) and does not disturb other clients. Before HELLO a
+// client may send at most kMaxHelloFrame bytes, must authenticate within
+// handshake_timeout, and at most max_unauthenticated such connections are open at once:
+// a stranger cannot make the server allocate memory or hold its descriptors. A client
+// that stops reading its responses is disconnected once max_output_bytes are queued.
 //
 // Thread-safety: Start/Stop/port/stats may be called from any thread; all store state is
 // owned by the event-loop thread.
@@ -16,6 +20,7 @@
 #include <string>
 
 #include "cohort/base/status.h"
+#include "cohort/base/time.h"
 #include "cohort/store/protocol.h"
 
 namespace cohort::store {
@@ -24,13 +29,17 @@ struct StoreServerOptions {
   std::string host = "0.0.0.0";
   int port = 0;  // 0 = kernel-chosen; read it back with port()
   std::string token;
-  uint32_t max_frame = protocol::kDefaultMaxFrame;
+  uint32_t max_frame = protocol::kDefaultMaxFrame;  // after HELLO
+  Duration handshake_timeout = std::chrono::seconds(10);
+  int max_unauthenticated = 512;
+  size_t max_output_bytes = size_t{2} * protocol::kDefaultMaxFrame;
 };
 
 struct StoreServerStats {
   int64_t connections_accepted = 0;
   int64_t connections_rejected = 0;  // bad token, malformed or oversized frames
   int64_t connections_open = 0;
+  int64_t connections_unauthenticated = 0;  // open, HELLO not yet accepted
   int64_t requests = 0;
 };
 

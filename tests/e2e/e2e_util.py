@@ -110,6 +110,25 @@ def marker_pids(marker):
     return found
 
 
+def pids_with_env(entry):
+    """Live processes whose environment holds `entry` ("NAME=value"): every descendant of a
+    process inherits it, whatever its process group or session."""
+    needle = entry.encode() + b"\0"
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open("/proc/%s/environ" % name, "rb") as f:
+                env = f.read() + b"\0"
+        except OSError:
+            continue
+        if (env.startswith(needle) or b"\0" + needle in env) and \
+                pid_state(int(name)) not in (None, "Z"):
+            found.append(int(name))
+    return found
+
+
 def pid_state(pid):
     try:
         with open("/proc/%d/stat" % pid) as f:

@@ -177,3 +177,32 @@ def test_bench_scaling_prints_the_table_and_writes_the_plot(cohort, need_train, 
     bad = subprocess.run([cohort, "bench", "scaling", "--workers", "0,x", "--", "/bin/true"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 3 and "--workers" in bad.stderr
+
+
+def test_slow_clients_do_not_lock_out_the_dashboard(cohort, tmp_path):
+    """12 clients that send a request line and stop: /metrics still answers at once, and the
+    endpoint listens on loopback by default (it shows logs and PIDs without auth)."""
+    marker = U.new_marker()
+    log = open(tmp_path / "run.log", "wb")
+    proc = subprocess.Popen([cohort, "run", "--nproc-per-node", "1", "--metrics-port", "0",
+                             "--log-dir", str(tmp_path / "logs"), "/bin/sh", "-c",
+                             "echo up; sleep 120", marker],
+                            stdout=log, stderr=subprocess.STDOUT, env=U.clean_env(),
+                            start_new_session=True)
+    slow = []
+    try:
+        m = U.wait_for(lambda: re.search(r"metrics on http://([\d.]+):(\d+)/metrics",
+                                         (tmp_path / "run.log").read_text()), 60,
+                       what="the metrics URL")
+        host, port = m.group(1), int(m.group(2))
+        assert host == "127.0.0.1", "the metrics endpoint must default to loopback"
+        for _ in range(12):
+            c = socket.create_connection((host, port), timeout=5)
+            c.sendall(b"GET /metrics HTTP/1.1\r\n")
+            slow.append(c)
+        text = get("http://%s:%d/metrics" % (host, port), timeout=5)
+        assert "cohort_agent" in text or "# TYPE" in text, text[:500]
+    finally:
+        for c in slow:
+            c.close()
+        stop(proc, marker)

@@ -295,3 +295,25 @@ def test_array_from_postgresql_query(jobs, postgres):
                            "postgresql://postgres@127.0.0.1:%d/postgres" % U.free_port())
     assert unreachable.returncode == 6 and "cannot connect" in unreachable.stderr
     assert len(jobs.history()) == 1
+
+
+def test_concurrent_submits_keep_every_result(jobs):
+    """20 `cohort submit --wait` at once of a job that succeeds at once: every command exits
+    0 and every row of the history ends `succeeded` (a submitter that wrote its stale copy
+    of the row after the runner had recorded the end used to leave rows `pending`)."""
+    spec = jobs.spec("quick.yaml", """\
+        name: quick
+        entrypoint: /bin/true
+        """)
+    procs = [subprocess.Popen([jobs.cohort, "submit", str(spec), "--wait"], env=jobs.env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(20)]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=240)
+        results.append((p.returncode, out + err))
+    failed = [text for rc, text in results if rc != 0]
+    assert not failed, "%d of 20 submits failed:\n%s" % (len(failed), "\n".join(failed[:3]))
+    rows = [j for j in jobs.history() if j["name"] == "quick"]
+    assert len(rows) == 20, rows
+    assert all(j["state"] == "succeeded" and j["exit_code"] == 0 for j in rows), rows

@@ -254,7 +254,8 @@ def _closed_port():
 
 @pytest.mark.parametrize("case", [
     "unknown_flag", "nnodes_min_gt_max", "nproc_zero", "missing_py", "missing_program",
-    "unreachable_endpoint", "port_in_use",
+    "unreachable_endpoint", "port_in_use", "master_port_range", "metrics_port_range",
+    "stop_grace_nan", "log_merge_negative",
 ])
 def test_bad_input(cohort, launcher, marker, tmp_path, case):
     echo = [str(U.ECHO_RANKS), marker]
@@ -281,6 +282,14 @@ def test_bad_input(cohort, launcher, marker, tmp_path, case):
                     "--rdzv-conf", "join_timeout=%d" % join_timeout, *echo]
             rc, needle = 4, None
             max_time = join_timeout + 5
+        elif case == "master_port_range":
+            args, rc, needle = ["--master-port", "70000", *echo], 3, "--master-port 70000"
+        elif case == "metrics_port_range":
+            args, rc, needle = ["--metrics-port", "70000", *echo], 3, "--metrics-port 70000"
+        elif case == "stop_grace_nan":
+            args, rc, needle = ["--stop-grace", "nan", *echo], 3, "--stop-grace"
+        elif case == "log_merge_negative":
+            args, rc, needle = ["--log-merge-ms", "-1", *echo], 3, "--log-merge-ms"
         elif case == "port_in_use":
             held = _listening_socket()
             port = held.getsockname()[1]
@@ -625,3 +634,39 @@ def test_python_without_torch_on_path_names_the_interpreter(cohort, need_torch, 
                      env=env, name="with_torch")
     assert p.p.returncode == 0, p.describe()
     assert "torch " in p.stdout, p.describe()
+
+
+def _tagged_pids(tag):
+    return U.pids_with_env("COHORT_TEST_TAG=%s" % tag)
+
+
+WORKER_WITH_ESCAPEES = ("sleep 1000 & setsid sleep 1000 & "
+                        "setsid sh -c 'sleep 1000 & wait' & echo started; wait")
+
+
+def test_agent_sigkill_leaves_no_descendant(cohort, launcher, marker):
+    """SIGKILL of `cohort run` itself: its workers, their children in the worker's group and
+    descendants that left it with setsid all die (they used to survive with parent 1)."""
+    env = U.clean_env(COHORT_TEST_TAG=marker)
+    p = launcher.start([cohort, "run", "--nproc-per-node", "2", "--no-python", "--",
+                        "/bin/sh", "-c", WORKER_WITH_ESCAPEES, marker], env=env, name="agent")
+    U.wait_for(lambda: all("started" in U.rank_lines(p.stdout).get(r, []) for r in (0, 1)),
+               QUICK_TIMEOUT, what="workers started")
+    assert len(_tagged_pids(marker)) >= 8  # 2 x (sh + sleep + setsid sleep + sh + sleep)
+    os.kill(p.pid, signal.SIGKILL)  # the agent alone, not its group
+    U.wait_for(lambda: not _tagged_pids(marker), 20, what="every job process gone")
+
+
+def test_descendants_outside_the_group_die_with_the_job(cohort, launcher, marker):
+    """A worker that succeeds but left a `setsid` daemon behind: the job ends and so does
+    the daemon (it held the store's port open for the next run before)."""
+    env = U.clean_env(COHORT_TEST_TAG=marker)
+    port = U.free_port()
+    argv = [cohort, "run", "--nproc-per-node", "1", "--rdzv-endpoint", "127.0.0.1:%d" % port,
+            "--no-python", "--", "/bin/sh", "-c", "setsid sleep 1000 & echo ok", marker]
+    p = launcher.run(argv, QUICK_TIMEOUT, env=env, name="first")
+    assert p.p.returncode == 0, p.describe()
+    U.wait_for(lambda: not _tagged_pids(marker), 20, what="the setsid daemon gone")
+    # The endpoint's port is free again: the same command runs.
+    p = launcher.run(argv, QUICK_TIMEOUT, env=env, name="second")
+    assert p.p.returncode == 0, p.describe()

@@ -129,13 +129,13 @@ def test_default_checkpoint_every_saves_at_the_end(trainer, launcher, marker, tm
     """--checkpoint-every defaults to 0, "only at the end": a run with just --checkpoint-dir
     leaves one checkpoint of its last step, and the next run resumes from it."""
     ckpt = tmp_path / "ckpt"
-    args = ["--model", "mlp", "--dataset", "synthetic", "--epochs", "1", "--max-steps", "7",
-            "--checkpoint-dir", str(ckpt), "--tag", marker]
-    p = launcher.run([trainer, *args], QUICK_TIMEOUT, name="first")
+    def args(steps):
+        return ["--model", "mlp", "--dataset", "synthetic", "--epochs", "1", "--max-steps",
+                str(steps), "--checkpoint-dir", str(ckpt), "--tag", marker]
+    p = launcher.run([trainer, *args(7)], QUICK_TIMEOUT, name="first")
     assert p.p.returncode == 0, p.describe()
     assert sorted(x.name for x in ckpt.iterdir()) == ["ckpt-000000000007.cohort"]
-    p = launcher.run([trainer, *args[:-4], "--max-steps", "9", *args[-4:]], QUICK_TIMEOUT,
-                     name="second")
+    p = launcher.run([trainer, *args(9)], QUICK_TIMEOUT, name="second")
     assert p.p.returncode == 0, p.describe()
     assert re.search(r"resumed from .*ckpt-000000000007\.cohort at step 7", p.stdout), p.describe()
 

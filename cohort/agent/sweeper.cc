@@ -1,0 +1,167 @@
+// Implements JobSweeper (sweeper.h). The /proc scan uses only system calls and buffers on
+// the stack, so the forked helper may run it. Thread-safety: see sweeper.h.
+#include "cohort/agent/sweeper.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "cohort/base/log.h"
+#include "cohort/base/strings.h"
+#include "cohort/base/worker_env.h"
+
+namespace cohort::agent {
+namespace {
+
+// True when /proc/<pid>/environ holds `needle` (a whole "NAME=value\0" entry).
+bool EnvironHolds(int proc_fd, const char* pid, const char* needle, size_t needle_len) {
+  char path[64];
+  size_t n = 0;
+  for (const char* p = pid; *p && n < 40; ++p) path[n++] = *p;
+  const char kTail[] = "/environ";
+  for (size_t i = 0; i < sizeof(kTail); ++i) path[n++] = kTail[i];
+  int fd = ::openat(proc_fd, path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  // A window that keeps the last needle_len bytes of the previous read, so an entry
+  // across two reads is still found; entries start after a NUL (or at offset 0).
+  char buf[16384];
+  size_t have = 1;
+  buf[0] = '\0';
+  bool found = false;
+  for (;;) {
+    ssize_t r = ::read(fd, buf + have, sizeof(buf) - have);
+    if (r <= 0) break;
+    size_t end = have + static_cast<size_t>(r);
+    for (size_t i = 1; i + needle_len <= end; ++i) {
+      if (buf[i - 1] == '\0' && std::memcmp(buf + i, needle, needle_len) == 0) {
+        found = true;
+        break;
+      }
+    }
+    if (found) break;
+    size_t keep = needle_len < end ? needle_len : end;
+    std::memmove(buf, buf + end - keep, keep);
+    have = keep;
+  }
+  ::close(fd);
+  return found;
+}
+
+// SIGKILLs every process (but this one) whose environment holds `needle`; returns how
+// many. Async-signal-safe.
+int KillHolders(const char* needle, size_t needle_len) {
+  int proc_fd = ::open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (proc_fd < 0) return 0;
+  const pid_t self = ::getpid();
+  int killed = 0;
+  alignas(8) char entries[8192];
+  for (;;) {
+    long n = ::syscall(SYS_getdents64, proc_fd, entries, sizeof(entries));
+    if (n <= 0) break;
+    for (long off = 0; off < n;) {
+      auto* d = reinterpret_cast<struct dirent64*>(entries + off);
+      off += d->d_reclen;
+      const char* name = d->d_name;
+      if (name[0] < '1' || name[0] > '9') continue;
+      pid_t pid = 0;
+      bool numeric = true;
+      for (const char* p = name; *p; ++p) {
+        if (*p < '0' || *p > '9') {
+          numeric = false;
+          break;
+        }
+        pid = pid * 10 + (*p - '0');
+      }
+      if (!numeric || pid == self) continue;
+      if (EnvironHolds(proc_fd, name, needle, needle_len) && ::kill(pid, SIGKILL) == 0) {
+        ++killed;
+      }
+    }
+  }
+  ::close(proc_fd);
+  return killed;
+}
+
+// Sweeps until a pass finds nobody (a process may fork while it is being killed).
+int SweepAll(const char* needle, size_t needle_len) {
+  int total = 0;
+  for (int pass = 0; pass < 50; ++pass) {
+    int killed = KillHolders(needle, needle_len);
+    total += killed;
+    if (killed == 0) break;
+  }
+  return total;
+}
+
+}  // namespace
+
+JobSweeper::JobSweeper() : cookie_(RandomHex(12)) {
+  needle_ = std::string(worker_env::kJobCookie) + "=" + cookie_;
+  needle_.push_back('\0');
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    COHORT_LOG_WARN("agent", "no orphan sweeper (pipe: {}); leftovers of a SIGKILLed agent "
+                    "may survive it", std::strerror(errno));
+    return;
+  }
+  const char* needle = needle_.data();
+  const size_t needle_len = needle_.size();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    // Helper: its own process group (group signals to the workers miss it), no signals
+    // from the terminal, nothing inherited but the pipe.
+    ::setpgid(0, 0);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2}) {
+      ::signal(sig, SIG_IGN);
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    // Nothing of the agent's but the pipe: no listening socket held, no console kept open.
+    int null_fd = ::open("/dev/null", O_RDWR);
+    for (int fd = 0; fd < 3 && null_fd >= 0; ++fd) ::dup2(null_fd, fd);
+    int keep = fds[0];
+    if (keep > 3) ::syscall(SYS_close_range, 3u, static_cast<unsigned>(keep - 1), 0u);
+    ::syscall(SYS_close_range, static_cast<unsigned>(keep + 1), ~0u, 0u);
+    char byte;
+    while (true) {
+      ssize_t r = ::read(fds[0], &byte, 1);
+      if (r == 0 || (r < 0 && errno != EINTR)) break;  // the agent is gone
+    }
+    SweepAll(needle, needle_len);
+    ::_exit(0);
+  }
+  ::close(fds[0]);
+  if (pid < 0) {
+    ::close(fds[1]);
+    COHORT_LOG_WARN("agent", "no orphan sweeper (fork: {})", std::strerror(errno));
+    return;
+  }
+  pipe_write_ = fds[1];
+  helper_ = pid;
+  helper_pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+}
+
+JobSweeper::~JobSweeper() {
+  if (pipe_write_ >= 0) ::close(pipe_write_);
+  if (helper_ <= 0) return;
+  // The helper sweeps (milliseconds) and exits; do not hang on it if /proc misbehaves.
+  if (helper_pidfd_ >= 0) {
+    pollfd p{helper_pidfd_, POLLIN, 0};
+    if (::poll(&p, 1, 10000) == 0) ::kill(helper_, SIGKILL);
+    ::close(helper_pidfd_);
+  }
+  int status;
+  while (::waitpid(helper_, &status, 0) < 0 && errno == EINTR) {
+  }
+}
+
+int JobSweeper::SweepNow() { return SweepAll(needle_.data(), needle_.size()); }
+
+}  // namespace cohort::agent
