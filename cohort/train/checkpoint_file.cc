@@ -178,18 +178,37 @@ std::vector<int64_t> CheckpointDir::Steps() const {
   return steps;
 }
 
+bool CheckpointDir::IsUsable(int64_t step) {
+  if (usable_.count(step)) return true;
+  auto bytes = ReadWholeFile(PathFor(step));
+  if (!bytes.ok() || !DecodeCheckpoint(*bytes, PathFor(step)).ok()) return false;
+  usable_.insert(step);
+  return true;
+}
+
 Status CheckpointDir::Write(int64_t step, const CheckpointBlob& blob, int keep) {
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) return Internal("create checkpoint directory {}: {}", dir_, ec.message());
   COHORT_RETURN_IF_ERROR(WriteFileAtomically(PathFor(step), EncodeCheckpoint(blob)));
+  usable_.insert(step);
+  if (keep <= 0) return Status::Ok();
+  // Keep the newest `keep` USABLE checkpoints: a corrupt or truncated file does not count,
+  // so it can never push a good one out. Older files than the keep-th usable one go.
   std::vector<int64_t> steps = Steps();
-  if (keep > 0 && steps.size() > static_cast<size_t>(keep)) {
-    for (size_t i = 0; i + keep < steps.size(); ++i) {
-      if (steps[i] == step) continue;
-      fs::remove(PathFor(steps[i]), ec);
+  int usable = 0;
+  for (size_t k = steps.size(); k-- > 0;) {
+    if (usable >= keep) {
+      fs::remove(PathFor(steps[k]), ec);
       if (ec) COHORT_LOG_WARN("train", "could not delete old checkpoint {}: {}",
-                              PathFor(steps[i]), ec.message());
+                              PathFor(steps[k]), ec.message());
+      continue;
+    }
+    if (IsUsable(steps[k])) {
+      ++usable;
+    } else {
+      COHORT_LOG_WARN("train", "checkpoint {} is unusable; it does not count toward --keep",
+                      PathFor(steps[k]));
     }
   }
   return Status::Ok();

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -44,11 +45,14 @@ class CheckpointDir {
   std::string PathFor(int64_t step) const;
   // Steps of the checkpoints present, ascending (temporary files are ignored).
   std::vector<int64_t> Steps() const;
-  // Creates the directory, writes the checkpoint for `step`, keeps the newest `keep`.
+  // Creates the directory, writes the checkpoint for `step`, keeps the newest `keep` usable
+  // ones (whose checksum verifies) and deletes every older file.
   Status Write(int64_t step, const CheckpointBlob& blob, int keep);
 
  private:
+  bool IsUsable(int64_t step);  // the file decodes and its checksum verifies (cached)
   std::string dir_;
+  std::set<int64_t> usable_;    // steps known good: written here, or verified once
 };
 
 }  // namespace cohort::train

@@ -122,8 +122,10 @@ Result<TrainState> Checkpointer::LoadLatest(torch::nn::Module& model,
     COHORT_LOG_WARN("train", "skipping unusable checkpoint: {}{}", r.status().ToString(),
                     k > 0 ? "; trying the previous one" : "");
   }
-  return NotFound("no usable checkpoint in {} ({} found, all unreadable)", dir_.dir(),
-                  steps.size());
+  // Not "start from scratch": the user's progress is there but unreadable.
+  return DataLoss("no usable checkpoint in {}: {} found, none readable; move them away to "
+                  "start from scratch, or restore a good one",
+                  dir_.dir(), steps.size());
 }
 
 Result<TrainState> Checkpointer::LoadFile(const std::string& path, torch::nn::Module& model,

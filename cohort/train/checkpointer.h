@@ -1,12 +1,13 @@
 // Checkpointer: saves and restores a training run (model parameters and buffers, optimizer
 // state, sampler position, epoch/step, torch's default generator state and the sampler
-// seed) as checkpoint files (checkpoint_file.h: atomic, checksummed, newest K kept).
+// seed) as checkpoint files (checkpoint_file.h: atomic, checksummed, newest K usable kept).
 //
 // Loading walks the checkpoints from newest to oldest: one that is truncated, corrupt or
 // unreadable is skipped with a warning and the previous one is tried. The newest readable
 // checkpoint must belong to this model (same model name, same parameter and buffer names,
 // dtypes and shapes) and optimizer; otherwise LoadLatest fails with kFailedPrecondition and
-// restores nothing.
+// restores nothing. No checkpoint at all is kNotFound (start fresh); checkpoints of which
+// none is readable is kDataLoss (the run's progress must not silently restart at step 0).
 //
 // Thread-safety: not thread-safe; one owner. Only one process (rank 0) should Save into a
 // directory.

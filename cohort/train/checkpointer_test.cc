@@ -125,11 +125,38 @@ TEST_F(CheckpointerTest, CorruptOrTruncatedLatestFallsBackToThePrevious) {
   // Truncate step 2 as well (a crash mid-copy): step 1 is used.
   fs::resize_file(cd.PathFor(2), fs::file_size(cd.PathFor(2)) - 100);
   expect_restored(1);
-  // Nothing usable left: NotFound.
+  // Nothing usable left: an error (kDataLoss), not a silent fresh start at step 0.
   fs::resize_file(cd.PathFor(1), 10);
   auto fresh = Model(9);
   auto r = ck.LoadLatest(*fresh, nullptr);
-  EXPECT_EQ(r.status().code(), StatusCode::kNotFound) << r.status().ToString();
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << r.status().ToString();
+  // Unusable files do not count toward keep: with keep=2 and three broken files, two new
+  // saves are both kept, and the broken ones, older than them, are removed.
+  Checkpointer keep2(dir_.string(), "mlp", "sgd", 2);
+  ASSERT_TRUE(keep2.Save(TrainState{.global_step = 4}, *m, &opt).ok());
+  EXPECT_EQ(cd.Steps(), (std::vector<int64_t>{1, 2, 3, 4}));  // only one usable so far
+  ASSERT_TRUE(keep2.Save(TrainState{.global_step = 5}, *m, &opt).ok());
+  EXPECT_EQ(cd.Steps(), (std::vector<int64_t>{4, 5}));
+}
+
+// A corrupt newest file must not push the older good ones out of the newest-K window.
+TEST_F(CheckpointerTest, CorruptFilesDoNotCountTowardKeep) {
+  auto m = Model(1);
+  torch::optim::SGD opt(m->parameters(), torch::optim::SGDOptions(0.1));
+  Checkpointer ck(dir_.string(), "mlp", "sgd", 2);
+  ASSERT_TRUE(ck.Save(TrainState{.global_step = 1}, *m, &opt).ok());
+  ASSERT_TRUE(ck.Save(TrainState{.global_step = 2}, *m, &opt).ok());
+  CheckpointDir cd(dir_.string());
+  // Another process left a broken step-3 file (a crash mid-copy onto a shared disk).
+  { std::ofstream(cd.PathFor(3)) << "not a checkpoint"; }
+  Checkpointer other(dir_.string(), "mlp", "sgd", 2);
+  ASSERT_TRUE(other.Save(TrainState{.global_step = 4}, *m, &opt).ok());
+  // Kept: 4 and 2 (the two newest usable) and the broken 3 between them; 1 is gone.
+  EXPECT_EQ(cd.Steps(), (std::vector<int64_t>{2, 3, 4}));
+  auto fresh = Model(9);
+  auto r = other.LoadLatest(*fresh, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->global_step, 4);
 }
 
 TEST_F(CheckpointerTest, AnotherModelIsAClearError) {

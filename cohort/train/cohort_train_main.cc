@@ -290,7 +290,8 @@ int Run(const Flags& f) {
                    checkpointer->loaded_path(), state.global_step, state.epoch + 1,
                    state.batch_in_epoch);
       }
-    } else if (loaded.status().code() == StatusCode::kFailedPrecondition) {
+    } else if (loaded.status().code() == StatusCode::kFailedPrecondition ||
+               loaded.status().code() == StatusCode::kDataLoss) {
       throw Exit(kExitCheckpoint, loaded.status().message());
     } else if (loaded.status().code() != StatusCode::kNotFound) {
       Require(loaded.status(), kExitInternal, "reading checkpoints");

@@ -1,6 +1,7 @@
 // idx and CIFAR-10 readers (see data_files.h). Thread-safety: no shared state.
 #include "cohort/train/data_files.h"
 
+#include <algorithm>
 #include <zlib.h>
 
 #include <filesystem>
@@ -80,11 +81,20 @@ Result<IdxArray> ReadIdxFile(const std::string& path) {
     total *= v;
     if (total > (uint64_t{1} << 34)) return DataLoss("{}: implausible idx size", path);
   }
-  out.data.resize(total);
-  got = GzReadFull(f.get(), out.data.data(), total);
-  if (got < 0) return GzError(f.get(), path);
-  if (static_cast<uint64_t>(got) < total) {
-    return DataLoss("{}: truncated: {} of {} data bytes", path, got, total);
+  // Grow with the data actually read, never with what the header claims: a corrupt or
+  // hostile header must not allocate gigabytes for a small file.
+  constexpr uint64_t kChunk = uint64_t{4} << 20;
+  out.data.reserve(std::min(total, kChunk));
+  uint64_t have = 0;
+  while (have < total) {
+    const uint64_t want = std::min(kChunk, total - have);
+    out.data.resize(have + want);
+    got = GzReadFull(f.get(), out.data.data() + have, static_cast<size_t>(want));
+    if (got < 0) return GzError(f.get(), path);
+    have += static_cast<uint64_t>(got);
+    if (static_cast<uint64_t>(got) < want) {
+      return DataLoss("{}: truncated: {} of {} data bytes", path, have, total);
+    }
   }
   uint8_t extra;
   got = GzReadFull(f.get(), &extra, 1);

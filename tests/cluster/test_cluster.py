@@ -73,24 +73,53 @@ def steps_seen(procs):
     return [int(m) for m in re.findall(r"\[rank0\]: epoch \d+/\d+ step (\d+)/", all_out(procs))]
 
 
-def worlds_seen(procs):
-    return [int(m) for m in re.findall(r"with (\d+) worker\(s\)", all_out(procs))]
+JOINED_RE = re.compile(r"^\[rank\d+\]: rank (\d+) of (\d+): transport \S+, round (\d+)$", re.M)
+
+
+def rounds_seen(procs):
+    """{round: {rank: world}} from every rank's `rank R of W: ..., round N` line (rounds are
+    numbered job-wide, so they order the attempts of all nodes)."""
+    out = {}
+    for m in JOINED_RE.finditer(all_out(procs)):
+        out.setdefault(int(m.group(3)), {})[int(m.group(1))] = int(m.group(2))
+    return out
+
+
+def latest_round(procs):
+    seen = rounds_seen(procs)
+    return max(seen) if seen else -1
+
+
+def latest_world(procs):
+    """The world size every rank of the newest complete round reported (None if none)."""
+    for rnd, ranks in sorted(rounds_seen(procs).items(), reverse=True):
+        worlds = set(ranks.values())
+        if len(worlds) == 1 and sorted(ranks) == list(range(worlds.pop())):
+            return ranks[0]
+    return None
 
 
 def wait_progress(procs, beyond, timeout, what):
     return netns.wait_for(lambda: any(s > beyond for s in steps_seen(procs)), timeout, what)
 
 
-def wait_new_attempt(procs, attempts_before, world, timeout):
-    """Waits for a progress line after a restart whose world size is `world`."""
+def wait_new_attempt(procs, round_before, world, timeout):
+    """Waits until a round after `round_before` has every rank 0..world-1 reporting world
+    size `world`, and its rank 0 then made progress."""
     def ok():
-        ws = worlds_seen(procs)
-        if len(ws) <= attempts_before or ws[-1] != world:
-            return False
-        tail = all_out(procs)
-        last = tail.rfind("with %d worker(s)" % world)
-        return re.search(r"\[rank0\]: epoch \d+/\d+ step", tail[last:]) is not None
-    netns.wait_for(ok, timeout, "an attempt with %d workers making progress" % world)
+        for rnd, ranks in rounds_seen(procs).items():
+            if rnd <= round_before or sorted(ranks) != list(range(world)):
+                continue
+            if set(ranks.values()) != {world}:
+                continue
+            for p in procs:
+                text = p.stdout
+                at = text.find("[rank0]: rank 0 of %d: transport" % world)
+                if at >= 0 and ", round %d\n" % rnd in text[at:at + 200] and re.search(
+                        r"\[rank0\]: epoch \d+/\d+ step", text[at:]):
+                    return True
+        return False
+    netns.wait_for(ok, timeout, "a round of %d ranks making progress" % world)
 
 
 def assert_finished(procs, everyone=None):
@@ -109,8 +138,8 @@ def test_sigkill_of_a_node_shrinks_the_world_and_finishes(cluster, tmp_path):
     nodes = [c.start(i, node_argv(c, i, ckpt, "2:3", 1500), node_env(c, i), "node%d" % i)
              for i in range(3)]
     wait_progress(nodes, 50, 90, "training on 3 nodes")
-    assert worlds_seen(nodes)[-1] == 3
-    before = len(worlds_seen(nodes))
+    assert latest_world(nodes) == 3
+    before = latest_round(nodes)
     t_fault = time.monotonic()
     nodes[2].kill()  # the agent's whole process group: agent and worker
     wait_new_attempt(nodes[:2], before, 2, 60)
@@ -126,8 +155,8 @@ def test_node_added_mid_run_grows_the_world(cluster, tmp_path):
     nodes = [c.start(i, node_argv(c, i, ckpt, "2:3", 1200), node_env(c, i), "node%d" % i)
              for i in range(2)]
     wait_progress(nodes, 50, 90, "training on 2 nodes")
-    assert worlds_seen(nodes)[-1] == 2
-    before = len(worlds_seen(nodes))
+    assert latest_world(nodes) == 2
+    before = latest_round(nodes)
     t_join = time.monotonic()
     nodes.append(c.start(2, node_argv(c, 2, ckpt, "2:3", 1200), node_env(c, 2), "node2"))
     wait_new_attempt(nodes, before, 3, 60)
@@ -159,7 +188,7 @@ def test_cut_link_then_heal(cluster, tmp_path):
     nodes = [c.start(i, node_argv(c, i, ckpt, "2:3", 1500), node_env(c, i), "node%d" % i)
              for i in range(3)]
     wait_progress(nodes, 50, 90, "training on 3 nodes")
-    before = len(worlds_seen(nodes))
+    before = latest_round(nodes)
     t_fault = time.monotonic()
     c.cut(2)
     wait_new_attempt(nodes[:2], before, 2, 90)
@@ -193,7 +222,7 @@ def test_etcd_leader_killed_job_goes_on(cluster, tmp_path):
         argv[at:at] = ["--rdzv-backend", "etcd"]
         nodes.append(c.start(i, argv, node_env(c, i), "node%d" % i))
     wait_progress(nodes, 50, 90, "training on 3 nodes over etcd")
-    assert worlds_seen(nodes)[-1] == 3, "the nodes did not form one job of 3 ranks"
+    assert latest_world(nodes) == 3, "the nodes did not form one job of 3 ranks"
     t_fault = time.monotonic()
     etcd_procs = [p for p in c.procs if p.name.startswith("etcd")]
     etcd_procs[leader].kill()
