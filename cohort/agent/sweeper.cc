@@ -14,6 +14,7 @@
 
 #include "cohort/base/log.h"
 #include "cohort/base/strings.h"
+#include "cohort/base/subprocess.h"
 #include "cohort/base/worker_env.h"
 
 namespace cohort::agent {
@@ -126,9 +127,7 @@ JobSweeper::JobSweeper() : cookie_(RandomHex(12)) {
     // Nothing of the agent's but the pipe: no listening socket held, no console kept open.
     int null_fd = ::open("/dev/null", O_RDWR);
     for (int fd = 0; fd < 3 && null_fd >= 0; ++fd) ::dup2(null_fd, fd);
-    int keep = fds[0];
-    if (keep > 3) ::syscall(SYS_close_range, 3u, static_cast<unsigned>(keep - 1), 0u);
-    ::syscall(SYS_close_range, static_cast<unsigned>(keep + 1), ~0u, 0u);
+    CloseDescriptorsExcept(fds[0]);
     char byte;
     while (true) {
       ssize_t r = ::read(fds[0], &byte, 1);
@@ -145,7 +144,7 @@ JobSweeper::JobSweeper() : cookie_(RandomHex(12)) {
   }
   pipe_write_ = fds[1];
   helper_ = pid;
-  helper_pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  helper_pidfd_ = PidfdOpen(pid);
 }
 
 JobSweeper::~JobSweeper() {

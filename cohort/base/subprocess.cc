@@ -19,9 +19,21 @@
 extern char** environ;
 
 namespace cohort {
-namespace {
 
 int PidfdOpen(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+
+void CloseDescriptorsExcept(int keep) {
+  auto close_range = [](unsigned first, unsigned last) {
+    if (first > last) return;
+    if (::syscall(SYS_close_range, first, last, 0u) == 0) return;
+    const long max = std::min<long>(::sysconf(_SC_OPEN_MAX), 1 << 20);
+    for (long fd = first; fd <= std::min<long>(last, max); ++fd) ::close(static_cast<int>(fd));
+  };
+  if (keep > 3) close_range(3, static_cast<unsigned>(keep) - 1);
+  close_range(static_cast<unsigned>(std::max(keep + 1, 3)), ~0u);
+}
+
+namespace {
 
 void CloseFd(int& fd) {
   if (fd >= 0) ::close(fd);
@@ -74,22 +86,6 @@ std::vector<std::string> MergeEnvironment(
   for (const auto& [k, v] : env) out.push_back(k + "=" + v);
   return out;
 }
-
-namespace {
-// In a forked child: closes every descriptor from 3 up but `keep` (async-signal-safe), so
-// a program inherits nothing of its parent's sockets (a store's listening socket, its
-// connections) even where a descriptor lacks close-on-exec.
-void CloseInheritedDescriptors(int keep) {
-  auto close_range = [](unsigned first, unsigned last) {
-    if (first > last) return;
-    if (::syscall(SYS_close_range, first, last, 0u) == 0) return;
-    const long max = std::min<long>(::sysconf(_SC_OPEN_MAX), 1 << 20);
-    for (long fd = first; fd <= std::min<long>(last, max); ++fd) ::close(static_cast<int>(fd));
-  };
-  if (keep > 3) close_range(3, static_cast<unsigned>(keep) - 1);
-  close_range(static_cast<unsigned>(std::max(keep + 1, 3)), ~0u);
-}
-}  // namespace
 
 Result<Child> Spawn(const SpawnOptions& options) {
   if (options.argv.empty()) return InvalidArgument("Spawn: empty argv");
@@ -158,7 +154,9 @@ Result<Child> Spawn(const SpawnOptions& options) {
       [[maybe_unused]] ssize_t n = ::write(exec_pipe[1], &err, sizeof(err));
       ::_exit(127);
     }
-    CloseInheritedDescriptors(exec_pipe[1]);
+    // Nothing of this process's sockets (a store's listening socket, its connections)
+    // reaches the program, even where a descriptor lacks close-on-exec.
+    CloseDescriptorsExcept(exec_pipe[1]);
     ::execve(program.c_str(), argv.data(), envp.data());
     int err = errno;
     [[maybe_unused]] ssize_t n = ::write(exec_pipe[1], &err, sizeof(err));

@@ -52,6 +52,12 @@ struct ExitStatus {
 // Reaps `pid` (blocking); call after its pidfd became readable.
 ExitStatus Reap(pid_t pid);
 
+// pidfd_open(2): a descriptor that becomes readable when `pid` exits; -1 on error.
+int PidfdOpen(pid_t pid);
+// In a forked child before exec (async-signal-safe): closes every descriptor from 3 up
+// except `keep` (-1: none), so nothing of the parent's reaches the child.
+void CloseDescriptorsExcept(int keep);
+
 // Finds `program` like execvp would: absolute/relative paths are checked directly,
 // bare names through PATH. Returns the path or kNotFound / kPermissionDenied.
 Result<std::string> FindProgram(const std::string& program);

@@ -104,19 +104,29 @@ std::vector<std::pair<std::string, std::string>> WriteWorkerEnv(const WorkerEnv&
   return env;
 }
 
-std::vector<std::string> WorkerEnvironment(
-    const WorkerEnv& env, const std::vector<std::pair<std::string, std::string>>& extra) {
-  static const std::vector<std::string> kJobVariables = {
+const std::vector<std::string>& AgentOwnedVariables() {
+  static const std::vector<std::string> kNames = {
       we::kRank, we::kLocalRank, we::kWorldSize, we::kLocalWorldSize, we::kGroupRank,
       we::kGroupWorldSize, we::kRoleRank, we::kRoleWorldSize, we::kRoleName, we::kMasterAddr,
       we::kMasterPort, we::kRestartCount, we::kMaxRestarts, we::kRunId, we::kErrorFile,
       we::kUseAgentStore, we::kToken, we::kStoreAddr, we::kStorePort, we::kStorePrefix,
       we::kEtcdEndpoints, we::kEtcdPrefix, we::kEtcdCaCert, we::kEtcdCert, we::kEtcdKey,
-      we::kEtcdUser, we::kEtcdRequestTimeout, we::kCohortRunId, we::kAttempt, we::kRound, we::kJobCookie, we::kListenAddr,
-      we::kFlightRecorderDir};
+      we::kEtcdUser, we::kEtcdRequestTimeout, we::kCohortRunId, we::kAttempt, we::kRound,
+      we::kJobCookie, we::kListenAddr, we::kFlightRecorderDir};
+  return kNames;
+}
+
+const std::vector<std::string>& PassThroughVariables() {
+  static const std::vector<std::string> kNames = {we::kOmpNumThreads, we::kEtcdPassword,
+                                                  we::kMetricsDir, we::kMetricsHistory};
+  return kNames;
+}
+
+std::vector<std::string> WorkerEnvironment(
+    const WorkerEnv& env, const std::vector<std::pair<std::string, std::string>>& extra) {
   std::vector<std::pair<std::string, std::string>> overrides = extra;
   for (auto& kv : WriteWorkerEnv(env)) overrides.push_back(std::move(kv));
-  return MergeEnvironment(overrides, kJobVariables);
+  return MergeEnvironment(overrides, AgentOwnedVariables());
 }
 
 Result<WorkerEnv> ReadWorkerEnv() {

@@ -132,6 +132,11 @@ struct WorkerEnv {
 // name=value pairs for a worker's environment (only the fields that are set).
 std::vector<std::pair<std::string, std::string>> WriteWorkerEnv(const WorkerEnv& env);
 
+// Every variable of the contract: those only the agent sets (the launcher's own copies are
+// dropped), and those that pass through from the user unless the agent sets them.
+const std::vector<std::string>& AgentOwnedVariables();
+const std::vector<std::string>& PassThroughVariables();
+
 // A worker's whole environment: the launcher's own, without any job variables it may have
 // inherited (a stale COHORT_STORE_PORT must not point an etcd job's workers elsewhere),
 // plus `extra`, plus WriteWorkerEnv(env). OMP_NUM_THREADS, COHORT_ETCD_PASSWORD and the

@@ -15,27 +15,17 @@ namespace {
 class ScopedEnv {
  public:
   explicit ScopedEnv(const std::vector<std::pair<std::string, std::string>>& vars) {
-    for (const char* name : kAll) ::unsetenv(name);
+    UnsetAll();
     for (const auto& [k, v] : vars) ::setenv(k.c_str(), v.c_str(), 1);
   }
-  ~ScopedEnv() {
-    for (const char* name : kAll) ::unsetenv(name);
-  }
+  ~ScopedEnv() { UnsetAll(); }
 
  private:
-  static constexpr const char* kAll[] = {
-      worker_env::kRank, worker_env::kWorldSize, worker_env::kLocalRank,
-      worker_env::kLocalWorldSize, worker_env::kGroupRank, worker_env::kGroupWorldSize,
-      worker_env::kRoleRank, worker_env::kRoleWorldSize, worker_env::kRoleName,
-      worker_env::kMasterAddr, worker_env::kMasterPort, worker_env::kRestartCount,
-      worker_env::kMaxRestarts, worker_env::kRunId, worker_env::kErrorFile,
-      worker_env::kUseAgentStore, worker_env::kOmpNumThreads, worker_env::kToken,
-      worker_env::kStoreAddr, worker_env::kStorePort, worker_env::kStorePrefix,
-      worker_env::kEtcdEndpoints, worker_env::kEtcdPrefix, worker_env::kEtcdCaCert,
-      worker_env::kEtcdCert, worker_env::kEtcdKey, worker_env::kEtcdUser,
-      worker_env::kEtcdPassword, worker_env::kEtcdRequestTimeout, worker_env::kCohortRunId,
-      worker_env::kAttempt, worker_env::kRound, worker_env::kListenAddr,
-      worker_env::kFlightRecorderDir, worker_env::kMetricsDir, worker_env::kMetricsHistory};
+  static void UnsetAll() {
+    for (const auto* names : {&AgentOwnedVariables(), &PassThroughVariables()}) {
+      for (const auto& name : *names) ::unsetenv(name.c_str());
+    }
+  }
 };
 
 WorkerEnv Sample() {

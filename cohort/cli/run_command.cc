@@ -547,10 +547,10 @@ int RunCommand(const std::vector<std::string>& args) {
   // loser finds a cohort store there and becomes a client; if the winner then vanishes,
   // the port is free again and the next try serves it.
   std::unique_ptr<store::StoreServer> server;
-  const std::string bind_addr = StoreBindAddress(plan);
-  // How this node reaches the store it serves (or that another local agent serves).
-  const std::string local_store_addr = bind_addr == "0.0.0.0" ? "127.0.0.1" : bind_addr;
+  std::string local_store_addr;  // how this node reaches the store it serves (or joins here)
   if (plan.serve) {
+    const std::string bind_addr = StoreBindAddress(plan);
+    local_store_addr = bind_addr == "0.0.0.0" ? "127.0.0.1" : bind_addr;
     const Deadline give_up = Deadline::After(rdzv.join_timeout);
     for (;;) {
       auto started = store::StoreServer::Start(

@@ -478,22 +478,23 @@ Result<std::unique_ptr<Communicator>> Communicator::Create(std::shared_ptr<store
 }
 
 Result<std::unique_ptr<Communicator>> Communicator::FromEnvironment(CommOptions options) {
-  Result<WorkerEnv> env = ReadWorkerEnv();
-  if (!env.ok() && env.status().code() == StatusCode::kNotFound) {
-    return Create(std::make_shared<store::MemoryStore>(), 0, 1, std::move(options));
+  Result<WorkerEnv> launched = ReadWorkerEnv();
+  if (!launched.ok() && launched.status().code() != StatusCode::kNotFound) {
+    return FailedPrecondition("{}", launched.status().message());
   }
-  if (!env.ok()) return FailedPrecondition("{}", env.status().message());
-  if (std::string missing = JobStoreMissing(*env); !missing.empty()) {
+  // Not started by a launcher: a job of one rank, as WORLD_SIZE=1.
+  const WorkerEnv env = launched.ok() ? *launched : WorkerEnv{};
+  if (std::string missing = JobStoreMissing(env); !missing.empty()) {
     return FailedPrecondition("{}", missing);
   }
-  if (options.listen_addr.empty()) options.listen_addr = env->listen_addr;
-  if (options.flight_recorder_dir.empty()) options.flight_recorder_dir = env->flight_recorder_dir;
-  if (env->world_size == 1) {
+  if (options.listen_addr.empty()) options.listen_addr = env.listen_addr;
+  if (options.flight_recorder_dir.empty()) options.flight_recorder_dir = env.flight_recorder_dir;
+  if (env.world_size == 1) {
     return Create(std::make_shared<store::MemoryStore>(), 0, 1, std::move(options));
   }
   // Steps: connect to the job's store (60 s to reach it), narrow it to this round's keys,
   // then form the communicator of world_size ranks there (Create).
-  const JobStoreAccess& access = env->store;
+  const JobStoreAccess& access = env.store;
   const Deadline reach = Deadline::AfterMs(60000);
   std::shared_ptr<store::Store> store;
   if (access.kind == JobStoreAccess::Kind::kTcp) {
@@ -519,7 +520,7 @@ Result<std::unique_ptr<Communicator>> Communicator::FromEnvironment(CommOptions 
   if (!access.round_prefix.empty()) {
     store = std::make_shared<store::PrefixStore>(access.round_prefix, store);
   }
-  return Create(store, env->rank, env->world_size, std::move(options));
+  return Create(store, env.rank, env.world_size, std::move(options));
 }
 
 std::string Communicator::topology() const { return impl_->topology(); }

@@ -247,8 +247,6 @@ class StoreServer::Impl {
     if (!conn->authenticated) --unauthenticated_;
     if (unauthenticated_ < options_.max_unauthenticated) warned_full_ = false;
     conn->handshake_timer.cancel();
-    conn->out.clear();
-    conn->out_bytes = 0;
     for (auto& w : conn->waiters) Finish(w);
     conn->waiters.clear();
     asio::error_code ignored;

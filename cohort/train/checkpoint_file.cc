@@ -179,11 +179,16 @@ std::vector<int64_t> CheckpointDir::Steps() const {
 }
 
 bool CheckpointDir::IsUsable(int64_t step) {
-  if (usable_.count(step)) return true;
+  auto known = usable_.find(step);
+  if (known != usable_.end()) return known->second;
   auto bytes = ReadWholeFile(PathFor(step));
-  if (!bytes.ok() || !DecodeCheckpoint(*bytes, PathFor(step)).ok()) return false;
-  usable_.insert(step);
-  return true;
+  const bool ok = bytes.ok() && DecodeCheckpoint(*bytes, PathFor(step)).ok();
+  if (!ok) {
+    COHORT_LOG_WARN("train", "checkpoint {} is unusable; it does not count toward --keep",
+                    PathFor(step));
+  }
+  usable_[step] = ok;  // each file is read at most once per process
+  return ok;
 }
 
 Status CheckpointDir::Write(int64_t step, const CheckpointBlob& blob, int keep) {
@@ -191,25 +196,21 @@ Status CheckpointDir::Write(int64_t step, const CheckpointBlob& blob, int keep) 
   fs::create_directories(dir_, ec);
   if (ec) return Internal("create checkpoint directory {}: {}", dir_, ec.message());
   COHORT_RETURN_IF_ERROR(WriteFileAtomically(PathFor(step), EncodeCheckpoint(blob)));
-  usable_.insert(step);
+  usable_[step] = true;
   if (keep <= 0) return Status::Ok();
   // Keep the newest `keep` USABLE checkpoints: a corrupt or truncated file does not count,
   // so it can never push a good one out. Older files than the keep-th usable one go.
   std::vector<int64_t> steps = Steps();
   int usable = 0;
   for (size_t k = steps.size(); k-- > 0;) {
-    if (usable >= keep) {
+    if (usable >= keep && steps[k] != step) {
       fs::remove(PathFor(steps[k]), ec);
+      usable_.erase(steps[k]);
       if (ec) COHORT_LOG_WARN("train", "could not delete old checkpoint {}: {}",
                               PathFor(steps[k]), ec.message());
       continue;
     }
-    if (IsUsable(steps[k])) {
-      ++usable;
-    } else {
-      COHORT_LOG_WARN("train", "checkpoint {} is unusable; it does not count toward --keep",
-                      PathFor(steps[k]));
-    }
+    if (IsUsable(steps[k])) ++usable;
   }
   return Status::Ok();
 }

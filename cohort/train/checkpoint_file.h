@@ -14,7 +14,7 @@
 #pragma once
 
 #include <cstdint>
-#include <set>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -52,7 +52,7 @@ class CheckpointDir {
  private:
   bool IsUsable(int64_t step);  // the file decodes and its checksum verifies (cached)
   std::string dir_;
-  std::set<int64_t> usable_;    // steps known good: written here, or verified once
+  std::map<int64_t, bool> usable_;  // verdict per step: written here, or read once
 };
 
 }  // namespace cohort::train

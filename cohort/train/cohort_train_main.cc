@@ -233,12 +233,11 @@ int Run(const Flags& f) {
   }
   const int rank = comm ? comm->rank() : 0;
   const int world = comm ? comm->size() : 1;
-  {
-    Result<WorkerEnv> launched = ReadWorkerEnv();
-    fmt::print("rank {} of {}: transport {}, round {}\n", rank, world,
-               comm ? comm->topology() : "self", launched.ok() ? launched->round : 0);
-    std::fflush(stdout);
-  }
+  // Read once (FromEnvironment validated it); not ok when run by hand.
+  const Result<WorkerEnv> launched = ReadWorkerEnv();
+  fmt::print("rank {} of {}: transport {}, round {}\n", rank, world,
+             comm ? comm->topology() : "self", launched.ok() ? launched->round : 0);
+  std::fflush(stdout);
   const bool leader = rank == 0;
   if (!leader) log::SetLevel("warn");
 
@@ -366,7 +365,6 @@ int Run(const Flags& f) {
   int64_t fault_rank = -1, fault_step = -1;
   if (const char* r = std::getenv("COHORT_TRAIN_FAULT_RANK"); r != nullptr) {
     const char* s = std::getenv("COHORT_TRAIN_FAULT_STEP");
-    Result<WorkerEnv> launched = ReadWorkerEnv();
     if (s != nullptr && launched.ok() && launched->restart_count == 0) {
       fault_rank = ParseInt64(r).value_or(-1);
       fault_step = ParseInt64(s).value_or(-1);

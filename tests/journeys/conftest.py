@@ -17,27 +17,9 @@ def need_binaries():
             pytest.skip("not built: %s (set COHORT_BIN)" % b)
 
 
-class Processes:
-    """Starts commands on this host like a user's shell would; kills what is left."""
-
-    def __init__(self, tmp_path):
-        self.dir = tmp_path / "io"
-        self.procs = []
-
-    def start(self, argv, env=None, name=None):
-        p = J.e2e_util.Proc([str(a) for a in argv], env or J.job_env(), self.dir,
-                            name or "p%d" % len(self.procs))
-        self.procs.append(p)
-        return p
-
-    def close(self):
-        for p in self.procs:
-            p.kill()
-
-
 @pytest.fixture
 def procs(tmp_path):
-    ps = Processes(tmp_path)
+    ps = J.Processes(tmp_path)
     try:
         yield ps
     finally:

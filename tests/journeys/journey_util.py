@@ -175,6 +175,24 @@ def start_etcd_members(c, hosts):
     return members
 
 
+class Processes:
+    """Starts commands on this host like a user's shell would; kills what is left."""
+
+    def __init__(self, tmp_path):
+        self.dir = Path(tmp_path) / "io"
+        self.procs = []
+
+    def start(self, argv, env=None, name=None):
+        p = e2e_util.Proc([str(a) for a in argv], env or job_env(), self.dir,
+                          name or "p%d" % len(self.procs))
+        self.procs.append(p)
+        return p
+
+    def close(self):
+        for p in self.procs:
+            p.kill()
+
+
 def wait_until(pred, timeout, what):
     return e2e_util.wait_for(pred, timeout, what=what)
 

@@ -39,20 +39,11 @@ def reference(tmp_path_factory):
     if not J.BIN.exists() or not J.TRAIN.exists():
         pytest.skip("not built")
     tmp = tmp_path_factory.mktemp("reference")
-
-    class P:  # a tiny process tracker for a module-scoped fixture
-        procs = []
-
-        def start(self, argv, env=None, name=None):
-            p = J.e2e_util.Proc([str(a) for a in argv], env, tmp / "io", name)
-            self.procs.append(p)
-            return p
-    tracker = P()
+    tracker = J.Processes(tmp)
     try:
         out, _ = run_job(tracker, tmp, "reference", [["--nproc-per-node", "2"]])
     finally:
-        for p in tracker.procs:
-            p.kill()
+        tracker.close()
     d = J.digests(out)
     assert sorted(d) == [0, 1] and d[0] == d[1], out
     return d[0]
