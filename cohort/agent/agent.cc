@@ -20,7 +20,7 @@
 #include <thread>
 
 #include "cohort/agent/log_sink.h"
-#include "cohort/agent/sweeper.h"
+#include "cohort/base/sweeper.h"
 #include "cohort/base/log.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/subprocess.h"

@@ -19,7 +19,9 @@
 
 #include "cohort/base/strings.h"
 #include "cohort/base/subprocess.h"
+#include "cohort/base/sweeper.h"
 #include "cohort/base/time.h"
+#include "cohort/base/worker_env.h"
 #include "cohort/launch/array.h"
 #include "cohort/launch/backend.h"
 #include "cohort/launch/job_db.h"
@@ -426,6 +428,8 @@ class Execution {
     env.push_back({"COHORT_PIPELINE_STEP", spec_.steps[i].name});
     env.push_back({"COHORT_STEP_ATTEMPT", std::to_string(attempt)});
     env.push_back({"COHORT_SPEC_DIR", spec_.base_dir});
+    const std::string part = fmt::format("{}-{}", i, attempt);
+    env.push_back({worker_env::kJobCookie, sweeper_.CookieFor(part)});
     SpawnOptions so;
     so.argv = step.argv;
     so.env = MergeEnvironment(env);
@@ -449,6 +453,7 @@ class Execution {
       st = Stop(*child);
     }
     ::close(child->pidfd);
+    sweeper_.Sweep(part);  // and what left the group
     if (which == 1) {
       r.state = "cancelled";
       r.detail = "stopped: the run was cancelled";
@@ -566,6 +571,9 @@ class Execution {
   std::vector<size_t> order_;
   OutputMap outputs_;
   std::vector<std::thread> threads_;
+  // Each command attempt carries its own cookie: what it leaves behind, even outside its
+  // process group (setsid), is killed when it ends, and all of it if this process dies.
+  const JobSweeper sweeper_;
   int running_ = 0;
   int events_fd_ = -1, stop_fd_ = -1;
   std::mutex mu_;

@@ -12,7 +12,9 @@
 //      $COHORT_OUTPUTS/<name>); a `job` is submitted through the launch backend and polled
 //      until it ends. A timeout kills the process group (SIGTERM, grace, SIGKILL) or cancels
 //      the job; a failed attempt is retried while `retries` lasts. After each attempt the
-//      step's process group is killed, so nothing it started outlives it.
+//      step's process group is killed, and every process carrying the attempt's
+//      COHORT_JOB_COOKIE (base/sweeper.h) with it, so nothing it started outlives it, even
+//      outside its group; if the executor dies, its sweeper kills what every step left.
 //   3. Threads report attempts and results through a queue and an eventfd; the coordinator
 //      (the calling thread) prints one progress line per change and writes the RunDb.
 //   4. When `cancel_fd` becomes readable (a signalfd for SIGINT/SIGTERM), every running

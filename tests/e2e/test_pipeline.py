@@ -129,6 +129,28 @@ def test_timeout_kills_process_group_and_failure_spares_independent_branch(pl, m
     assert U.marker_pids(marker) == []
 
 
+def test_setsid_descendants_of_a_step_end_with_it(pl, marker):
+    """A step that daemonizes something (setsid leaves its process group) and succeeds: the
+    daemon ends with the step, while the next step runs, not only when the run ends."""
+    pl.env["COHORT_TEST_TAG"] = marker
+    spec = pl.spec("""\
+        name: daemon
+        steps:
+          - name: leaves
+            command: |
+              setsid sleep 600 & echo $! > daemon.pid
+          - name: checks
+            depends: [leaves]
+            command: |
+              if grep -qv ') Z ' /proc/$(cat daemon.pid)/stat 2>/dev/null; then echo alive; else echo gone; fi > daemon.state
+        """)
+    r = pl.run("run", spec)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (pl.dir / "daemon.pid").read_text().strip().isdigit()
+    assert (pl.dir / "daemon.state").read_text().strip() == "gone", "the daemon outlived its step"
+    assert U.pids_with_env("COHORT_TEST_TAG=%s" % marker) == []
+
+
 def test_resume_reruns_from_the_failed_step(pl):
     spec = pl.spec("""\
         name: resume

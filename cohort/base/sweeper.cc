@@ -1,6 +1,6 @@
 // Implements JobSweeper (sweeper.h). The /proc scan uses only system calls and buffers on
 // the stack, so the forked helper may run it. Thread-safety: see sweeper.h.
-#include "cohort/agent/sweeper.h"
+#include "cohort/base/sweeper.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -17,11 +17,17 @@
 #include "cohort/base/subprocess.h"
 #include "cohort/base/worker_env.h"
 
-namespace cohort::agent {
+namespace cohort {
 namespace {
 
-// True when /proc/<pid>/environ holds `needle` (a whole "NAME=value\0" entry).
-bool EnvironHolds(int proc_fd, const char* pid, const char* needle, size_t needle_len) {
+// How an environment entry must continue after the needle ("NAME=value"): the value ends
+// there, or (a family) it also may go on with ".<part>".
+enum class Match { kExact, kFamily };
+
+// True when /proc/<pid>/environ holds an entry that starts with `needle` and continues as
+// `match` allows.
+bool EnvironHolds(int proc_fd, const char* pid, const char* needle, size_t needle_len,
+                  Match match) {
   char path[64];
   size_t n = 0;
   for (const char* p = pid; *p && n < 40; ++p) path[n++] = *p;
@@ -29,8 +35,10 @@ bool EnvironHolds(int proc_fd, const char* pid, const char* needle, size_t needl
   for (size_t i = 0; i < sizeof(kTail); ++i) path[n++] = kTail[i];
   int fd = ::openat(proc_fd, path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
-  // A window that keeps the last needle_len bytes of the previous read, so an entry
-  // across two reads is still found; entries start after a NUL (or at offset 0).
+  // A window that keeps the last needle_len + 1 bytes of the previous read, so an entry
+  // across two reads is still found; entries start after a NUL (or at offset 0). The
+  // environment ends with a NUL, so the byte after a match is always read.
+  const size_t span = needle_len + 1;
   char buf[16384];
   size_t have = 1;
   buf[0] = '\0';
@@ -39,14 +47,16 @@ bool EnvironHolds(int proc_fd, const char* pid, const char* needle, size_t needl
     ssize_t r = ::read(fd, buf + have, sizeof(buf) - have);
     if (r <= 0) break;
     size_t end = have + static_cast<size_t>(r);
-    for (size_t i = 1; i + needle_len <= end; ++i) {
-      if (buf[i - 1] == '\0' && std::memcmp(buf + i, needle, needle_len) == 0) {
+    for (size_t i = 1; i + span <= end; ++i) {
+      if (buf[i - 1] != '\0' || std::memcmp(buf + i, needle, needle_len) != 0) continue;
+      const char next = buf[i + needle_len];
+      if (next == '\0' || (match == Match::kFamily && next == '.')) {
         found = true;
         break;
       }
     }
     if (found) break;
-    size_t keep = needle_len < end ? needle_len : end;
+    size_t keep = span < end ? span : end;
     std::memmove(buf, buf + end - keep, keep);
     have = keep;
   }
@@ -56,7 +66,7 @@ bool EnvironHolds(int proc_fd, const char* pid, const char* needle, size_t needl
 
 // SIGKILLs every process (but this one) whose environment holds `needle`; returns how
 // many. Async-signal-safe.
-int KillHolders(const char* needle, size_t needle_len) {
+int KillHolders(const char* needle, size_t needle_len, Match match) {
   int proc_fd = ::open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (proc_fd < 0) return 0;
   const pid_t self = ::getpid();
@@ -80,7 +90,8 @@ int KillHolders(const char* needle, size_t needle_len) {
         pid = pid * 10 + (*p - '0');
       }
       if (!numeric || pid == self) continue;
-      if (EnvironHolds(proc_fd, name, needle, needle_len) && ::kill(pid, SIGKILL) == 0) {
+      if (EnvironHolds(proc_fd, name, needle, needle_len, match) &&
+          ::kill(pid, SIGKILL) == 0) {
         ++killed;
       }
     }
@@ -90,10 +101,10 @@ int KillHolders(const char* needle, size_t needle_len) {
 }
 
 // Sweeps until a pass finds nobody (a process may fork while it is being killed).
-int SweepAll(const char* needle, size_t needle_len) {
+int SweepAll(const char* needle, size_t needle_len, Match match) {
   int total = 0;
   for (int pass = 0; pass < 50; ++pass) {
-    int killed = KillHolders(needle, needle_len);
+    int killed = KillHolders(needle, needle_len, match);
     total += killed;
     if (killed == 0) break;
   }
@@ -102,17 +113,16 @@ int SweepAll(const char* needle, size_t needle_len) {
 
 }  // namespace
 
-JobSweeper::JobSweeper() : cookie_(RandomHex(12)) {
-  needle_ = std::string(worker_env::kJobCookie) + "=" + cookie_;
-  needle_.push_back('\0');
+JobSweeper::JobSweeper()
+    : cookie_(RandomHex(12)), family_(std::string(worker_env::kJobCookie) + "=" + cookie_) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
-    COHORT_LOG_WARN("agent", "no orphan sweeper (pipe: {}); leftovers of a SIGKILLed agent "
+    COHORT_LOG_WARN("sweeper", "no orphan sweeper (pipe: {}); leftovers of a SIGKILLed job "
                     "may survive it", std::strerror(errno));
     return;
   }
-  const char* needle = needle_.data();
-  const size_t needle_len = needle_.size();
+  const char* needle = family_.data();
+  const size_t needle_len = family_.size();
   pid_t pid = ::fork();
   if (pid == 0) {
     // Helper: its own process group (group signals to the workers miss it), no signals
@@ -133,13 +143,13 @@ JobSweeper::JobSweeper() : cookie_(RandomHex(12)) {
       ssize_t r = ::read(fds[0], &byte, 1);
       if (r == 0 || (r < 0 && errno != EINTR)) break;  // the agent is gone
     }
-    SweepAll(needle, needle_len);
+    SweepAll(needle, needle_len, Match::kFamily);
     ::_exit(0);
   }
   ::close(fds[0]);
   if (pid < 0) {
     ::close(fds[1]);
-    COHORT_LOG_WARN("agent", "no orphan sweeper (fork: {})", std::strerror(errno));
+    COHORT_LOG_WARN("sweeper", "no orphan sweeper (fork: {})", std::strerror(errno));
     return;
   }
   pipe_write_ = fds[1];
@@ -161,6 +171,15 @@ JobSweeper::~JobSweeper() {
   }
 }
 
-int JobSweeper::SweepNow() { return SweepAll(needle_.data(), needle_.size()); }
+std::string JobSweeper::CookieFor(std::string_view part) const {
+  return cookie_ + "." + std::string(part);
+}
 
-}  // namespace cohort::agent
+int JobSweeper::SweepNow() const { return SweepAll(family_.data(), family_.size(), Match::kFamily); }
+
+int JobSweeper::Sweep(std::string_view part) const {
+  const std::string needle = std::string(worker_env::kJobCookie) + "=" + CookieFor(part);
+  return SweepAll(needle.data(), needle.size(), Match::kExact);
+}
+
+}  // namespace cohort
