@@ -1,7 +1,10 @@
-// Implements subprocess.h with fork/exec, pidfd_open and pipes. Thread-safety: see header.
+// Implements subprocess.h with clone(CLONE_VM|CLONE_VFORK) + exec, pidfd_open and pipes.
+// Thread-safety: see header.
 #include "cohort/base/subprocess.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -13,6 +16,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <memory>
 
 #include "cohort/base/strings.h"
 
@@ -87,6 +91,61 @@ std::vector<std::string> MergeEnvironment(
   return out;
 }
 
+namespace {
+
+// What a spawned child needs, prepared by the parent before clone (the child shares our
+// memory and may not allocate).
+struct ChildSetup {
+  const SpawnOptions* options;
+  const char* program;
+  char* const* argv;
+  char* const* envp;
+  pid_t parent;
+  bool capture;
+  int out_w, err_w, out_file, exec_w;
+};
+
+// The child between clone and exec: default signal state, its own process group (or
+// session), death with its parent, its streams, nothing else inherited. An error before
+// exec goes to the parent through exec_w.
+int ChildMain(void* arg) {
+  const ChildSetup& c = *static_cast<const ChildSetup*>(arg);
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  if (c.options->new_session) {
+    ::setsid();
+  } else {
+    ::setpgid(0, 0);
+  }
+  ::prctl(PR_SET_PDEATHSIG, c.options->death_signal);
+  if (c.options->death_signal != 0 && ::getppid() != c.parent) ::_exit(127);
+  if (c.capture) {
+    ::dup2(c.out_w, STDOUT_FILENO);
+    ::dup2(c.err_w, STDERR_FILENO);
+  } else if (c.out_file >= 0) {
+    ::dup2(c.out_file, STDOUT_FILENO);
+    ::dup2(c.out_file, STDERR_FILENO);
+  }
+  int err = 0;
+  if (!c.options->working_dir.empty() && ::chdir(c.options->working_dir.c_str()) != 0) {
+    err = errno;
+  } else {
+    // Nothing of this process's sockets (a store's listening socket, its connections)
+    // reaches the program, even where a descriptor lacks close-on-exec.
+    CloseDescriptorsExcept(c.exec_w);
+    ::execve(c.program, c.argv, c.envp);
+    err = errno;
+  }
+  [[maybe_unused]] ssize_t n = ::write(c.exec_w, &err, sizeof(err));
+  ::_exit(127);
+}
+
+}  // namespace
+
 Result<Child> Spawn(const SpawnOptions& options) {
   if (options.argv.empty()) return InvalidArgument("Spawn: empty argv");
   COHORT_ASSIGN_OR_RETURN(std::string program, FindProgram(options.argv[0]));
@@ -113,7 +172,7 @@ Result<Child> Spawn(const SpawnOptions& options) {
     close_all();
     return ErrnoStatus("pipe", err);
   }
-  // Everything the child touches is prepared before fork (no allocation after it).
+  // Everything the child touches is prepared before clone (no allocation after it).
   std::vector<char*> argv, envp;
   for (const auto& a : options.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -121,46 +180,25 @@ Result<Child> Spawn(const SpawnOptions& options) {
   envp.push_back(nullptr);
   const pid_t parent = ::getpid();
 
-  pid_t pid = ::fork();
+  // clone(CLONE_VM | CLONE_VFORK) as posix_spawn does, not fork(): no page tables are
+  // copied and no copy-on-write faults follow, so starting N workers costs O(N), not
+  // O(N x agent size) (1000 workers: 14.7 s with fork). The child runs on its own stack in
+  // our memory until it execs, touching nothing but what is prepared here; every signal is
+  // blocked around the clone, so no handler of ours can run on the child's stack.
+  ChildSetup setup{&options, program.c_str(), argv.data(), envp.data(), parent, capture,
+                   out_pipe[1], err_pipe[1], out_file, exec_pipe[1]};
+  constexpr size_t kChildStack = 64 << 10;
+  std::unique_ptr<char[]> stack(new char[kChildStack]);
+  sigset_t all, saved;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &saved);
+  pid_t pid = ::clone(ChildMain, stack.get() + kChildStack, CLONE_VM | CLONE_VFORK | SIGCHLD,
+                      &setup);
+  const int clone_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   if (pid < 0) {
-    int err = errno;
     close_all();
-    return ErrnoStatus("fork", err);
-  }
-  if (pid == 0) {
-    // Child: own process group, die with the parent, default signal state.
-    if (options.new_session) {
-      ::setsid();
-    } else {
-      ::setpgid(0, 0);
-    }
-    ::prctl(PR_SET_PDEATHSIG, options.death_signal);
-    if (options.death_signal != 0 && ::getppid() != parent) ::_exit(127);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    for (int sig = 1; sig < NSIG; ++sig) {
-      if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
-    }
-    if (capture) {
-      ::dup2(out_pipe[1], STDOUT_FILENO);
-      ::dup2(err_pipe[1], STDERR_FILENO);
-    } else if (out_file >= 0) {
-      ::dup2(out_file, STDOUT_FILENO);
-      ::dup2(out_file, STDERR_FILENO);
-    }
-    if (!options.working_dir.empty() && ::chdir(options.working_dir.c_str()) != 0) {
-      int err = errno;
-      [[maybe_unused]] ssize_t n = ::write(exec_pipe[1], &err, sizeof(err));
-      ::_exit(127);
-    }
-    // Nothing of this process's sockets (a store's listening socket, its connections)
-    // reaches the program, even where a descriptor lacks close-on-exec.
-    CloseDescriptorsExcept(exec_pipe[1]);
-    ::execve(program.c_str(), argv.data(), envp.data());
-    int err = errno;
-    [[maybe_unused]] ssize_t n = ::write(exec_pipe[1], &err, sizeof(err));
-    ::_exit(127);
+    return ErrnoStatus("clone", clone_errno);
   }
   // Parent.
   if (!options.new_session) ::setpgid(pid, pid);  // also here: no race with an early SignalGroup

@@ -2,7 +2,7 @@
 // with stdout/stderr on pipes and a pidfd that becomes readable the instant it exits.
 //
 // Thread-safety: Spawn may be called from any thread, but PR_SET_PDEATHSIG fires when the
-// *thread* that forked exits, so spawn workers from a thread that lives as long as they do
+// *thread* that spawned it exits, so spawn workers from a thread that lives as long as they do
 // (the agent's main thread). A Child is owned by one thread.
 #pragma once
 
