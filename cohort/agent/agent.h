@@ -69,6 +69,10 @@ struct WorkerSpec {
   std::vector<std::pair<std::string, std::string>> extra_env;
 };
 
+// Open files the agent holds per running worker: its pidfd, the read ends of its stdout and
+// stderr pipes, and its two log files.
+inline constexpr int kDescriptorsPerWorker = 5;
+
 struct AgentOptions {
   WorkerSpec spec;
   rendezvous::RendezvousConfig rdzv;

@@ -3,6 +3,7 @@
 #include "cohort/cli/run_command.h"
 
 #include <arpa/inet.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -409,11 +410,24 @@ int RunCommand(const std::vector<std::string>& args) {
   }
 
   // Validate every value before anything starts.
-  store::RaiseFileLimit();  // 3 descriptors per worker, a socket per store client
   auto nnodes = ParseNnodes(f.nnodes);
   if (!nnodes.ok()) return Fail(kExitInvalidValue, nnodes.status().message());
   auto nproc = ParseNproc(f.nproc_per_node);
   if (!nproc.ok()) return Fail(kExitInvalidValue, nproc.status().message());
+  // Descriptors for every worker, and a socket per store client: raise the soft limit to
+  // the hard one, and refuse now (not after minutes of starting workers) when even that
+  // is too low.
+  store::RaiseFileLimit();
+  if (rlimit files{}; ::getrlimit(RLIMIT_NOFILE, &files) == 0) {
+    const uint64_t needed = uint64_t(*nproc) * agent::kDescriptorsPerWorker + 256;
+    if (files.rlim_cur != RLIM_INFINITY && files.rlim_cur < needed) {
+      return Fail(kExitInvalidValue,
+                  fmt::format("--nproc-per-node {} needs about {} open files, but this process "
+                              "may open {} (ulimit -n, hard limit); raise the limit or start "
+                              "fewer workers per node",
+                              *nproc, needed, files.rlim_cur));
+    }
+  }
   auto redirects = ParseStreams("--redirects", f.redirects);
   if (!redirects.ok()) return Fail(kExitInvalidValue, redirects.status().message());
   auto tee = ParseStreams("--tee", f.tee);

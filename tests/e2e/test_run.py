@@ -670,3 +670,14 @@ def test_descendants_outside_the_group_die_with_the_job(cohort, launcher, marker
     # The endpoint's port is free again: the same command runs.
     p = launcher.run(argv, QUICK_TIMEOUT, env=env, name="second")
     assert p.p.returncode == 0, p.describe()
+
+
+def test_more_workers_than_open_files_is_refused_at_once(cohort, launcher, marker):
+    """--nproc-per-node beyond what the open-file limit allows: exit 3 before any worker
+    starts, naming the limit (it used to fail with EMFILE after minutes of starting)."""
+    p = launcher.run(["prlimit", "--nofile=300:300", cohort, "run", "--nproc-per-node", "100",
+                      "--no-python", "--", "/bin/sh", "-c", "echo started", marker],
+                     QUICK_TIMEOUT, name="too_many")
+    assert p.p.returncode == 3, p.describe()
+    assert "ulimit -n" in p.stderr and "--nproc-per-node 100" in p.stderr, p.describe()
+    assert "started" not in p.stdout and p.elapsed < 5, p.describe()
