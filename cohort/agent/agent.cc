@@ -156,7 +156,10 @@ class Agent::Impl {
   std::unique_ptr<ConsoleMerger> out_console_, err_console_;
   std::optional<RendezvousInfo> info_;  // the current round, for PublishStatus
   // Monitoring (AgentOptions::status / events): the dashboard's view of this agent.
+  // The agent's state for the dashboard, and the running-workers gauge.
   void PublishStatus();
+  // One worker's cohort_agent_worker_up gauge (set on start and exit).
+  void PublishWorker(const Worker& w);
   void AddEvent(nlohmann::json event) {
     if (o_.events) o_.events->Add(std::move(event));
   }
@@ -301,6 +304,7 @@ Status Agent::Impl::StartWorkers(const RendezvousInfo& info, int attempt) {
     workers_.push_back(std::move(w));
   }
   state_ = WorkerState::kHealthy;
+  for (const auto& w : workers_) PublishWorker(w);
   PublishStatus();
   COHORT_LOG_DEBUG(kLog, "attempt {}: started {} worker(s), ranks {}..{} of {}", attempt,
                    spec.nproc_per_node, offset, offset + spec.nproc_per_node - 1, world);
@@ -322,6 +326,7 @@ void Agent::Impl::CloseWorkerPipes(Worker& w) {
 void Agent::Impl::OnWorkerExit(Worker& w) {
   w.status = Reap(w.child.pid);
   w.alive = false;
+  PublishWorker(w);
   PublishStatus();
   ::close(w.child.pidfd);
   w.child.pidfd = -1;
@@ -492,16 +497,22 @@ void Agent::Impl::StopWorkers(int first_signal) {
   state_ = WorkerState::kStopped;
 }
 
+void Agent::Impl::PublishWorker(const Worker& w) {
+  metrics::DefaultRegistry()
+      .GetGauge("cohort_agent_worker_up", "1 while the worker process of this rank runs",
+                {{"rank", std::to_string(w.rank)}})
+      .Set(w.alive ? 1 : 0);
+}
+
 void Agent::Impl::PublishStatus() {
   int running = 0;
+  for (const auto& w : workers_) running += w.alive;
+  metrics::DefaultRegistry()
+      .GetGauge("cohort_agent_workers_running", "Worker processes alive on this node")
+      .Set(running);
+  if (!o_.status) return;  // the per-rank table only for a dashboard (O(workers) each time)
   nlohmann::json ranks = nlohmann::json::array();
-  auto& registry = metrics::DefaultRegistry();
   for (const auto& w : workers_) {
-    running += w.alive;
-    registry
-        .GetGauge("cohort_agent_worker_up", "1 while the worker process of this rank runs",
-                  {{"rank", std::to_string(w.rank)}})
-        .Set(w.alive ? 1 : 0);
     ranks.push_back({{"rank", w.rank},
                      {"local_rank", w.local_rank},
                      {"pid", w.child.pid},
@@ -509,9 +520,6 @@ void Agent::Impl::PublishStatus() {
                                        : w.status.success() ? std::string("SUCCEEDED")
                                                             : "FAILED (" + w.status.Describe() + ")"}});
   }
-  registry.GetGauge("cohort_agent_workers_running", "Worker processes alive on this node")
-      .Set(running);
-  if (!o_.status) return;
   nlohmann::json s = {{"run_id", o_.spec.run_id},
                       {"host", o_.self.host},
                       {"state", std::string(WorkerStateName(state_))},
