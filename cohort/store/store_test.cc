@@ -159,6 +159,61 @@ TEST_F(StoreServerTest, MalformedAndOversizedFramesCloseOnlyThatClient) {
   EXPECT_EQ(*(*good)->Get("before", Soon()), "1");
 }
 
+// ADD past INT64_MAX is refused (it wrapped before); the key keeps its value.
+TEST_F(StoreServerTest, AddOverflowIsRefused) {
+  auto c = Client(token_);
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE((*c)->Add("n", INT64_MAX - 1, Soon()).ok());
+  auto over = (*c)->Add("n", 2, Soon());
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().code(), StatusCode::kInvalidArgument) << over.status().ToString();
+  EXPECT_EQ(*(*c)->Add("n", 0, Soon()), INT64_MAX - 1);
+}
+
+// A wait's timeout_ms: -1 is "none", below that is malformed (it used to wait forever), and
+// a huge one is capped instead of overflowing into "already expired".
+TEST_F(StoreServerTest, WaitTimeoutsAreBounded) {
+  auto hello = [&](net::Socket& sock) {
+    net::Writer w;
+    w.U8(static_cast<uint8_t>(protocol::Op::kHello)).U64(1).Str(protocol::kMagic);
+    w.U32(protocol::kVersion).Str(token_);
+    auto& frame = w.Finish();
+    ASSERT_TRUE(sock.SendAll(frame.data(), frame.size(), Soon()).ok());
+    std::string reply;
+    ASSERT_TRUE(net::ReadFrame(sock, &reply, 1 << 20, Soon()).ok());
+  };
+  auto get = [&](net::Socket& sock, int64_t timeout_ms) {
+    net::Writer w;
+    w.U8(static_cast<uint8_t>(protocol::Op::kGet)).U64(2).Str("absent").I64(timeout_ms);
+    auto& frame = w.Finish();
+    ASSERT_TRUE(sock.SendAll(frame.data(), frame.size(), Soon()).ok());
+  };
+  net::Socket negative = Raw();
+  hello(negative);
+  get(negative, -2);
+  EXPECT_TRUE(ClosedByServer(negative));
+
+  net::Socket huge = Raw();
+  hello(huge);
+  get(huge, INT64_MAX);
+  // Still parked a moment later: no reply (an overflowed deadline answered at once).
+  char byte;
+  EXPECT_EQ(huge.RecvAll(&byte, 1, Deadline::AfterMs(300)).code(),
+            StatusCode::kDeadlineExceeded);
+  auto setter = Client(token_);
+  ASSERT_TRUE(setter.ok());
+  ASSERT_TRUE((*setter)->Set("absent", "now", Soon()).ok());
+  std::string reply;
+  ASSERT_TRUE(net::ReadFrame(huge, &reply, 1 << 20, Soon()).ok());
+  net::Reader r(reply);
+  uint64_t id;
+  uint8_t code;
+  std::string value;
+  ASSERT_TRUE(r.U64(&id) && r.U8(&code) && r.Str(&value));
+  EXPECT_EQ(code, 0);
+  EXPECT_EQ(value, "now");
+}
+
 TEST_F(StoreServerTest, ServesOneThousandConcurrentClients) {
   RaiseFileLimit();
   constexpr int kClients = 1000;
