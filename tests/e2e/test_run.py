@@ -681,3 +681,22 @@ def test_more_workers_than_open_files_is_refused_at_once(cohort, launcher, marke
     assert p.p.returncode == 3, p.describe()
     assert "ulimit -n" in p.stderr and "--nproc-per-node 100" in p.stderr, p.describe()
     assert "started" not in p.stdout and p.elapsed < 5, p.describe()
+
+
+def test_users_flight_recorder_dir_is_honoured(cohort, launcher, marker, tmp_path):
+    """A user's COHORT_FLIGHT_RECORDER_DIR reaches every worker (the agent used to replace it
+    with the rank's log directory); without it each rank gets its own log directory."""
+    mine = tmp_path / "records"
+    for name, env, expect in (("user", U.clean_env(COHORT_FLIGHT_RECORDER_DIR=mine), str(mine)),
+                              ("default", U.clean_env(), None)):
+        out = tmp_path / name
+        out.mkdir()
+        p = launcher.run([cohort, "run", "--nproc-per-node", "2", "--log-dir", tmp_path / "logs",
+                          U.ENV_DUMP, out, marker], QUICK_TIMEOUT, env=env, name=name)
+        assert p.p.returncode == 0, p.describe()
+        envs = _read_envs(out, 2)
+        dirs = [envs[r]["COHORT_FLIGHT_RECORDER_DIR"] for r in (0, 1)]
+        if expect:
+            assert dirs == [expect, expect], dirs
+        else:
+            assert dirs[0] != dirs[1] and all(str(tmp_path / "logs") in d for d in dirs), dirs
