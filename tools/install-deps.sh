@@ -11,7 +11,7 @@ PACKAGES=(
   libasio-dev libcli11-dev nlohmann-json3-dev libyaml-cpp-dev libfmt-dev libspdlog-dev
   libsqlite3-dev libcpp-httplib-dev zlib1g-dev libcurl4-openssl-dev
   libisal-dev protobuf-compiler libprotobuf-dev
-  libtorch-dev python3-torch python3-numpy python3-pytest dataset-fashion-mnist
+  libtorch-dev python3-torch python3-dev pybind11-dev python3-numpy python3-pytest dataset-fashion-mnist
   etcd-server etcd-client
   openmpi-bin libopenmpi-dev libgloo-dev
   slurmctld slurmd slurm-client munge

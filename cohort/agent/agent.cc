@@ -20,11 +20,13 @@
 #include <thread>
 
 #include "cohort/agent/log_sink.h"
+#include "cohort/agent/zygote.h"
 #include "cohort/base/sweeper.h"
 #include "cohort/base/log.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/subprocess.h"
 #include "cohort/net/socket.h"
+#include "cohort/store/torch_store_server.h"
 
 namespace cohort::agent {
 
@@ -122,6 +124,10 @@ class Agent::Impl {
   auto Guarded(Fn fn) -> decltype(fn());
   Result<std::pair<std::string, int>> MasterEndpoint(const RendezvousInfo& info);
   Status StartWorkers(const RendezvousInfo& info, int attempt);
+  // Starts the warm interpreter (WorkerSpec::warm), or says why workers will start fresh.
+  void StartZygote();
+  // A worker from the warm interpreter when there is one, else a fresh process.
+  Result<Child> SpawnWorker(const SpawnOptions& so);
   Outcome Monitor(int watch_fd);
   void OnWorkerExit(Worker& w);
   void StopWorkers(int first_signal);
@@ -141,6 +147,8 @@ class Agent::Impl {
   std::vector<Worker> workers_;
   net::Socket reserved_port_;
   int reserved_port_number_ = 0;
+  std::unique_ptr<store::TorchStoreServer> torch_store_;  // node 0: the round's MASTER_PORT
+  std::unique_ptr<Zygote> zygote_;  // the warm interpreter, while it serves
   std::atomic<int> terminating_signal_{0};
   std::optional<FailureRecord> failure_;  // first failure of the current attempt
   std::unique_ptr<JobSweeper> sweeper_;   // kills what the workers leave behind
@@ -199,21 +207,38 @@ Result<std::pair<std::string, int>> Agent::Impl::MasterEndpoint(const Rendezvous
   std::string addr = !spec.master_addr.empty() ? spec.master_addr
                      : info.group_world_size == 1 ? std::string("127.0.0.1")
                                                   : info.peers[0].addr;
-  if (spec.master_port > 0) return std::make_pair(addr, spec.master_port);
+  // The round's MASTER_PORT: on node 0 the agent serves torch's TCPStore there, fresh for
+  // every round, before any worker starts (TORCHELASTIC_USE_AGENT_STORE=True: every rank is
+  // a client, none races to start the server). The other nodes wait until it is published
+  // for this round, so their workers never reach the previous round's server.
   std::string key = fmt::format("rdzv/{}/r{}/master_port", o_.rdzv.run_id, info.round);
   if (info.group_rank == 0) {
-    if (!reserved_port_.valid()) {
-      // Held (bound, not listening) for the agent's lifetime: the kernel hands this port to
-      // no other port-0 bind, so two jobs on one machine never share a MASTER_PORT, while the
-      // rank-0 worker (SO_REUSEADDR) can still listen on it.
-      COHORT_ASSIGN_OR_RETURN(reserved_port_, net::ReservePort("0.0.0.0", 0));
-      COHORT_ASSIGN_OR_RETURN(reserved_port_number_, reserved_port_.LocalPort());
+    int port = spec.master_port;
+    if (port == 0) {
+      if (!reserved_port_.valid()) {
+        // Held (bound, not listening) for the agent's lifetime: the kernel hands this port to
+        // no other port-0 bind, so two jobs on one machine never share a MASTER_PORT, while
+        // the store of each round (SO_REUSEADDR) can still listen on it.
+        COHORT_ASSIGN_OR_RETURN(reserved_port_, net::ReservePort("0.0.0.0", 0));
+        COHORT_ASSIGN_OR_RETURN(reserved_port_number_, reserved_port_.LocalPort());
+      }
+      port = reserved_port_number_;
     }
+    if (torch_store_) torch_store_->Stop();
+    torch_store_.reset();
+    auto server = store::TorchStoreServer::Start(
+        {.host = info.group_world_size == 1 && spec.master_addr.empty() ? "127.0.0.1" : "0.0.0.0",
+         .port = port});
+    if (!server.ok()) {
+      return Status(server.status().code(),
+                    fmt::format("cannot serve the workers' torch store on MASTER_PORT {}: {}",
+                                port, server.status().message()));
+    }
+    torch_store_ = std::move(*server);
     if (info.group_world_size > 1) {
-      COHORT_RETURN_IF_ERROR(store_->Set(key, std::to_string(reserved_port_number_),
-                                         Deadline::AfterMs(30000)));
+      COHORT_RETURN_IF_ERROR(store_->Set(key, std::to_string(port), Deadline::AfterMs(30000)));
     }
-    return std::make_pair(addr, reserved_port_number_);
+    return std::make_pair(addr, port);
   }
   COHORT_ASSIGN_OR_RETURN(std::string port, store_->Get(key, Deadline::After(o_.rdzv.join_timeout)));
   return std::make_pair(addr, static_cast<int>(ParseInt64(port).value_or(0)));
@@ -271,6 +296,7 @@ Status Agent::Impl::StartWorkers(const RendezvousInfo& info, int attempt) {
     we.role_name = spec.role;
     we.master_addr = master.first;
     we.master_port = master.second;
+    we.agent_store = true;
     we.restart_count = info.restart_count;
     we.max_restarts = spec.max_restarts;
     we.run_id = spec.run_id;
@@ -287,7 +313,7 @@ Status Agent::Impl::StartWorkers(const RendezvousInfo& info, int attempt) {
     SpawnOptions so;
     so.argv = spec.argv;
     so.env = WorkerEnvironment(we, spec.extra_env);
-    auto child = Spawn(so);
+    auto child = SpawnWorker(so);
     if (!child.ok()) return child.status();
     w.child = *child;
     w.alive = true;
@@ -311,6 +337,44 @@ Status Agent::Impl::StartWorkers(const RendezvousInfo& info, int attempt) {
   return Status::Ok();
 }
 
+void Agent::Impl::StartZygote() {
+  const WorkerSpec::WarmStart& warm = o_.spec.warm;
+  if (warm.python.empty()) return;
+  WorkerEnv we;  // what every worker of the node shares; ranks are set per worker
+  we.omp_num_threads =
+      !worker_env::Inherited(worker_env::kOmpNumThreads) && o_.spec.nproc_per_node > 1 ? 1 : 0;
+  auto z = Zygote::Start({.python = warm.python,
+                          .flags = warm.flags,
+                          .preload = warm.preload,
+                          .zygote_script = warm.zygote_script,
+                          .env = WorkerEnvironment(we, o_.spec.extra_env)});
+  if (!z.ok()) {
+    COHORT_LOG_WARN(kLog, "cannot start the warm interpreter ({}); workers start fresh",
+                    z.status().message());
+    return;
+  }
+  zygote_ = std::move(*z);
+}
+
+Result<Child> Agent::Impl::SpawnWorker(const SpawnOptions& so) {
+  if (zygote_) {
+    const WorkerSpec::WarmStart& warm = o_.spec.warm;
+    std::vector<std::string> orig = {warm.python};
+    orig.insert(orig.end(), warm.flags.begin(), warm.flags.end());
+    if (warm.module) orig.push_back("-m");
+    orig.insert(orig.end(), warm.program.begin(), warm.program.end());
+    std::vector<std::string> argv = warm.program;
+    // The import of torch takes seconds on a busy machine; a fork takes milliseconds.
+    auto child = zygote_->SpawnWorker(argv, orig, warm.module, so.env, so.working_dir,
+                                      Deadline::AfterMs(120000));
+    if (child.ok()) return child;
+    COHORT_LOG_WARN(kLog, "the warm interpreter cannot start workers ({}); they start fresh",
+                    child.status().message());
+    zygote_.reset();
+  }
+  return Spawn(so);
+}
+
 void Agent::Impl::CloseWorkerPipes(Worker& w) {
   for (auto [fd, sink] : {std::pair{&w.child.out_fd, w.out.get()},
                           std::pair{&w.child.err_fd, w.err.get()}}) {
@@ -325,6 +389,14 @@ void Agent::Impl::CloseWorkerPipes(Worker& w) {
 
 void Agent::Impl::OnWorkerExit(Worker& w) {
   w.status = Reap(w.child.pid);
+  if (zygote_) {
+    // A subreaper adopts the orphans of its descendants: reap those that exited.
+    std::vector<pid_t> known = {zygote_->pid()};
+    for (const auto& other : workers_) {
+      if (other.alive && &other != &w) known.push_back(other.child.pid);
+    }
+    ReapAdoptedOrphans(known);
+  }
   w.alive = false;
   PublishWorker(w);
   PublishStatus();
@@ -628,6 +700,7 @@ AgentResult Agent::Impl::Run() {
   store_ = *store;
   rdzv_ = std::make_unique<Rendezvous>(store_, o_.rdzv, o_.self);
   sweeper_ = std::make_unique<JobSweeper>();
+  StartZygote();  // imports torch while the rendezvous runs
 
   for (int attempt = 0;; ++attempt) {
     auto info = Guarded([&] { return rdzv_->Next(); });

@@ -26,15 +26,17 @@ namespace cohort {
 
 int PidfdOpen(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
 
-void CloseDescriptorsExcept(int keep) {
+void CloseDescriptorsExcept(int keep) { CloseDescriptorsFrom(3, keep); }
+
+void CloseDescriptorsFrom(int first, int keep) {
   auto close_range = [](unsigned first, unsigned last) {
     if (first > last) return;
     if (::syscall(SYS_close_range, first, last, 0u) == 0) return;
     const long max = std::min<long>(::sysconf(_SC_OPEN_MAX), 1 << 20);
     for (long fd = first; fd <= std::min<long>(last, max); ++fd) ::close(static_cast<int>(fd));
   };
-  if (keep > 3) close_range(3, static_cast<unsigned>(keep) - 1);
-  close_range(static_cast<unsigned>(std::max(keep + 1, 3)), ~0u);
+  if (keep > first) close_range(first, static_cast<unsigned>(keep) - 1);
+  close_range(static_cast<unsigned>(std::max(keep + 1, first)), ~0u);
 }
 
 namespace {
@@ -135,8 +137,15 @@ int ChildMain(void* arg) {
     err = errno;
   } else {
     // Nothing of this process's sockets (a store's listening socket, its connections)
-    // reaches the program, even where a descriptor lacks close-on-exec.
-    CloseDescriptorsExcept(c.exec_w);
+    // reaches the program, even where a descriptor lacks close-on-exec; but the descriptor
+    // it is given (as 3; exec_w is never 3 then).
+    if (c.options->pass_fd >= 0) {
+      ::dup2(c.options->pass_fd, 3);
+      ::fcntl(3, F_SETFD, 0);
+      CloseDescriptorsFrom(4, c.exec_w);
+    } else {
+      CloseDescriptorsExcept(c.exec_w);
+    }
     ::execve(c.program, c.argv, c.envp);
     err = errno;
   }
@@ -171,6 +180,16 @@ Result<Child> Spawn(const SpawnOptions& options) {
     int err = errno;
     close_all();
     return ErrnoStatus("pipe", err);
+  }
+  if (options.pass_fd >= 0 && exec_pipe[1] <= 3) {  // descriptor 3 is the passed one
+    int moved = ::fcntl(exec_pipe[1], F_DUPFD_CLOEXEC, 4);
+    if (moved < 0) {
+      int err = errno;
+      close_all();
+      return ErrnoStatus("fcntl", err);
+    }
+    CloseFd(exec_pipe[1]);
+    exec_pipe[1] = moved;
   }
   // Everything the child touches is prepared before clone (no allocation after it).
   std::vector<char*> argv, envp;

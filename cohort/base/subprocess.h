@@ -25,6 +25,7 @@ struct SpawnOptions {
   int death_signal = 9;                // signal the child gets when the spawning thread dies
                                        // (0: none, the child outlives its parent)
   bool new_session = false;            // setsid: detached from the terminal and its signals
+  int pass_fd = -1;                    // >= 0: given to the child as descriptor 3
 };
 
 struct Child {
@@ -57,6 +58,8 @@ int PidfdOpen(pid_t pid);
 // In a forked child before exec (async-signal-safe): closes every descriptor from 3 up
 // except `keep` (-1: none), so nothing of the parent's reaches the child.
 void CloseDescriptorsExcept(int keep);
+// The same from `first` up (first >= 3): descriptors below `first` are kept too.
+void CloseDescriptorsFrom(int first, int keep);
 
 // Finds `program` like execvp would: absolute/relative paths are checked directly,
 // bare names through PATH. Returns the path or kNotFound / kPermissionDenied.

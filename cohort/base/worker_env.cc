@@ -66,7 +66,7 @@ std::vector<std::pair<std::string, std::string>> WriteWorkerEnv(const WorkerEnv&
       {we::kMaxRestarts, std::to_string(w.max_restarts)},
       {we::kRunId, w.run_id},
       {we::kErrorFile, w.error_file},
-      {we::kUseAgentStore, "False"},
+      {we::kUseAgentStore, w.agent_store ? "True" : "False"},
       {we::kAttempt, std::to_string(w.attempt)},
       {we::kRound, std::to_string(w.round)},
       {we::kCohortRunId, w.run_id},

@@ -115,6 +115,8 @@ struct WorkerEnv {
   int max_restarts = 0;
   std::string run_id;
   std::string error_file;
+  // TORCHELASTIC_USE_AGENT_STORE: the agent serves torch's TCPStore at MASTER_ADDR:PORT.
+  bool agent_store = false;
   // Written when more than one worker shares the node and the launcher's own environment
   // has no OMP_NUM_THREADS (as torchrun); 0 = not set.
   int omp_num_threads = 0;

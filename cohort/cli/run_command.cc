@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "cohort/agent/agent.h"
@@ -16,6 +17,7 @@
 #include "cohort/base/strings.h"
 #include "cohort/base/subprocess.h"
 #include "cohort/base/worker_env.h"
+#include "cohort/cli/exec_sibling.h"
 #include "cohort/cli/exit_codes.h"
 #include "cohort/metrics/http_server.h"
 #include "cohort/net/socket.h"
@@ -51,6 +53,8 @@ struct RunFlags {
   bool module = false;
   bool no_python = false;
   bool run_path = false;
+  std::vector<std::string> preload;  // modules the warm interpreter imports first
+  bool no_preload = false;           // every worker starts a fresh interpreter
   std::string master_addr;
   int master_port = 0;
   std::string local_addr;
@@ -106,6 +110,13 @@ void AddFlags(CLI::App& app, RunFlags& f) {
       ->envname("PET_NO_PYTHON");
   app.add_flag("--run-path,--run_path", f.run_path, "accepted for torchrun compatibility")
       ->envname("PET_RUN_PATH");
+  app.add_option("--preload", f.preload,
+                 "python entrypoints: modules the node's warm interpreter imports before it "
+                 "forks the workers (default: torch when the script mentions it); repeat or "
+                 "separate with commas")
+      ->delimiter(',');
+  app.add_flag("--no-preload", f.no_preload,
+               "python entrypoints: start every worker in a fresh interpreter");
   opt("--master-addr,--master_addr", f.master_addr, "PET_MASTER_ADDR",
       "MASTER_ADDR given to workers (default: the first node's address)");
   opt("--master-port,--master_port", f.master_port, "PET_MASTER_PORT",
@@ -301,6 +312,36 @@ Result<std::vector<std::string>> WorkerArgv(const RunFlags& f,
   }
   argv.insert(argv.end(), rest.begin(), rest.end());
   return argv;
+}
+
+// For python workers: the directory of cohort's Python packages (cohort_torch) on their
+// PYTHONPATH, and the warm interpreter that forks them (unless --no-preload).
+void AddPythonSupport(const RunFlags& f, const std::vector<std::string>& argv,
+                      agent::WorkerSpec& spec) {
+  const std::string dir = SiblingPath("python");
+  if (fs::is_directory(dir)) {
+    const char* old = std::getenv("PYTHONPATH");
+    spec.extra_env.emplace_back("PYTHONPATH",
+                                old && *old ? fmt::format("{}:{}", dir, old) : dir);
+  }
+  // argv is {python, "-u", script, args...} or {python, "-u", "-m", module, args...}.
+  const bool python = f.module || (!f.no_python && argv.size() >= 3 && EndsWith(argv[2], ".py"));
+  const std::string zygote = dir + "/cohort_zygote.py";
+  if (!python || f.no_preload || !fs::is_regular_file(zygote)) return;
+  auto& warm = spec.warm;
+  warm.python = argv[0];
+  warm.flags = {argv[1]};
+  warm.module = f.module;
+  warm.program.assign(argv.begin() + (f.module ? 3 : 2), argv.end());
+  warm.zygote_script = zygote;
+  for (const auto& m : f.preload) {
+    if (!m.empty()) warm.preload.push_back(m);
+  }
+  if (f.preload.empty() && !f.module) {
+    std::ifstream in(warm.program[0]);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (text.find("torch") != std::string::npos) warm.preload.push_back("torch");
+  }
 }
 
 // Takes the etcd client keys out of --rdzv-conf (the rest goes to ApplyRdzvConf):
@@ -607,6 +648,7 @@ int RunCommand(const std::vector<std::string>& args) {
   agent::AgentOptions o;
   o.spec.argv = *argv;
   o.spec.entrypoint_note = entrypoint_note;
+  AddPythonSupport(f, *argv, o.spec);
   o.spec.nproc_per_node = *nproc;
   o.spec.role = f.role;
   o.spec.max_restarts = f.max_restarts;

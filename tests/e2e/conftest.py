@@ -33,31 +33,7 @@ def need_torch():
 def marker():
     return U.new_marker()
 
-
-class Launcher:
-    """Starts processes for one test and guarantees they (and their workers) are gone."""
-
-    def __init__(self, tmp_path, marker):
-        self.tmp_path = tmp_path
-        self.marker = marker
-        self.procs = []
-
-    def start(self, argv, env=None, name=None):
-        name = name or "proc%d" % len(self.procs)
-        p = U.Proc(argv, env if env is not None else U.clean_env(), self.tmp_path / "io",
-                   name)
-        self.procs.append(p)
-        return p
-
-    def run(self, argv, timeout, env=None, name=None):
-        p = self.start(argv, env=env, name=name)
-        p.wait(timeout)
-        return p
-
-    def cleanup(self):
-        for p in self.procs:
-            p.kill()
-        return U.kill_marker_procs(self.marker)
+Launcher = U.Launcher
 
 
 @pytest.fixture

@@ -308,3 +308,29 @@ def read_json_lines(path):
     except OSError:
         pass
     return out
+
+
+class Launcher:
+    """Starts processes for one test and guarantees they (and their workers) are gone."""
+
+    def __init__(self, tmp_path, marker):
+        self.tmp_path = tmp_path
+        self.marker = marker
+        self.procs = []
+
+    def start(self, argv, env=None, name=None, cwd=None):
+        name = name or "proc%d" % len(self.procs)
+        p = Proc(argv, env if env is not None else clean_env(), self.tmp_path / "io", name,
+                 cwd=cwd)
+        self.procs.append(p)
+        return p
+
+    def run(self, argv, timeout, env=None, name=None, cwd=None):
+        p = self.start(argv, env=env, name=name, cwd=cwd)
+        p.wait(timeout)
+        return p
+
+    def cleanup(self):
+        for p in self.procs:
+            p.kill()
+        return kill_marker_procs(self.marker)

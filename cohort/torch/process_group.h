@@ -1,0 +1,122 @@
+// CohortProcessGroup: libcohort as a torch.distributed backend ("cohort") for the PyTorch
+// that Debian ships (1.13). `import cohort_torch` registers it; see docs/torch-backend.md.
+//
+// Every operation returns a CohortWork at once and runs on the group's "pg-worker" thread,
+// in issue order, without the GIL (the worker never touches Python). A failure (a dead peer,
+// mismatched collectives, the group's timeout) completes the Work and its future with a
+// RuntimeError that names this rank and the operation; the communicator is then broken and
+// every later operation fails at once with the first error.
+//
+// Thread-safety: operations may be issued from any thread (issue order = the order in which
+// they take the queue lock); the worker thread owns the communicator's use.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "cohort/comm/communicator.h"
+
+namespace cohort::torch_backend {
+
+class CohortWork final : public c10d::Work {
+ public:
+  CohortWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs);
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  // Called once, by the worker thread.
+  void Complete(std::exception_ptr error);
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+class CohortProcessGroup final : public c10d::ProcessGroup {
+ public:
+  // Joins the group through `store` (torch's, already prefixed per group); throws
+  // std::runtime_error naming what failed. `timeout` bounds every operation.
+  CohortProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                     std::chrono::milliseconds timeout);
+  ~CohortProcessGroup() override;
+
+  const std::string getBackendName() const override { return "cohort"; }
+  // "shm", "tcp" or "shm+tcp".
+  std::string topology() const { return comm_->topology(); }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_split_sizes,
+                                               std::vector<int64_t>& input_split_sizes,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return issued_; }
+
+ private:
+  using Task = std::function<void()>;  // runs on the worker; throws on failure
+  c10::intrusive_ptr<c10d::Work> Enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                         Task task);
+  void WorkerLoop();
+  // Runs one all-to-all whose blocks differ in size: `send[j]` elements go to rank j and
+  // `recv[j]` come from it, at the given element offsets of the flat buffers.
+  void UnevenAllToAll(const at::Tensor& in, const std::vector<int64_t>& send_counts,
+                      const std::vector<int64_t>& send_offsets, at::Tensor& out,
+                      const std::vector<int64_t>& recv_counts,
+                      const std::vector<int64_t>& recv_offsets);
+
+  std::shared_ptr<store::Store> store_;  // torch's store, adapted; kept for the group's life
+  std::unique_ptr<comm::Communicator> comm_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<c10::intrusive_ptr<CohortWork>, Task>> queue_;  // mu_
+  bool stopping_ = false;                                              // mu_
+  uint64_t issued_ = 0;                                                // mu_
+  std::thread worker_;
+};
+
+// The creator torch calls for init_process_group("cohort") and new_group(backend="cohort").
+c10::intrusive_ptr<c10d::ProcessGroup> CreateProcessGroup(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+    std::chrono::duration<double> timeout);
+
+}  // namespace cohort::torch_backend

@@ -1,0 +1,103 @@
+"""The torch.distributed backend "cohort" with real PyTorch (Debian's 1.13).
+
+Every collective x dtype x op against the hand-computed result and gloo; DDP on the real
+Fashion-MNIST with the loss trajectory of gloo; new_group; a peer killed mid-collective; the
+same checks under torchrun. Each run asserts the world size every rank saw.
+"""
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+import e2e_util as U
+
+HERE = Path(__file__).resolve().parent
+WORKER = HERE / "collectives_worker.py"
+DDP = HERE / "ddp_fashion.py"
+PEER_DEATH = HERE / "peer_death.py"
+
+
+def rank_results(text, world):
+    got = {int(m.group(1)): (int(m.group(2)), int(m.group(3)))
+           for m in re.finditer(r"rank (\d+) checks (\d+) failures (\d+)", text)}
+    assert sorted(got) == list(range(world)), text[-3000:]
+    return got
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_every_collective_under_cohort_run(cohort, need_torch, launcher, tmp_path, world):
+    p = launcher.run([cohort, "run", "--nproc-per-node", world, "--log-dir", tmp_path / "logs",
+                      WORKER, launcher.marker], timeout=600)
+    assert p.p.returncode == 0, p.describe()
+    out = p.stdout
+    for r in range(world):
+        assert re.search(rf"rank {r} of {world}: backend cohort over shm", out), out[-2000:]
+    for r, (checks, failures) in rank_results(out, world).items():
+        assert failures == 0, out[-4000:]
+        assert checks > 150, (r, checks)
+    assert "FAIL" not in out
+
+
+def test_every_collective_under_torchrun(cohort, pydir, need_torch, launcher, tmp_path):
+    env = U.clean_env(PYTHONPATH=pydir)
+    p = launcher.run([U.TORCHRUN, *U.TORCHRUN_FIXED, "--nproc_per_node", "2",
+                      "--log_dir", tmp_path / "tr", WORKER, launcher.marker],
+                     timeout=600, env=env)
+    assert p.p.returncode == 0, p.describe()
+    text = p.stdout + p.stderr
+    for r, (checks, failures) in rank_results(text, 2).items():
+        assert failures == 0, text[-4000:]
+
+
+def losses(text):
+    return [float(x) for x in re.findall(r"step \d+ loss ([0-9.]+)", text)]
+
+
+def digests(text, world):
+    d = dict(re.findall(r"rank (\d+) param_digest (\w+)", text))
+    assert sorted(int(r) for r in d) == list(range(world)), text[-2000:]
+    return set(d.values())
+
+
+@pytest.mark.parametrize("unused", [False, True], ids=["cnn", "unused-params"])
+def test_ddp_fashion_mnist_matches_gloo(cohort, need_torch, launcher, tmp_path, unused):
+    """Same script, same data: the loss trajectory under "cohort" is gloo's within float
+    tolerance, and each run ends with identical parameters on every rank."""
+    if not Path("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz").exists():
+        pytest.skip("dataset-fashion-mnist is not installed")
+    runs = {}
+    for backend in ("cohort", "gloo"):
+        argv = [cohort, "run", "--nproc-per-node", 2, "--log-dir", tmp_path / backend,
+                DDP, "--backend", backend, "--steps", 25, launcher.marker]
+        if unused:
+            argv.append("--unused")
+        p = launcher.run(argv, timeout=600, name=backend)
+        assert p.p.returncode == 0, p.describe()
+        assert len(digests(p.stdout, 2)) == 1, p.stdout[-2000:]
+        runs[backend] = losses(p.stdout)
+        assert len(runs[backend]) == 25, p.stdout[-2000:]
+    for i, (a, b) in enumerate(zip(runs["cohort"], runs["gloo"])):
+        assert abs(a - b) <= 1e-4 * max(1.0, abs(b)), (i, runs)
+    assert runs["cohort"][-1] < runs["cohort"][0], runs["cohort"]  # it learns
+
+
+def test_peer_killed_mid_collective_fails_the_survivor(cohort, pydir, need_torch, launcher,
+                                                       tmp_path):
+    """No launcher to stop the survivor: rank 1 SIGKILLs itself during an all_reduce of
+    64 MiB; rank 0's all_reduce raises, naming rank 1, before the 20 s timeout."""
+    port = U.free_port()
+    procs = []
+    for rank in range(2):
+        env = U.clean_env(PYTHONPATH=pydir, RANK=rank, WORLD_SIZE=2, LOCAL_RANK=rank,
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=port, PEER_DEATH_TIMEOUT=20)
+        procs.append(launcher.start([U.SYS_PY, PEER_DEATH, launcher.marker], env=env,
+                                    name="rank%d" % rank))
+    procs[1].wait(120)
+    procs[0].wait(120)
+    assert procs[0].p.returncode == 0, procs[0].describe()
+    m = re.search(r"error after ([0-9.]+) s: (.*)", procs[0].stdout)
+    assert m, procs[0].describe()
+    assert float(m.group(1)) < 20, m.group(0)
+    assert "rank 0" in m.group(2) and re.search(r"\b(rank|peer) 1\b", m.group(2)), m.group(2)
+    assert "then:" in procs[0].stdout, procs[0].stdout
