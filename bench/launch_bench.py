@@ -44,8 +44,8 @@ sys.path.insert(0, str(REPO / "tests" / "e2e"))
 import e2e_util as U  # noqa: E402
 
 TARGETS = {
-    "invoke": ("ratio", 0.7),
-    "restart": ("ratio", 0.5),
+    "invoke": ("ratio", 0.6),
+    "restart": ("ratio", 0.3),
     "exit": ("abs", 0.050),
     "rss": ("abs", 15.0),
     "rdzv256": ("abs", 1.0),
@@ -259,6 +259,11 @@ def main():
         med[l] = {
             "invoke": median([r["invoke"] for r in plain + fault]),
             "restart": median([r["restart"] for r in fault]),
+            # The slowest run: targets hold for every run, not only the median.
+            "invoke_worst": max([r["invoke"] for r in plain + fault
+                                 if r["invoke"] is not None], default=None),
+            "restart_worst": max([r["restart"] for r in fault if r["restart"] is not None],
+                                 default=None),
             "exit": median([r["exit"] for r in plain + fault]),
             "rss": median([r["rss"] for r in plain + fault]),
             "failures": sum(1 for r in plain + fault if r["rc"] != 0),
@@ -281,10 +286,19 @@ def main():
                                                            " (%s)" % ref_name),
                      ratio, target_txt, verdict(metric, cv, rv)))
 
+    def worst_row(label, metric, ref_name, target_txt):
+        cv = c.get(metric + "_worst")
+        rv = med.get(ref_name, {}).get(metric)
+        ratio = ("%.2fx" % (cv / rv)) if (cv is not None and rv) else "n/a"
+        rows.append((label, fmt(cv, "s"), fmt(rv, "s") + " (%s, median)" % ref_name, ratio,
+                     target_txt, verdict(metric, cv, rv)))
+
     for ref in [r for r in ("torchrun-mi0.1", "torchrun") if r in launchers] or ["torchrun"]:
-        row("invoke -> first step", "invoke", "s", ref, "<= 0.7x")
+        row("invoke -> first step", "invoke", "s", ref, "<= 0.6x")
+        worst_row("invoke -> first step, cohort's slowest run", "invoke", ref, "<= 0.6x")
     for ref in [r for r in ("torchrun-mi0.1", "torchrun") if r in launchers] or ["torchrun"]:
-        row("SIGKILL -> first step after restart", "restart", "s", ref, "<= 0.5x")
+        row("SIGKILL -> first step after restart", "restart", "s", ref, "<= 0.3x")
+        worst_row("SIGKILL -> first step, cohort's slowest run", "restart", ref, "<= 0.3x")
     for ref in [r for r in ("torchrun-mi0.1", "torchrun") if r in launchers] or ["torchrun"]:
         row("last worker done -> launcher exit", "exit", "ms", ref, "<= 50 ms")
     row("launcher peak RSS (VmHWM)", "rss", "MB",

@@ -78,6 +78,7 @@ struct Config {
   size_t min_bytes, max_bytes;
   double factor;
   int iters, warmup, check, root;
+  bool per_call;  // a barrier before every timed call; the median per-call time
   DataType type;
   ReduceOp op;
 };
@@ -100,6 +101,10 @@ int main(int argc, char** argv) {
   app.add_option("-d,--datatype", d, "float, double, half, bfloat16, int8, uint8, int32, int64");
   app.add_option("-o,--op", o, "sum, prod, min, max, avg");
   app.add_option("-r,--root", r, "root rank (broadcast)");
+  bool per_call = false;
+  app.add_flag("-z,--per-call", per_call,
+               "a barrier before every timed call and the median per-call time (what a "
+               "training step sees), instead of the mean of back-to-back calls");
   CLI11_PARSE(app, argc, argv);
 
   Config cfg{};
@@ -125,7 +130,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cohort bench: need -f > 1, -n >= 1, -w >= 0 and -b <= -e\n");
     return 3;
   }
-  cfg = {cfg.kind, *minb, *maxb, f, n, w, c, r, *type, *op};
+  cfg = {cfg.kind, *minb, *maxb, f, n, w, c, r, per_call, *type, *op};
   if (Status s = CheckOp(cfg.type, cfg.op); !s.ok()) {
     std::fprintf(stderr, "cohort bench: %s\n", s.message().c_str());
     return 3;
@@ -229,9 +234,22 @@ int main(int argc, char** argv) {
         }
       }
       comm->Barrier()->Wait();
-      auto start = SteadyClock::now();
-      for (int i = 0; i < cfg.iters; ++i) run();
-      double local_us = SecondsSince(start) * 1e6 / cfg.iters;
+      double local_us;
+      if (cfg.per_call) {
+        std::vector<double> per(cfg.iters);
+        for (int i = 0; i < cfg.iters; ++i) {
+          comm->Barrier()->Wait();
+          auto start = SteadyClock::now();
+          run();
+          per[i] = SecondsSince(start) * 1e6;
+        }
+        std::nth_element(per.begin(), per.begin() + per.size() / 2, per.end());
+        local_us = per[per.size() / 2];
+      } else {
+        auto start = SteadyClock::now();
+        for (int i = 0; i < cfg.iters; ++i) run();
+        local_us = SecondsSince(start) * 1e6 / cfg.iters;
+      }
       double max_us = local_us;
       comm->AllReduce(&local_us, &max_us, 1, DataType::kF64, ReduceOp::kMax)->Wait();
       times[inplace] = max_us;
