@@ -4,13 +4,16 @@
 //       --timeout 300 build/peers/mpi_allreduce -b 4K -e 256M -f 4 -n 20 -w 5 -c 1
 //
 // Out-of-place: MPI_Allreduce(send, recv); in-place: MPI_IN_PLACE on recv.
-// time = average per iteration over -n timed iterations, max over ranks.
+// time = average per iteration over -n timed iterations, max over ranks; with -z, a
+// barrier before every timed call and the median per-call time (max over ranks).
 // Correctness: after timing, one more call on fresh inputs; every element is
 // compared with the exact expected sum (#wrong, summed over ranks).
 // -T: the process aborts the whole job (MPI_Abort) if it is still running after
 // that many seconds (the driver also passes mpirun --timeout).
 #define OMPI_SKIP_MPICXX 1
 #include <mpi.h>
+#include <algorithm>
+#include <vector>
 #include <signal.h>
 #include <unistd.h>
 
@@ -31,10 +34,23 @@ void on_alarm(int) {
 double time_op(void (*op)(float*, float*, int), float* send, float* recv, int count,
                const peers::Options& o) {
   for (int i = 0; i < o.warmup; i++) op(send, recv, count);
-  MPI_Barrier(MPI_COMM_WORLD);
-  double t0 = MPI_Wtime();
-  for (int i = 0; i < o.iters; i++) op(send, recv, count);
-  double t = (MPI_Wtime() - t0) / o.iters * 1e6;
+  double t;
+  if (o.per_call) {  // -z: what a training step sees
+    std::vector<double> per(o.iters);
+    for (int i = 0; i < o.iters; i++) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      double t0 = MPI_Wtime();
+      op(send, recv, count);
+      per[i] = (MPI_Wtime() - t0) * 1e6;
+    }
+    std::nth_element(per.begin(), per.begin() + per.size() / 2, per.end());
+    t = per[per.size() / 2];
+  } else {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    for (int i = 0; i < o.iters; i++) op(send, recv, count);
+    t = (MPI_Wtime() - t0) / o.iters * 1e6;
+  }
   double tmax = 0;
   MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   return tmax;

@@ -40,6 +40,7 @@ struct Options {
   int timeout_s = 300;  // -T: whole-run timeout; each op also times out
   int threads = 1;      // -t (membw only)
   std::string algos;    // -a (gloo only)
+  bool per_call = false;  // -z: a barrier before every timed call, median per-call time
 };
 
 inline void die(const char* msg) {
@@ -89,6 +90,7 @@ inline Options parse_args(int argc, char** argv, const char* extra_usage = "") {
     else if (a == "-T" || a == "--timeout") o.timeout_s = std::atoi(next());
     else if (a == "-t" || a == "--threads") o.threads = std::atoi(next());
     else if (a == "-a" || a == "--algos") o.algos = next();
+    else if (a == "-z" || a == "--per-call") o.per_call = true;
     else usage(argv[0], extra_usage);
   }
   if (o.factor < 2) die("-f must be >= 2");
