@@ -1,9 +1,12 @@
-// Unit tests for Status, Result, strings and settings parsing.
+// Unit tests for Status, Result, strings, settings parsing and Spawn.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "cohort/base/status.h"
 #include "cohort/base/strings.h"
 #include "cohort/base/settings.h"
+#include "cohort/base/subprocess.h"
 #include "cohort/base/time.h"
 
 namespace cohort {
@@ -67,6 +70,34 @@ TEST(DeadlineTest, Expiry) {
   EXPECT_FALSE(Deadline::Infinite().expired());
   EXPECT_EQ(Deadline::Infinite().PollTimeoutMs(), -1);
   EXPECT_GT(Deadline::AfterMs(1000).PollTimeoutMs(), 900);
+}
+
+// The descriptor given with pass_fd is the child's 3, and it is the only one it gets
+// (the cohort warm interpreter's channel travels this way).
+TEST(SpawnTest, PassedDescriptorIsThreeAndNothingElseLeaks) {
+  int channel[2], leak[2];
+  ASSERT_EQ(::pipe2(channel, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe(leak), 0);  // not close-on-exec: Spawn must still not pass it
+  SpawnOptions so;
+  so.argv = {"/bin/sh", "-c",
+             "echo on3 >&3; ls /proc/self/fd | sort -n | tr '\\n' ' ' >&3"};
+  so.pass_fd = channel[1];
+  so.capture_output = false;
+  auto child = Spawn(so);
+  ASSERT_TRUE(child.ok()) << child.status().ToString();
+  ::close(channel[1]);
+  ExitStatus st = Reap(child->pid);
+  ::close(child->pidfd);
+  EXPECT_TRUE(st.success()) << st.Describe();
+  std::string got;
+  char buf[256];
+  for (ssize_t n; (n = ::read(channel[0], buf, sizeof buf)) > 0;) got.append(buf, n);
+  ::close(channel[0]);
+  ::close(leak[0]);
+  ::close(leak[1]);
+  // 0-2, the channel on 3, and the directory ls reads (the lowest free number, 4).
+  EXPECT_EQ(got.substr(0, 4), "on3\n");
+  EXPECT_EQ(Trim(got.substr(4)), "0 1 2 3 4") << "leaked pipe: " << leak[0] << "," << leak[1];
 }
 
 }  // namespace

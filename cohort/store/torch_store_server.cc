@@ -128,13 +128,9 @@ class TorchStoreServer::Impl {
     auto address = asio::ip::make_address(o.host, ec);
     if (ec) return InvalidArgument("torch store: bad listen address '{}'", o.host);
     tcp::endpoint endpoint(address, static_cast<uint16_t>(o.port));
-    if (o.bound_fd >= 0) {
-      acceptor_.assign(endpoint.protocol(), o.bound_fd, ec);
-    } else {
-      acceptor_.open(endpoint.protocol(), ec);
-      if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
-      if (!ec) acceptor_.bind(endpoint, ec);
-    }
+    acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(endpoint, ec);
     if (!ec) acceptor_.listen(4096, ec);
     if (ec) {
       return ErrnoStatus(fmt::format("torch store: listen on {}:{}", o.host, o.port),

@@ -18,10 +18,7 @@ namespace cohort::store {
 
 struct TorchStoreServerOptions {
   std::string host = "0.0.0.0";
-  int port = 0;  // 0: a free port
-  // A socket bound to the port beforehand (e.g. net::ReservePort), listened on instead of
-  // binding anew; -1: none. The server takes ownership.
-  int bound_fd = -1;
+  int port = 0;  // 0: a free port; SO_REUSEADDR, so a port held by net::ReservePort works
 };
 
 class TorchStoreServer {

@@ -1,0 +1,132 @@
+// Tests of TorchStoreServer against torch 1.13's TCPStore wire protocol, spoken here byte
+// by byte (the client side is the one torch's TCPStore.cpp implements; tests/torch runs the
+// real torch client against it).
+#include "cohort/store/torch_store_server.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cohort/net/socket.h"
+
+namespace cohort::store {
+namespace {
+
+const Deadline kSoon = Deadline::AfterMs(10000);
+
+// A raw client: requests as torch writes them (native-endian u64 lengths, i64 numbers).
+class RawClient {
+ public:
+  explicit RawClient(int port) : sock_(net::Connect("127.0.0.1", port, kSoon).value()) {}
+  RawClient& Byte(uint8_t b) { out_.push_back(static_cast<char>(b)); return *this; }
+  RawClient& U64(uint64_t v) { out_.append(reinterpret_cast<const char*>(&v), 8); return *this; }
+  RawClient& Str(const std::string& s) { U64(s.size()); out_ += s; return *this; }
+  RawClient& Keys(const std::vector<std::string>& keys) {
+    U64(keys.size());
+    for (const auto& k : keys) Str(k);
+    return *this;
+  }
+  // Sends what was built, `step` bytes at a time (1: the server sees every split).
+  void Send(size_t step = 0) {
+    if (step == 0) step = out_.size();
+    for (size_t i = 0; i < out_.size(); i += step) {
+      ASSERT_TRUE(sock_.SendAll(out_.data() + i, std::min(step, out_.size() - i), kSoon).ok());
+    }
+    out_.clear();
+  }
+  std::string Value() {
+    uint64_t n = 0;
+    EXPECT_TRUE(sock_.RecvAll(&n, 8, kSoon).ok());
+    std::string s(n, '\0');
+    EXPECT_TRUE(sock_.RecvAll(s.data(), n, kSoon).ok());
+    return s;
+  }
+  int64_t Int() {
+    int64_t v = 0;
+    EXPECT_TRUE(sock_.RecvAll(&v, 8, kSoon).ok());
+    return v;
+  }
+  int ReadByte(Deadline d = kSoon) {
+    uint8_t b = 0;
+    return sock_.RecvAll(&b, 1, d).ok() ? b : -1;
+  }
+  bool Readable(int ms) { return sock_.WaitReadable(Deadline::AfterMs(ms)).value_or(false); }
+
+ private:
+  net::Socket sock_;
+  std::string out_;
+};
+
+enum : uint8_t { kSet, kCompareSet, kGet, kAdd, kCheck, kWait, kNumKeys, kWatch, kDelete };
+
+TEST(TorchStoreServerTest, EveryQueryOfTorch113) {
+  auto server = TorchStoreServer::Start({.host = "127.0.0.1", .port = 0}).value();
+  RawClient c(server->port());
+  c.Byte(kSet).Str("/k").Str("v1").Send();
+  c.Byte(kGet).Str("/k").Send();
+  EXPECT_EQ(c.Value(), "v1");
+  c.Byte(kAdd).Str("n").U64(5).Send();
+  EXPECT_EQ(c.Int(), 5);
+  c.Byte(kAdd).Str("n").U64(static_cast<uint64_t>(-2)).Send();
+  EXPECT_EQ(c.Int(), 3);
+  c.Byte(kCompareSet).Str("/k").Str("v1").Str("v2").Send();
+  EXPECT_EQ(c.Value(), "v2");
+  c.Byte(kCompareSet).Str("/k").Str("wrong").Str("v3").Send();
+  EXPECT_EQ(c.Value(), "v2");
+  c.Byte(kCompareSet).Str("/missing").Str("x").Str("y").Send();
+  EXPECT_EQ(c.Value(), "x");  // torch's answer for a missing key
+  c.Byte(kCompareSet).Str("/new").Str("").Str("born").Send();
+  EXPECT_EQ(c.Value(), "born");
+  c.Byte(kCheck).Keys({"/k", "n"}).Send();
+  EXPECT_EQ(c.ReadByte(), 0);
+  c.Byte(kCheck).Keys({"/k", "/nope"}).Send();
+  EXPECT_EQ(c.ReadByte(), 1);
+  c.Byte(kNumKeys).Send();
+  EXPECT_EQ(c.Int(), 3);
+  c.Byte(kDelete).Str("/new").Send();
+  EXPECT_EQ(c.Int(), 1);
+  c.Byte(kDelete).Str("/new").Send();
+  EXPECT_EQ(c.Int(), 0);
+  // Requests split anywhere still parse.
+  c.Byte(kSet).Str("/split").Str("value").Byte(kGet).Str("/split").Send(1);
+  EXPECT_EQ(c.Value(), "value");
+}
+
+TEST(TorchStoreServerTest, WaitIsAnsweredWhenAnotherClientSetsTheKeys) {
+  auto server = TorchStoreServer::Start({.host = "127.0.0.1", .port = 0}).value();
+  RawClient waiter(server->port()), writer(server->port());
+  waiter.Byte(kWait).Keys({"/a", "/b"}).Send();
+  writer.Byte(kSet).Str("/a").Str("1").Send();
+  writer.Byte(kGet).Str("/a").Send();  // the set is applied once this answers
+  EXPECT_EQ(writer.Value(), "1");
+  EXPECT_FALSE(waiter.Readable(50));   // one of two keys: still waiting
+  writer.Byte(kAdd).Str("/b").U64(1).Send();
+  EXPECT_EQ(writer.Int(), 1);
+  EXPECT_EQ(waiter.ReadByte(), 0);
+  // A wait whose keys exist is answered at once, after the earlier one.
+  waiter.Byte(kWait).Keys({"/a"}).Send();
+  EXPECT_EQ(waiter.ReadByte(), 0);
+}
+
+TEST(TorchStoreServerTest, UnsupportedOrOversizedRequestsCloseOnlyThatConnection) {
+  auto server = TorchStoreServer::Start({.host = "127.0.0.1", .port = 0}).value();
+  RawClient watch(server->port()), huge(server->port()), fine(server->port());
+  watch.Byte(kWatch).Str("/k").Send();
+  EXPECT_EQ(watch.ReadByte(), -1);  // closed
+  huge.Byte(kSet).U64(uint64_t{1} << 40).Send();
+  EXPECT_EQ(huge.ReadByte(), -1);
+  fine.Byte(kSet).Str("/k").Str("v").Byte(kGet).Str("/k").Send();
+  EXPECT_EQ(fine.Value(), "v");
+}
+
+TEST(TorchStoreServerTest, ABusyPortIsAnError) {
+  auto first = TorchStoreServer::Start({.host = "127.0.0.1", .port = 0}).value();
+  auto second = TorchStoreServer::Start({.host = "127.0.0.1", .port = first->port()});
+  // SO_REUSEADDR does not let two listeners share a port.
+  EXPECT_FALSE(second.ok());
+}
+
+}  // namespace
+}  // namespace cohort::store
