@@ -35,7 +35,7 @@ class Zygote {
  public:
   // Starts the interpreter; it imports the preload modules in the background.
   static Result<std::unique_ptr<Zygote>> Start(const ZygoteOptions& options);
-  ~Zygote();  // closes the channel (the zygote exits), kills and reaps it
+  ~Zygote();  // closes the channel and SIGKILLs the zygote (not waiting for its teardown)
 
   // Waits until the preload finished: Ok, or why the zygote cannot serve (then it is gone).
   Status Ready(Deadline deadline);

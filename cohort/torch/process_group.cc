@@ -2,6 +2,7 @@
 // libcohort's setup reads and writes torch's c10d::Store.
 #include "cohort/torch/process_group.h"
 
+#include <Python.h>  // first, as Python asks
 #include <ATen/ATen.h>
 #include <pthread.h>
 
@@ -255,7 +256,17 @@ CohortProcessGroup::~CohortProcessGroup() {
     if (!queue_.empty()) comm_->Abort();
   }
   cv_.notify_all();
-  if (worker_.joinable()) worker_.join();
+  if (!worker_.joinable()) return;
+  // Python drops the last reference to a group (e.g. DDP's reducer, collected with the GIL
+  // held) while the worker may be releasing tensors whose Python objects need the GIL:
+  // let go of it while waiting for the worker.
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    Py_BEGIN_ALLOW_THREADS
+    worker_.join();
+    Py_END_ALLOW_THREADS
+  } else {
+    worker_.join();
+  }
 }
 
 c10::intrusive_ptr<c10d::Work> CohortProcessGroup::Enqueue(OpType type,

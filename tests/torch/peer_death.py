@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Rank 1 is SIGKILLed in the middle of an all_reduce; rank 0 must get an error, not a hang.
+"""Rank 1 is SIGKILLed in the middle of an all_reduce (PEER_MODE=kill, the default), or
+never enters it (PEER_MODE=hang: it sleeps past the timeout); rank 0 must get an error,
+not a hang.
 
 Started directly by the test (env:// variables, no launcher, so nobody stops rank 0 for
 us). Rank 0 prints `error after <s> s: <message>` and exits 0 when its all_reduce fails, or
@@ -24,6 +26,9 @@ def main():
     rank = dist.get_rank()
     t = torch.ones(16 << 20)  # 64 MiB: many chunks, the peer dies between them
     dist.barrier()
+    if rank == 1 and os.environ.get("PEER_MODE") == "hang":
+        time.sleep(TIMEOUT_S * 3)
+        return 0
     if rank == 1:
         work = dist.all_reduce(t, async_op=True)
         time.sleep(0.002)
