@@ -212,11 +212,13 @@ void Unflatten(const at::Tensor& flat, std::vector<at::Tensor>& tensors) {
 
 }  // namespace
 
-CohortWork::CohortWork(int rank, OpType type, std::vector<at::Tensor> outputs)
+CohortWork::CohortWork(int rank, OpType type, std::vector<at::Tensor> outputs,
+                       std::weak_ptr<Executor> executor)
     : c10d::Work(rank, type),
       outputs_(std::move(outputs)),
       future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()))) {}
+          c10::ListType::create(c10::TensorType::get()))),
+      executor_(std::move(executor)) {}
 
 void CohortWork::Complete(std::exception_ptr error) {
   finish(error);
@@ -227,33 +229,89 @@ void CohortWork::Complete(std::exception_ptr error) {
   }
 }
 
-CohortProcessGroup::CohortProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                       int size, std::chrono::milliseconds timeout)
-    : c10d::ProcessGroup(rank, size), store_(std::make_shared<TorchStore>(store)) {
-  comm::CommOptions options;
-  options.name = "torch";
-  options.timeout = std::chrono::duration_cast<Duration>(timeout);
-  auto comm = comm::Communicator::Create(store_, rank, size, options);
-  if (!comm.ok()) {
-    throw std::runtime_error(fmt::format(
-        "cohort backend, rank {} of {}: cannot join the group: {}", rank, size,
-        comm.status().message()));
-  }
-  comm_ = std::move(*comm);
-  worker_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "pg-worker");
-    WorkerLoop();
-  });
-  init();
+bool CohortWork::wait(std::chrono::milliseconds timeout) {
+  if (auto executor = executor_.lock()) executor->RunIfNext(this);
+  return c10d::Work::wait(timeout);
 }
 
-CohortProcessGroup::~CohortProcessGroup() {
+Executor::Executor() {
+  worker_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "pg-worker");
+    Loop();
+  });
+}
+
+Executor::~Executor() { Stop(); }
+
+void Executor::Push(c10::intrusive_ptr<CohortWork> work, Task task) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    TORCH_CHECK(!stopping_, "cohort backend: the process group is being destroyed");
+    ++issued_;
+    queue_.emplace_back(std::move(work), std::move(task));
+  }
+  cv_.notify_all();
+}
+
+bool Executor::RunIfNext(const CohortWork* work) {
+  Item item;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ || running_ || queue_.empty() || queue_.front().first.get() != work) {
+      return false;
+    }
+    item = std::move(queue_.front());
+    queue_.pop_front();
+    running_ = true;
+  }
+  Run(item);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_ = false;
+  }
+  cv_.notify_all();  // the worker takes what was issued behind it
+  return true;
+}
+
+void Executor::Loop() {
+  for (;;) {
+    Item item;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return !running_ && (stopping_ || !queue_.empty()); });
+      if (queue_.empty()) return;
+      item = std::move(queue_.front());
+      queue_.pop_front();
+      running_ = true;
+    }
+    Run(item);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      running_ = false;
+    }
+    cv_.notify_all();
+  }
+}
+
+void Executor::Run(Item& item) {
+  // Collectives write into tensors that may require grad (parameters, buckets); like
+  // torch's own backends they do so outside autograd.
+  at::NoGradGuard no_grad;
+  std::exception_ptr error;
+  try {
+    item.second();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  item.second = nullptr;  // release captured tensors before waking the caller
+  item.first->Complete(error);
+  item.first.reset();
+}
+
+void Executor::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
-    // Work still queued when the group goes away fails rather than waiting for peers
-    // that may never come.
-    if (!queue_.empty()) comm_->Abort();
   }
   cv_.notify_all();
   if (!worker_.joinable()) return;
@@ -269,42 +327,46 @@ CohortProcessGroup::~CohortProcessGroup() {
   }
 }
 
-c10::intrusive_ptr<c10d::Work> CohortProcessGroup::Enqueue(OpType type,
-                                                           std::vector<at::Tensor> outputs,
-                                                           Task task) {
-  auto work = c10::make_intrusive<CohortWork>(rank_, type, std::move(outputs));
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    TORCH_CHECK(!stopping_, "cohort backend: the process group is being destroyed");
-    ++issued_;
-    queue_.emplace_back(work, std::move(task));
-  }
-  cv_.notify_one();
-  return work;
+bool Executor::idle() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.empty() && !running_;
 }
 
-void CohortProcessGroup::WorkerLoop() {
-  // Collectives write into tensors that may require grad (parameters, buckets); like
-  // torch's own backends they do so outside autograd.
-  at::NoGradGuard no_grad;
-  for (;;) {
-    std::pair<c10::intrusive_ptr<CohortWork>, Task> item;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      item = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    std::exception_ptr error;
-    try {
-      item.second();
-    } catch (...) {
-      error = std::current_exception();
-    }
-    item.second = nullptr;  // release captured tensors before waking the caller
-    item.first->Complete(error);
+uint64_t Executor::issued() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return issued_;
+}
+
+CohortProcessGroup::CohortProcessGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                       int size, std::chrono::milliseconds timeout)
+    : c10d::ProcessGroup(rank, size), store_(std::make_shared<TorchStore>(store)) {
+  comm::CommOptions options;
+  options.name = "torch";
+  options.timeout = std::chrono::duration_cast<Duration>(timeout);
+  auto comm = comm::Communicator::Create(store_, rank, size, options);
+  if (!comm.ok()) {
+    throw std::runtime_error(fmt::format(
+        "cohort backend, rank {} of {}: cannot join the group: {}", rank, size,
+        comm.status().message()));
   }
+  comm_ = std::move(*comm);
+  executor_ = std::make_shared<Executor>();
+  init();
+}
+
+CohortProcessGroup::~CohortProcessGroup() {
+  // Work still queued when the group goes away fails rather than waiting for peers that
+  // may never come.
+  if (!executor_->idle()) comm_->Abort();
+  executor_->Stop();
+}
+
+c10::intrusive_ptr<c10d::Work> CohortProcessGroup::Enqueue(OpType type,
+                                                           std::vector<at::Tensor> outputs,
+                                                           Executor::Task task) {
+  auto work = c10::make_intrusive<CohortWork>(rank_, type, std::move(outputs), executor_);
+  executor_->Push(work, std::move(task));
+  return work;
 }
 
 #define COHORT_WAIT(op_name, expr)                               \

@@ -2,7 +2,10 @@
 // that Debian ships (1.13). `import cohort_torch` registers it; see docs/torch-backend.md.
 //
 // Every operation returns a CohortWork at once and runs on the group's "pg-worker" thread,
-// in issue order, without the GIL (the worker never touches Python). A failure (a dead peer,
+// in issue order, without the GIL (the worker never runs Python code of its own). A caller
+// that waits for an operation which is next in line and not started yet runs it itself
+// instead of waiting for the worker to wake (a synchronous call then costs no thread
+// hand-off; the order is the same). A failure (a dead peer,
 // mismatched collectives, the group's timeout) completes the Work and its future with a
 // RuntimeError that names this rank and the operation; the communicator is then broken and
 // every later operation fails at once with the first error.
@@ -26,17 +29,49 @@
 
 namespace cohort::torch_backend {
 
+class CohortWork;
+
+// A group's operations in issue order, and the thread that runs them.
+class Executor {
+ public:
+  using Task = std::function<void()>;  // throws on failure
+  Executor();
+  ~Executor();  // Stop()
+  void Push(c10::intrusive_ptr<CohortWork> work, Task task);  // throws when stopping
+  // Runs `work` on the calling thread when it is next and nothing is running; false if not.
+  bool RunIfNext(const CohortWork* work);
+  // Refuses new work, lets the worker finish the queue and waits for any helper.
+  void Stop();
+  bool idle();
+  uint64_t issued();
+
+ private:
+  using Item = std::pair<c10::intrusive_ptr<CohortWork>, Task>;
+  void Loop();
+  static void Run(Item& item);
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Item> queue_;  // mu_
+  bool running_ = false;    // mu_: an item is being run (by the worker or a helper)
+  bool stopping_ = false;   // mu_
+  uint64_t issued_ = 0;     // mu_
+  std::thread worker_;
+};
+
 class CohortWork final : public c10d::Work {
  public:
-  CohortWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs);
+  CohortWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
+             std::weak_ptr<Executor> executor);
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-  // Called once, by the worker thread.
+  bool wait(std::chrono::milliseconds timeout) override;
+  // Called once, by whoever ran the operation.
   void Complete(std::exception_ptr error);
 
  private:
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::weak_ptr<Executor> executor_;
 };
 
 class CohortProcessGroup final : public c10d::ProcessGroup {
@@ -89,13 +124,11 @@ class CohortProcessGroup final : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
   void setSequenceNumberForGroup() override {}
-  uint64_t getSequenceNumberForGroup() override { return issued_; }
+  uint64_t getSequenceNumberForGroup() override { return executor_->issued(); }
 
  private:
-  using Task = std::function<void()>;  // runs on the worker; throws on failure
   c10::intrusive_ptr<c10d::Work> Enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
-                                         Task task);
-  void WorkerLoop();
+                                         Executor::Task task);
   // Runs one all-to-all whose blocks differ in size: `send[j]` elements go to rank j and
   // `recv[j]` come from it, at the given element offsets of the flat buffers.
   void UnevenAllToAll(const at::Tensor& in, const std::vector<int64_t>& send_counts,
@@ -105,13 +138,7 @@ class CohortProcessGroup final : public c10d::ProcessGroup {
 
   std::shared_ptr<store::Store> store_;  // torch's store, adapted; kept for the group's life
   std::unique_ptr<comm::Communicator> comm_;
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::pair<c10::intrusive_ptr<CohortWork>, Task>> queue_;  // mu_
-  bool stopping_ = false;                                              // mu_
-  uint64_t issued_ = 0;                                                // mu_
-  std::thread worker_;
+  std::shared_ptr<Executor> executor_;  // works hold it weakly, to help in wait()
 };
 
 // The creator torch calls for init_process_group("cohort") and new_group(backend="cohort").
