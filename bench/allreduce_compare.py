@@ -11,7 +11,9 @@ Per repetition the systems run one after another in a rotated order (so that
 drift in machine load hits each of them alike); the table shows medians over
 the repetitions. Sizes up to --split bytes run with --iters-small timed
 iterations, larger ones with --iters-large (one process launch per segment).
-The column used is out-of-place unless --inplace.
+The column used is out-of-place unless --inplace. --per-call times every call after a
+barrier and takes the median (what a training step sees; cohort and OpenMPI only):
+    bench/allreduce_compare.py --nprocs 2 -b 1M -e 64M --inplace --per-call --systems cohort,mpi
 
 Peers are built first with bench/peers/build.sh (idempotent). Raw outputs go to
 --log-dir (default build/peers/compare-<time>/). Every run has a timeout and
@@ -125,6 +127,10 @@ class Runner:
 def commands(system, k, b, e, a, n, w):
     f = str(a.factor)
     common = ["-b", str(b), "-e", str(e), "-f", f, "-n", str(n), "-w", str(w), "-c", "1"]
+    if a.per_call:
+        if system not in ("cohort", "mpi"):
+            raise ValueError("--per-call: only cohort and mpi time every call")
+        common.append("-z")
     t = str(a.timeout)
     if system == "cohort":
         return [a.cohort, "run", "--nproc-per-node", str(k), a.cohort, "bench", "allreduce"] + common
@@ -173,6 +179,9 @@ def main():
                     help="gloo_allreduce -a list (default: ring,ring_chunked,halving_doubling)")
     ap.add_argument("--membw-bytes", type=parse_size, default=256 << 20)
     ap.add_argument("--inplace", action="store_true", help="use the in-place columns")
+    ap.add_argument("--per-call", action="store_true",
+                    help="a barrier before every timed call and the median per-call time "
+                         "(cohort and mpi only: use with --systems cohort,mpi)")
     ap.add_argument("--timeout", type=int, default=600, help="seconds per launched run")
     ap.add_argument("--cohort", default=COHORT)
     ap.add_argument("--log-dir", default="")
