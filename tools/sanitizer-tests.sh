@@ -10,13 +10,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+# die_after_fork=0: Spawn starts workers with clone(CLONE_VM|CLONE_VFORK) + exec, as
+# posix_spawn does, which is safe from a multi-threaded process (the agent has its torch
+# store's thread then); TSan counts it as a fork and would kill the next thread creation.
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:die_after_fork=0
 declare -A TESTS=(
   [asan]="cohort/base/base_test cohort/base/worker_env_test cohort/net/net_test
-          cohort/store/store_test cohort/rendezvous/rendezvous_test cohort/agent/agent_test
-          cohort/agent/console_merger_test cohort/launch/job_spec_test
+          cohort/store/store_test cohort/store/torch_store_server_test
+          cohort/rendezvous/rendezvous_test cohort/agent/agent_test cohort/agent/console_merger_test cohort/launch/job_spec_test
           cohort/pipeline/pipeline_test"
   [tsan]="cohort/base/base_test cohort/net/net_test cohort/store/store_test
+          cohort/store/torch_store_server_test
           cohort/rendezvous/rendezvous_test cohort/agent/agent_test"
 )
 failed=0

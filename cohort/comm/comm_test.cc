@@ -260,9 +260,12 @@ TEST_P(CollectivesTest, MatchReference) {
   RunRanks(world, topo, [&](Communicator& comm) { RunMatrix(comm, topo); });
 }
 
+// World sizes 1-6 and 8: powers of two, odd and even others (7 took 70-145 s per transport
+// on the 2-core CI machine and exercises no path that 3 and 5 do not).
 INSTANTIATE_TEST_SUITE_P(
     AllTransports, CollectivesTest,
-    ::testing::Combine(::testing::Values("shm", "tcp", "mixed"), ::testing::Range(1, 9)),
+    ::testing::Combine(::testing::Values("shm", "tcp", "mixed"),
+                       ::testing::Values(1, 2, 3, 4, 5, 6, 8)),
     [](const auto& info) {
       return fmt::format("{}_world{}", std::get<0>(info.param), std::get<1>(info.param));
     });

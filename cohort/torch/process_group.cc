@@ -369,6 +369,7 @@ c10::intrusive_ptr<c10d::Work> CohortProcessGroup::Enqueue(OpType type,
   return work;
 }
 
+// Runs a libcohort operation to completion on this thread; a failure throws, naming it.
 #define COHORT_WAIT(op_name, expr)                               \
   do {                                                           \
     Status st_ = (expr)->Wait();                                 \
@@ -725,6 +726,8 @@ c10::intrusive_ptr<c10d::Work> CohortProcessGroup::recv(std::vector<at::Tensor>&
 c10::intrusive_ptr<c10d::Work> CohortProcessGroup::barrier(const c10d::BarrierOptions&) {
   return Enqueue(OpType::BARRIER, {}, [this] { COHORT_WAIT("barrier", comm_->Barrier()); });
 }
+
+#undef COHORT_WAIT
 
 c10::intrusive_ptr<c10d::ProcessGroup> CreateProcessGroup(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,

@@ -10,7 +10,8 @@ of the gradient averaging. Rank 0 prints `step <i> loss <x>`; every rank prints
 (find_unused_parameters=True). --bench prints `samples_per_s X comm_wait_share Y`: the
 share of step time the training loop spent blocked on gradient communication, measured
 per step as the time from the last bucket's all-reduce being issued (the backward
-computation is done then) to its completion: the communication backward() could not hide.
+computation and the hook's division are done then) to its completion: the communication
+backward() could not hide.
 """
 import argparse
 import datetime
@@ -76,9 +77,10 @@ def main():
     last = {"issued": 0.0, "done": 0.0}
     if args.bench:
         def timed_allreduce(state, bucket):
-            # The default hook's arithmetic (divide, then sum), with timestamps.
-            last["issued"] = time.perf_counter()
+            # The default hook's arithmetic (divide, then sum), with timestamps around the
+            # all-reduce itself.
             t = bucket.buffer().div_(world)
+            last["issued"] = time.perf_counter()
             fut = dist.all_reduce(t, async_op=True).get_future()
 
             def done(f):
