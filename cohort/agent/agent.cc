@@ -149,6 +149,7 @@ class Agent::Impl {
   int reserved_port_number_ = 0;
   std::unique_ptr<store::TorchStoreServer> torch_store_;  // node 0: the round's MASTER_PORT
   std::unique_ptr<Zygote> zygote_;  // the warm interpreter, while it serves
+  bool subreaper_ = false;          // set by the zygote's start; it stays for our lifetime
   std::atomic<int> terminating_signal_{0};
   std::optional<FailureRecord> failure_;  // first failure of the current attempt
   std::unique_ptr<JobSweeper> sweeper_;   // kills what the workers leave behind
@@ -354,6 +355,7 @@ void Agent::Impl::StartZygote() {
     return;
   }
   zygote_ = std::move(*z);
+  subreaper_ = true;
 }
 
 Result<Child> Agent::Impl::SpawnWorker(const SpawnOptions& so) {
@@ -389,9 +391,10 @@ void Agent::Impl::CloseWorkerPipes(Worker& w) {
 
 void Agent::Impl::OnWorkerExit(Worker& w) {
   w.status = Reap(w.child.pid);
-  if (zygote_) {
+  if (subreaper_) {
     // A subreaper adopts the orphans of its descendants: reap those that exited.
-    std::vector<pid_t> known = {zygote_->pid()};
+    std::vector<pid_t> known;
+    if (zygote_) known.push_back(zygote_->pid());
     for (const auto& other : workers_) {
       if (other.alive && &other != &w) known.push_back(other.child.pid);
     }
