@@ -24,20 +24,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
+sys.path.insert(0, str(HERE))
 
-
-def parse_size(text):
-    m = re.fullmatch(r"(\d+)([KMG]?)", text.strip().upper())
-    if not m:
-        raise ValueError("bad size %r" % text)
-    return int(m.group(1)) * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2)]
-
-
-def human(n):
-    for unit, s in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if n >= s and n % s == 0:
-            return "%d%s" % (n // s, unit)
-    return str(n)
+from allreduce_compare import human, parse_nccl, parse_size  # noqa: E402
 
 
 def sizes(lo, hi, factor):
@@ -101,14 +90,8 @@ def run_cohort_bench(cohort, n, args, env):
            "-e", args.maxbytes, "-f", str(args.factor), "--per-call", "-n", "50"]
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                        timeout=args.timeout, start_new_session=True)
-    out = {}
-    for line in p.stdout.splitlines():
-        # size count type op root | out-of-place: time algbw busbw #wrong | in-place: same
-        m = re.search(r"^\s*(?:\[rank0\]:)?\s*(\d+)\s+\d+\s+float\s+sum\s+-?\d+\s+"
-                      r"[0-9.]+\s+[0-9.]+\s+[0-9.]+\s+\S+\s+([0-9.]+)\s+[0-9.]+\s+([0-9.]+)",
-                      line)
-        if m:
-            out[int(m.group(1))] = (float(m.group(2)), float(m.group(3)))
+    # the in-place columns: time (us) and busbw
+    out = {size: (cols[3], cols[4]) for size, cols in parse_nccl(p.stdout).items()}
     if not out:
         sys.stderr.write("!! cohort bench gave no lines:\n%s\n%s\n" % (p.stdout[-2000:],
                                                                      p.stderr[-2000:]))

@@ -124,6 +124,8 @@ class Agent::Impl {
   auto Guarded(Fn fn) -> decltype(fn());
   Result<std::pair<std::string, int>> MasterEndpoint(const RendezvousInfo& info);
   Status StartWorkers(const RendezvousInfo& info, int attempt);
+  // OMP_NUM_THREADS for the workers (0: not set).
+  int OmpThreadsForWorkers() const;
   // Starts the warm interpreter (WorkerSpec::warm), or says why workers will start fresh.
   void StartZygote();
   // A worker from the warm interpreter when there is one, else a fresh process.
@@ -271,10 +273,6 @@ Status Agent::Impl::StartWorkers(const RendezvousInfo& info, int attempt) {
       AddEvent({{"type", "log"}, {"rank", rank}, {"line", std::string(line)}});
     };
   }
-  // As torchrun: one intra-op thread per worker when several share the node, unless the
-  // user chose a number.
-  const bool set_omp =
-      !worker_env::Inherited(worker_env::kOmpNumThreads) && spec.nproc_per_node > 1;
   for (int local = 0; local < spec.nproc_per_node; ++local) {
     Worker w;
     w.local_rank = local;
@@ -302,7 +300,7 @@ Status Agent::Impl::StartWorkers(const RendezvousInfo& info, int attempt) {
     we.max_restarts = spec.max_restarts;
     we.run_id = spec.run_id;
     we.error_file = w.error_file;
-    we.omp_num_threads = set_omp ? 1 : 0;
+    we.omp_num_threads = OmpThreadsForWorkers();
     we.store = spec.store_access;
     we.store.round_prefix = info.store_prefix;
     we.attempt = attempt;
@@ -338,17 +336,24 @@ Status Agent::Impl::StartWorkers(const RendezvousInfo& info, int attempt) {
   return Status::Ok();
 }
 
+int Agent::Impl::OmpThreadsForWorkers() const {
+  // As torchrun: one intra-op thread per worker when several share the node, unless the
+  // user chose a number.
+  return !worker_env::Inherited(worker_env::kOmpNumThreads) && o_.spec.nproc_per_node > 1;
+}
+
 void Agent::Impl::StartZygote() {
-  const WorkerSpec::WarmStart& warm = o_.spec.warm;
-  if (warm.python.empty()) return;
+  const WorkerSpec& spec = o_.spec;
+  if (spec.warm.program_at == 0) return;
+  const auto script = spec.argv.begin() + static_cast<ptrdiff_t>(spec.warm.program_at);
   WorkerEnv we;  // what every worker of the node shares; ranks are set per worker
-  we.omp_num_threads =
-      !worker_env::Inherited(worker_env::kOmpNumThreads) && o_.spec.nproc_per_node > 1 ? 1 : 0;
-  auto z = Zygote::Start({.python = warm.python,
-                          .flags = warm.flags,
-                          .preload = warm.preload,
-                          .zygote_script = warm.zygote_script,
-                          .env = WorkerEnvironment(we, o_.spec.extra_env)});
+  we.omp_num_threads = OmpThreadsForWorkers();
+  auto z = Zygote::Start({.python = spec.argv[0],
+                          // the interpreter's options, without the "-m" of a module
+                          .flags = {spec.argv.begin() + 1, script - (spec.warm.module ? 1 : 0)},
+                          .preload = spec.warm.preload,
+                          .zygote_script = spec.warm.zygote_script,
+                          .env = WorkerEnvironment(we, spec.extra_env)});
   if (!z.ok()) {
     COHORT_LOG_WARN(kLog, "cannot start the warm interpreter ({}); workers start fresh",
                     z.status().message());
@@ -361,13 +366,10 @@ void Agent::Impl::StartZygote() {
 Result<Child> Agent::Impl::SpawnWorker(const SpawnOptions& so) {
   if (zygote_) {
     const WorkerSpec::WarmStart& warm = o_.spec.warm;
-    std::vector<std::string> orig = {warm.python};
-    orig.insert(orig.end(), warm.flags.begin(), warm.flags.end());
-    if (warm.module) orig.push_back("-m");
-    orig.insert(orig.end(), warm.program.begin(), warm.program.end());
-    std::vector<std::string> argv = warm.program;
+    std::vector<std::string> program(so.argv.begin() + static_cast<ptrdiff_t>(warm.program_at),
+                                     so.argv.end());
     // The import of torch takes seconds on a busy machine; a fork takes milliseconds.
-    auto child = zygote_->SpawnWorker(argv, orig, warm.module, so.env, so.working_dir,
+    auto child = zygote_->SpawnWorker(program, so.argv, warm.module, so.env, so.working_dir,
                                       Deadline::AfterMs(120000));
     if (child.ok()) return child;
     COHORT_LOG_WARN(kLog, "the warm interpreter cannot start workers ({}); they start fresh",

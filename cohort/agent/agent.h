@@ -65,13 +65,12 @@ struct WorkerSpec {
   std::string flight_recorder_dir;
   // Said with a failed job's summary, e.g. which interpreter ran a .py entrypoint.
   std::string entrypoint_note;
-  // A Python entrypoint: the workers are forked from a warm interpreter that has imported
-  // `preload` (zygote.h). Empty python: every worker starts fresh.
+  // A Python entrypoint (`argv` is the interpreter, its options, the script or `-m module`,
+  // and the program's arguments): the workers are forked from a warm interpreter that has
+  // imported `preload` (zygote.h). program_at 0: every worker starts fresh.
   struct WarmStart {
-    std::string python;                 // the interpreter (the workers' argv[0])
-    std::vector<std::string> flags;     // its options before the script or -m
-    bool module = false;                // -m: program[0] is a module
-    std::vector<std::string> program;   // the script (or module) and its arguments
+    size_t program_at = 0;              // index in argv of the script (or module)
+    bool module = false;                // -m: argv[program_at] is a module, after "-m"
     std::vector<std::string> preload;   // modules imported before the workers start
     std::string zygote_script;          // cohort_zygote.py
   } warm;

@@ -16,15 +16,6 @@
 
 namespace cohort::agent {
 
-namespace {
-
-void CloseFd(int& fd) {
-  if (fd >= 0) ::close(fd);
-  fd = -1;
-}
-
-}  // namespace
-
 Status BecomeSubreaper() {
   static const int err = ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0 ? 0 : errno;
   if (err) return ErrnoStatus("prctl(PR_SET_CHILD_SUBREAPER)", err);
@@ -167,19 +158,8 @@ Result<Child> Zygote::SpawnWorker(const std::vector<std::string>& argv,
     return fail(Internal("the warm interpreter could not start the worker: {}",
                          j.is_object() ? j.value("error", std::string("bad reply")) : *reply));
   }
-  Child child;
-  child.pid = j["pid"].get<pid_t>();
-  child.pidfd = PidfdOpen(child.pid);
-  if (child.pidfd < 0) {
-    int e = errno;
-    ::kill(child.pid, SIGKILL);
-    return fail(ErrnoStatus("pidfd_open", e));
-  }
-  ::fcntl(child.pidfd, F_SETFD, FD_CLOEXEC);
-  for (int fd : {out[0], err[0]}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-  child.out_fd = out[0];
-  child.err_fd = err[0];
-  return child;
+  // The worker is our child now (we are its subreaper): watched and reaped as any other.
+  return AdoptChild(j["pid"].get<pid_t>(), out[0], err[0]);
 }
 
 }  // namespace cohort::agent

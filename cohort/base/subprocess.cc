@@ -39,14 +39,10 @@ void CloseDescriptorsFrom(int first, int keep) {
   close_range(static_cast<unsigned>(std::max(keep + 1, first)), ~0u);
 }
 
-namespace {
-
 void CloseFd(int& fd) {
   if (fd >= 0) ::close(fd);
   fd = -1;
 }
-
-}  // namespace
 
 std::string ExitStatus::Describe() const {
   if (exited) return fmt::format("exit code {}", code);
@@ -237,6 +233,10 @@ Result<Child> Spawn(const SpawnOptions& options) {
     CloseFd(err_pipe[0]);
     return ErrnoStatus(fmt::format("cannot execute {}", program), exec_errno);
   }
+  return AdoptChild(pid, out_pipe[0], err_pipe[0]);
+}
+
+Result<Child> AdoptChild(pid_t pid, int out_fd, int err_fd) {
   Child child;
   child.pid = pid;
   child.pidfd = PidfdOpen(pid);
@@ -244,16 +244,16 @@ Result<Child> Spawn(const SpawnOptions& options) {
     int err = errno;
     ::kill(pid, SIGKILL);
     ::waitpid(pid, nullptr, 0);
-    CloseFd(out_pipe[0]);
-    CloseFd(err_pipe[0]);
+    CloseFd(out_fd);
+    CloseFd(err_fd);
     return ErrnoStatus("pidfd_open", err);
   }
   ::fcntl(child.pidfd, F_SETFD, FD_CLOEXEC);
-  for (int fd : {out_pipe[0], err_pipe[0]}) {
+  for (int fd : {out_fd, err_fd}) {
     if (fd >= 0) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
   }
-  child.out_fd = out_pipe[0];
-  child.err_fd = err_pipe[0];
+  child.out_fd = out_fd;
+  child.err_fd = err_fd;
   return child;
 }
 

@@ -39,6 +39,14 @@ struct Child {
 // caller through a close-on-exec pipe, not as a child that exits 127.
 Result<Child> Spawn(const SpawnOptions& options);
 
+// The Child of a process that is already this process's child (started by Spawn, or
+// adopted as a subreaper): its pidfd, and `out_fd`/`err_fd` (-1: none) made non-blocking.
+// On failure the process is killed and reaped and the descriptors are closed.
+Result<Child> AdoptChild(pid_t pid, int out_fd, int err_fd);
+
+// Closes `fd` when it is open and sets it to -1.
+void CloseFd(int& fd);
+
 // Sends `sig` to the child's process group (its pgid is its pid).
 void SignalGroup(pid_t pid, int sig);
 

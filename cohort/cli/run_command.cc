@@ -273,10 +273,11 @@ Status ApplyRdzvConf(const std::string& text, rendezvous::RendezvousConfig& c,
 // The worker command line, resolved the way torchrun does for .py files and -m. torchrun
 // runs them with its own interpreter; cohort has none, so it takes COHORT_PYTHON, else the
 // `python3` on PATH, and says which one in `note` (shown with a failed job's summary: a
-// python3 without torch fails with a bare ModuleNotFoundError otherwise).
+// python3 without torch fails with a bare ModuleNotFoundError otherwise). `program_at` is
+// where the script (or module) stands in the result, 0 when cohort runs no interpreter.
 Result<std::vector<std::string>> WorkerArgv(const RunFlags& f,
                                             const std::vector<std::string>& program,
-                                            std::string* note) {
+                                            std::string* note, size_t* program_at) {
   const std::string& entry = program[0];
   std::vector<std::string> rest(program.begin() + 1, program.end());
   const char* py_env = std::getenv("COHORT_PYTHON");
@@ -294,6 +295,7 @@ Result<std::vector<std::string>> WorkerArgv(const RunFlags& f,
   } else {
     argv = {entry};
   }
+  *program_at = argv.size() > 1 ? argv.size() - 1 : 0;
   auto found = FindProgram(argv[0]);
   if (!found.ok()) {
     return Status(found.status().code(),
@@ -317,28 +319,24 @@ Result<std::vector<std::string>> WorkerArgv(const RunFlags& f,
 // For python workers: the directory of cohort's Python packages (cohort_torch) on their
 // PYTHONPATH, and the warm interpreter that forks them (unless --no-preload).
 void AddPythonSupport(const RunFlags& f, const std::vector<std::string>& argv,
-                      agent::WorkerSpec& spec) {
+                      size_t program_at, agent::WorkerSpec& spec) {
   const std::string dir = SiblingPath("python");
   if (fs::is_directory(dir)) {
     const char* old = std::getenv("PYTHONPATH");
     spec.extra_env.emplace_back("PYTHONPATH",
                                 old && *old ? fmt::format("{}:{}", dir, old) : dir);
   }
-  // argv is {python, "-u", script, args...} or {python, "-u", "-m", module, args...}.
-  const bool python = f.module || (!f.no_python && argv.size() >= 3 && EndsWith(argv[2], ".py"));
   const std::string zygote = dir + "/cohort_zygote.py";
-  if (!python || f.no_preload || !fs::is_regular_file(zygote)) return;
+  if (program_at == 0 || f.no_preload || !fs::is_regular_file(zygote)) return;
   auto& warm = spec.warm;
-  warm.python = argv[0];
-  warm.flags = {argv[1]};
+  warm.program_at = program_at;
   warm.module = f.module;
-  warm.program.assign(argv.begin() + (f.module ? 3 : 2), argv.end());
   warm.zygote_script = zygote;
   for (const auto& m : f.preload) {
     if (!m.empty()) warm.preload.push_back(m);
   }
   if (f.preload.empty() && !f.module) {
-    std::ifstream in(warm.program[0]);
+    std::ifstream in(argv[program_at]);
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (text.find("torch") != std::string::npos) warm.preload.push_back("torch");
   }
@@ -537,7 +535,8 @@ int RunCommand(const std::vector<std::string>& args) {
     return Fail(kExitInvalidValue, "--standalone runs one node; drop it or use --nnodes 1");
   }
   std::string entrypoint_note;
-  auto argv = WorkerArgv(f, program, &entrypoint_note);
+  size_t program_at = 0;
+  auto argv = WorkerArgv(f, program, &entrypoint_note, &program_at);
   if (!argv.ok()) {
     int code = argv.status().code() == StatusCode::kNotFound ||
                        argv.status().code() == StatusCode::kPermissionDenied
@@ -648,7 +647,7 @@ int RunCommand(const std::vector<std::string>& args) {
   agent::AgentOptions o;
   o.spec.argv = *argv;
   o.spec.entrypoint_note = entrypoint_note;
-  AddPythonSupport(f, *argv, o.spec);
+  AddPythonSupport(f, *argv, program_at, o.spec);
   o.spec.nproc_per_node = *nproc;
   o.spec.role = f.role;
   o.spec.max_restarts = f.max_restarts;

@@ -16,6 +16,7 @@
 #include "cohort/base/log.h"
 #include "cohort/base/worker_env.h"
 #include "cohort/net/codec.h"
+#include "cohort/store/asio_listen.h"
 #include "cohort/store/kv_state.h"
 #include "cohort/store/memory_store.h"
 
@@ -96,21 +97,8 @@ class StoreServer::Impl {
       : options_(std::move(options)), acceptor_(io_), retry_accept_(io_) {}
 
   Status Open() {
-    asio::error_code ec;
-    auto address = asio::ip::make_address(options_.host.empty() ? "0.0.0.0" : options_.host, ec);
-    if (ec) return InvalidArgument("store server: bad listen address '{}'", options_.host);
-    tcp::endpoint endpoint(address, static_cast<uint16_t>(options_.port));
-    acceptor_.open(endpoint.protocol(), ec);
-    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
-    if (!ec) acceptor_.bind(endpoint, ec);
-    if (!ec) acceptor_.listen(4096, ec);
-    if (ec) {
-      Status st = ErrnoStatus(fmt::format("store server: listen on {}:{}", options_.host,
-                                          options_.port),
-                              ec.value());
-      return st;
-    }
-    ::fcntl(acceptor_.native_handle(), F_SETFD, FD_CLOEXEC);  // never inherited by workers
+    COHORT_RETURN_IF_ERROR(ListenOn(acceptor_, options_.host.empty() ? "0.0.0.0" : options_.host,
+                                    options_.port, "store server"));
     port_ = acceptor_.local_endpoint().port();
     RaiseFileLimit();
     Accept();

@@ -25,6 +25,7 @@
 #include <unordered_set>
 
 #include "cohort/base/log.h"
+#include "cohort/store/asio_listen.h"
 #include "cohort/store/kv_state.h"
 
 namespace cohort::store {
@@ -124,19 +125,7 @@ std::string Byte(uint8_t v) { return std::string(1, static_cast<char>(v)); }
 class TorchStoreServer::Impl {
  public:
   Status Open(const TorchStoreServerOptions& o) {
-    asio::error_code ec;
-    auto address = asio::ip::make_address(o.host, ec);
-    if (ec) return InvalidArgument("torch store: bad listen address '{}'", o.host);
-    tcp::endpoint endpoint(address, static_cast<uint16_t>(o.port));
-    acceptor_.open(endpoint.protocol(), ec);
-    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
-    if (!ec) acceptor_.bind(endpoint, ec);
-    if (!ec) acceptor_.listen(4096, ec);
-    if (ec) {
-      return ErrnoStatus(fmt::format("torch store: listen on {}:{}", o.host, o.port),
-                         ec.value());
-    }
-    ::fcntl(acceptor_.native_handle(), F_SETFD, FD_CLOEXEC);
+    COHORT_RETURN_IF_ERROR(ListenOn(acceptor_, o.host, o.port, "torch store"));
     port_ = acceptor_.local_endpoint().port();
     Accept();
     thread_ = std::thread([this] {
@@ -209,7 +198,7 @@ class TorchStoreServer::Impl {
       case kSet:
         if (!p.Str(&key) || !p.Str(&a)) return false;
         state_.Set(key, a);
-        Notify(key);
+        Notify();
         return true;
       case kCompareSet: {
         if (!p.Str(&key) || !p.Str(&a) || !p.Str(&b)) return false;
@@ -219,7 +208,7 @@ class TorchStoreServer::Impl {
           return true;
         }
         Send(c, Value(state_.CompareSet(key, a, b)));
-        if (missing) Notify(key);
+        if (missing) Notify();
         return true;
       }
       case kGet: {
@@ -237,7 +226,7 @@ class TorchStoreServer::Impl {
           return true;
         }
         Send(c, Int(*r));
-        Notify(key);
+        Notify();
         return true;
       }
       case kCheck:
@@ -252,7 +241,7 @@ class TorchStoreServer::Impl {
           ++c->waits;
           auto w = std::make_shared<Waiter>(Waiter{c, std::move(keys)});
           waiters_.push_back(w);
-          if (state_.ContainsAll(w->keys)) Notify(std::string());
+          if (state_.ContainsAll(w->keys)) Notify();
         }
         return true;
       case kNumKeys:
@@ -272,7 +261,7 @@ class TorchStoreServer::Impl {
 
   // Answers, in the order they were made, the waits whose keys now all exist. A
   // connection's waits are answered in order (a client has at most one outstanding).
-  void Notify(const std::string&) {
+  void Notify() {
     std::vector<std::shared_ptr<Waiter>> keep;
     std::unordered_set<Conn*> blocked;
     for (auto& w : waiters_) {

@@ -7,6 +7,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <numeric>
 #include <stdexcept>
 
 #include "cohort/base/strings.h"
@@ -183,6 +184,40 @@ void CheckSameType(const at::Tensor& a, const at::Tensor& b, const char* op) {
               a.scalar_type(), " and ", b.scalar_type(), " cannot be mixed");
 }
 
+// A list of one tensor per rank (all-gather outputs, gather outputs, scatter and
+// reduce-scatter inputs), each like `like`.
+void CheckPerRankList(const std::vector<std::vector<at::Tensor>>& lists, int size,
+                      const at::Tensor& like, const char* op, const char* role) {
+  TORCH_CHECK(lists.size() == 1 && static_cast<int>(lists[0].size()) == size,
+              "cohort backend: ", op, " needs one ", role, " list of ", size, " tensors");
+  for (const auto& t : lists[0]) {
+    CheckTensor(t, op);
+    CheckSameType(t, like, op);
+    TORCH_CHECK(t.numel() == like.numel(), "cohort backend: ", op, ": every ", role,
+                " tensor must have ", like.numel(), " elements, not ", t.numel());
+  }
+}
+
+// The reduction `op` asks for, refused now when it does not apply to the tensor's type.
+ReduceOp CheckedReduceOp(const c10d::ReduceOp& op, const at::Tensor& t, const char* name) {
+  const ReduceOp r = ToReduceOp(op);
+  Status ok = comm::CheckOp(ToDataType(t), r);
+  TORCH_CHECK(ok.ok(), "cohort backend: ", name, ": ", ok.message());
+  return r;
+}
+
+void CheckPeer(int peer, int rank, int size, const char* what) {
+  TORCH_CHECK(peer >= 0 && peer < size && peer != rank, "cohort backend: ", what, " rank ",
+              peer, " (the group has ", size, " ranks; this is rank ", rank, ")");
+}
+
+// Offsets of blocks of `counts` elements laid end to end.
+std::vector<int64_t> Offsets(const std::vector<int64_t>& counts) {
+  std::vector<int64_t> offsets(counts.size(), 0);
+  for (size_t j = 1; j < counts.size(); ++j) offsets[j] = offsets[j - 1] + counts[j - 1];
+  return offsets;
+}
+
 // The contiguous tensor an operation reads or writes: `t` itself when it is contiguous,
 // else a contiguous copy (written back by WriteBack).
 at::Tensor Dense(const at::Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
@@ -212,12 +247,18 @@ void Unflatten(const at::Tensor& flat, std::vector<at::Tensor>& tensors) {
 
 }  // namespace
 
+namespace {
+const c10::TypePtr& TensorListType() {
+  static const c10::TypePtr type = c10::ListType::create(c10::TensorType::get());
+  return type;
+}
+}  // namespace
+
 CohortWork::CohortWork(int rank, OpType type, std::vector<at::Tensor> outputs,
                        std::weak_ptr<Executor> executor)
     : c10d::Work(rank, type),
       outputs_(std::move(outputs)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()))),
+      future_(c10::make_intrusive<c10::ivalue::Future>(TensorListType())),
       executor_(std::move(executor)) {}
 
 void CohortWork::Complete(std::exception_ptr error) {
@@ -392,9 +433,7 @@ c10::intrusive_ptr<c10d::Work> CohortProcessGroup::broadcast(
 c10::intrusive_ptr<c10d::Work> CohortProcessGroup::allreduce(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
   CheckSingle(tensors, "allreduce");
-  const ReduceOp op = ToReduceOp(opts.reduceOp);
-  Status ok = comm::CheckOp(ToDataType(tensors[0]), op);
-  TORCH_CHECK(ok.ok(), "cohort backend: allreduce: ", ok.message());
+  const ReduceOp op = CheckedReduceOp(opts.reduceOp, tensors[0], "allreduce");
   at::Tensor t = tensors[0];
   return Enqueue(OpType::ALLREDUCE, tensors, [this, t, op]() mutable {
     at::Tensor d = Dense(t);
@@ -411,9 +450,7 @@ c10::intrusive_ptr<c10d::Work> CohortProcessGroup::allreduce_coalesced(
     CheckTensor(t, "allreduce_coalesced");
     CheckSameType(t, tensors[0], "allreduce_coalesced");
   }
-  const ReduceOp op = ToReduceOp(opts.reduceOp);
-  Status ok = comm::CheckOp(ToDataType(tensors[0]), op);
-  TORCH_CHECK(ok.ok(), "cohort backend: allreduce_coalesced: ", ok.message());
+  const ReduceOp op = CheckedReduceOp(opts.reduceOp, tensors[0], "allreduce_coalesced");
   return Enqueue(OpType::ALLREDUCE_COALESCED, tensors, [this, tensors, op]() mutable {
     at::Tensor flat = Flatten(tensors);
     COHORT_WAIT("allreduce_coalesced",
@@ -427,9 +464,7 @@ c10::intrusive_ptr<c10d::Work> CohortProcessGroup::reduce(std::vector<at::Tensor
                                                           const c10d::ReduceOptions& opts) {
   CheckSingle(tensors, "reduce");
   CheckRoot(opts.rootRank, size_);
-  const ReduceOp op = ToReduceOp(opts.reduceOp);
-  Status ok = comm::CheckOp(ToDataType(tensors[0]), op);
-  TORCH_CHECK(ok.ok(), "cohort backend: reduce: ", ok.message());
+  const ReduceOp op = CheckedReduceOp(opts.reduceOp, tensors[0], "reduce");
   at::Tensor t = tensors[0];
   const int root = static_cast<int>(opts.rootRank);
   return Enqueue(OpType::REDUCE, tensors, [this, t, op, root]() mutable {
@@ -444,14 +479,7 @@ c10::intrusive_ptr<c10d::Work> CohortProcessGroup::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions&) {
   CheckSingle(inputs, "allgather");
-  TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
-              "cohort backend: allgather needs one output list of ", size_, " tensors");
-  for (const auto& o : outputs[0]) {
-    CheckTensor(o, "allgather output");
-    CheckSameType(o, inputs[0], "allgather");
-    TORCH_CHECK(o.numel() == inputs[0].numel(), "cohort backend: allgather: every output "
-                "tensor must have the input's ", inputs[0].numel(), " elements, not ", o.numel());
-  }
+  CheckPerRankList(outputs, size_, inputs[0], "allgather", "output");
   at::Tensor in = inputs[0];
   std::vector<at::Tensor> outs = outputs[0];
   return Enqueue(OpType::ALLGATHER, outs, [this, in, outs]() mutable {
@@ -487,15 +515,7 @@ c10::intrusive_ptr<c10d::Work> CohortProcessGroup::gather(
   const int root = static_cast<int>(opts.rootRank);
   std::vector<at::Tensor> outs;
   if (rank_ == root) {
-    TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_,
-                "cohort backend: gather needs one output list of ", size_,
-                " tensors on the root");
-    for (const auto& o : outputs[0]) {
-      CheckTensor(o, "gather output");
-      CheckSameType(o, inputs[0], "gather");
-      TORCH_CHECK(o.numel() == inputs[0].numel(), "cohort backend: gather: every output "
-                  "tensor must have the input's ", inputs[0].numel(), " elements");
-    }
+    CheckPerRankList(outputs, size_, inputs[0], "gather", "output");
     outs = outputs[0];
   } else {
     TORCH_CHECK(outputs.empty() || outputs[0].empty(),
@@ -520,15 +540,7 @@ c10::intrusive_ptr<c10d::Work> CohortProcessGroup::scatter(
   const int root = static_cast<int>(opts.rootRank);
   std::vector<at::Tensor> ins;
   if (rank_ == root) {
-    TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
-                "cohort backend: scatter needs one input list of ", size_,
-                " tensors on the root");
-    for (const auto& i : inputs[0]) {
-      CheckTensor(i, "scatter input");
-      CheckSameType(i, outputs[0], "scatter");
-      TORCH_CHECK(i.numel() == outputs[0].numel(), "cohort backend: scatter: every input "
-                  "tensor must have the output's ", outputs[0].numel(), " elements");
-    }
+    CheckPerRankList(inputs, size_, outputs[0], "scatter", "input");
     ins = inputs[0];
   } else {
     TORCH_CHECK(inputs.empty() || inputs[0].empty(),
@@ -549,17 +561,8 @@ c10::intrusive_ptr<c10d::Work> CohortProcessGroup::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ReduceScatterOptions& opts) {
   CheckSingle(outputs, "reduce_scatter");
-  TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_,
-              "cohort backend: reduce_scatter needs one input list of ", size_, " tensors");
-  for (const auto& i : inputs[0]) {
-    CheckTensor(i, "reduce_scatter input");
-    CheckSameType(i, outputs[0], "reduce_scatter");
-    TORCH_CHECK(i.numel() == outputs[0].numel(), "cohort backend: reduce_scatter: every "
-                "input tensor must have the output's ", outputs[0].numel(), " elements");
-  }
-  const ReduceOp op = ToReduceOp(opts.reduceOp);
-  Status ok = comm::CheckOp(ToDataType(outputs[0]), op);
-  TORCH_CHECK(ok.ok(), "cohort backend: reduce_scatter: ", ok.message());
+  CheckPerRankList(inputs, size_, outputs[0], "reduce_scatter", "input");
+  const ReduceOp op = CheckedReduceOp(opts.reduceOp, outputs[0], "reduce_scatter");
   at::Tensor out = outputs[0];
   std::vector<at::Tensor> ins = inputs[0];
   return Enqueue(OpType::REDUCE_SCATTER, outputs, [this, out, ins, op]() mutable {
@@ -579,9 +582,7 @@ c10::intrusive_ptr<c10d::Work> CohortProcessGroup::_reduce_scatter_base(
   TORCH_CHECK(input.numel() == size_ * output.numel(), "cohort backend: _reduce_scatter_base: "
               "the input must have ", size_, " x ", output.numel(), " elements, not ",
               input.numel());
-  const ReduceOp op = ToReduceOp(opts.reduceOp);
-  Status ok = comm::CheckOp(ToDataType(output), op);
-  TORCH_CHECK(ok.ok(), "cohort backend: _reduce_scatter_base: ", ok.message());
+  const ReduceOp op = CheckedReduceOp(opts.reduceOp, output, "_reduce_scatter_base");
   at::Tensor in = input, out = output;
   return Enqueue(OpType::_REDUCE_SCATTER_BASE, {output}, [this, in, out, op]() mutable {
     at::Tensor d = Dense(in), o = Dense(out);
@@ -593,9 +594,8 @@ c10::intrusive_ptr<c10d::Work> CohortProcessGroup::_reduce_scatter_base(
 
 void CohortProcessGroup::UnevenAllToAll(const at::Tensor& in,
                                         const std::vector<int64_t>& send_counts,
-                                        const std::vector<int64_t>& send_offsets,
-                                        at::Tensor& out, const std::vector<int64_t>& recv_counts,
-                                        const std::vector<int64_t>& recv_offsets) {
+                                        at::Tensor& out,
+                                        const std::vector<int64_t>& recv_counts) {
   // Every rank pads its blocks to the largest block of the whole exchange and runs one
   // equal all-to-all; the padding is cut away on receipt.
   int64_t block = 0;
@@ -606,6 +606,8 @@ void CohortProcessGroup::UnevenAllToAll(const at::Tensor& in,
   at::Tensor sendbuf = at::zeros({size_ * block}, in.options());
   at::Tensor recvbuf = at::empty({size_ * block}, in.options());
   at::Tensor flat_in = in.reshape({-1});
+  const std::vector<int64_t> send_offsets = Offsets(send_counts);
+  const std::vector<int64_t> recv_offsets = Offsets(recv_counts);
   for (int j = 0; j < size_; ++j) {
     sendbuf.narrow(0, j * block, send_counts[j])
         .copy_(flat_in.narrow(0, send_offsets[j], send_counts[j]));
@@ -620,30 +622,28 @@ void CohortProcessGroup::UnevenAllToAll(const at::Tensor& in,
 }
 
 namespace {
-// Element counts and offsets of `splits` rows of `row` elements (equal blocks when empty).
-void SplitsToCounts(const std::vector<int64_t>& splits, int64_t numel, int64_t rows, int size,
-                    const char* which, std::vector<int64_t>* counts,
-                    std::vector<int64_t>* offsets) {
+// Element counts of blocks of `splits` rows (equal blocks when `splits` is empty).
+std::vector<int64_t> SplitsToCounts(const std::vector<int64_t>& splits, int64_t numel,
+                                    int64_t rows, int size, const char* which) {
   const int64_t row = rows > 0 ? numel / rows : 0;
-  counts->assign(size, 0);
-  offsets->assign(size, 0);
+  std::vector<int64_t> counts(size, 0);
   if (splits.empty()) {
     TORCH_CHECK(numel % size == 0, "cohort backend: all_to_all_single: the ", which,
                 " has ", numel, " elements, not a multiple of the group size ", size);
-    for (int j = 0; j < size; ++j) (*counts)[j] = numel / size;
+    for (int j = 0; j < size; ++j) counts[j] = numel / size;
   } else {
     TORCH_CHECK(static_cast<int>(splits.size()) == size, "cohort backend: all_to_all_single: ",
                 which, " split sizes name ", splits.size(), " ranks, the group has ", size);
     int64_t total = 0;
     for (int j = 0; j < size; ++j) {
       TORCH_CHECK(splits[j] >= 0, "cohort backend: all_to_all_single: negative split size");
-      (*counts)[j] = splits[j] * row;
+      counts[j] = splits[j] * row;
       total += splits[j];
     }
     TORCH_CHECK(total == rows, "cohort backend: all_to_all_single: ", which,
                 " split sizes add up to ", total, " rows, the tensor has ", rows);
   }
-  for (int j = 1; j < size; ++j) (*offsets)[j] = (*offsets)[j - 1] + (*counts)[j - 1];
+  return counts;
 }
 }  // namespace
 
@@ -655,9 +655,10 @@ c10::intrusive_ptr<c10d::Work> CohortProcessGroup::alltoall_base(
   CheckSameType(input, output, "all_to_all_single");
   const int64_t in_rows = input.dim() ? input.size(0) : 1;
   const int64_t out_rows = output.dim() ? output.size(0) : 1;
-  std::vector<int64_t> sc, so, rc, ro;
-  SplitsToCounts(input_split_sizes, input.numel(), in_rows, size_, "input", &sc, &so);
-  SplitsToCounts(output_split_sizes, output.numel(), out_rows, size_, "output", &rc, &ro);
+  const std::vector<int64_t> sc =
+      SplitsToCounts(input_split_sizes, input.numel(), in_rows, size_, "input");
+  const std::vector<int64_t> rc =
+      SplitsToCounts(output_split_sizes, output.numel(), out_rows, size_, "output");
   const bool equal = input_split_sizes.empty() && output_split_sizes.empty();
   at::Tensor in = input, out = output;
   return Enqueue(OpType::ALLTOALL_BASE, {output}, [=, this]() mutable {
@@ -666,7 +667,7 @@ c10::intrusive_ptr<c10d::Work> CohortProcessGroup::alltoall_base(
       COHORT_WAIT("all_to_all_single", comm_->AllToAll(d.data_ptr(), o.data_ptr(),
                                                        d.numel() / size_, ToDataType(d)));
     } else {
-      UnevenAllToAll(d, sc, so, o, rc, ro);
+      UnevenAllToAll(d, sc, o, rc);
     }
     WriteBack(o, out);
   });
@@ -679,7 +680,7 @@ c10::intrusive_ptr<c10d::Work> CohortProcessGroup::alltoall(std::vector<at::Tens
                   static_cast<int>(outputs.size()) == size_,
               "cohort backend: all_to_all needs ", size_, " input and ", size_,
               " output tensors");
-  std::vector<int64_t> sc(size_), so(size_), rc(size_), ro(size_);
+  std::vector<int64_t> sc(size_), rc(size_);
   for (int j = 0; j < size_; ++j) {
     CheckTensor(inputs[j], "all_to_all input");
     CheckTensor(outputs[j], "all_to_all output");
@@ -687,13 +688,13 @@ c10::intrusive_ptr<c10d::Work> CohortProcessGroup::alltoall(std::vector<at::Tens
     CheckSameType(outputs[j], inputs[0], "all_to_all");
     sc[j] = inputs[j].numel();
     rc[j] = outputs[j].numel();
-    if (j) so[j] = so[j - 1] + sc[j - 1], ro[j] = ro[j - 1] + rc[j - 1];
   }
   std::vector<at::Tensor> ins = inputs, outs = outputs;
   return Enqueue(OpType::ALLTOALL, outputs, [=, this]() mutable {
     at::Tensor flat_in = Flatten(ins);
-    at::Tensor flat_out = at::empty({ro[size_ - 1] + rc[size_ - 1]}, flat_in.options());
-    UnevenAllToAll(flat_in, sc, so, flat_out, rc, ro);
+    at::Tensor flat_out =
+        at::empty({std::accumulate(rc.begin(), rc.end(), int64_t{0})}, flat_in.options());
+    UnevenAllToAll(flat_in, sc, flat_out, rc);
     Unflatten(flat_out, outs);
   });
 }
@@ -701,8 +702,7 @@ c10::intrusive_ptr<c10d::Work> CohortProcessGroup::alltoall(std::vector<at::Tens
 c10::intrusive_ptr<c10d::Work> CohortProcessGroup::send(std::vector<at::Tensor>& tensors,
                                                         int dst, int tag) {
   CheckSingle(tensors, "send");
-  TORCH_CHECK(dst >= 0 && dst < size_ && dst != rank_, "cohort backend: send to rank ", dst,
-              " (the group has ", size_, " ranks; this is rank ", rank_, ")");
+  CheckPeer(dst, rank_, size_, "send to");
   at::Tensor t = tensors[0];
   return Enqueue(OpType::SEND, tensors, [this, t, dst, tag]() mutable {
     at::Tensor d = Dense(t);
@@ -713,8 +713,7 @@ c10::intrusive_ptr<c10d::Work> CohortProcessGroup::send(std::vector<at::Tensor>&
 c10::intrusive_ptr<c10d::Work> CohortProcessGroup::recv(std::vector<at::Tensor>& tensors,
                                                         int src, int tag) {
   CheckSingle(tensors, "recv");
-  TORCH_CHECK(src >= 0 && src < size_ && src != rank_, "cohort backend: recv from rank ", src,
-              " (the group has ", size_, " ranks; this is rank ", rank_, ")");
+  CheckPeer(src, rank_, size_, "recv from");
   at::Tensor t = tensors[0];
   return Enqueue(OpType::RECV, tensors, [this, t, src, tag]() mutable {
     at::Tensor d = Dense(t);

@@ -129,12 +129,10 @@ class CohortProcessGroup final : public c10d::ProcessGroup {
  private:
   c10::intrusive_ptr<c10d::Work> Enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
                                          Executor::Task task);
-  // Runs one all-to-all whose blocks differ in size: `send[j]` elements go to rank j and
-  // `recv[j]` come from it, at the given element offsets of the flat buffers.
+  // Runs one all-to-all whose blocks differ in size: `send_counts[j]` elements of `in`
+  // (blocks laid end to end) go to rank j and `recv_counts[j]` come from it into `out`.
   void UnevenAllToAll(const at::Tensor& in, const std::vector<int64_t>& send_counts,
-                      const std::vector<int64_t>& send_offsets, at::Tensor& out,
-                      const std::vector<int64_t>& recv_counts,
-                      const std::vector<int64_t>& recv_offsets);
+                      at::Tensor& out, const std::vector<int64_t>& recv_counts);
 
   std::shared_ptr<store::Store> store_;  // torch's store, adapted; kept for the group's life
   std::unique_ptr<comm::Communicator> comm_;

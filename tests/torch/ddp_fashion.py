@@ -102,13 +102,11 @@ def main():
         loss.backward()
         wait_s += max(0.0, last["done"] - last["issued"])
         opt.step()
+        # the loss of the whole global batch, averaged like the gradients
+        total = loss.detach().clone()
+        dist.all_reduce(total)
         if rank == 0:
-            # the loss of the whole global batch, averaged like the gradients
-            total = loss.detach().clone()
-            dist.all_reduce(total)
             print(f"step {step} loss {total.item() / world:.6f}", flush=True)
-        else:
-            dist.all_reduce(loss.detach().clone())
     if args.bench and start is not None:
         elapsed = time.perf_counter() - start
         print(f"samples_per_s {(args.steps - 1) * args.batch / elapsed:.1f} "
