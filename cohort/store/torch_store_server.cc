@@ -140,6 +140,7 @@ class TorchStoreServer::Impl {
       asio::post(io_, [this] {
         asio::error_code ec;
         acceptor_.close(ec);
+        retry_accept_.cancel();
         auto conns = conns_;
         for (auto& c : conns) Close(c);
         io_.stop();
@@ -154,14 +155,20 @@ class TorchStoreServer::Impl {
   void Accept() {
     acceptor_.async_accept([this](asio::error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted) return;
-      if (!ec) {
-        ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);
-        asio::error_code ignored;
-        socket.set_option(tcp::no_delay(true), ignored);
-        auto c = std::make_shared<Conn>(std::move(socket));
-        conns_.insert(c);
-        Read(c);
+      if (ec) {
+        // Typically EMFILE: back off briefly instead of spinning on the accept.
+        retry_accept_.expires_after(std::chrono::milliseconds(50));
+        retry_accept_.async_wait([this](asio::error_code e) {
+          if (!e) Accept();
+        });
+        return;
       }
+      ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);
+      asio::error_code ignored;
+      socket.set_option(tcp::no_delay(true), ignored);
+      auto c = std::make_shared<Conn>(std::move(socket));
+      conns_.insert(c);
+      Read(c);
       Accept();
     });
   }
@@ -313,6 +320,7 @@ class TorchStoreServer::Impl {
 
   asio::io_context io_;
   tcp::acceptor acceptor_{io_};
+  asio::steady_timer retry_accept_{io_};
   std::unordered_set<std::shared_ptr<Conn>> conns_;
   std::vector<std::shared_ptr<Waiter>> waiters_;
   KvState state_;
