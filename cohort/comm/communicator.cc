@@ -479,6 +479,11 @@ Result<std::unique_ptr<Communicator>> Communicator::Create(std::shared_ptr<store
   return std::unique_ptr<Communicator>(new Communicator(std::move(impl), rank, size));
 }
 
+void ApplyWorkerEnv(const WorkerEnv& env, CommOptions& options) {
+  if (options.listen_addr.empty()) options.listen_addr = env.listen_addr;
+  if (options.flight_recorder_dir.empty()) options.flight_recorder_dir = env.flight_recorder_dir;
+}
+
 Result<std::unique_ptr<Communicator>> Communicator::FromEnvironment(CommOptions options) {
   Result<WorkerEnv> launched = ReadWorkerEnv();
   if (!launched.ok() && launched.status().code() != StatusCode::kNotFound) {
@@ -489,8 +494,7 @@ Result<std::unique_ptr<Communicator>> Communicator::FromEnvironment(CommOptions 
   if (std::string missing = JobStoreMissing(env); !missing.empty()) {
     return FailedPrecondition("{}", missing);
   }
-  if (options.listen_addr.empty()) options.listen_addr = env.listen_addr;
-  if (options.flight_recorder_dir.empty()) options.flight_recorder_dir = env.flight_recorder_dir;
+  ApplyWorkerEnv(env, options);
   if (env.world_size == 1) {
     return Create(std::make_shared<store::MemoryStore>(), 0, 1, std::move(options));
   }

@@ -35,6 +35,7 @@
 
 #include "cohort/base/status.h"
 #include "cohort/base/time.h"
+#include "cohort/base/worker_env.h"
 #include "cohort/comm/dtype.h"
 #include "cohort/comm/op.h"
 #include "cohort/store/store.h"
@@ -52,6 +53,11 @@ struct CommOptions {
   std::string listen_addr;        // address peers reach this rank at (default: hostname's)
   std::string flight_recorder_dir;  // where a timeout or abort dumps the flight record
 };
+
+// Options left empty take the launcher's choices from the worker environment: the address
+// this node's peers reach it at (COHORT_LISTEN_ADDR, from `cohort run --local-addr`) and
+// the flight-recorder directory.
+void ApplyWorkerEnv(const WorkerEnv& env, CommOptions& options);
 
 enum class Exec { kInline, kAsync };
 

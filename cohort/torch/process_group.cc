@@ -384,6 +384,9 @@ CohortProcessGroup::CohortProcessGroup(const c10::intrusive_ptr<c10d::Store>& st
   comm::CommOptions options;
   options.name = "torch";
   options.timeout = std::chrono::duration_cast<Duration>(timeout);
+  // Under `cohort run`: the address peers on other hosts reach this rank at (--local-addr)
+  // and where the flight record goes. Under another launcher the defaults apply.
+  if (Result<WorkerEnv> env = ReadWorkerEnv(); env.ok()) comm::ApplyWorkerEnv(*env, options);
   auto comm = comm::Communicator::Create(store_, rank, size, options);
   if (!comm.ok()) {
     throw std::runtime_error(fmt::format(

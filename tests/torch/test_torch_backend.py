@@ -46,8 +46,12 @@ def test_every_collective_under_torchrun(cohort, pydir, need_torch, launcher, tm
                      timeout=600, env=env)
     assert p.p.returncode == 0, p.describe()
     text = p.stdout + p.stderr
+    # One job of two ranks (torchrun's own TCPStore, not the agent's), over shared memory.
+    seen = re.findall(r"rank (\d) of (\d): backend cohort over (\S+)", text)
+    assert sorted(seen) == [("0", "2", "shm"), ("1", "2", "shm")], text[-3000:]
     for r, (checks, failures) in rank_results(text, 2).items():
         assert failures == 0, text[-4000:]
+        assert checks > 150, (r, checks)
 
 
 def losses(text):
