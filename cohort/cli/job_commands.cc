@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "cohort/base/settings.h"
@@ -23,6 +25,8 @@
 #include "cohort/launch/job_spec.h"
 #include "cohort/launch/local_backend.h"
 #include "cohort/launch/submit.h"
+#include "cohort/launch/targets.h"
+#include "cohort/pipeline/condition.h"
 
 namespace cohort::cli {
 namespace {
@@ -57,25 +61,9 @@ Result<std::unique_ptr<JobDb>> OpenDb(const Common& c) {
   return JobDb::Open(launch::JobDbPath(c.home));
 }
 
-// Asks the job's backend for its current state and records it; returns the fresh status.
-Result<JobStatus> Refresh(JobDb& db, Backend& backend, JobRecord& job) {
-  COHORT_ASSIGN_OR_RETURN(JobStatus s, backend.Poll(job));
-  if (s.state == job.state && s.exit_code == job.exit_code && s.detail == job.detail) return s;
-  job.state = s.state;
-  job.exit_code = s.exit_code;
-  job.detail = s.detail;
-  // A backend that records its own progress (the local runner) is not overwritten; what it
-  // derives on reading ("lost") is shown, not stored.
-  if (backend.RecordsOwnState()) return s;
-  if (launch::IsFinalState(s.state) && job.ended_at == 0) job.ended_at = WallSeconds();
-  COHORT_RETURN_IF_ERROR(db.Update(job).status());
-  for (const auto& e : s.elements) COHORT_RETURN_IF_ERROR(db.UpdateElement(job.id, e).status());
-  return s;
-}
-
 Result<JobStatus> Refresh(JobDb& db, JobRecord& job, const launch::BackendOptions& options) {
-  COHORT_ASSIGN_OR_RETURN(auto backend, launch::MakeBackend(job.backend, options));
-  return Refresh(db, *backend, job);
+  COHORT_ASSIGN_OR_RETURN(auto backend, launch::MakeBackendForJob(job, options));
+  return launch::RefreshJob(db, *backend, job);
 }
 
 json JobJson(const JobRecord& j, const JobStatus* s) {
@@ -90,6 +78,7 @@ json JobJson(const JobRecord& j, const JobStatus* s) {
     json elements = json::array();
     for (const auto& e : s->elements) {
       elements.push_back({{"index", e.index},
+                          {"target", e.target},
                           {"state", e.state},
                           {"exit_code", e.exit_code ? json(*e.exit_code) : json(nullptr)},
                           {"log_dir", e.log_dir},
@@ -107,7 +96,11 @@ void PrintStatus(const JobRecord& j, const JobStatus& s) {
   if (j.started_at > 0) fmt::print(", started {}", FormatTime(j.started_at));
   if (j.ended_at > 0) fmt::print(", ended {}", FormatTime(j.ended_at));
   fmt::print("\n");
-  if (!j.backend_id.empty()) fmt::print("  {} id: {}\n", j.backend, j.backend_id);
+  if (j.backend == launch::kTargetsBackend) {
+    if (!j.backend_id.empty()) fmt::print("  one job per target: {}\n", j.backend_id);
+  } else if (!j.backend_id.empty()) {
+    fmt::print("  {} id: {}\n", j.backend, j.backend_id);
+  }
   if (!j.log_dir.empty()) fmt::print("  logs: {}\n", j.log_dir);
   if (!j.detail.empty()) fmt::print("  detail: {}\n", j.detail);
   if (s.elements.empty()) return;
@@ -116,10 +109,19 @@ void PrintStatus(const JobRecord& j, const JobStatus& s) {
   std::string summary;
   for (const auto& [state, n] : counts) summary += fmt::format("{}{} {}", summary.empty() ? "" : ", ", n, state);
   fmt::print("  elements: {} ({})\n", s.elements.size(), summary);
-  fmt::print("  {:>6}  {:<10} {:>5}  {}\n", "INDEX", "STATE", "EXIT", "DETAIL");
+  const bool targets = std::any_of(s.elements.begin(), s.elements.end(),
+                                   [](const launch::ElementRecord& e) { return !e.target.empty(); });
+  size_t width = 6;
+  for (const auto& e : s.elements) width = std::max(width, e.target.size());
+  auto row = [&](const std::string& index, const std::string& target, const std::string& state,
+                 const std::string& exit, const std::string& detail) {
+    fmt::print("  {:>6}  {}{:<10} {:>5}  {}\n", index,
+               targets ? fmt::format("{:<{}}  ", target, width) : "", state, exit, detail);
+  };
+  row("INDEX", "TARGET", "STATE", "EXIT", "DETAIL");
   for (const auto& e : s.elements) {
-    fmt::print("  {:>6}  {:<10} {:>5}  {}\n", e.index, e.state,
-               e.exit_code ? std::to_string(*e.exit_code) : "-", e.detail);
+    row(std::to_string(e.index), e.target, e.state,
+        e.exit_code ? std::to_string(*e.exit_code) : "-", e.detail);
   }
 }
 
@@ -131,7 +133,7 @@ int JobExitCode(const std::string& state) {
 
 // Polls until the job reaches a final state; prints each new state once.
 int WaitForEnd(JobDb& db, JobRecord& job, const launch::BackendOptions& options, bool quiet) {
-  auto backend = launch::MakeBackend(job.backend, options);
+  auto backend = launch::MakeBackendForJob(job, options);
   if (!backend.ok()) {
     fmt::print(stderr, "cohort: {}\n", backend.status().message());
     return kExitBackend;
@@ -139,7 +141,7 @@ int WaitForEnd(JobDb& db, JobRecord& job, const launch::BackendOptions& options,
   std::string last;
   auto delay = std::chrono::milliseconds(100);
   for (;;) {
-    auto s = Refresh(db, **backend, job);
+    auto s = launch::RefreshJob(db, **backend, job);
     if (!s.ok()) {
       fmt::print(stderr, "cohort: cannot read the state of job {}: {}\n", job.id,
                  s.status().message());
@@ -159,6 +161,48 @@ int WaitForEnd(JobDb& db, JobRecord& job, const launch::BackendOptions& options,
   }
 }
 
+// The spec at `path` with its pipeline templates filled in from `--set` values: KEY=VALUE
+// fills {{params.KEY}}, steps.S.outputs.O=VALUE fills {{steps.S.outputs.O}}. A template
+// left without value is a problem naming the --set that fills it.
+Result<std::string> SpecText(const std::string& path, const std::vector<std::string>& sets,
+                             std::vector<launch::Problem>* problems) {
+  std::ifstream in(path);
+  if (!in) return NotFound("cannot read the job spec {}: {}", path, std::strerror(errno));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  std::map<std::string, std::string> values;
+  for (const std::string& set : sets) {
+    const size_t eq = set.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      problems->push_back({"--set " + set, "is not KEY=VALUE (e.g. --set lr=0.1)"});
+      continue;
+    }
+    std::string key = set.substr(0, eq);
+    if (!StartsWith(key, "params.") && !StartsWith(key, "steps.")) key = "params." + key;
+    values[key] = set.substr(eq + 1);
+  }
+  auto uses = pipeline::FindTemplates(buffer.str());
+  if (!uses.ok()) {
+    problems->push_back({path, uses.status().message()});
+    return buffer.str();
+  }
+  std::set<std::string> missing;
+  auto text = pipeline::SubstituteTemplates(buffer.str(), [&](const pipeline::Ref& ref)
+                                                              -> Result<std::string> {
+    auto it = values.find(ref.ToString());
+    if (it != values.end()) return it->second;
+    missing.insert(ref.ToString());
+    return "{{" + ref.ToString() + "}}";
+  });
+  for (const std::string& name : missing) {
+    const std::string flag = StartsWith(name, "params.") ? name.substr(7) : name;
+    problems->push_back({path, fmt::format("{{{{{}}}}} has no value: pass --set {}=VALUE (`cohort "
+                                           "pipeline run` fills it from the pipeline)",
+                                           name, flag)});
+  }
+  return text;
+}
+
 }  // namespace
 
 int SubmitCommand(const std::vector<std::string>& args) {
@@ -166,6 +210,7 @@ int SubmitCommand(const std::vector<std::string>& args) {
   Common c;
   c.Add(app);
   std::string spec_path, backend_name, array, manifest, sql, db_url, kube_flavor = "pytorchjob";
+  std::vector<std::string> manifest_columns, sets;
   int concurrency = 0;
   bool dry_run = false, wait = false;
   app.add_option("spec", spec_path, "job spec (YAML)")->required();
@@ -173,7 +218,13 @@ int SubmitCommand(const std::vector<std::string>& args) {
       ->envname("COHORT_BACKEND");
   app.add_option("--array", array, "array over a range: 0-99 or 0-98:2");
   app.add_option("--array-manifest", manifest, "array over the rows of a CSV file");
+  app.add_option("--array-manifest-columns", manifest_columns,
+                 "the manifest has no header row: these name its columns (a,b,...)")
+      ->delimiter(',');
   app.add_option("--array-from-sql", sql, "array over the rows of a SELECT");
+  app.add_option("--set", sets,
+                 "fill a template of the spec: KEY=VALUE for {{params.KEY}}, "
+                 "steps.S.outputs.O=VALUE for a step output (repeatable)");
   app.add_option("--db", db_url, "database of --array-from-sql: sqlite:///path or postgresql://...");
   app.add_option("--concurrency", concurrency, "array elements running at once")
       ->check(CLI::PositiveNumber);
@@ -184,15 +235,14 @@ int SubmitCommand(const std::vector<std::string>& args) {
   app.add_flag("--dry-run", dry_run, "print what would be submitted; submit nothing");
   app.add_flag("--wait", wait, "wait for the end; exit 0 succeeded, 1 failed, 9 cancelled");
   if (int rc = ParseCommandLine(app, args, "submit"); rc >= 0) return rc;
-  if (backend_name.empty()) backend_name = "local";
 
   std::vector<launch::Problem> problems;
-  auto loaded = launch::LoadJobSpec(spec_path, &problems);
-  if (!loaded.ok()) {
-    fmt::print(stderr, "cohort submit: {}\n", loaded.status().message());
+  auto text = SpecText(spec_path, sets, &problems);
+  if (!text.ok()) {
+    fmt::print(stderr, "cohort submit: {}\n", text.status().message());
     return kExitInvalidSpec;
   }
-  launch::JobSpec spec = *loaded;
+  launch::JobSpec spec = problems.empty() ? launch::ParseJobSpec(*text, &problems) : launch::JobSpec{};
   // Flags override the spec (flag > env > spec > default).
   int array_flags = !array.empty() + !manifest.empty() + !sql.empty();
   if (array_flags > 1) {
@@ -208,11 +258,30 @@ int SubmitCommand(const std::vector<std::string>& args) {
                                 "postgresql://user@host/db)"});
   }
   if (concurrency > 0) spec.array.concurrency = concurrency;
+  if (!manifest_columns.empty()) {
+    if (spec.array.manifest.empty()) {
+      problems.push_back({"--array-manifest-columns", "only used with a manifest "
+                                                      "(--array-manifest or array.manifest)"});
+    }
+    spec.array.columns = manifest_columns;
+  }
+  // A spec with targets sends each element where its target says.
+  if (!spec.targets.empty()) {
+    if (!backend_name.empty() && backend_name != launch::kTargetsBackend) {
+      problems.push_back({"--backend", fmt::format("the spec's targets choose the backends of "
+                                                   "its elements; leave out --backend {}",
+                                                   backend_name)});
+    }
+    backend_name = launch::kTargetsBackend;
+  }
 
   launch::BackendOptions options = c.Options();
   options.kube_flavor = kube_flavor;
+  options.dry_run = dry_run;
   // Pods run the image's cohort; local and Slurm nodes run this very binary (Slurm nodes
   // share the file system with the submit host).
+  if (backend_name.empty()) backend_name = "local";
+  options.cohort_in_image = image_cohort;
   if (backend_name == "kubernetes" || backend_name == "k8s") options.cohort_bin = image_cohort;
   auto backend = launch::MakeBackend(backend_name, options);
   if (!backend.ok()) {
@@ -359,7 +428,7 @@ int LogsCommand(const std::vector<std::string>& args) {
     fmt::print(stderr, "cohort logs: {}\n", job.status().message());
     return kExitNoSuchJob;
   }
-  auto backend = launch::MakeBackend(job->backend, c.Options());
+  auto backend = launch::MakeBackendForJob(*job, c.Options());
   if (!backend.ok()) {
     fmt::print(stderr, "cohort logs: {}\n", backend.status().message());
     return kExitBackend;
@@ -395,7 +464,7 @@ int LogsCommand(const std::vector<std::string>& args) {
     in.clear();
     std::fflush(stdout);
     if (!follow) return kExitOk;
-    auto s = Refresh(**db, **backend, *job);
+    auto s = launch::RefreshJob(**db, **backend, *job);
     if (s.ok() && launch::IsFinalState(s->state)) {
       // One more pass for what the job wrote before it ended.
       while (in.is_open() && std::getline(in, line)) fmt::print("{}\n", line);
@@ -425,12 +494,12 @@ int CancelCommand(const std::vector<std::string>& args) {
     fmt::print(stderr, "cohort cancel: {}\n", job.status().message());
     return kExitNoSuchJob;
   }
-  auto backend = launch::MakeBackend(job->backend, c.Options());
+  auto backend = launch::MakeBackendForJob(*job, c.Options());
   if (!backend.ok()) {
     fmt::print(stderr, "cohort cancel: {}\n", backend.status().message());
     return kExitBackend;
   }
-  auto before = Refresh(**db, **backend, *job);
+  auto before = launch::RefreshJob(**db, **backend, *job);
   if (before.ok() && launch::IsFinalState(before->state)) {
     fmt::print(stderr, "cohort cancel: job {} already ended ({})\n", job->id, before->state);
     return kExitInvalidValue;
@@ -442,7 +511,7 @@ int CancelCommand(const std::vector<std::string>& args) {
   const double deadline = WallSeconds() + timeout;
   auto delay = std::chrono::milliseconds(50);
   for (;;) {
-    auto s = Refresh(**db, **backend, *job);
+    auto s = launch::RefreshJob(**db, **backend, *job);
     if (s.ok() && launch::IsFinalState(s->state)) {
       fmt::print("job {}: {}\n", job->id, s->state);
       return kExitOk;

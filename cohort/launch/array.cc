@@ -54,7 +54,10 @@ void OnRecord(int, void* user) {
   s->record.clear();
 }
 
-bool ReadCsv(const std::string& path, const std::string& where, Table* table,
+// `columns` empty: the first row is the header naming the variables; otherwise every row
+// is an element and `columns` names its values.
+bool ReadCsv(const std::string& path, const std::string& where,
+             const std::vector<std::string>& columns, Table* table,
              std::vector<Problem>* problems) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
@@ -86,17 +89,34 @@ bool ReadCsv(const std::string& path, const std::string& where, Table* table,
                                             path)});
     return false;
   }
-  table->columns = state.records[0];
+  const bool header = columns.empty();
+  table->columns = header ? state.records[0] : columns;
   for (auto& c : table->columns) c = std::string(Trim(c));
-  for (size_t i = 1; i < state.records.size(); ++i) {
+  if (header) {
+    for (const auto& c : table->columns) {
+      if (IsEnvName(c)) continue;
+      std::string first;
+      for (const auto& v : state.records[0]) first += (first.empty() ? "" : ", ") + v;
+      problems->push_back(
+          {fmt::format("{} ({} line 1)", where, path),
+           fmt::format("'{}' is not a header of variable names ('{}' cannot be one). If the "
+                       "manifest has no header row, name its {} columns with "
+                       "--array-manifest-columns NAME,NAME,... (array.columns in the spec)",
+                       first, c, state.records[0].size())});
+      return false;
+    }
+  }
+  for (size_t i = header ? 1 : 0; i < state.records.size(); ++i) {
     auto& row = state.records[i];
     if (row.size() != table->columns.size()) {
       problems->push_back(
           {fmt::format("{} ({} line {})", where, path, i + 1),
-           fmt::format("{} values, but the header names {} columns", row.size(),
+           fmt::format("{} values, but {} {} columns", row.size(),
+                       header ? "the header names" : "array.columns names",
                        table->columns.size())});
       continue;
     }
+    for (auto& v : row) v = std::string(Trim(v));
     table->rows.push_back(std::move(row));
   }
   return true;
@@ -276,7 +296,7 @@ std::vector<ArrayElement> ExpandArray(const ArraySource& array, const std::strin
     std::filesystem::path p(array.manifest);
     if (p.is_relative() && !base_dir.empty()) p = std::filesystem::path(base_dir) / p;
     Table t;
-    if (!ReadCsv(p.string(), "array.manifest", &t, problems)) return {};
+    if (!ReadCsv(p.string(), "array.manifest", array.columns, &t, problems)) return {};
     CheckColumns(t, "array.manifest", problems);
     elements = FromTable(t);
   } else if (!array.from_sql.empty()) {

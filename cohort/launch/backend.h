@@ -22,8 +22,13 @@ namespace cohort::launch {
 struct BackendOptions {
   std::string home;        // COHORT_HOME: job database and local logs
   std::string cohort_bin;  // the cohort binary the backend starts on nodes
+  std::string cohort_in_image = "cohort";  // kubernetes targets of an array: cohort in pods
   std::string kube_flavor = "pytorchjob";  // pytorchjob | volcano | indexed
   std::string kubectl = "kubectl";
+  std::string kube_context;    // kubectl --context ("" : the current context)
+  std::string kube_namespace;  // kubectl --namespace ("" : the context's)
+  std::string slurm_cluster;   // Slurm -M / --clusters ("" : the local cluster)
+  bool dry_run = false;        // only Validate and Render will be called (a preview)
 };
 
 class Backend {
@@ -59,7 +64,13 @@ class Backend {
   virtual Result<std::string> LogPath(const JobRecord& job, int element, int rank) = 0;
 };
 
+// local | slurm | kubernetes (k8s) | targets (an array over several targets, targets.h).
 Result<std::unique_ptr<Backend>> MakeBackend(const std::string& name,
                                              const BackendOptions& options);
+
+// The backend of a recorded job: MakeBackend(job.backend) aimed where the job went (a
+// child of an array over targets runs on its target's context or cluster).
+Result<std::unique_ptr<Backend>> MakeBackendForJob(const JobRecord& job,
+                                                   const BackendOptions& options);
 
 }  // namespace cohort::launch

@@ -24,7 +24,9 @@ CREATE TABLE IF NOT EXISTS jobs (
   backend_id TEXT NOT NULL DEFAULT '',
   array_size INTEGER NOT NULL DEFAULT 0,
   concurrency INTEGER NOT NULL DEFAULT 0,
-  detail TEXT NOT NULL DEFAULT ''
+  detail TEXT NOT NULL DEFAULT '',
+  parent_id INTEGER NOT NULL DEFAULT 0,
+  target TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS jobs_by_name ON jobs(name);
 CREATE TABLE IF NOT EXISTS elements (
@@ -50,7 +52,7 @@ class Stmt : public SqlStatement {
 
 constexpr const char* kJobColumns =
     "id, name, backend, spec_yaml, state, exit_code, submitted_at, started_at, ended_at, "
-    "log_dir, backend_id, array_size, concurrency, detail";
+    "log_dir, backend_id, array_size, concurrency, detail, parent_id, target";
 
 JobRecord ReadJob(const Stmt& s) {
   JobRecord j;
@@ -68,6 +70,8 @@ JobRecord ReadJob(const Stmt& s) {
   j.array_size = static_cast<int>(s.Int(11));
   j.concurrency = static_cast<int>(s.Int(12));
   j.detail = s.Text(13);
+  j.parent_id = s.Int(14);
+  j.target = s.Text(15);
   return j;
 }
 
@@ -79,7 +83,14 @@ bool IsFinalState(const std::string& state) {
 
 Result<std::unique_ptr<JobDb>> JobDb::Open(const std::string& path) {
   COHORT_ASSIGN_OR_RETURN(sqlite3* db, OpenSqlDatabase(path, kSchema, kWhat));
-  return std::unique_ptr<JobDb>(new JobDb(db));
+  std::unique_ptr<JobDb> out(new JobDb(db));
+  // Databases written before array targets existed lack their columns.
+  for (const char* column : {"parent_id INTEGER NOT NULL DEFAULT 0", "target TEXT NOT NULL DEFAULT ''"}) {
+    const std::string name = std::string(column).substr(0, std::string(column).find(' '));
+    Stmt probe(db, fmt::format("SELECT {} FROM jobs LIMIT 0", name).c_str());
+    if (!probe.ok().ok()) COHORT_RETURN_IF_ERROR(out->Exec(fmt::format("ALTER TABLE jobs ADD COLUMN {}", column)));
+  }
+  return out;
 }
 
 JobDb::~JobDb() { sqlite3_close(db_); }
@@ -90,15 +101,15 @@ Result<int64_t> JobDb::Insert(JobRecord job) {
   COHORT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
   Stmt s(db_,
          "INSERT INTO jobs (name, backend, spec_yaml, state, exit_code, submitted_at, "
-         "started_at, ended_at, log_dir, backend_id, array_size, concurrency, detail) "
-         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
+         "started_at, ended_at, log_dir, backend_id, array_size, concurrency, detail, "
+         "parent_id, target) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   Status st = s.ok();
   if (st.ok()) {
     s.Bind(1, job.name).Bind(2, job.backend).Bind(3, job.spec_yaml).Bind(4, job.state);
     s.Bind(5, job.exit_code).Bind(6, job.submitted_at).Bind(7, job.started_at);
     s.Bind(8, job.ended_at).Bind(9, job.log_dir).Bind(10, job.backend_id);
     s.Bind(11, static_cast<int64_t>(job.array_size)).Bind(12, static_cast<int64_t>(job.concurrency));
-    s.Bind(13, job.detail);
+    s.Bind(13, job.detail).Bind(14, job.parent_id).Bind(15, job.target);
     st = s.Run();
   }
   const int64_t id = sqlite3_last_insert_rowid(db_);
@@ -163,7 +174,7 @@ Result<JobRecord> JobDb::Get(int64_t id) {
 Result<JobRecord> JobDb::Find(const std::string& id_or_name) {
   if (auto id = ParseInt64(id_or_name)) return Get(*id);
   Stmt s(db_,
-         fmt::format("SELECT {} FROM jobs WHERE name=? ORDER BY id DESC LIMIT 1", kJobColumns)
+         fmt::format("SELECT {} FROM jobs WHERE name=? AND parent_id = 0 ORDER BY id DESC LIMIT 1", kJobColumns)
              .c_str());
   COHORT_RETURN_IF_ERROR(s.ok());
   s.Bind(1, id_or_name);
@@ -176,9 +187,22 @@ Result<JobRecord> JobDb::Find(const std::string& id_or_name) {
 }
 
 Result<std::vector<JobRecord>> JobDb::List(int limit) {
-  Stmt s(db_, fmt::format("SELECT {} FROM jobs ORDER BY id DESC LIMIT ?", kJobColumns).c_str());
+  Stmt s(db_, fmt::format("SELECT {} FROM jobs WHERE parent_id = 0 ORDER BY id DESC LIMIT ?",
+                          kJobColumns)
+                  .c_str());
   COHORT_RETURN_IF_ERROR(s.ok());
   s.Bind(1, static_cast<int64_t>(limit));
+  std::vector<JobRecord> out;
+  int rc;
+  while ((rc = s.Step()) == SQLITE_ROW) out.push_back(ReadJob(s));
+  if (rc != SQLITE_DONE) return s.Error();
+  return out;
+}
+
+Result<std::vector<JobRecord>> JobDb::Children(int64_t parent_id) {
+  Stmt s(db_, fmt::format("SELECT {} FROM jobs WHERE parent_id = ? ORDER BY id", kJobColumns).c_str());
+  COHORT_RETURN_IF_ERROR(s.ok());
+  s.Bind(1, parent_id);
   std::vector<JobRecord> out;
   int rc;
   while ((rc = s.Step()) == SQLITE_ROW) out.push_back(ReadJob(s));

@@ -32,6 +32,7 @@ struct ElementRecord {
   double started_at = 0, ended_at = 0;  // unix seconds, 0 = not yet
   std::string log_dir;
   std::string detail;             // why it failed, from the backend
+  std::string target;             // arrays over targets: the element's target (not stored)
 };
 
 struct JobRecord {
@@ -47,6 +48,10 @@ struct JobRecord {
   int array_size = 0;             // 0: not an array
   int concurrency = 0;
   std::string detail;
+  // Arrays over several targets: the parent job (backend "targets") has one child job per
+  // target; a child names its parent and holds its target as JSON (targets.h).
+  int64_t parent_id = 0;
+  std::string target;
 };
 
 struct JobStatus {
@@ -76,7 +81,9 @@ class JobDb {
   Result<JobRecord> Get(int64_t id);
   // By id ("7") or by name (the newest job with that name).
   Result<JobRecord> Find(const std::string& id_or_name);
+  // Newest first; the children of array-over-targets jobs are listed by Children only.
   Result<std::vector<JobRecord>> List(int limit);
+  Result<std::vector<JobRecord>> Children(int64_t parent_id);
   Result<std::vector<ElementRecord>> Elements(int64_t job_id);
 
  private:

@@ -4,11 +4,13 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
@@ -24,14 +26,43 @@ bool IsDnsLabel(const std::string& s) {
   return s.size() <= 63 && std::regex_match(s, re);
 }
 
+// DOMAIN/NAME with DOMAIN a DNS subdomain outside kubernetes.io (Kubernetes reserves it).
+bool IsExtendedResourceName(const std::string& s) {
+  static const std::regex re(
+      "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+/"
+      "[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?");
+  if (s.size() > 253 + 64 || !std::regex_match(s, re)) return false;
+  const std::string domain = s.substr(0, s.find('/'));
+  return domain != "kubernetes.io" && !EndsWith(domain, ".kubernetes.io");
+}
+
+
+// A map of environment variables at `path` ("env", "targets[1].env").
+void ParseEnv(Walker& w, const YAML::Node& n, const std::string& path,
+              std::map<std::string, std::string>* out) {
+  if (!n.IsMap()) {
+    w.Add(path, "must be a map of NAME: value");
+    return;
+  }
+  for (const auto& kv : n) {
+    const std::string key = kv.first.Scalar();
+    if (!IsEnvName(key)) {
+      w.Add(path + "." + key, "is not a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*)");
+    } else if (!kv.second.IsScalar()) {
+      w.Add(path + "." + key, "must be a single value");
+    } else {
+      (*out)[key] = kv.second.Scalar();
+    }
+  }
+}
 
 void ParseResources(Walker& w, const YAML::Node& n, Resources* r) {
   const std::string path = "resources";
   if (!n.IsMap()) {
-    w.Add(path, "must be a map (cpu, memory, gpu, network_devices)");
+    w.Add(path, "must be a map (cpu, memory, gpu, network_devices, extended)");
     return;
   }
-  w.CheckKeys(n, path, {"cpu", "memory", "gpu", "network_devices"});
+  w.CheckKeys(n, path, {"cpu", "memory", "gpu", "network_devices", "extended"});
   if (auto cpu = w.String(n, path, "cpu")) {
     // Kubernetes style "500m" (millicores) or a number of cores.
     std::string text = *cpu;
@@ -61,6 +92,216 @@ void ParseResources(Walker& w, const YAML::Node& n, Resources* r) {
   }
   if (auto gpu = w.Int(n, path, "gpu", 0, 64)) r->gpu = static_cast<int>(*gpu);
   r->network_devices = w.StringList(n, path, "network_devices");
+  if (YAML::Node ext = n["extended"]) {
+    if (!ext.IsMap()) {
+      w.Add("resources.extended",
+            "must be a map of resource: count (e.g. aws.amazon.com/neuron: 1)");
+      return;
+    }
+    for (const auto& kv : ext) {
+      const std::string key = kv.first.Scalar();
+      const std::string where = "resources.extended." + key;
+      if (!IsExtendedResourceName(key)) {
+        w.Add(where, "is not an extended resource name: DOMAIN/NAME, e.g. "
+                     "aws.amazon.com/neuron or vpc.amazonaws.com/efa (cpu, memory and gpu "
+                     "have their own fields)");
+        continue;
+      }
+      auto count = kv.second.IsScalar() ? ParseInt64(kv.second.Scalar()) : std::nullopt;
+      if (!count || *count < 1 || *count > 1000000) {
+        w.Add(where, "must be a whole number of at least 1 (extended resources are counted, "
+                     "not shared)");
+        continue;
+      }
+      if (key == "nvidia.com/gpu" && r->gpu > 0) {
+        w.Add(where, "repeats resources.gpu (which is nvidia.com/gpu); give one of them");
+        continue;
+      }
+      r->extended[key] = *count;
+    }
+  }
+}
+
+// A label key: [prefix/]name, the prefix a DNS subdomain, the name up to 63 of [A-Za-z0-9-_.]
+// starting and ending alphanumeric.
+bool IsQualifiedName(const std::string& s) {
+  static const std::regex name("[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?");
+  static const std::regex prefix("[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*");
+  auto slash = s.find('/');
+  if (slash == std::string::npos) return std::regex_match(s, name);
+  const std::string p = s.substr(0, slash);
+  return p.size() <= 253 && std::regex_match(p, prefix) &&
+         std::regex_match(s.substr(slash + 1), name);
+}
+
+bool IsLabelValue(const std::string& s) {
+  static const std::regex value("([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?");
+  return std::regex_match(s, value);
+}
+
+void ParsePlacement(Walker& w, const YAML::Node& n, Placement* p) {
+  const std::string path = "placement";
+  if (!n.IsMap()) {
+    w.Add(path, "must be a map {node_selector, tolerations}");
+    return;
+  }
+  w.CheckKeys(n, path, {"node_selector", "tolerations"});
+  if (YAML::Node sel = n["node_selector"]) {
+    if (!sel.IsMap()) {
+      w.Add("placement.node_selector", "must be a map of node label: value");
+    } else {
+      for (const auto& kv : sel) {
+        const std::string key = kv.first.Scalar();
+        const std::string where = "placement.node_selector." + key;
+        if (!IsQualifiedName(key)) {
+          w.Add(where, "is not a node label key ([prefix/]name, e.g. "
+                       "node.kubernetes.io/instance-type)");
+        } else if (!kv.second.IsScalar() || !IsLabelValue(kv.second.Scalar())) {
+          w.Add(where, "must be a label value (at most 63 letters, digits, '-', '_', '.')");
+        } else {
+          p->node_selector[key] = kv.second.Scalar();
+        }
+      }
+    }
+  }
+  if (YAML::Node tols = n["tolerations"]) {
+    if (!tols.IsSequence()) {
+      w.Add("placement.tolerations", "must be a list of {key, operator, value, effect}");
+      return;
+    }
+    for (size_t i = 0; i < tols.size(); ++i) {
+      const std::string where = fmt::format("placement.tolerations[{}]", i);
+      const YAML::Node& t = tols[i];
+      if (!t.IsMap()) {
+        w.Add(where, "must be a map {key, operator, value, effect, toleration_seconds}");
+        continue;
+      }
+      w.CheckKeys(t, where, {"key", "operator", "value", "effect", "toleration_seconds"});
+      Toleration tol;
+      tol.key = w.String(t, where, "key").value_or("");
+      tol.op = w.String(t, where, "operator").value_or("Equal");
+      tol.value = w.String(t, where, "value").value_or("");
+      tol.effect = w.String(t, where, "effect").value_or("");
+      if (t["toleration_seconds"]) {
+        tol.toleration_seconds = w.Int(t, where, "toleration_seconds", 0, 1LL << 40);
+      }
+      if (tol.op != "Equal" && tol.op != "Exists") {
+        w.Add(where + ".operator", fmt::format("'{}' is not Equal or Exists", tol.op));
+      }
+      if (!tol.key.empty() && !IsQualifiedName(tol.key)) {
+        w.Add(where + ".key", fmt::format("'{}' is not a taint key ([prefix/]name)", tol.key));
+      }
+      if (tol.key.empty() && tol.op != "Exists") {
+        w.Add(where + ".key", "required unless operator is Exists (which then tolerates "
+                              "every taint)");
+      }
+      if (tol.op == "Exists" && !tol.value.empty()) {
+        w.Add(where + ".value", "must be empty with operator Exists");
+      }
+      if (!tol.effect.empty() && tol.effect != "NoSchedule" && tol.effect != "PreferNoSchedule" &&
+          tol.effect != "NoExecute") {
+        w.Add(where + ".effect",
+              fmt::format("'{}' is not NoSchedule, PreferNoSchedule or NoExecute", tol.effect));
+      }
+      if (tol.toleration_seconds && tol.effect != "NoExecute") {
+        w.Add(where + ".toleration_seconds", "only applies with effect NoExecute");
+      }
+      p->tolerations.push_back(std::move(tol));
+    }
+  }
+}
+
+void ParseMetrics(Walker& w, const YAML::Node& n, MetricsSpec* m) {
+  if (!n.IsMap()) {
+    w.Add("metrics", "must be a map {port, host} (port 0: any free port)");
+    return;
+  }
+  w.CheckKeys(n, "metrics", {"port", "host"});
+  if (!n["port"]) w.Add("metrics.port", "required (e.g. 9400, or 0 for any free port)");
+  if (auto port = w.Int(n, "metrics", "port", 0, 65535)) m->port = static_cast<int>(*port);
+  m->host = w.String(n, "metrics", "host").value_or("");
+}
+
+void ParseKubernetes(Walker& w, const YAML::Node& n, KubernetesSpec* k) {
+  if (!n.IsMap()) {
+    w.Add("kubernetes", "must be a map {master, clean_pod_policy, ttl_seconds_after_finished}");
+    return;
+  }
+  w.CheckKeys(n, "kubernetes", {"master", "clean_pod_policy", "ttl_seconds_after_finished"});
+  if (auto m = w.String(n, "kubernetes", "master")) {
+    if (auto b = ParseBool(*m)) {
+      k->master = *b;
+    } else {
+      w.Add("kubernetes.master", fmt::format("'{}' is not true or false", *m));
+    }
+  }
+  k->clean_pod_policy = w.String(n, "kubernetes", "clean_pod_policy").value_or("");
+  if (!k->clean_pod_policy.empty() && k->clean_pod_policy != "None" &&
+      k->clean_pod_policy != "Running" && k->clean_pod_policy != "All") {
+    w.Add("kubernetes.clean_pod_policy",
+          fmt::format("'{}' is not None, Running or All", k->clean_pod_policy));
+  }
+  if (n["ttl_seconds_after_finished"]) {
+    k->ttl_seconds_after_finished =
+        w.Int(n, "kubernetes", "ttl_seconds_after_finished", 0, 1LL << 31);
+  }
+}
+
+void ParseTargets(Walker& w, const YAML::Node& n, std::vector<Target>* out) {
+  if (!n.IsSequence() || n.size() == 0) {
+    w.Add("targets", "must be a list of {name, backend, ...} (one entry per place elements "
+                     "run)");
+    return;
+  }
+  std::set<std::string> names;
+  for (size_t i = 0; i < n.size(); ++i) {
+    const std::string path = fmt::format("targets[{}]", i);
+    const YAML::Node& t = n[i];
+    if (!t.IsMap()) {
+      w.Add(path, "must be a map {name, backend, concurrency, context, namespace, flavor, "
+                  "cluster, partition, env}");
+      continue;
+    }
+    w.CheckKeys(t, path, {"name", "backend", "concurrency", "context", "namespace", "flavor",
+                          "cluster", "partition", "env"});
+    Target target;
+    target.name = w.String(t, path, "name").value_or("");
+    if (target.name.empty()) {
+      w.Add(path + ".name", "required (the value elements use to pick this target)");
+    } else if (!names.insert(target.name).second) {
+      w.Add(path + ".name", fmt::format("'{}' names an earlier target too", target.name));
+    }
+    target.backend = w.String(t, path, "backend").value_or("");
+    if (target.backend == "k8s") target.backend = "kubernetes";
+    if (target.backend != "local" && target.backend != "slurm" && target.backend != "kubernetes") {
+      w.Add(path + ".backend", target.backend.empty()
+                                   ? std::string("required: local, slurm or kubernetes")
+                                   : fmt::format("'{}' is not local, slurm or kubernetes",
+                                                 target.backend));
+    }
+    if (auto c = w.Int(t, path, "concurrency", 1, 1000000)) {
+      target.concurrency = static_cast<int>(*c);
+    }
+    target.context = w.String(t, path, "context").value_or("");
+    target.kube_namespace = w.String(t, path, "namespace").value_or("");
+    target.flavor = w.String(t, path, "flavor").value_or("");
+    target.cluster = w.String(t, path, "cluster").value_or("");
+    target.partition = w.String(t, path, "partition").value_or("");
+    // Fields of one backend only: (field, value, the backend it belongs to).
+    for (const auto& [field, value, owner] :
+         std::vector<std::tuple<std::string, std::string, std::string>>{
+             {"context", target.context, "kubernetes"},
+             {"namespace", target.kube_namespace, "kubernetes"},
+             {"flavor", target.flavor, "kubernetes"},
+             {"cluster", target.cluster, "slurm"},
+             {"partition", target.partition, "slurm"}}) {
+      if (!value.empty() && target.backend != owner) {
+        w.Add(path + "." + field, fmt::format("only applies to the {} backend", owner));
+      }
+    }
+    if (YAML::Node env = t["env"]) ParseEnv(w, env, path + ".env", &target.env);
+    out->push_back(std::move(target));
+  }
 }
 
 void ParseVolumes(Walker& w, const YAML::Node& n, std::vector<Volume>* out) {
@@ -159,12 +400,24 @@ void ParseArray(Walker& w, const YAML::Node& n, ArraySource* a) {
                 "concurrency}");
     return;
   } else {
-    w.CheckKeys(n, path, {"range", "manifest", "from_sql", "db", "concurrency"});
+    w.CheckKeys(n, path, {"range", "manifest", "from_sql", "db", "concurrency", "columns",
+                          "target_by"});
     a->range = w.String(n, path, "range").value_or("");
     a->manifest = w.String(n, path, "manifest").value_or("");
     a->from_sql = w.String(n, path, "from_sql").value_or("");
     a->db = w.String(n, path, "db").value_or("");
     if (auto c = w.Int(n, path, "concurrency", 1, 1000000)) a->concurrency = static_cast<int>(*c);
+    if (n["columns"] && n["columns"].IsScalar()) {
+      a->columns = Split(n["columns"].Scalar(), ',');  // "region,path" as on the command line
+      for (auto& c : a->columns) c = std::string(Trim(c));
+    } else {
+      a->columns = w.StringList(n, path, "columns");
+    }
+    a->target_by = w.String(n, path, "target_by").value_or("");
+  }
+  if (!a->columns.empty() && a->manifest.empty()) {
+    w.Add("array.columns", "only used with manifest (it names the columns of a manifest "
+                           "without header row)");
   }
   int sources = !a->range.empty() + !a->manifest.empty() + !a->from_sql.empty();
   if (sources > 1) w.Add(path, "give only one of range, manifest and from_sql");
@@ -222,7 +475,8 @@ JobSpec ParseJobSpec(const std::string& yaml, std::vector<Problem>* problems) {
   }
   w.CheckKeys(root, "",
               {"name", "image", "entrypoint", "args", "nnodes", "nproc_per_node", "resources",
-               "env", "volumes", "mounts", "max_restarts", "queue", "priority", "rdzv", "array"});
+               "env", "volumes", "mounts", "max_restarts", "queue", "priority", "rdzv", "array",
+               "placement", "metrics", "kubernetes", "targets"});
 
   spec.name = w.String(root, "", "name").value_or("");
   if (spec.name.empty()) {
@@ -255,22 +509,7 @@ JobSpec ParseJobSpec(const std::string& yaml, std::vector<Problem>* problems) {
   if (auto n = w.Int(root, "", "nproc_per_node", 1, 4096)) spec.nproc_per_node = static_cast<int>(*n);
   if (YAML::Node r = root["resources"]) ParseResources(w, r, &spec.resources);
 
-  if (YAML::Node env = root["env"]) {
-    if (!env.IsMap()) {
-      w.Add("env", "must be a map of NAME: value");
-    } else {
-      for (const auto& kv : env) {
-        const std::string key = kv.first.Scalar();
-        if (!IsEnvName(key)) {
-          w.Add("env." + key, "is not a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*)");
-        } else if (!kv.second.IsScalar()) {
-          w.Add("env." + key, "must be a single value");
-        } else {
-          spec.env[key] = kv.second.Scalar();
-        }
-      }
-    }
-  }
+  if (YAML::Node env = root["env"]) ParseEnv(w, env, "env", &spec.env);
   if (YAML::Node v = root["volumes"]) ParseVolumes(w, v, &spec.volumes);
   if (YAML::Node m = root["mounts"]) ParseMounts(w, m, spec.volumes, &spec.mounts);
   if (auto r = w.Int(root, "", "max_restarts", 0, 1000000)) spec.max_restarts = static_cast<int>(*r);
@@ -294,6 +533,16 @@ JobSpec ParseJobSpec(const std::string& yaml, std::vector<Problem>* problems) {
     }
   }
   if (YAML::Node a = root["array"]) ParseArray(w, a, &spec.array);
+  if (YAML::Node p = root["placement"]) ParsePlacement(w, p, &spec.placement);
+  if (YAML::Node m = root["metrics"]) ParseMetrics(w, m, &spec.metrics);
+  if (YAML::Node k = root["kubernetes"]) ParseKubernetes(w, k, &spec.kubernetes);
+  if (YAML::Node t = root["targets"]) ParseTargets(w, t, &spec.targets);
+  if (!spec.targets.empty() && !root["array"]) {
+    w.Add("targets", "only used with array (each element picks one of the targets)");
+  }
+  if (!spec.array.target_by.empty() && spec.targets.empty()) {
+    w.Add("array.target_by", "only used with targets");
+  }
   return spec;
 }
 
@@ -315,13 +564,19 @@ std::string JobSpecToYaml(const JobSpec& s) {
   e << YAML::Key << "nnodes" << YAML::Value << s.NnodesText();
   e << YAML::Key << "nproc_per_node" << YAML::Value << s.nproc_per_node;
   const Resources& r = s.resources;
-  if (r.cpu > 0 || r.memory_bytes > 0 || r.gpu > 0 || !r.network_devices.empty()) {
+  if (r.cpu > 0 || r.memory_bytes > 0 || r.gpu > 0 || !r.network_devices.empty() ||
+      !r.extended.empty()) {
     e << YAML::Key << "resources" << YAML::Value << YAML::BeginMap;
     if (r.cpu > 0) e << YAML::Key << "cpu" << YAML::Value << r.cpu;
     if (r.memory_bytes > 0) e << YAML::Key << "memory" << YAML::Value << r.memory_text;
     if (r.gpu > 0) e << YAML::Key << "gpu" << YAML::Value << r.gpu;
     if (!r.network_devices.empty()) {
       e << YAML::Key << "network_devices" << YAML::Value << YAML::Flow << r.network_devices;
+    }
+    if (!r.extended.empty()) {
+      e << YAML::Key << "extended" << YAML::Value << YAML::BeginMap;
+      for (const auto& [k, v] : r.extended) e << YAML::Key << k << YAML::Value << v;
+      e << YAML::EndMap;
     }
     e << YAML::EndMap;
   }
@@ -370,7 +625,77 @@ std::string JobSpecToYaml(const JobSpec& s) {
     if (s.array.concurrency > 0) {
       e << YAML::Key << "concurrency" << YAML::Value << s.array.concurrency;
     }
+    if (!s.array.columns.empty()) {
+      e << YAML::Key << "columns" << YAML::Value << YAML::Flow << s.array.columns;
+    }
+    if (!s.array.target_by.empty()) e << YAML::Key << "target_by" << YAML::Value << s.array.target_by;
     e << YAML::EndMap;
+  }
+  const Placement& p = s.placement;
+  if (!p.empty()) {
+    e << YAML::Key << "placement" << YAML::Value << YAML::BeginMap;
+    if (!p.node_selector.empty()) {
+      e << YAML::Key << "node_selector" << YAML::Value << YAML::BeginMap;
+      for (const auto& [k, v] : p.node_selector) e << YAML::Key << k << YAML::Value << v;
+      e << YAML::EndMap;
+    }
+    if (!p.tolerations.empty()) {
+      e << YAML::Key << "tolerations" << YAML::Value << YAML::BeginSeq;
+      for (const Toleration& t : p.tolerations) {
+        e << YAML::BeginMap;
+        if (!t.key.empty()) e << YAML::Key << "key" << YAML::Value << t.key;
+        e << YAML::Key << "operator" << YAML::Value << t.op;
+        if (!t.value.empty()) e << YAML::Key << "value" << YAML::Value << t.value;
+        if (!t.effect.empty()) e << YAML::Key << "effect" << YAML::Value << t.effect;
+        if (t.toleration_seconds) {
+          e << YAML::Key << "toleration_seconds" << YAML::Value << *t.toleration_seconds;
+        }
+        e << YAML::EndMap;
+      }
+      e << YAML::EndSeq;
+    }
+    e << YAML::EndMap;
+  }
+  if (s.metrics.enabled()) {
+    e << YAML::Key << "metrics" << YAML::Value << YAML::BeginMap << YAML::Key << "port"
+      << YAML::Value << s.metrics.port;
+    if (!s.metrics.host.empty()) e << YAML::Key << "host" << YAML::Value << s.metrics.host;
+    e << YAML::EndMap;
+  }
+  const KubernetesSpec& k = s.kubernetes;
+  if (k.master || !k.clean_pod_policy.empty() || k.ttl_seconds_after_finished) {
+    e << YAML::Key << "kubernetes" << YAML::Value << YAML::BeginMap;
+    if (k.master) e << YAML::Key << "master" << YAML::Value << *k.master;
+    if (!k.clean_pod_policy.empty()) {
+      e << YAML::Key << "clean_pod_policy" << YAML::Value << k.clean_pod_policy;
+    }
+    if (k.ttl_seconds_after_finished) {
+      e << YAML::Key << "ttl_seconds_after_finished" << YAML::Value
+        << *k.ttl_seconds_after_finished;
+    }
+    e << YAML::EndMap;
+  }
+  if (!s.targets.empty()) {
+    e << YAML::Key << "targets" << YAML::Value << YAML::BeginSeq;
+    for (const Target& t : s.targets) {
+      e << YAML::BeginMap << YAML::Key << "name" << YAML::Value << t.name << YAML::Key
+        << "backend" << YAML::Value << t.backend;
+      if (t.concurrency > 0) e << YAML::Key << "concurrency" << YAML::Value << t.concurrency;
+      for (const auto& [key, value] : {std::pair<const char*, const std::string&>{"context", t.context},
+                                       {"namespace", t.kube_namespace},
+                                       {"flavor", t.flavor},
+                                       {"cluster", t.cluster},
+                                       {"partition", t.partition}}) {
+        if (!value.empty()) e << YAML::Key << key << YAML::Value << value;
+      }
+      if (!t.env.empty()) {
+        e << YAML::Key << "env" << YAML::Value << YAML::BeginMap;
+        for (const auto& [ek, ev] : t.env) e << YAML::Key << ek << YAML::Value << ev;
+        e << YAML::EndMap;
+      }
+      e << YAML::EndMap;
+    }
+    e << YAML::EndSeq;
   }
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
@@ -397,6 +722,87 @@ void CheckHostPathVolumes(const JobSpec& spec, const std::string& runner,
                          runner, m.volume, v.host_path, v.host_path)});
       }
     }
+  }
+}
+
+std::vector<std::string> ExpandArgs(const std::vector<std::string>& args,
+                                    const std::map<std::string, std::string>& vars) {
+  auto is_name_char = [](char c, bool first) {
+    return std::isalpha(static_cast<unsigned char>(c)) || c == '_' ||
+           (!first && std::isdigit(static_cast<unsigned char>(c)));
+  };
+  // The variable reference starting at a[p] == '$': (name, length) or ("", 0).
+  auto reference = [&](const std::string& a, size_t p) -> std::pair<std::string, size_t> {
+    size_t q = p + 1;
+    if (q < a.size() && a[q] == '{') {
+      size_t close = a.find('}', q);
+      if (close == std::string::npos) return {"", 0};
+      return {a.substr(q + 1, close - q - 1), close + 1 - p};
+    }
+    std::string name;
+    while (q < a.size() && is_name_char(a[q], q == p + 1)) name += a[q++];
+    return {name, q - p};
+  };
+  std::vector<std::string> out;
+  out.reserve(args.size());
+  for (const std::string& a : args) {
+    std::string result;
+    for (size_t p = 0; p < a.size();) {
+      if (a[p] != '$') {
+        result += a[p++];
+        continue;
+      }
+      // $$NAME with NAME a job variable: the text $NAME. Any other $$ stays (a shell's pid).
+      if (p + 1 < a.size() && a[p + 1] == '$') {
+        auto [name, len] = reference(a, p + 1);
+        if (len > 0 && vars.count(name)) {
+          result += a.substr(p + 1, len);
+          p += 1 + len;
+        } else {
+          result += "$$";
+          p += 2;
+        }
+        continue;
+      }
+      auto [name, len] = reference(a, p);
+      auto it = len > 0 ? vars.find(name) : vars.end();
+      if (it == vars.end()) {  // not a job variable: left for the program (or its shell)
+        result += '$';
+        ++p;
+        continue;
+      }
+      result += it->second;
+      p += len;
+    }
+    out.push_back(std::move(result));
+  }
+  return out;
+}
+
+std::vector<std::string> ElementArgs(const JobSpec& spec,
+                                     const std::map<std::string, std::string>* element_env) {
+  std::map<std::string, std::string> vars = spec.env;
+  if (element_env) {
+    for (const auto& [k, v] : *element_env) vars[k] = v;
+  }
+  return ExpandArgs(spec.args, vars);
+}
+
+void CheckUnsupportedFields(const JobSpec& spec, const std::string& runner, bool extended_ok,
+                            bool placement_ok, std::vector<Problem>* problems) {
+  if (!extended_ok && !spec.resources.extended.empty()) {
+    problems->push_back(
+        {"resources.extended",
+         fmt::format("the {} backend cannot reserve {} (it has no extended resources); run "
+                     "the job on kubernetes or slurm, or remove the field",
+                     runner, spec.resources.extended.begin()->first)});
+  }
+  if (!placement_ok && !spec.placement.node_selector.empty()) {
+    problems->push_back(
+        {"placement.node_selector",
+         fmt::format("the {} backend cannot choose nodes by label; run the job on kubernetes, "
+                     "or remove the field",
+                     runner)});
   }
 }
 

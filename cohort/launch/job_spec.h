@@ -10,7 +10,11 @@
 //   args: [train.py, --epochs, "3"]
 //   nnodes: "1:4"           # N or MIN:MAX
 //   nproc_per_node: 2
-//   resources: {cpu: 4, memory: 8Gi, gpu: 1, network_devices: [eth0]}
+//   resources: {cpu: 4, memory: 8Gi, gpu: 1, network_devices: [eth0],
+//               extended: {aws.amazon.com/neuron: 1, vpc.amazonaws.com/efa: 4}}
+//   placement: {node_selector: {key: value}, tolerations: [{key, operator, value, effect}]}
+//   metrics: {port: 9400, host: 0.0.0.0}   # every agent serves Prometheus /metrics
+//   kubernetes: {master: true, clean_pod_policy: Running, ttl_seconds_after_finished: 600}
 //   env: {KEY: value}
 //   volumes: [{name: data, host_path: /mnt/data} | {name: ckpt, nfs: {server: s, path: /x}}
 //             | {name: pvc, claim: my-claim}]
@@ -20,7 +24,13 @@
 //   priority: high          # Slurm --nice from a number, else Kubernetes priorityClassName
 //   rdzv: {backend: c10d | etcd, endpoint: host:port, port: 29400}
 //   array: {range: "0-99", manifest: file.csv, from_sql: "SELECT ...", db: sqlite:///x.db,
-//           concurrency: 10}
+//           concurrency: 10, columns: [region, path], target_by: region | round-robin}
+//   targets: [{name: east, backend: local | slurm | kubernetes, concurrency: 2,
+//              context: kube-context, namespace: ns, flavor: indexed,
+//              cluster: slurm-cluster, partition: gpu, env: {K: v}}]
+//
+// `args` may name the job's variables as ${NAME} or $NAME (array columns, COHORT_ARRAY_*,
+// target and spec `env`); every backend substitutes them the same way (ExpandArgs).
 //
 // Thread-safety: plain values; the functions are pure.
 #pragma once
@@ -49,6 +59,53 @@ struct Resources {
   std::string memory_text;       // as written ("8Gi"), for rendering
   int gpu = 0;                   // per node
   std::vector<std::string> network_devices;
+  // Kubernetes extended resources per node ("aws.amazon.com/neuron" -> 1): limits on
+  // Kubernetes, --gres on Slurm (SlurmGresName), refused where nothing can reserve them.
+  std::map<std::string, int64_t> extended;
+};
+
+struct Toleration {
+  std::string key;
+  std::string op = "Equal";  // Equal | Exists
+  std::string value;
+  std::string effect;        // "" (all) | NoSchedule | PreferNoSchedule | NoExecute
+  std::optional<int64_t> toleration_seconds;
+};
+
+// Where the nodes of a job may be. A node selector is a requirement (refused by backends
+// that cannot place by node labels); tolerations only permit, so backends without taints
+// (local, slurm) have nothing to do for them.
+struct Placement {
+  std::map<std::string, std::string> node_selector;
+  std::vector<Toleration> tolerations;
+  bool empty() const { return node_selector.empty() && tolerations.empty(); }
+};
+
+// Every agent serves Prometheus /metrics (and the dashboard) on `port` (0: any free port).
+struct MetricsSpec {
+  int port = -1;     // -1: no endpoint
+  std::string host;  // "" : the backend's default (local 127.0.0.1, pods and nodes 0.0.0.0)
+  bool enabled() const { return port >= 0; }
+};
+
+// Fields only the kubernetes backend reads.
+struct KubernetesSpec {
+  std::optional<bool> master;            // PyTorchJob: one Master replica + Workers
+  std::string clean_pod_policy;          // PyTorchJob: None | Running | All
+  std::optional<int64_t> ttl_seconds_after_finished;
+};
+
+// One place an array element can run: a backend and where on it.
+struct Target {
+  std::string name;        // what elements name in their target column
+  std::string backend;     // local | slurm | kubernetes
+  int concurrency = 0;     // elements of this target at once (0: the array's concurrency)
+  std::string context;     // kubernetes: kubectl --context
+  std::string kube_namespace;  // kubernetes: kubectl --namespace
+  std::string flavor;      // kubernetes: pytorchjob | volcano | indexed ("" : submit's)
+  std::string cluster;     // slurm: --clusters (needs slurmdbd)
+  std::string partition;   // slurm: overrides queue
+  std::map<std::string, std::string> env;  // added to the element's variables
 };
 
 struct Volume {
@@ -77,6 +134,9 @@ struct ArraySource {
   std::string from_sql;     // a SELECT whose rows are the elements
   std::string db;           // sqlite:///path | postgresql://user@host:port/db
   int concurrency = 0;      // at most this many elements at once (0: no limit)
+  std::vector<std::string> columns;  // a manifest without header row: the variable names
+  std::string target_by;    // with targets: the column naming each element's target, or
+                            // "round-robin" (the default)
   bool empty() const { return range.empty() && manifest.empty() && from_sql.empty(); }
 };
 
@@ -97,6 +157,10 @@ struct JobSpec {
   std::string priority;
   Rendezvous rdzv;
   ArraySource array;
+  Placement placement;
+  MetricsSpec metrics;
+  KubernetesSpec kubernetes;
+  std::vector<Target> targets;
 
   std::string NnodesText() const;  // "2" or "1:4"
 };
@@ -116,6 +180,24 @@ std::optional<int64_t> ParseMemoryQuantity(const std::string& text);
 // path, and every mount at its volume's own path. `runner` names the backend in messages.
 void CheckHostPathVolumes(const JobSpec& spec, const std::string& runner,
                           std::vector<Problem>* problems);
+
+// `args` with ${NAME} and $NAME replaced by vars[NAME] where `vars` has NAME; every other
+// '$' is left as written, for the program or its shell (`sh -c 'echo $RANK'` still works).
+// $$NAME (or $${NAME}) with NAME in `vars` gives the text $NAME; other $$ stay as they are.
+// Nothing comes from the submitting machine's environment: a spec means the same on every
+// backend.
+std::vector<std::string> ExpandArgs(const std::vector<std::string>& args,
+                                    const std::map<std::string, std::string>& vars);
+
+// The worker arguments of a job or array element (`element_env`, nullptr: not an array):
+// ExpandArgs over the spec's env and the element's variables. Every backend calls this.
+std::vector<std::string> ElementArgs(const JobSpec& spec,
+                                     const std::map<std::string, std::string>* element_env);
+
+// Appends a problem for each field the backend `runner` cannot honour: extended resources
+// (unless `extended_ok`) and node selectors (unless `placement_ok`).
+void CheckUnsupportedFields(const JobSpec& spec, const std::string& runner, bool extended_ok,
+                            bool placement_ok, std::vector<Problem>* problems);
 
 // Formats problems one per line, for messages.
 std::string FormatProblems(const std::vector<Problem>& problems);

@@ -12,6 +12,7 @@
 #include "cohort/base/temp_dir.h"
 #include "cohort/launch/array.h"
 #include "cohort/launch/job_db.h"
+#include "cohort/launch/targets.h"
 
 namespace cohort::launch {
 namespace {
@@ -179,7 +180,9 @@ TEST(ArrayTest, BadManifestsAreProblemsWithLines) {
   EXPECT_NE(ps[0].where.find("line 3"), std::string::npos) << Dump(ps);
   ps.clear();
   EXPECT_TRUE(ExpandArray(ArraySource{.manifest = "badname.csv"}, dir.path(), &ps).empty());
-  EXPECT_TRUE(HasProblem(ps, "array.manifest", "'not a name'")) << Dump(ps);
+  ASSERT_EQ(ps.size(), 1u);
+  EXPECT_NE(ps[0].what.find("'not a name' cannot be one"), std::string::npos) << Dump(ps);
+  EXPECT_NE(ps[0].what.find("--array-manifest-columns"), std::string::npos) << Dump(ps);
   ps.clear();
   EXPECT_TRUE(ExpandArray(ArraySource{.manifest = "empty.csv"}, dir.path(), &ps).empty());
   EXPECT_TRUE(HasProblem(ps, "array.manifest", "empty")) << Dump(ps);
@@ -314,6 +317,201 @@ TEST(JobDbTest, StateOnlyMovesForward) {
   e.state = "running";
   EXPECT_FALSE(*(*db)->UpdateElement(j.id, e));
   EXPECT_EQ((*(*db)->Elements(j.id))[0].state, "succeeded");
+}
+
+
+// ---------------------------------------------------------------------------------------
+// Accelerators, placement, metrics, kubernetes fields, targets
+
+constexpr const char* kAcceleratorSpec = R"(
+name: neuron
+image: img
+entrypoint: python3
+args: [train.py, --data, "${DATA}", --region=$REGION, --pid-kept=$$, --literal=$$REGION]
+nnodes: 2
+resources:
+  cpu: 8
+  extended: {aws.amazon.com/neuron: 1, vpc.amazonaws.com/efa: 4}
+placement:
+  node_selector: {node.kubernetes.io/instance-type: trn1.32xlarge}
+  tolerations:
+    - {key: aws.amazon.com/neuron, operator: Exists, effect: NoSchedule}
+    - {key: spot, value: "true", effect: NoExecute, toleration_seconds: 60}
+metrics: {port: 9400}
+kubernetes: {master: false, clean_pod_policy: All, ttl_seconds_after_finished: 600}
+array: {manifest: regions.csv, columns: [REGION, DATA], target_by: REGION}
+targets:
+  - {name: us-east-1, backend: local, concurrency: 2, env: {AWS_REGION: us-east-1}}
+  - {name: eu, backend: kubernetes, context: eu-ctx, namespace: ml, flavor: indexed}
+  - {name: hpc, backend: slurm, cluster: c2, partition: gpu}
+)";
+
+TEST(JobSpecTest, AcceleratorPlacementMetricsAndTargetsRoundTrip) {
+  std::vector<Problem> ps;
+  JobSpec spec = ParseJobSpec(kAcceleratorSpec, &ps);
+  ASSERT_TRUE(ps.empty()) << Dump(ps);
+  EXPECT_EQ(spec.resources.extended.at("aws.amazon.com/neuron"), 1);
+  EXPECT_EQ(spec.resources.extended.at("vpc.amazonaws.com/efa"), 4);
+  EXPECT_EQ(spec.placement.node_selector.at("node.kubernetes.io/instance-type"), "trn1.32xlarge");
+  ASSERT_EQ(spec.placement.tolerations.size(), 2u);
+  EXPECT_EQ(spec.placement.tolerations[0].op, "Exists");
+  EXPECT_EQ(spec.placement.tolerations[1].op, "Equal");
+  EXPECT_EQ(spec.placement.tolerations[1].toleration_seconds, 60);
+  EXPECT_EQ(spec.metrics.port, 9400);
+  EXPECT_EQ(spec.kubernetes.master, false);
+  EXPECT_EQ(spec.kubernetes.clean_pod_policy, "All");
+  EXPECT_EQ(spec.kubernetes.ttl_seconds_after_finished, 600);
+  EXPECT_EQ(spec.array.columns, (std::vector<std::string>{"REGION", "DATA"}));
+  ASSERT_EQ(spec.targets.size(), 3u);
+  EXPECT_EQ(spec.targets[0].concurrency, 2);
+  EXPECT_EQ(spec.targets[0].env.at("AWS_REGION"), "us-east-1");
+  EXPECT_EQ(spec.targets[1].context, "eu-ctx");
+  EXPECT_EQ(spec.targets[1].kube_namespace, "ml");
+  EXPECT_EQ(spec.targets[2].partition, "gpu");
+  // What the history stores parses back to the same spec.
+  std::vector<Problem> again;
+  JobSpec back = ParseJobSpec(JobSpecToYaml(spec), &again);
+  ASSERT_TRUE(again.empty()) << Dump(again) << JobSpecToYaml(spec);
+  EXPECT_EQ(JobSpecToYaml(back), JobSpecToYaml(spec));
+}
+
+TEST(JobSpecTest, BadAcceleratorPlacementAndTargetFieldsAreProblems) {
+  std::vector<Problem> ps;
+  ParseJobSpec(R"(
+name: x
+entrypoint: sh
+resources: {gpu: 1, extended: {neuron: 1, aws.amazon.com/neuron: 0, nvidia.com/gpu: 2, kubernetes.io/x: 1}}
+placement:
+  node_selector: {"bad key!": v}
+  tolerations: [{key: k, operator: Exists, value: v}, {key: k, effect: Sometimes}, {operator: Equal}]
+metrics: {host: 0.0.0.0}
+kubernetes: {master: maybe, clean_pod_policy: Sometimes}
+array: {range: "0-3", target_by: REGION}
+targets:
+  - {name: a, backend: local, context: c}
+  - {name: a, backend: mars}
+  - {backend: slurm, namespace: n}
+)",
+               &ps);
+  EXPECT_TRUE(HasProblem(ps, "resources.extended.neuron", "DOMAIN/NAME")) << Dump(ps);
+  EXPECT_TRUE(HasProblem(ps, "resources.extended.aws.amazon.com/neuron", "at least 1")) << Dump(ps);
+  EXPECT_TRUE(HasProblem(ps, "resources.extended.nvidia.com/gpu", "repeats resources.gpu")) << Dump(ps);
+  EXPECT_TRUE(HasProblem(ps, "resources.extended.kubernetes.io/x", "DOMAIN/NAME")) << Dump(ps);
+  EXPECT_TRUE(HasProblem(ps, "placement.node_selector.bad key!", "node label key")) << Dump(ps);
+  EXPECT_TRUE(HasProblem(ps, "placement.tolerations[0].value", "empty with operator Exists")) << Dump(ps);
+  EXPECT_TRUE(HasProblem(ps, "placement.tolerations[1].effect", "'Sometimes'")) << Dump(ps);
+  EXPECT_TRUE(HasProblem(ps, "placement.tolerations[2].key", "required")) << Dump(ps);
+  EXPECT_TRUE(HasProblem(ps, "metrics.port", "required")) << Dump(ps);
+  EXPECT_TRUE(HasProblem(ps, "kubernetes.master", "'maybe'")) << Dump(ps);
+  EXPECT_TRUE(HasProblem(ps, "kubernetes.clean_pod_policy", "None, Running or All")) << Dump(ps);
+  EXPECT_TRUE(HasProblem(ps, "targets[0].context", "only applies to the kubernetes backend")) << Dump(ps);
+  EXPECT_TRUE(HasProblem(ps, "targets[1].name", "earlier target")) << Dump(ps);
+  EXPECT_TRUE(HasProblem(ps, "targets[1].backend", "'mars'")) << Dump(ps);
+  EXPECT_TRUE(HasProblem(ps, "targets[2].name", "required")) << Dump(ps);
+  EXPECT_TRUE(HasProblem(ps, "targets[2].namespace", "only applies to the kubernetes backend")) << Dump(ps);
+}
+
+TEST(JobSpecTest, ArgsExpandTheJobsVariablesAndLeaveTheRest) {
+  const std::map<std::string, std::string> vars = {{"REGION", "us-east-1"}, {"DATA", "s3://b/p x"}};
+  EXPECT_EQ(ExpandArgs({"--region=$REGION", "${DATA}/part", "$REGION$REGION", "plain"}, vars),
+            (std::vector<std::string>{"--region=us-east-1", "s3://b/p x/part", "us-east-1us-east-1",
+                                      "plain"}));
+  // Not the job's variables: left for the program or its shell (sh -c 'echo $RANK').
+  EXPECT_EQ(ExpandArgs({"echo $RANK ${WORLD_SIZE} $$ $ 5$", "${unclosed"}, vars),
+            (std::vector<std::string>{"echo $RANK ${WORLD_SIZE} $$ $ 5$", "${unclosed"}));
+  // $$NAME keeps a job variable's name as text.
+  EXPECT_EQ(ExpandArgs({"$$REGION", "$${DATA}", "$$$REGION"}, vars),
+            (std::vector<std::string>{"$REGION", "${DATA}", "$$us-east-1"}));
+  JobSpec spec;
+  spec.args = {"--lr", "$LR", "--out=$OUT"};
+  spec.env = {{"OUT", "/ckpt"}, {"LR", "0.1"}};
+  const std::map<std::string, std::string> element = {{"LR", "0.5"}};
+  EXPECT_EQ(ElementArgs(spec, &element), (std::vector<std::string>{"--lr", "0.5", "--out=/ckpt"}));
+  EXPECT_EQ(ElementArgs(spec, nullptr), (std::vector<std::string>{"--lr", "0.1", "--out=/ckpt"}));
+}
+
+TEST(ArrayTest, HeaderlessManifestTakesItsColumnNamesFromTheSpec) {
+  TempDir dir;
+  dir.File("regions.csv", "us-east-1, s3://bucket/east\nus-west-2, s3://bucket/west\n");
+  std::vector<Problem> ps;
+  ArraySource source{.manifest = "regions.csv"};
+  source.columns = {"REGION", "DATA"};
+  auto elements = ExpandArray(source, dir.path(), &ps);
+  ASSERT_TRUE(ps.empty()) << Dump(ps);
+  ASSERT_EQ(elements.size(), 2u);
+  EXPECT_EQ(elements[0].env.at("REGION"), "us-east-1");
+  EXPECT_EQ(elements[0].env.at("DATA"), "s3://bucket/east");
+  EXPECT_EQ(elements[1].env.at("DATA"), "s3://bucket/west");
+  EXPECT_EQ(elements[1].env.at("COHORT_ARRAY_SIZE"), "2");
+  source.columns = {"REGION"};
+  EXPECT_TRUE(ExpandArray(source, dir.path(), &ps).empty());
+  EXPECT_TRUE(HasProblem(ps, "array.manifest (" + dir.path() + "/regions.csv line 1)",
+                         "array.columns names 1 columns"))
+      << Dump(ps);
+}
+
+std::vector<ArrayElement> RegionElements(const std::vector<std::string>& regions) {
+  std::vector<ArrayElement> out;
+  for (size_t i = 0; i < regions.size(); ++i) {
+    out.push_back({static_cast<int>(i),
+                   {{"REGION", regions[i]},
+                    {"COHORT_ARRAY_INDEX", std::to_string(i)},
+                    {"COHORT_ARRAY_SIZE", std::to_string(regions.size())}}});
+  }
+  return out;
+}
+
+TEST(TargetsTest, ElementsGoToTheTargetTheirColumnNames) {
+  std::vector<Problem> ps;
+  JobSpec spec = ParseJobSpec(kAcceleratorSpec, &ps);
+  ASSERT_TRUE(ps.empty()) << Dump(ps);
+  spec.array.concurrency = 5;
+  auto shares = SplitByTarget(spec, RegionElements({"eu", "us-east-1", "eu", "us-east-1", "eu"}), &ps);
+  ASSERT_TRUE(ps.empty()) << Dump(ps);
+  ASSERT_EQ(shares.size(), 2u);  // hpc got no element
+  EXPECT_EQ(shares[0].target.name, "us-east-1");
+  EXPECT_EQ(shares[0].indices, (std::vector<int>{1, 3}));
+  EXPECT_EQ(shares[0].spec.array.concurrency, 2);  // the target's
+  EXPECT_EQ(shares[0].spec.env.at("AWS_REGION"), "us-east-1");
+  EXPECT_TRUE(shares[0].spec.targets.empty());
+  EXPECT_EQ(shares[1].target.name, "eu");
+  EXPECT_EQ(shares[1].indices, (std::vector<int>{0, 2, 4}));
+  EXPECT_EQ(shares[1].spec.array.concurrency, 5);  // the array's
+  // Elements are numbered per target; the array's own index and size stay.
+  EXPECT_EQ(shares[1].elements[2].index, 2);
+  EXPECT_EQ(shares[1].elements[2].env.at("COHORT_ARRAY_INDEX"), "4");
+  EXPECT_EQ(shares[1].elements[2].env.at("COHORT_ARRAY_SIZE"), "5");
+  EXPECT_EQ(shares[1].elements[2].env.at("COHORT_ARRAY_TARGET"), "eu");
+  // The child record keeps where the elements went.
+  auto record = ParseTargetRecord(TargetRecord(shares[1].target, shares[1].indices));
+  ASSERT_TRUE(record.ok());
+  EXPECT_EQ(record->target.context, "eu-ctx");
+  EXPECT_EQ(record->indices, (std::vector<int>{0, 2, 4}));
+  BackendOptions options = TargetOptions(BackendOptions{}, record->target);
+  EXPECT_EQ(options.kube_context, "eu-ctx");
+  EXPECT_EQ(options.kube_namespace, "ml");
+  EXPECT_EQ(options.kube_flavor, "indexed");
+}
+
+TEST(TargetsTest, RoundRobinAndUnknownTargetsOrColumns) {
+  std::vector<Problem> ps;
+  JobSpec spec = ParseJobSpec(kAcceleratorSpec, &ps);
+  ASSERT_TRUE(ps.empty());
+  spec.array.target_by = "round-robin";
+  auto shares = SplitByTarget(spec, RegionElements({"x", "y", "z", "w"}), &ps);
+  ASSERT_TRUE(ps.empty()) << Dump(ps);
+  ASSERT_EQ(shares.size(), 3u);
+  EXPECT_EQ(shares[0].indices, (std::vector<int>{0, 3}));
+  EXPECT_EQ(shares[2].indices, (std::vector<int>{2}));
+  spec.array.target_by = "REGION";
+  SplitByTarget(spec, RegionElements({"eu", "ap-south-1"}), &ps);
+  EXPECT_TRUE(HasProblem(ps, "array element 1", "REGION 'ap-south-1' names no target (targets: "
+                                                 "us-east-1, eu, hpc)"))
+      << Dump(ps);
+  ps.clear();
+  spec.array.target_by = "ZONE";
+  SplitByTarget(spec, RegionElements({"eu"}), &ps);
+  EXPECT_TRUE(HasProblem(ps, "array.target_by", "'ZONE' is not a column")) << Dump(ps);
 }
 
 }  // namespace

@@ -100,6 +100,7 @@ bool MultiNodeArray(const JobSpec& spec, const std::vector<ArrayElement>& elemen
 }
 
 bool UsesEtcd(const JobSpec& spec) { return spec.rdzv.backend == "etcd"; }
+bool HasMaster(const JobSpec& spec) { return spec.kubernetes.master.value_or(false); }
 bool OwnEtcd(const JobSpec& spec) { return UsesEtcd(spec) && spec.rdzv.endpoint.empty(); }
 
 // Multi-node jobs on cohort's store need the same COHORT_TOKEN in every pod: a Secret made
@@ -138,8 +139,10 @@ std::string RendezvousEndpoint(const JobSpec& spec, const std::string& flavor,
   if (!spec.rdzv.endpoint.empty()) return spec.rdzv.endpoint;
   if (spec.max_nodes == 1) return "";  // the agent serves its own store on loopback
   if (flavor == "pytorchjob") {
-    // The training operator gives every replica a headless Service named after its pod.
-    return fmt::format("{}:{}", PodHostName(flavor, object, 0), spec.rdzv.port);
+    // The training operator gives every replica a headless Service named after its pod;
+    // with a Master replica, its pod serves the store.
+    const std::string host = HasMaster(spec) ? object + "-master-0" : PodHostName(flavor, object, 0);
+    return fmt::format("{}:{}", host, spec.rdzv.port);
   }
   // Volcano's svc plugin and our own Service: <host>.<service named after the object>.
   return fmt::format("{}.{}:{}", PodHostName(flavor, object, 0), object, spec.rdzv.port);
@@ -378,13 +381,16 @@ Json ResourcesJson(const JobSpec& spec) {
   if (r.cpu > 0) amounts["cpu"] = CpuQuantity(r.cpu);
   if (r.memory_bytes > 0) amounts["memory"] = MemoryQuantity(r);
   if (r.gpu > 0) amounts["nvidia.com/gpu"] = std::to_string(r.gpu);
+  for (const auto& [resource, count] : r.extended) amounts[resource] = std::to_string(count);
   if (amounts.empty()) return Json::object();
   return Json{{"requests", amounts}, {"limits", amounts}};
 }
 
-// One `cohort run` agent per pod; its flags follow torchrun.
+// One `cohort run` agent per pod; its flags follow torchrun. `program_args`: the worker
+// arguments (ElementArgs), nullopt to leave them out (an array's pods set them).
 std::vector<std::string> AgentCommand(const JobSpec& spec, const std::string& cohort_bin,
-                                      const std::string& endpoint, const std::string& rdzv_id) {
+                                      const std::string& endpoint, const std::string& rdzv_id,
+                                      const std::optional<std::vector<std::string>>& program_args) {
   std::vector<std::string> cmd = {cohort_bin,         "run",
                                   "--nnodes",         NnodesText(spec),
                                   "--nproc-per-node", std::to_string(spec.nproc_per_node),
@@ -399,9 +405,14 @@ std::vector<std::string> AgentCommand(const JobSpec& spec, const std::string& co
       cmd.insert(cmd.end(), {"--rdzv-conf", "request_timeout=60"});
     }
   }
+  if (spec.metrics.enabled()) {
+    // Prometheus scrapes the pod's address, so the endpoint listens on every interface.
+    cmd.insert(cmd.end(), {"--metrics-port", std::to_string(spec.metrics.port), "--metrics-host",
+                           spec.metrics.host.empty() ? "0.0.0.0" : spec.metrics.host});
+  }
   cmd.push_back("--");
   cmd.push_back(spec.entrypoint);
-  cmd.insert(cmd.end(), spec.args.begin(), spec.args.end());
+  if (program_args) cmd.insert(cmd.end(), program_args->begin(), program_args->end());
   return cmd;
 }
 
@@ -450,10 +461,14 @@ Json WorkerContainer(const Context& c, const std::string& name,
   if (!env_list.empty()) container["env"] = env_list;
   Json resources = ResourcesJson(spec);
   if (!resources.empty()) container["resources"] = resources;
+  Json ports = Json::array();
   if (!port_name.empty()) {
-    container["ports"] = Json::array(
-        {{{"name", port_name}, {"containerPort", spec.rdzv.port}, {"protocol", "TCP"}}});
+    ports.push_back({{"name", port_name}, {"containerPort", spec.rdzv.port}, {"protocol", "TCP"}});
   }
+  if (spec.metrics.port > 0) {
+    ports.push_back({{"name", "metrics"}, {"containerPort", spec.metrics.port}, {"protocol", "TCP"}});
+  }
+  if (!ports.empty()) container["ports"] = ports;
   Json mounts = Json::array();
   for (const Mount& m : spec.mounts) {
     Json mount = {{"name", m.volume}, {"mountPath", m.path}};
@@ -474,6 +489,24 @@ Json PodSpec(const Context& c, Json container, const std::string& restart_policy
   Json pod = Json::object();
   if (!restart_policy.empty()) pod["restartPolicy"] = restart_policy;
   if (!spec.priority.empty()) pod["priorityClassName"] = spec.priority;
+  if (!spec.placement.node_selector.empty()) {
+    Json selector = Json::object();
+    for (const auto& [k, v] : spec.placement.node_selector) selector[k] = v;
+    pod["nodeSelector"] = selector;
+  }
+  if (!spec.placement.tolerations.empty()) {
+    Json tolerations = Json::array();
+    for (const Toleration& t : spec.placement.tolerations) {
+      Json tol = Json::object();
+      if (!t.key.empty()) tol["key"] = t.key;
+      tol["operator"] = t.op;
+      if (!t.value.empty()) tol["value"] = t.value;
+      if (!t.effect.empty()) tol["effect"] = t.effect;
+      if (t.toleration_seconds) tol["tolerationSeconds"] = *t.toleration_seconds;
+      tolerations.push_back(tol);
+    }
+    pod["tolerations"] = tolerations;
+  }
   pod["containers"] = Json::array({std::move(container)});
   Json volumes = Json::array();
   for (const Volume& v : spec.volumes) {
@@ -502,7 +535,14 @@ Json TemplateMetadata(const JobSpec& spec, Json extra_labels) {
   Json labels = Labels(spec);
   labels["cohort.dev/component"] = "worker";
   for (auto& [k, v] : extra_labels.items()) labels[k] = v;
-  return Json{{"labels", labels}};
+  Json metadata = {{"labels", labels}};
+  if (spec.metrics.port > 0) {
+    // The annotations Prometheus' kubernetes_sd examples (and most charts) scrape by.
+    metadata["annotations"] = {{"prometheus.io/scrape", "true"},
+                               {"prometheus.io/port", std::to_string(spec.metrics.port)},
+                               {"prometheus.io/path", "/metrics"}};
+  }
+  return metadata;
 }
 
 Json ElementLabel(const ArrayElement* element) {
@@ -519,7 +559,8 @@ Json PyTorchJobObject(const Context& c, const std::string& object, const ArrayEl
   const JobSpec& spec = c.spec;
   const std::string endpoint = RendezvousEndpoint(spec, c.flavor, object);
   Json container =
-      WorkerContainer(c, "pytorch", AgentCommand(spec, c.cohort_bin, endpoint, RdzvId(c, object)),
+      WorkerContainer(c, "pytorch", AgentCommand(spec, c.cohort_bin, endpoint, RdzvId(c, object),
+                   ElementArgs(spec, element ? &element->env : nullptr)),
                       ElementEnv(element), false, "pytorchjob-port");
   Json elastic = {{"minReplicas", spec.min_nodes},
                   {"maxReplicas", spec.max_nodes},
@@ -540,32 +581,54 @@ Json PyTorchJobObject(const Context& c, const std::string& object, const ArrayEl
   Json scheduling = {{"minAvailable", spec.min_nodes}};
   if (!spec.queue.empty()) scheduling["queue"] = spec.queue;
   if (!spec.priority.empty()) scheduling["priorityClass"] = spec.priority;
-  Json worker = {{"replicas", spec.max_nodes},
-                 {"restartPolicy", "OnFailure"},
-                 {"template",
-                  {{"metadata", TemplateMetadata(spec, ElementLabel(element))},
-                   {"spec", PodSpec(c, std::move(container), "", false)}}}};
-  return Json{
-      {"apiVersion", "kubeflow.org/v1"},
-      {"kind", "PyTorchJob"},
-      {"metadata", Metadata(spec, object, ElementLabel(element))},
-      {"spec",
-       {{"elasticPolicy", elastic},
-        {"nprocPerNode", std::to_string(spec.nproc_per_node)},
-        {"runPolicy", {{"backoffLimit", spec.max_restarts}, {"schedulingPolicy", scheduling}}},
-        {"pytorchReplicaSpecs", {{"Worker", worker}}}}}};
+  Json run_policy = {{"backoffLimit", spec.max_restarts}, {"schedulingPolicy", scheduling}};
+  if (!spec.kubernetes.clean_pod_policy.empty()) {
+    run_policy["cleanPodPolicy"] = spec.kubernetes.clean_pod_policy;
+  }
+  if (spec.kubernetes.ttl_seconds_after_finished) {
+    run_policy["ttlSecondsAfterFinished"] = *spec.kubernetes.ttl_seconds_after_finished;
+  }
+  auto replica = [&](int replicas) {
+    return Json{{"replicas", replicas},
+                {"restartPolicy", "OnFailure"},
+                {"template",
+                 {{"metadata", TemplateMetadata(spec, ElementLabel(element))},
+                  {"spec", PodSpec(c, container, "", false)}}}};
+  };
+  // With a Master (the training operator's classic shape: Master + Workers, a fixed size),
+  // the Master's pod is the first node; otherwise every node is an elastic Worker.
+  Json replicas = Json::object();
+  if (HasMaster(spec)) {
+    replicas["Master"] = replica(1);
+    if (spec.max_nodes > 1) replicas["Worker"] = replica(spec.max_nodes - 1);
+  } else {
+    replicas["Worker"] = replica(spec.max_nodes);
+  }
+  Json job_spec = Json::object();
+  if (!HasMaster(spec)) job_spec["elasticPolicy"] = elastic;
+  job_spec["nprocPerNode"] = std::to_string(spec.nproc_per_node);
+  job_spec["runPolicy"] = run_policy;
+  job_spec["pytorchReplicaSpecs"] = replicas;
+  return Json{{"apiVersion", "kubeflow.org/v1"},
+              {"kind", "PyTorchJob"},
+              {"metadata", Metadata(spec, object, ElementLabel(element))},
+              {"spec", job_spec}};
 }
 
 Json VolcanoJobObject(const Context& c, const std::string& object, const ArrayElement* element) {
   const JobSpec& spec = c.spec;
   const std::string endpoint = RendezvousEndpoint(spec, c.flavor, object);
   Json container = WorkerContainer(
-      c, "worker", AgentCommand(spec, c.cohort_bin, endpoint, RdzvId(c, object)),
+      c, "worker", AgentCommand(spec, c.cohort_bin, endpoint, RdzvId(c, object),
+                   ElementArgs(spec, element ? &element->env : nullptr)),
       ElementEnv(element), false, spec.max_nodes > 1 && !UsesEtcd(spec) ? "rdzv" : "");
   Json job_spec = {{"schedulerName", "volcano"}, {"minAvailable", spec.min_nodes}};
   if (!spec.queue.empty()) job_spec["queue"] = spec.queue;
   if (!spec.priority.empty()) job_spec["priorityClassName"] = spec.priority;
   if (spec.max_restarts > 0) job_spec["maxRetry"] = spec.max_restarts;
+  if (spec.kubernetes.ttl_seconds_after_finished) {
+    job_spec["ttlSecondsAfterFinished"] = *spec.kubernetes.ttl_seconds_after_finished;
+  }
   // A pod whose agent gave up (or crashed) restarts the whole job while retries remain; with
   // no retries it ends the job. An evicted pod (drained node, preemption) restarts it.
   job_spec["policies"] =
@@ -613,10 +676,17 @@ void ApplyBatchQueue(const Context& c, Json& job_metadata, Json& pod_metadata, J
   if (c.flavor == "volcano") {
     pod_spec["schedulerName"] = "volcano";
     if (!c.spec.queue.empty()) {
-      pod_metadata["annotations"] = {{"scheduling.volcano.sh/queue-name", c.spec.queue}};
+      pod_metadata["annotations"]["scheduling.volcano.sh/queue-name"] = c.spec.queue;
     }
   } else if (!c.spec.queue.empty()) {
     job_metadata["labels"]["kueue.x-k8s.io/queue-name"] = c.spec.queue;
+  }
+}
+
+// ttlSecondsAfterFinished of a batch/v1 Job: the finished Job (and its pods) are deleted.
+void ApplyBatchTtl(const JobSpec& spec, Json& job_spec) {
+  if (spec.kubernetes.ttl_seconds_after_finished) {
+    job_spec["ttlSecondsAfterFinished"] = *spec.kubernetes.ttl_seconds_after_finished;
   }
 }
 
@@ -624,22 +694,21 @@ Json IndexedJobObject(const Context& c, const std::string& object, const ArrayEl
   const JobSpec& spec = c.spec;
   const std::string endpoint = RendezvousEndpoint(spec, c.flavor, object);
   Json container = WorkerContainer(
-      c, "worker", AgentCommand(spec, c.cohort_bin, endpoint, RdzvId(c, object)),
+      c, "worker", AgentCommand(spec, c.cohort_bin, endpoint, RdzvId(c, object),
+                   ElementArgs(spec, element ? &element->env : nullptr)),
       ElementEnv(element), false, spec.max_nodes > 1 && !UsesEtcd(spec) ? "rdzv" : "");
   Json metadata = Metadata(spec, object, ElementLabel(element));
   Json pod_metadata = TemplateMetadata(spec, ElementLabel(element));
   Json pod = PodSpec(c, std::move(container), "Never", false);
   pod["subdomain"] = object;
   ApplyBatchQueue(c, metadata, pod_metadata, pod);
-  return Json{{"apiVersion", "batch/v1"},
-              {"kind", "Job"},
-              {"metadata", metadata},
-              {"spec",
-               {{"completionMode", "Indexed"},
-                {"completions", spec.max_nodes},
-                {"parallelism", spec.max_nodes},
-                {"backoffLimit", spec.max_restarts},
-                {"template", {{"metadata", pod_metadata}, {"spec", pod}}}}}};
+  Json job_spec = {{"completionMode", "Indexed"},
+                   {"completions", spec.max_nodes},
+                   {"parallelism", spec.max_nodes},
+                   {"backoffLimit", spec.max_restarts},
+                   {"template", {{"metadata", pod_metadata}, {"spec", pod}}}};
+  ApplyBatchTtl(spec, job_spec);
+  return Json{{"apiVersion", "batch/v1"}, {"kind", "Job"}, {"metadata", metadata}, {"spec", job_spec}};
 }
 
 // Single-quoted for a POSIX shell.
@@ -664,7 +733,9 @@ std::vector<Json> SingleNodeArrayObjects(const Context& c,
   for (const auto& e : elements) {
     std::string script;
     for (const auto& [k, v] : e.env) script += fmt::format("export {}={}\n", k, ShellQuote(v));
-    data[std::to_string(e.index)] = script;
+    script += "set -- \"$@\"";
+    for (const auto& a : ElementArgs(spec, &e.env)) script += " " + ShellQuote(a);
+    data[std::to_string(e.index)] = script + "\n";
   }
   Json configmap = {{"apiVersion", "v1"},
                     {"kind", "ConfigMap"},
@@ -674,8 +745,9 @@ std::vector<Json> SingleNodeArrayObjects(const Context& c,
   std::vector<std::string> command = {
       "/bin/sh", "-c", fmt::format(". \"{}/$JOB_COMPLETION_INDEX\" && exec \"$@\"", kArrayDir),
       "cohort-array"};
+  // The worker arguments come from the element's file (`set -- "$@" ...`).
   auto agent = AgentCommand(spec, c.cohort_bin, RendezvousEndpoint(spec, c.flavor, spec.name),
-                            RdzvId(c, spec.name));
+                            RdzvId(c, spec.name), std::nullopt);
   command.insert(command.end(), agent.begin(), agent.end());
   Json container = WorkerContainer(c, "worker", command, {}, true, "");
   const int n = static_cast<int>(elements.size());
@@ -694,6 +766,7 @@ std::vector<Json> SingleNodeArrayObjects(const Context& c,
                 // Each element has its own retries; one failing element does not stop others.
                 {"backoffLimitPerIndex", spec.max_restarts},
                 {"template", {{"metadata", pod_metadata}, {"spec", pod}}}}}};
+  ApplyBatchTtl(spec, job["spec"]);
   return {configmap, job};
 }
 
@@ -939,8 +1012,11 @@ Status KubectlError(const std::vector<std::string>& argv, const Output& o) {
 }
 
 // Runs kubectl; an error when it cannot start or exits non-zero.
-Result<std::string> Kubectl(const std::string& kubectl, std::vector<std::string> args,
+Result<std::string> Kubectl(const BackendOptions& options, std::vector<std::string> args,
                             const std::string& input = "") {
+  const std::string& kubectl = options.kubectl;
+  if (!options.kube_namespace.empty()) args.insert(args.begin(), {"--namespace", options.kube_namespace});
+  if (!options.kube_context.empty()) args.insert(args.begin(), {"--context", options.kube_context});
   args.insert(args.begin(), kubectl);
   auto found = FindProgram(kubectl);
   if (!found.ok()) {
@@ -1145,7 +1221,7 @@ class KubernetesBackend : public Backend {
     const std::string resource = KubernetesResource(spec, elements, options_.kube_flavor);
     COHORT_ASSIGN_OR_RETURN(
         std::string existing,
-        Kubectl(options_.kubectl,
+        Kubectl(options_,
                 {"get", resource, "-l", "cohort.dev/job=" + spec.name, "-o", "name"}));
     if (!Trim(existing).empty()) {
       return AlreadyExists(
@@ -1155,7 +1231,7 @@ class KubernetesBackend : public Backend {
     }
     COHORT_ASSIGN_OR_RETURN(
         std::string applied,
-        Kubectl(options_.kubectl, {"apply", "--field-manager=cohort", "-f", "-"}, yaml));
+        Kubectl(options_, {"apply", "--field-manager=cohort", "-f", "-"}, yaml));
     (void)applied;
     return resource + "/" + spec.name;
   }
@@ -1165,17 +1241,17 @@ class KubernetesBackend : public Backend {
     const std::string selector = "cohort.dev/job=" + name;
     COHORT_ASSIGN_OR_RETURN(
         std::string objects,
-        Kubectl(options_.kubectl, {"get", resource, "-l", selector, "-o", "json"}));
+        Kubectl(options_, {"get", resource, "-l", selector, "-o", "json"}));
     COHORT_ASSIGN_OR_RETURN(
         std::string pods,
-        Kubectl(options_.kubectl,
+        Kubectl(options_,
                 {"get", "pods", "-l", selector + ",cohort.dev/component=worker", "-o", "json"}));
     return KubernetesStatusFromJson(resource, objects, pods, job.array_size);
   }
 
   Status Cancel(const JobRecord& job) override {
     auto [resource, name] = Target(job);
-    auto deleted = Kubectl(options_.kubectl,
+    auto deleted = Kubectl(options_,
                            {"delete", resource + ",services,configmaps,secrets,deployments.apps",
                             "-l", "cohort.dev/job=" + name, "--ignore-not-found", "--wait=false"});
     return deleted.ok() ? Status::Ok() : deleted.status();
@@ -1258,6 +1334,31 @@ void CheckKubernetesSpec(const JobSpec& spec, const std::vector<ArrayElement>& e
                     spec.queue));
   }
   CheckArray(spec, elements, problems);
+  const KubernetesSpec& k = spec.kubernetes;
+  if (k.master && flavor != "pytorchjob") {
+    Add(problems, "kubernetes.master",
+        fmt::format("only the pytorchjob flavor has a Master replica (this is {})", flavor));
+  }
+  if (HasMaster(spec) && spec.min_nodes != spec.max_nodes) {
+    Add(problems, "kubernetes.master",
+        fmt::format("a PyTorchJob with a Master has a fixed size; nnodes '{}' is elastic (give "
+                    "nnodes N, or drop master to run elastic Workers)",
+                    NnodesText(spec)));
+  }
+  if (!k.clean_pod_policy.empty() && flavor != "pytorchjob") {
+    Add(problems, "kubernetes.clean_pod_policy",
+        fmt::format("only the pytorchjob flavor has a clean-pod policy (this is {}); use "
+                    "ttl_seconds_after_finished",
+                    flavor));
+  }
+  if (spec.metrics.port == 0) {
+    Add(problems, "metrics.port",
+        "0 (any free port) cannot be scraped in a pod: give a fixed port, e.g. 9400");
+  }
+  if (spec.metrics.port > 0 && spec.metrics.port == spec.rdzv.port) {
+    Add(problems, "metrics.port",
+        fmt::format("{} is also the rendezvous port (rdzv.port); choose another", spec.metrics.port));
+  }
 }
 
 std::string KubernetesResource(const JobSpec& spec, const std::vector<ArrayElement>& elements,

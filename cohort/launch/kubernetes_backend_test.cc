@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sys/stat.h>
 #include <sstream>
 
 #include "cohort/base/strings.h"
@@ -154,13 +155,43 @@ struct Case {
   std::vector<ArrayElement> elements;
 };
 
-std::vector<Case> AllCases() {
-  return {{"single-node", SingleNodeSpec(), {}},
-          {"elastic", ElasticSpec(), {}},
-          {"own-etcd", OwnEtcdSpec(), {}},
-          {"external-etcd", ExternalEtcdSpec(), {}},
-          {"single-node-array", SingleNodeArraySpec(), Elements(5)},
-          {"multi-node-array", MultiNodeArraySpec(), Elements(3)}};
+// A Trainium-style job: Neuron devices and EFA interfaces, nodes chosen by instance type,
+// the accelerator taint tolerated, metrics scraped, finished objects removed after 10 min.
+JobSpec AcceleratorSpec() {
+  JobSpec spec = ElasticSpec();
+  spec.name = "neuron";
+  spec.queue = "training";
+  spec.resources.extended = {{"aws.amazon.com/neuron", 1}, {"vpc.amazonaws.com/efa", 4}};
+  spec.placement.node_selector = {{"node.kubernetes.io/instance-type", "trn1.32xlarge"}};
+  spec.placement.tolerations = {
+      Toleration{.key = "aws.amazon.com/neuron", .op = "Exists", .effect = "NoSchedule"},
+      Toleration{.key = "spot", .op = "Equal", .value = "true", .effect = "NoExecute",
+                 .toleration_seconds = 300}};
+  spec.metrics.port = 9400;
+  spec.kubernetes.ttl_seconds_after_finished = 600;
+  return spec;
+}
+
+// The training operator's classic shape: a Master and Workers, a fixed size.
+JobSpec MasterSpec() {
+  JobSpec spec = SingleNodeSpec();
+  spec.name = "classic";
+  spec.min_nodes = spec.max_nodes = 3;
+  spec.kubernetes.master = true;
+  spec.kubernetes.clean_pod_policy = "Running";
+  return spec;
+}
+
+std::vector<Case> AllCases(const std::string& flavor) {
+  std::vector<Case> cases = {{"single-node", SingleNodeSpec(), {}},
+                             {"elastic", ElasticSpec(), {}},
+                             {"own-etcd", OwnEtcdSpec(), {}},
+                             {"external-etcd", ExternalEtcdSpec(), {}},
+                             {"single-node-array", SingleNodeArraySpec(), Elements(5)},
+                             {"multi-node-array", MultiNodeArraySpec(), Elements(3)},
+                             {"accelerator", AcceleratorSpec(), {}}};
+  if (flavor == "pytorchjob") cases.push_back({"master", MasterSpec(), {}});
+  return cases;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -238,7 +269,7 @@ TEST_P(RenderValidation, EveryCaseIsValidForItsSchemas) {
   ASSERT_TRUE(HaveNodeModules()) << "run tools/install-npm-deps.sh (installs " << kNpmDir
                                  << "/node_modules)";
   TempDir dir;
-  for (const Case& c : AllCases()) {
+  for (const Case& c : AllCases(flavor)) {
     SCOPED_TRACE(flavor + "/" + c.label);
     auto objects = RenderKubernetesObjects(c.spec, c.elements, flavor, "cohort");
     ASSERT_TRUE(objects.ok()) << objects.status().ToString();
@@ -541,25 +572,34 @@ TEST(KubernetesRenderTest, SingleNodeArrayIsOneIndexedJob) {
   }
 }
 
-// The wrapper really loads element i's variables in a POSIX shell, quotes included.
+// The wrapper really loads element i's variables in a POSIX shell, quotes included, and
+// gives the program element i's arguments (with the element's variables substituted).
 TEST(KubernetesRenderTest, ArrayWrapperLoadsTheElementEnvironment) {
-  auto objects = Render(SingleNodeArraySpec(), Elements(5), "indexed");
+  JobSpec spec = SingleNodeArraySpec();
+  spec.args = {"train.py", "--lr", "$LR", "--note=${NOTE}", "--rank-later=$RANK"};
+  auto objects = Render(spec, Elements(5), "indexed");
   Json configmap = One(objects, "ConfigMap");
   auto cmd = Strings(PodSpecOf(One(objects, "Job"))["containers"][0]["command"]);
   ASSERT_GE(cmd.size(), 4u);
+  EXPECT_EQ(cmd.back(), "python3");  // the arguments come from the element's file
   TempDir dir;
   for (const auto& [key, script] : configmap["data"].items()) dir.File(key, script);
   std::string wrapper = cmd[2];
   const std::string mount = "/etc/cohort/array";
   ASSERT_TRUE(Contains(wrapper, mount));
   wrapper.replace(wrapper.find(mount), mount.size(), dir.path());
-  // Run the wrapper with `env` in place of the agent.
-  auto r = RunShell(fmt::format("JOB_COMPLETION_INDEX=3 /bin/sh -c {} {} /usr/bin/env",
-                                Quote(wrapper), Quote(cmd[3])));
+  // Run the wrapper with a shell that prints its environment and arguments in place of the
+  // agent.
+  auto r = RunShell(fmt::format(
+      "JOB_COMPLETION_INDEX=3 /bin/sh -c {} {} /bin/sh -c {} agent", Quote(wrapper),
+      Quote(cmd[3]), Quote("/usr/bin/env; for a in \"$@\"; do printf '[%s]\\n' \"$a\"; done")));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(Contains(r.output, "COHORT_ARRAY_INDEX=3\n")) << r.output;
   EXPECT_TRUE(Contains(r.output, "COHORT_ARRAY_SIZE=5\n")) << r.output;
   EXPECT_TRUE(Contains(r.output, "LR=0.4\n")) << r.output;
+  EXPECT_TRUE(Contains(r.output, "[train.py]\n[--lr]\n[0.4]\n"
+                                 "[--note=it's $HOME \"quoted\"]\n[--rank-later=$RANK]\n"))
+      << r.output;
   EXPECT_TRUE(Contains(r.output, "NOTE=it's $HOME \"quoted\"\n")) << r.output;
 }
 
@@ -650,8 +690,8 @@ TEST(KubernetesValidateTest, ImageIsRequired) {
 }
 
 TEST(KubernetesValidateTest, ValidSpecsHaveNoProblems) {
-  for (const Case& c : AllCases()) {
-    for (const std::string flavor : {"pytorchjob", "volcano", "indexed"}) {
+  for (const std::string flavor : {"pytorchjob", "volcano", "indexed"}) {
+    for (const Case& c : AllCases(flavor)) {
       EXPECT_TRUE(ProblemsOf(c.spec, c.elements, flavor).empty())
           << c.label << "/" << flavor << ": "
           << FormatProblems(ProblemsOf(c.spec, c.elements, flavor));
@@ -959,6 +999,96 @@ users:
       << id.status().message();
   EXPECT_TRUE(Contains(id.status().message(), "127.0.0.1:1")) << id.status().message();
   EXPECT_TRUE(Contains(id.status().message(), "connection refused")) << id.status().message();
+}
+
+
+// ---------------------------------------------------------------------------------------
+// Accelerators, placement, metrics, Master + Worker
+
+TEST(KubernetesRenderTest, AcceleratorResourcesPlacementAndMetrics) {
+  for (const std::string flavor : {"pytorchjob", "volcano", "indexed"}) {
+    SCOPED_TRACE(flavor);
+    auto objects = Render(AcceleratorSpec(), {}, flavor);
+    Json job = One(objects, flavor == "pytorchjob" ? "PyTorchJob" : "Job");
+    Json pod = PodSpecOf(job);
+    Json container = pod["containers"][0];
+    EXPECT_EQ(container["resources"]["limits"]["aws.amazon.com/neuron"], "1");
+    EXPECT_EQ(container["resources"]["limits"]["vpc.amazonaws.com/efa"], "4");
+    EXPECT_EQ(pod["nodeSelector"]["node.kubernetes.io/instance-type"], "trn1.32xlarge");
+    ASSERT_EQ(pod["tolerations"].size(), 2u);
+    EXPECT_EQ(pod["tolerations"][0],
+              Json({{"key", "aws.amazon.com/neuron"}, {"operator", "Exists"}, {"effect", "NoSchedule"}}));
+    EXPECT_EQ(pod["tolerations"][1]["tolerationSeconds"], 300);
+    bool metrics_port = false;
+    for (const auto& p : container["ports"]) metrics_port |= p["name"] == "metrics" && p["containerPort"] == 9400;
+    EXPECT_TRUE(metrics_port) << container.dump();
+    auto cmd = Strings(container["command"]);
+    EXPECT_TRUE(HasPair(cmd, "--metrics-port", "9400"));
+    EXPECT_TRUE(HasPair(cmd, "--metrics-host", "0.0.0.0"));
+    Json annotations = flavor == "pytorchjob"
+                           ? job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"]
+                       : flavor == "volcano" ? job["spec"]["tasks"][0]["template"]["metadata"]["annotations"]
+                                             : job["spec"]["template"]["metadata"]["annotations"];
+    EXPECT_EQ(annotations["prometheus.io/scrape"], "true");
+    EXPECT_EQ(annotations["prometheus.io/port"], "9400");
+    const Json ttl = flavor == "pytorchjob" ? job["spec"]["runPolicy"]["ttlSecondsAfterFinished"]
+                                            : job["spec"]["ttlSecondsAfterFinished"];
+    EXPECT_EQ(ttl, 600);
+  }
+}
+
+TEST(KubernetesRenderTest, PyTorchJobWithMasterAndWorkers) {
+  auto objects = Render(MasterSpec(), {}, "pytorchjob");
+  Json job = One(objects, "PyTorchJob");
+  EXPECT_FALSE(job["spec"].contains("elasticPolicy"));
+  Json replicas = job["spec"]["pytorchReplicaSpecs"];
+  EXPECT_EQ(replicas["Master"]["replicas"], 1);
+  EXPECT_EQ(replicas["Worker"]["replicas"], 2);
+  EXPECT_EQ(job["spec"]["runPolicy"]["cleanPodPolicy"], "Running");
+  // Every node runs the same agent; the Master's pod serves the rendezvous store.
+  for (const char* role : {"Master", "Worker"}) {
+    auto cmd = Strings(replicas[role]["template"]["spec"]["containers"][0]["command"]);
+    EXPECT_TRUE(HasPair(cmd, "--nnodes", "3")) << role;
+    EXPECT_TRUE(HasPair(cmd, "--rdzv-endpoint", "classic-master-0:29400")) << role;
+  }
+  // One node: a Master alone.
+  JobSpec one = MasterSpec();
+  one.min_nodes = one.max_nodes = 1;
+  Json single = One(Render(one, {}, "pytorchjob"), "PyTorchJob");
+  EXPECT_TRUE(single["spec"]["pytorchReplicaSpecs"].contains("Master"));
+  EXPECT_FALSE(single["spec"]["pytorchReplicaSpecs"].contains("Worker"));
+}
+
+TEST(KubernetesValidateTest, FieldsAFlavorCannotHonourAreProblems) {
+  EXPECT_TRUE(HasProblem(ProblemsOf(MasterSpec(), {}, "volcano"), "kubernetes.master",
+                         "only the pytorchjob flavor"));
+  EXPECT_TRUE(HasProblem(ProblemsOf(MasterSpec(), {}, "indexed"), "kubernetes.clean_pod_policy",
+                         "only the pytorchjob flavor"));
+  JobSpec elastic = MasterSpec();
+  elastic.min_nodes = 1;
+  EXPECT_TRUE(HasProblem(ProblemsOf(elastic, {}, "pytorchjob"), "kubernetes.master", "fixed size"));
+  JobSpec any_port = AcceleratorSpec();
+  any_port.metrics.port = 0;
+  EXPECT_TRUE(HasProblem(ProblemsOf(any_port, {}, "indexed"), "metrics.port", "fixed port"));
+}
+
+// A target's kube context and namespace reach every kubectl call.
+TEST(KubernetesBackendTest, ContextAndNamespaceReachKubectl) {
+  TempDir dir;
+  const std::string kubectl = dir.File("kubectl", "#!/bin/sh\necho \"$@\" >> \"$0.calls\"\n"
+                                                  "echo 'error: context was not found' >&2\nexit 1\n");
+  ::chmod(kubectl.c_str(), 0755);
+  BackendOptions options;
+  options.kubectl = kubectl;
+  options.kube_context = "eu-west";
+  options.kube_namespace = "training";
+  auto backend = MakeKubernetesBackend(options);
+  auto id = backend->Submit(Record(""), ElasticSpec(), {});
+  ASSERT_FALSE(id.ok());
+  std::ifstream calls(kubectl + ".calls");
+  std::string first;
+  std::getline(calls, first);
+  EXPECT_TRUE(StartsWith(first, "--context eu-west --namespace training get ")) << first;
 }
 
 }  // namespace

@@ -85,8 +85,10 @@ std::string FailureLine(const std::string& path) {
   return !failure.empty() ? failure : !own.empty() ? own : last;
 }
 
+// The `cohort run` of one unit (the job, or the element with variables `element_env`).
 std::vector<std::string> RunArgv(const JobSpec& spec, const std::string& cohort_bin,
-                                 const std::string& unit_dir, const std::string& run_id) {
+                                 const std::string& unit_dir, const std::string& run_id,
+                                 const std::map<std::string, std::string>* element_env) {
   std::vector<std::string> argv = {cohort_bin,
                                    "run",
                                    "--nnodes",
@@ -98,10 +100,14 @@ std::vector<std::string> RunArgv(const JobSpec& spec, const std::string& cohort_
                                    "--rdzv-id",
                                    run_id,
                                    "--log-dir",
-                                   unit_dir + "/ranks",
-                                   "--",
-                                   spec.entrypoint};
-  argv.insert(argv.end(), spec.args.begin(), spec.args.end());
+                                   unit_dir + "/ranks"};
+  if (spec.metrics.enabled()) {
+    argv.insert(argv.end(), {"--metrics-port", std::to_string(spec.metrics.port), "--metrics-host",
+                             spec.metrics.host.empty() ? "127.0.0.1" : spec.metrics.host});
+  }
+  argv.insert(argv.end(), {"--", spec.entrypoint});
+  const std::vector<std::string> args = ElementArgs(spec, element_env);
+  argv.insert(argv.end(), args.begin(), args.end());
   return argv;
 }
 
@@ -175,6 +181,15 @@ class LocalBackend final : public Backend {
       }
     }
     CheckHostPathVolumes(spec, "the local backend", problems);
+    CheckUnsupportedFields(spec, "local", /*extended_ok=*/false, /*placement_ok=*/false, problems);
+    if (spec.metrics.port > 0 && elements.size() > 1 && Concurrency(spec, elements.size()) > 1) {
+      problems->push_back(
+          {"metrics.port",
+           fmt::format("{} elements run at once on this machine and cannot all listen on port "
+                       "{}; use port 0 (each picks a free port and prints it in its log) or "
+                       "concurrency 1",
+                       Concurrency(spec, elements.size()), spec.metrics.port)});
+    }
     for (size_t i = 0; i < spec.volumes.size(); ++i) {
       const Volume& v = spec.volumes[i];
       std::error_code ec;
@@ -183,7 +198,6 @@ class LocalBackend final : public Backend {
                              fmt::format("{} does not exist on this machine", v.host_path)});
       }
     }
-    (void)elements;
   }
 
   Result<std::string> Render(const JobSpec& spec,
@@ -196,7 +210,7 @@ class LocalBackend final : public Backend {
       std::string text;
       for (const auto& [k, v] : UnitEnv(spec, job, env)) text += k + "=" + ShellQuote(v) + " ";
       for (const auto& a : RunArgv(spec, options_.cohort_bin, UnitDir(job, index),
-                                   spec.name + "-<id>")) {
+                                   spec.name + "-<id>", env)) {
         text += ShellQuote(a) + " ";
       }
       out += std::string(Trim(text)) + "\n";
@@ -427,7 +441,7 @@ class Runner {
     const std::string run_id =
         u.index < 0 ? fmt::format("job{}", id_) : fmt::format("job{}-{}", id_, u.index);
     SpawnOptions so;
-    so.argv = RunArgv(spec_, cohort_bin_, dir, run_id);
+    so.argv = RunArgv(spec_, cohort_bin_, dir, run_id, u.index < 0 ? nullptr : &u.env);
     so.env = MergeEnvironment(UnitEnv(spec_, job_, u.index < 0 ? nullptr : &u.env));
     so.output_file = dir + "/output.log";
     u.started = true;

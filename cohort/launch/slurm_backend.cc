@@ -291,12 +291,20 @@ class SlurmBackend final : public Backend {
         }
       }
     }
-    auto sinfo = RunCommand({"sinfo", "-h", "-o", "%P %D %c %m %G"}, {},
+    auto sinfo = RunCommand(WithCluster({"sinfo", "-h", "-o", "%P %D %c %m %G"}), {},
                             Deadline::AfterMs(kCommandTimeoutMs));
     if (!sinfo.ok() || !sinfo->status.success()) {
+      const std::string why = sinfo.ok() ? sinfo->Message() : sinfo.status().message();
+      if (options_.dry_run) {
+        // A preview needs no Slurm: the script says what was not checked.
+        unchecked_ = fmt::format("not checked against Slurm's partitions (sinfo failed: {})",
+                                 std::string(Trim(why)));
+        return;
+      }
       problems->push_back(
-          {"", fmt::format("Slurm is unreachable from this machine: sinfo failed: {}",
-                           sinfo.ok() ? sinfo->Message() : sinfo.status().message())});
+          {"", fmt::format("Slurm is unreachable from this machine: sinfo failed: {} "
+                           "(`cohort submit --dry-run` previews the batch script without Slurm)",
+                           why)});
       return;
     }
     slurm::CheckAgainstPartitions(spec, slurm::ParseSinfo(sinfo->out), problems);
@@ -305,19 +313,21 @@ class SlurmBackend final : public Backend {
   Result<std::string> Render(const JobSpec& spec,
                              const std::vector<ArrayElement>& elements) override {
     // The log directory is only known once the job is recorded; show where it will be.
-    return RenderSbatch(spec, elements, options_.cohort_bin, options_.home + "/logs/<id>");
+    COHORT_ASSIGN_OR_RETURN(std::string script, Script(spec, elements, options_.home + "/logs/<id>"));
+    if (unchecked_.empty()) return script;
+    const size_t shebang = script.find('\n') + 1;
+    return script.insert(shebang, "# cohort: " + unchecked_ + "\n");
   }
 
   Result<std::string> Submit(const JobRecord& job, const JobSpec& spec,
                              const std::vector<ArrayElement>& elements) override {
-    COHORT_ASSIGN_OR_RETURN(std::string script,
-                            RenderSbatch(spec, elements, options_.cohort_bin, job.log_dir));
+    COHORT_ASSIGN_OR_RETURN(std::string script, Script(spec, elements, job.log_dir));
     std::error_code ec;
     fs::create_directories(job.log_dir, ec);
     if (ec) return Unavailable("cannot create {}: {}", job.log_dir, ec.message());
     const std::string path = job.log_dir + "/job.sbatch";
     COHORT_RETURN_IF_ERROR(WritePrivateFile(path, script));
-    COHORT_ASSIGN_OR_RETURN(CommandOutput r, RunCommand({"sbatch", "--parsable", path},
+    COHORT_ASSIGN_OR_RETURN(CommandOutput r, RunCommand(WithCluster({"sbatch", "--parsable", path}),
                                                         {{"COHORT_JOB_ID", std::to_string(job.id)},
                                                          {"COHORT_JOB_NAME", job.name}},
                                                         Deadline::AfterMs(kCommandTimeoutMs)));
@@ -338,7 +348,7 @@ class SlurmBackend final : public Backend {
   Result<JobStatus> Poll(const JobRecord& job) override {
     if (job.backend_id.empty()) return FailedPrecondition("job {} has no Slurm job id", job.id);
     COHORT_ASSIGN_OR_RETURN(CommandOutput r,
-                            RunCommand({"scontrol", "show", "job", "-o", job.backend_id}, {},
+                            RunCommand(WithCluster({"scontrol", "show", "job", "-o", job.backend_id}), {},
                                        Deadline::AfterMs(kCommandTimeoutMs)));
     JobStatus s;
     if (r.status.success()) {
@@ -376,7 +386,7 @@ class SlurmBackend final : public Backend {
 
   Status Cancel(const JobRecord& job) override {
     if (job.backend_id.empty()) return FailedPrecondition("job {} has no Slurm job id", job.id);
-    COHORT_ASSIGN_OR_RETURN(CommandOutput r, RunCommand({"scancel", job.backend_id}, {},
+    COHORT_ASSIGN_OR_RETURN(CommandOutput r, RunCommand(WithCluster({"scancel", job.backend_id}), {},
                                                         Deadline::AfterMs(kCommandTimeoutMs)));
     const std::string why = r.Message();
     // scancel exits 0 even for some refusals; it says so on stderr.
@@ -433,10 +443,35 @@ class SlurmBackend final : public Backend {
   }
 
  private:
+  // `argv` aimed at the target's cluster (-M), when the options name one.
+  std::vector<std::string> WithCluster(std::vector<std::string> argv) const {
+    if (!options_.slurm_cluster.empty()) {
+      argv.insert(argv.begin() + 1, {"-M", options_.slurm_cluster});
+    }
+    return argv;
+  }
+
+  Result<std::string> Script(const JobSpec& spec, const std::vector<ArrayElement>& elements,
+                             const std::string& log_dir) const {
+    COHORT_ASSIGN_OR_RETURN(std::string script,
+                            RenderSbatch(spec, elements, options_.cohort_bin, log_dir));
+    if (options_.slurm_cluster.empty()) return script;
+    COHORT_ASSIGN_OR_RETURN(std::string cluster, SbatchValue(options_.slurm_cluster, "cluster"));
+    return script.insert(script.find('\n') + 1, "#SBATCH --clusters=" + cluster + "\n");
+  }
+
   BackendOptions options_;
+  std::string unchecked_;  // set by Validate when a dry run could not reach Slurm
 };
 
 }  // namespace
+
+// " 'a' 'b c'": each argument quoted for the shell, each after a space.
+static std::string QuotedArgs(const std::vector<std::string>& args) {
+  std::string out;
+  for (const std::string& a : args) out += " " + ShellQuote(a);
+  return out;
+}
 
 Result<std::string> RenderSbatch(const JobSpec& spec, const std::vector<ArrayElement>& elements,
                                  const std::string& cohort_bin, const std::string& log_dir) {
@@ -473,7 +508,12 @@ Result<std::string> RenderSbatch(const JobSpec& spec, const std::vector<ArrayEle
   directive("--ntasks-per-node=1");
   if (int cpus = CpusPerTask(spec); cpus > 0) directive(fmt::format("--cpus-per-task={}", cpus));
   if (int64_t mib = MemoryMib(spec); mib > 0) directive(fmt::format("--mem={}M", mib));
-  if (spec.resources.gpu > 0) directive(fmt::format("--gres=gpu:{}", spec.resources.gpu));
+  std::vector<std::string> gres;
+  if (spec.resources.gpu > 0) gres.push_back(fmt::format("gpu:{}", spec.resources.gpu));
+  for (const auto& [resource, count] : spec.resources.extended) {
+    gres.push_back(fmt::format("{}:{}", slurm::GresName(resource), count));
+  }
+  if (!gres.empty()) directive(fmt::format("--gres={}", fmt::join(gres, ",")));
   if (!spec.queue.empty()) {
     COHORT_ASSIGN_OR_RETURN(std::string queue, SbatchValue(spec.queue, "queue"));
     directive("--partition=" + queue);
@@ -514,6 +554,7 @@ Result<std::string> RenderSbatch(const JobSpec& spec, const std::vector<ArrayEle
     for (const ArrayElement& e : elements) {
       s += fmt::format("  {})\n", e.index);
       for (const auto& [k, v] : e.env) s += fmt::format("    export {}={}\n", k, ShellQuote(v));
+      s += "    set --" + QuotedArgs(ElementArgs(spec, &e.env)) + "\n";
       s += "    ;;\n";
     }
     s += "  *)\n"
@@ -526,6 +567,7 @@ Result<std::string> RenderSbatch(const JobSpec& spec, const std::vector<ArrayEle
   } else {
     s += "unit=job\n"
          "tag=\"$SLURM_JOB_ID\"\n";
+    s += "set --" + QuotedArgs(ElementArgs(spec, nullptr)) + "  # the program's arguments\n";
   }
 
   // The agents' rendezvous.
@@ -576,9 +618,12 @@ Result<std::string> RenderSbatch(const JobSpec& spec, const std::vector<ArrayEle
       fmt::format("  {} run --nnodes {} --nproc-per-node {} --max-restarts {}",
                   ShellQuote(cohort_bin), NnodesText(spec), spec.nproc_per_node, spec.max_restarts);
   if (!rdzv.empty()) s += " \\\n  " + fmt::format("{}", fmt::join(rdzv, " "));
+  if (spec.metrics.enabled()) {
+    s += fmt::format(" \\\n  --metrics-port {} --metrics-host {}", spec.metrics.port,
+                     ShellQuote(spec.metrics.host.empty() ? "0.0.0.0" : spec.metrics.host));
+  }
   s += " \\\n  --rdzv-id \"$SLURM_JOB_ID\" --log-dir \"$log_dir/$unit/ranks\" \\\n  --";
-  s += " " + ShellQuote(spec.entrypoint);
-  for (const std::string& a : spec.args) s += " " + ShellQuote(a);
+  s += " " + ShellQuote(spec.entrypoint) + " \"$@\"";
   s += "\nrc=$?\n"
        "# The exit code outlives the controller's memory of the job.\n"
        "printf '%s\\n' \"$rc\" > \"$log_dir/slurm-$tag.exit\"\n"
@@ -818,9 +863,11 @@ std::vector<Partition> ParseSinfo(std::string_view text) {
     }
     for (const std::string& item : Split(plain, ',')) {
       auto parts = Split(item, ':', false);
-      if (parts.empty() || parts[0] != "gpu") continue;
+      if (parts.empty() || parts[0].empty() || parts[0] == "(null)") continue;
       int n = parts.size() == 1 ? 1 : static_cast<int>(LeadingNumber(parts.back()));
-      it->max_gpus = std::max(it->max_gpus, n);
+      int& most = it->max_gres[parts[0]];
+      most = std::max(most, n);
+      if (parts[0] == "gpu") it->max_gpus = std::max(it->max_gpus, n);
     }
   }
   return out;
@@ -878,9 +925,30 @@ void CheckAgainstPartitions(const JobSpec& spec, const std::vector<Partition>& p
                                       "have at most {}",
                                       spec.resources.gpu, p->name, p->max_gpus)});
   }
+  for (const auto& [resource, count] : spec.resources.extended) {
+    const std::string gres = GresName(resource);
+    auto it = p->max_gres.find(gres);
+    const int most = it == p->max_gres.end() ? 0 : it->second;
+    if (count > most) {
+      problems->push_back(
+          {"resources.extended." + resource,
+           most == 0 ? fmt::format("{} per node requested as gres '{}'; no node of partition "
+                                   "'{}' has that gres (docs/slurm.md: the mapping)",
+                                   count, gres, p->name)
+                     : fmt::format("{} per node requested as gres '{}'; nodes of partition "
+                                   "'{}' have at most {}",
+                                   count, gres, p->name, most)});
+    }
+  }
+}
+
+std::string GresName(const std::string& extended_resource) {
+  if (extended_resource == "nvidia.com/gpu") return "gpu";
+  return extended_resource.substr(extended_resource.find('/') + 1);
 }
 
 void CheckSpec(const JobSpec& spec, std::vector<Problem>* problems) {
+  CheckUnsupportedFields(spec, "slurm", /*extended_ok=*/true, /*placement_ok=*/false, problems);
   if (!spec.priority.empty() && !ParseInt64(spec.priority)) {
     problems->push_back(
         {"priority", fmt::format("Slurm takes a number here (its --nice: higher runs later); "

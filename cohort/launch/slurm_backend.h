@@ -85,8 +85,13 @@ struct Partition {
   int max_cpus = 0;
   int64_t max_memory_mib = 0;
   int max_gpus = 0;
+  std::map<std::string, int> max_gres;  // every generic resource: name -> most on one node
 };
 std::vector<Partition> ParseSinfo(std::string_view text);
+
+// The Slurm gres name of a Kubernetes-style extended resource: nvidia.com/gpu -> gpu, else
+// the name after the domain (aws.amazon.com/neuron -> neuron, vpc.amazonaws.com/efa -> efa).
+std::string GresName(const std::string& extended_resource);
 
 // Problems (with field paths) for what the partition the spec asks for cannot run.
 void CheckAgainstPartitions(const JobSpec& spec, const std::vector<Partition>& partitions,

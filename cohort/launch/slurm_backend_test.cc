@@ -72,8 +72,9 @@ TEST(RenderSbatch, SingleNodeJob) {
   EXPECT_TRUE(Contains(*script,
                        "/opt/cohort/bin/cohort run --nnodes 1 --nproc-per-node 2 "
                        "--max-restarts 3 \\\n  --rdzv-id \"$SLURM_JOB_ID\" "
-                       "--log-dir \"$log_dir/$unit/ranks\" \\\n  -- python3 train.py "
-                       "--epochs 3\n"))
+                       "--log-dir \"$log_dir/$unit/ranks\" \\\n  -- python3 \"$@\"\n"))
+      << *script;
+  EXPECT_TRUE(Contains(*script, "set -- train.py --epochs 3  # the program's arguments\n"))
       << *script;
   // One node: cohort run serves its own store; no token, no endpoint, no array.
   EXPECT_FALSE(Contains(*script, "COHORT_TOKEN")) << *script;
@@ -162,7 +163,8 @@ TEST(RenderSbatch, ArrayWithConcurrencyAndPerElementEnvironment) {
                        "case \"${SLURM_ARRAY_TASK_ID:-}\" in\n  0)\n"
                        "    export COHORT_ARRAY_INDEX=0\n"
                        "    export COHORT_ARRAY_SIZE=3\n"
-                       "    export LR=0.2\n    ;;\n"))
+                       "    export LR=0.2\n"
+                       "    set -- train.py --epochs 3\n    ;;\n"))
       << *script;
   EXPECT_TRUE(Contains(*script, "    export LR='it'\\''s 0.1'\n")) << *script;
   EXPECT_TRUE(Contains(*script, "export SHARED=yes\n")) << *script;
@@ -182,9 +184,8 @@ TEST(RenderSbatch, OddStringsAreQuoted) {
   spec.env = {{"MSG", "it's \"quoted\" $HOME"}};
   auto script = RenderSbatch(spec, {}, "/opt/co hort/cohort", "/logs/with space/%x/9");
   ASSERT_TRUE(script.ok()) << script.status().ToString();
-  EXPECT_TRUE(Contains(*script,
-                       "-- '/opt/my tools/run' 'it'\\''s \"quoted\" $HOME' '`date`' "
-                       "'a;b' ''\n"))
+  EXPECT_TRUE(Contains(*script, "-- '/opt/my tools/run' \"$@\"\n")) << *script;
+  EXPECT_TRUE(Contains(*script, "set -- 'it'\\''s \"quoted\" $HOME' '`date`' 'a;b' ''  #"))
       << *script;
   EXPECT_TRUE(Contains(*script, "export MSG='it'\\''s \"quoted\" $HOME'\n")) << *script;
   EXPECT_TRUE(Contains(*script, "'/opt/co hort/cohort' run")) << *script;
@@ -832,6 +833,98 @@ TEST_F(FakeSlurm, ValidateAsksSinfo) {
   backend_->Validate(BaseSpec(), {}, &ps);
   ASSERT_EQ(ps.size(), 1u) << FormatProblems(ps);
   EXPECT_TRUE(Contains(ps[0].what, "Slurm is unreachable")) << ps[0].what;
+}
+
+
+// --- accelerators, placement, metrics, arguments, dry runs and clusters -----------------
+
+TEST(RenderSbatch, ExtendedResourcesBecomeGresAndMetricsAFlag) {
+  JobSpec spec = BaseSpec();
+  spec.resources.gpu = 2;
+  spec.resources.extended = {{"aws.amazon.com/neuron", 1}, {"vpc.amazonaws.com/efa", 4}};
+  spec.metrics.port = 9400;
+  auto script = RenderSbatch(spec, {}, "cohort", "/logs/3");
+  ASSERT_TRUE(script.ok()) << script.status().ToString();
+  auto lines = SbatchLines(*script);
+  EXPECT_NE(std::find(lines.begin(), lines.end(), "--gres=gpu:2,neuron:1,efa:4"), lines.end())
+      << *script;
+  EXPECT_TRUE(Contains(*script, "--metrics-port 9400 --metrics-host 0.0.0.0")) << *script;
+  EXPECT_EQ(slurm::GresName("nvidia.com/gpu"), "gpu");
+  EXPECT_EQ(slurm::GresName("example.com/fpga"), "fpga");
+}
+
+TEST(Validate, ExtendedResourcesAgainstPartitionGresAndNodeSelectors) {
+  auto parts = slurm::ParseSinfo(
+      "trn* 2 64 512000 neuron:16,efa:8\n"
+      "cpu 4 32 128000 (null)\n");
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[0].max_gres.at("neuron"), 16);
+  JobSpec spec = BaseSpec();
+  spec.resources.extended = {{"aws.amazon.com/neuron", 16}, {"vpc.amazonaws.com/efa", 8}};
+  std::vector<Problem> ps;
+  slurm::CheckAgainstPartitions(spec, parts, &ps);
+  EXPECT_TRUE(ps.empty()) << FormatProblems(ps);
+  spec.resources.extended["vpc.amazonaws.com/efa"] = 9;
+  spec.resources.extended["example.com/fpga"] = 1;
+  slurm::CheckAgainstPartitions(spec, parts, &ps);
+  EXPECT_TRUE(HasProblem(ps, "resources.extended.vpc.amazonaws.com/efa", "at most 8"))
+      << FormatProblems(ps);
+  EXPECT_TRUE(HasProblem(ps, "resources.extended.example.com/fpga", "no node of partition 'trn'"))
+      << FormatProblems(ps);
+  // Node labels are a Kubernetes matter; tolerations have nothing to do on Slurm.
+  JobSpec placed = BaseSpec();
+  placed.placement.node_selector = {{"zone", "a"}};
+  placed.placement.tolerations = {Toleration{.key = "k", .op = "Exists"}};
+  ps.clear();
+  slurm::CheckSpec(placed, &ps);
+  ASSERT_EQ(ps.size(), 1u) << FormatProblems(ps);
+  EXPECT_TRUE(HasProblem(ps, "placement.node_selector", "cannot choose nodes by label"));
+}
+
+TEST_F(RenderedScriptRun, ElementArgumentsCarryTheElementsVariables) {
+  JobSpec spec = BaseSpec();
+  spec.args = {"train.py", "--data", "${DATA}", "--region=$REGION", "$RANK"};
+  std::vector<ArrayElement> elements = {{0, {{"REGION", "us-east-1"}, {"DATA", "s3://b/e"}}},
+                                        {1, {{"REGION", "eu west"}, {"DATA", "it's"}}}};
+  auto script = RenderSbatch(spec, elements, cohort_, dir_.path());
+  ASSERT_TRUE(script.ok());
+  ASSERT_EQ(Run(*script, "SLURM_ARRAY_JOB_ID=40 SLURM_ARRAY_TASK_ID=1"), 0)
+      << dir_.Read("script.out");
+  EXPECT_TRUE(Contains(dir_.Read("node0"), "[train.py]\n[--data]\n[it's]\n[--region=eu west]\n[$RANK]\n"))
+      << dir_.Read("node0");
+}
+
+TEST_F(FakeSlurm, DryRunRendersWithoutSlurmAndSaysWhatWasNotChecked) {
+  Answer("sinfo", "", "sinfo: error: Unable to contact slurm controller (connect failure)\n", 1);
+  auto backend = MakeSlurmBackend({.home = dir_.path(), .cohort_bin = "/opt/cohort", .dry_run = true});
+  std::vector<Problem> ps;
+  backend->Validate(BaseSpec(), {}, &ps);
+  EXPECT_TRUE(ps.empty()) << FormatProblems(ps);
+  auto script = backend->Render(BaseSpec(), {});
+  ASSERT_TRUE(script.ok()) << script.status().ToString();
+  EXPECT_TRUE(StartsWith(*script, "#!/bin/bash\n# cohort: not checked against Slurm's partitions "
+                                  "(sinfo failed: the Slurm controller does not answer"))
+      << *script;
+  // Specs the script cannot carry are still refused offline.
+  JobSpec bad = BaseSpec();
+  bad.priority = "high";
+  ps.clear();
+  backend->Validate(bad, {}, &ps);
+  EXPECT_TRUE(HasProblem(ps, "priority", "number")) << FormatProblems(ps);
+}
+
+TEST_F(FakeSlurm, AClusterTargetReachesEveryCommand) {
+  auto backend = MakeSlurmBackend(
+      {.home = dir_.path(), .cohort_bin = "/opt/cohort", .slurm_cluster = "c2"});
+  Answer("sbatch", "77;c2\n");
+  auto id = backend->Submit(job_, BaseSpec(), {});
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_EQ(*id, "77");
+  EXPECT_TRUE(StartsWith(dir_.Read("sbatch.args"), "-M\nc2\n--parsable\n")) << dir_.Read("sbatch.args");
+  EXPECT_TRUE(Contains(dir_.Read("sbatch.script"), "\n#SBATCH --clusters=c2\n"));
+  Answer("scancel", "");
+  EXPECT_TRUE(backend->Cancel(job_).ok());
+  EXPECT_EQ(dir_.Read("scancel.args"), "-M\nc2\n77\n");
 }
 
 }  // namespace

@@ -8,8 +8,13 @@
 namespace cohort::launch {
 
 Result<JobRecord> SubmitJob(JobDb& db, Backend& backend, const JobSpec& spec,
-                            const std::vector<ArrayElement>& elements, const std::string& home) {
+                            const std::vector<ArrayElement>& elements, const std::string& home,
+                            const ChildOf* parent) {
   JobRecord job;
+  if (parent) {
+    job.parent_id = parent->parent_id;
+    job.target = parent->target;
+  }
   job.name = spec.name;
   job.backend = backend.name();
   job.spec_yaml = JobSpecToYaml(spec);
@@ -39,6 +44,21 @@ Result<JobRecord> SubmitJob(JobDb& db, Backend& backend, const JobSpec& spec,
   COHORT_RETURN_IF_ERROR(db.SetBackendId(job.id, *backend_id));
   COHORT_ASSIGN_OR_RETURN(job, db.Get(job.id));
   return job;
+}
+
+Result<JobStatus> RefreshJob(JobDb& db, Backend& backend, JobRecord& job) {
+  COHORT_ASSIGN_OR_RETURN(JobStatus s, backend.Poll(job));
+  if (s.state == job.state && s.exit_code == job.exit_code && s.detail == job.detail) return s;
+  job.state = s.state;
+  job.exit_code = s.exit_code;
+  job.detail = s.detail;
+  // A backend that records its own progress (the local runner) is not overwritten; what it
+  // derives on reading ("lost") is shown, not stored.
+  if (backend.RecordsOwnState()) return s;
+  if (IsFinalState(s.state) && job.ended_at == 0) job.ended_at = WallSeconds();
+  COHORT_RETURN_IF_ERROR(db.Update(job).status());
+  for (const auto& e : s.elements) COHORT_RETURN_IF_ERROR(db.UpdateElement(job.id, e).status());
+  return s;
 }
 
 }  // namespace cohort::launch

@@ -19,7 +19,18 @@ namespace cohort::launch {
 //    and returned as an error naming the job.
 // 3. Returns the record as the backend left it (with its id for the job), re-read so that
 //    a state the backend recorded meanwhile (the local runner starting) is kept.
+// A child job of an array over targets (targets.h): its parent and target record.
+struct ChildOf {
+  int64_t parent_id = 0;
+  std::string target;
+};
+
 Result<JobRecord> SubmitJob(JobDb& db, Backend& backend, const JobSpec& spec,
-                            const std::vector<ArrayElement>& elements, const std::string& home);
+                            const std::vector<ArrayElement>& elements, const std::string& home,
+                            const ChildOf* parent = nullptr);
+
+// Asks `backend` for the job's current state and records it in `db` (unless the backend
+// records its own progress, as the local runner does); updates `job` and returns the status.
+Result<JobStatus> RefreshJob(JobDb& db, Backend& backend, JobRecord& job);
 
 }  // namespace cohort::launch

@@ -28,6 +28,7 @@
 #include "cohort/launch/job_spec.h"
 #include "cohort/launch/local_backend.h"
 #include "cohort/launch/submit.h"
+#include "cohort/launch/targets.h"
 #include "cohort/pipeline/run_db.h"
 
 namespace cohort::pipeline {
@@ -482,7 +483,8 @@ class Execution {
     launch::BackendOptions bo;
     bo.home = options_.home;
     bo.cohort_bin = options_.cohort_bin;
-    auto backend = launch::MakeBackend(step.backend, bo);
+    // An array over several targets goes wherever its targets say.
+    auto backend = launch::MakeBackend(js.targets.empty() ? step.backend : launch::kTargetsBackend, bo);
     if (!backend.ok()) {
       r.detail = backend.status().message();
       return r;
@@ -520,7 +522,7 @@ class Execution {
     bool cancel_sent = false;
     std::string why_cancel;
     for (;;) {
-      auto s = (*backend)->Poll(job);
+      auto s = launch::RefreshJob(**db, **backend, job);
       if (!s.ok()) {
         r.detail = fmt::format("cannot read the state of job {}: {}", job.id,
                                s.status().message());
