@@ -3,8 +3,11 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <filesystem>
+#include <fstream>
 #include <regex>
 #include <set>
+#include <sstream>
 
 namespace cohort::pipeline {
 namespace {
@@ -24,6 +27,45 @@ std::string ForTemplate(const std::string& text, std::set<std::pair<std::string,
     return "{{inputs.parameters." + InputName(ref) + "}}";
   });
   return rewritten.ok() ? *rewritten : text;  // validated specs always rewrite
+}
+
+constexpr const char* kOutputsDir = "/tmp/outputs";
+constexpr const char* kOutputsVolume = "cohort-outputs";
+
+// The templates a job step's spec file uses (read from the pipeline's directory when its
+// path has no template of its own); none when it cannot be read.
+std::vector<Ref> JobSpecRefs(const PipelineSpec& spec, const Step& s) {
+  if (s.job.find("{{") != std::string::npos) return {};
+  std::filesystem::path p(s.job);
+  if (p.is_relative()) p = std::filesystem::path(spec.base_dir) / p;
+  std::ifstream in(p);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto uses = FindTemplates(text.str());
+  std::vector<Ref> refs;
+  if (uses.ok()) {
+    for (const auto& u : *uses) refs.push_back(u.ref);
+  }
+  return refs;
+}
+
+// `cohort submit --wait` of a job step, its templates carried in by --set: every pipeline
+// parameter, and the step outputs its spec reads (as input parameters of the template).
+json JobCommand(const PipelineSpec& spec, const Step& s,
+                std::set<std::pair<std::string, std::string>>* needed) {
+  json argv = {"cohort", "submit", "--wait", "--backend", s.backend};
+  for (const auto& p : spec.parameters) {
+    argv.push_back("--set");
+    argv.push_back(p.name + "={{workflow.parameters." + p.name + "}}");
+  }
+  std::set<std::string> seen;
+  for (const Ref& ref : JobSpecRefs(spec, s)) {
+    if (ref.kind != Ref::Kind::kStepOutput || !seen.insert(ref.ToString()).second) continue;
+    argv.push_back("--set");
+    argv.push_back(ref.ToString() + "=" + ForTemplate("{{" + ref.ToString() + "}}", needed));
+  }
+  argv.push_back(ForTemplate(s.job, needed));
+  return argv;
 }
 
 void Emit(YAML::Emitter& e, const json& j) {
@@ -89,21 +131,22 @@ json ExportArgo(const PipelineSpec& spec, const std::map<std::string, std::strin
     } else if (!s.shell.empty()) {
       container["command"] = {"sh", "-c", ForTemplate(s.shell, &needed)};
     } else {
-      container["command"] = {"cohort", "submit", "--wait", "--backend", s.backend,
-                              ForTemplate(s.job, &needed)};
+      container["command"] = JobCommand(spec, s, &needed);
     }
     if (!s.workdir.empty()) container["workingDir"] = ForTemplate(s.workdir, &needed);
     json env = json::array();
-    env.push_back({{"name", "COHORT_OUTPUTS"}, {"value", "/tmp/outputs"}});
+    env.push_back({{"name", "COHORT_OUTPUTS"}, {"value", kOutputsDir}});
     env.push_back({{"name", "COHORT_PIPELINE"}, {"value", spec.name}});
     env.push_back({{"name", "COHORT_PIPELINE_STEP"}, {"value", s.name}});
     for (const auto& [k, v] : s.env) env.push_back({{"name", k}, {"value", ForTemplate(v, &needed)}});
     container["env"] = env;
+    // Each pod gets its own empty outputs directory (a stock image has none).
+    container["volumeMounts"] = {{{"name", kOutputsVolume}, {"mountPath", kOutputsDir}}};
     json tmpl = {{"name", s.name}, {"container", container}};
     if (!s.output_values.empty()) {
       json outs = json::array();
       for (const auto& o : s.output_values) {
-        outs.push_back({{"name", o}, {"valueFrom", {{"path", "/tmp/outputs/" + o}}}});
+        outs.push_back({{"name", o}, {"valueFrom", {{"path", std::string(kOutputsDir) + "/" + o}}}});
       }
       tmpl["outputs"] = {{"parameters", outs}};
     }
@@ -113,7 +156,13 @@ json ExportArgo(const PipelineSpec& spec, const std::map<std::string, std::strin
     }
     json task = {{"name", s.name}, {"template", s.name}};
     if (!s.depends.empty()) task["dependencies"] = s.depends;
-    if (s.condition) task["when"] = ToArgoCondition(*s.condition);
+    if (s.condition) {
+      // Parameters keep their declared type; step outputs are text.
+      task["when"] = ToArgoCondition(*s.condition, [&](const Ref& ref) {
+        const Parameter* p = ref.kind == Ref::Kind::kParam ? spec.FindParam(ref.param) : nullptr;
+        return p == nullptr || p->type == ParamType::kString;
+      });
+    }
     if (!needed.empty()) {
       json inputs = json::array(), args = json::array();
       for (const auto& [step, output] : needed) {
@@ -133,6 +182,7 @@ json ExportArgo(const PipelineSpec& spec, const std::map<std::string, std::strin
   }
   templates.insert(templates.begin(), json{{"name", "cohort-dag"}, {"dag", {{"tasks", tasks}}}});
   json wspec = {{"entrypoint", "cohort-dag"}, {"templates", templates}};
+  wspec["volumes"] = {{{"name", kOutputsVolume}, {"emptyDir", json::object()}}};
   if (!parameters.empty()) wspec["arguments"] = {{"parameters", parameters}};
   if (!options.service_account.empty()) wspec["serviceAccountName"] = options.service_account;
   wf["spec"] = wspec;

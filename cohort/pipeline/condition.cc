@@ -439,11 +439,25 @@ Result<bool> EvaluateCondition(const Expr& expr, const RefResolver& resolve) {
   return EvalBool(expr, resolve);
 }
 
-std::string ToArgoCondition(const Expr& e) {
+std::string ToArgoCondition(const Expr& e, const std::function<bool(const Ref&)>& is_text) {
+  auto ref_text = [&](const Ref& ref, bool quote) {
+    const std::string t = ref.kind == Ref::Kind::kParam
+                              ? "{{workflow.parameters." + ref.param + "}}"
+                              : "{{tasks." + ref.step + ".outputs.parameters." + ref.output + "}}";
+    return quote ? "'" + t + "'" : t;
+  };
+  auto is_number = [](const Expr& x) {
+    return x.op == Expr::Op::kLiteral && x.literal.kind == Value::Kind::kNumber;
+  };
+  // One side of a comparison whose other side is `other`.
+  auto operand = [&](const Expr& x, const Expr& other) {
+    if (x.op == Expr::Op::kRef) return ref_text(x.ref, is_text(x.ref) && !is_number(other));
+    return ToArgoCondition(x, is_text);
+  };
   switch (e.op) {
     case Expr::Op::kLiteral: {
       if (e.literal.kind != Value::Kind::kString) return e.literal.ToString();
-      static const std::regex word("[A-Za-z_][A-Za-z0-9_.-]*");
+      static const std::regex word("[A-Za-z][A-Za-z0-9_]*");
       const std::string& s = e.literal.text;
       if (std::regex_match(s, word) && s != "true" && s != "false") return s;
       std::string quoted = "'";
@@ -451,21 +465,19 @@ std::string ToArgoCondition(const Expr& e) {
       return quoted + "'";
     }
     case Expr::Op::kRef:
-      return e.ref.kind == Ref::Kind::kParam
-                 ? "{{workflow.parameters." + e.ref.param + "}}"
-                 : "{{tasks." + e.ref.step + ".outputs.parameters." + e.ref.output + "}}";
-    case Expr::Op::kNot: return "!(" + ToArgoCondition(*e.lhs) + ")";
+      return ref_text(e.ref, false);  // a boolean on its own
+    case Expr::Op::kNot: return "!(" + ToArgoCondition(*e.lhs, is_text) + ")";
     case Expr::Op::kAnd:
     case Expr::Op::kOr: {
       auto side = [&](const Expr& x) {
-        std::string s = ToArgoCondition(x);
+        std::string s = ToArgoCondition(x, is_text);
         return (x.op == Expr::Op::kAnd || x.op == Expr::Op::kOr) && x.op != e.op ? "(" + s + ")"
                                                                                : s;
       };
       return side(*e.lhs) + " " + OpText(e.op) + " " + side(*e.rhs);
     }
     default:
-      return ToArgoCondition(*e.lhs) + " " + OpText(e.op) + " " + ToArgoCondition(*e.rhs);
+      return operand(*e.lhs, *e.rhs) + " " + OpText(e.op) + " " + operand(*e.rhs, *e.lhs);
   }
 }
 

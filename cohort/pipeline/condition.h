@@ -85,9 +85,12 @@ using RefResolver = std::function<Result<Value>(const Ref&)>;
 Result<bool> EvaluateCondition(const Expr& expr, const RefResolver& resolve);
 
 // Argo's form of the condition: references become {{workflow.parameters.X}} and
-// {{tasks.S.outputs.parameters.O}}; string literals stay bare words when they are simple
-// words (as Argo's examples write them: `{{workflow.parameters.runtime}} == slurm`) and are
-// single-quoted otherwise.
-std::string ToArgoCondition(const Expr& expr);
+// {{tasks.S.outputs.parameters.O}}; string literals stay bare words when they are plain
+// words ([A-Za-z][A-Za-z0-9_]*, as Argo's examples write them: `... == slurm`) and are
+// single-quoted otherwise. Argo substitutes the text, then reads bare words as strings but
+// `us-east-1` as a subtraction: so a reference `is_text` says holds text is single-quoted
+// too ('{{workflow.parameters.region}}' == 'us-east-1'), unless it is compared with a number
+// (then it stays bare, and Argo compares numbers).
+std::string ToArgoCondition(const Expr& expr, const std::function<bool(const Ref&)>& is_text);
 
 }  // namespace cohort::pipeline

@@ -120,9 +120,16 @@ TEST(PipelineConditionTest, CollectsRefsAndTranslatesToArgo) {
   ASSERT_EQ(refs.size(), 3u);
   EXPECT_EQ(refs[0].ToString(), "params.runtime");
   EXPECT_EQ(refs[1].ToString(), "steps.prep.outputs.n");
-  EXPECT_EQ(ToArgoCondition(**e),
-            "{{workflow.parameters.runtime}} == slurm && !({{tasks.prep.outputs.parameters.n}} "
-            "< 10 || {{workflow.parameters.tag}} == 'two words')");
+  // Text references are quoted (Argo would read a value such as us-east-1 as a subtraction),
+  // except where they meet a number.
+  auto is_text = [](const Ref& ref) { return ref.kind != Ref::Kind::kParam || ref.param != "n"; };
+  EXPECT_EQ(ToArgoCondition(**e, is_text),
+            "'{{workflow.parameters.runtime}}' == slurm && !({{tasks.prep.outputs.parameters.n}} "
+            "< 10 || '{{workflow.parameters.tag}}' == 'two words')");
+  auto words = ParseCondition("{{params.region}} != 'us-east-1' && {{params.n}} >= 2");
+  ASSERT_TRUE(words.ok());
+  EXPECT_EQ(ToArgoCondition(**words, is_text),
+            "'{{workflow.parameters.region}}' != 'us-east-1' && {{workflow.parameters.n}} >= 2");
 }
 
 TEST(PipelineTemplatesTest, FindAndSubstitute) {
@@ -581,9 +588,9 @@ TEST(PipelineArgoTest, WorkflowStructure) {
   ASSERT_EQ(tasks.size(), 3u);
   EXPECT_EQ(tasks[1]["dependencies"][0], "prep");
   EXPECT_EQ(tasks[1]["when"],
-            "{{workflow.parameters.runtime}} == local && "
+            "'{{workflow.parameters.runtime}}' == local && "
             "{{tasks.prep.outputs.parameters.n}} > 0");
-  EXPECT_EQ(tasks[2]["when"], "{{workflow.parameters.runtime}} == slurm");
+  EXPECT_EQ(tasks[2]["when"], "'{{workflow.parameters.runtime}}' == slurm");
   EXPECT_EQ(tasks[1]["arguments"]["parameters"][0]["value"],
             "{{tasks.prep.outputs.parameters.n}}");
   const auto& prep = spec["templates"][1];

@@ -11,4 +11,4 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fixtures import cohort, launcher, marker, need_torch  # noqa: E402,F401
+from fixtures import cohort, launcher, marker, need_torch, postgres_server  # noqa: E402,F401

@@ -5,12 +5,9 @@ listed in full with nothing submitted.
 """
 import json
 import os
-import shutil
 import signal
 import subprocess
-import tempfile
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -222,50 +219,15 @@ def test_dry_run_prints_the_commands(jobs):
     assert jobs.history() == []
 
 
-def _postgres_bin(name):
-    for d in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
-        if (d / name).exists():
-            return str(d / name)
-    return shutil.which(name)
-
-
 @pytest.fixture
-def postgres(tmp_path):
-    """A real PostgreSQL on 127.0.0.1 (free port), run as the postgres user, stopped by PID."""
-    initdb, pg_ctl = _postgres_bin("initdb"), _postgres_bin("pg_ctl")
-    if os.geteuid() != 0 or not initdb or not pg_ctl or not shutil.which("runuser"):
-        pytest.skip("needs root, runuser and PostgreSQL (apt-get install postgresql)")
-    base = Path(tempfile.mkdtemp(prefix="cohort-pg-"))
-    shutil.chown(base, "postgres", "postgres")
-    data = base / "data"
-    as_pg = ["runuser", "-u", "postgres", "--"]
-    subprocess.run(as_pg + [initdb, "-D", str(data), "-A", "trust", "-U", "postgres"],
-                   check=True, capture_output=True, timeout=120)
-    port = U.free_port()
-    server = subprocess.Popen(
-        as_pg + [_postgres_bin("postgres"), "-D", str(data), "-p", str(port), "-k", str(base),
-                 "-c", "listen_addresses=127.0.0.1"],
-        stdout=open(base / "server.log", "wb"), stderr=subprocess.STDOUT)
-    url = "postgresql://postgres@127.0.0.1:%d/postgres" % port
-
-    def ready():
-        return subprocess.run(["psql", url, "-c", "select 1"], capture_output=True).returncode == 0
-    try:
-        U.wait_for(ready, 60, interval=0.1, what="PostgreSQL accepting connections")
-        subprocess.run(["psql", url, "-v", "ON_ERROR_STOP=1", "-c",
-                        "CREATE TABLE shards(name text, size int, split text);"
-                        "INSERT INTO shards VALUES ('s0', 100, 'train'), ('s1', 200, 'train'),"
-                        " ('s2', 50, 'test');"],
-                       check=True, capture_output=True, timeout=60)
-        yield url
-    finally:
-        server.send_signal(signal.SIGINT)  # fast shutdown
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        shutil.rmtree(base, ignore_errors=True)
+def postgres(postgres_server):
+    """The server with a table of shards."""
+    subprocess.run(["psql", postgres_server, "-v", "ON_ERROR_STOP=1", "-c",
+                    "CREATE TABLE shards(name text, size int, split text);"
+                    "INSERT INTO shards VALUES ('s0', 100, 'train'), ('s1', 200, 'train'),"
+                    " ('s2', 50, 'test');"],
+                   check=True, capture_output=True, timeout=60)
+    return postgres_server
 
 
 def test_array_from_postgresql_query(jobs, postgres):

@@ -325,7 +325,7 @@ def test_export_argo(pl):
                "-p", "runtime=slurm")
     assert r.returncode == 0, r.stderr
     assert "kind: Workflow" in r.stdout
-    assert "when: \"{{workflow.parameters.runtime}} == slurm\"" in r.stdout
+    assert "when: \"'{{workflow.parameters.runtime}}' == slurm\"" in r.stdout
     assert "image: reg/cohort:1" in r.stdout
     out = pl.dir / "wf.yaml"
     out.write_text(r.stdout)

@@ -8,6 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import journey_util as J  # noqa: E402
+from fixtures import postgres_server  # noqa: E402,F401  (tests/e2e/fixtures.py)
 
 
 @pytest.fixture(autouse=True)
