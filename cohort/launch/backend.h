@@ -29,6 +29,7 @@ struct BackendOptions {
   std::string kube_namespace;  // kubectl --namespace ("" : the context's)
   std::string slurm_cluster;   // Slurm -M / --clusters ("" : the local cluster)
   bool dry_run = false;        // only Validate and Render will be called (a preview)
+  std::string workdir;         // local: the job's working directory ("" : the caller's)
 };
 
 class Backend {

@@ -791,11 +791,13 @@ std::vector<std::string> ElementArgs(const JobSpec& spec,
 void CheckUnsupportedFields(const JobSpec& spec, const std::string& runner, bool extended_ok,
                             bool placement_ok, std::vector<Problem>* problems) {
   if (!extended_ok && !spec.resources.extended.empty()) {
+    std::vector<std::string> names;
+    for (const auto& [name, count] : spec.resources.extended) names.push_back(name);
     problems->push_back(
         {"resources.extended",
          fmt::format("the {} backend cannot reserve {} (it has no extended resources); run "
                      "the job on kubernetes or slurm, or remove the field",
-                     runner, spec.resources.extended.begin()->first)});
+                     runner, fmt::join(names, ", "))});
   }
   if (!placement_ok && !spec.placement.node_selector.empty()) {
     problems->push_back(

@@ -278,6 +278,57 @@ TEST(JobDbTest, HistorySurvivesReopening) {
   EXPECT_EQ((*db)->Find("nope").status().code(), StatusCode::kNotFound);
 }
 
+// The children of an array over targets: found through their parent, not listed or found
+// by name on their own; a history written before targets existed gains the columns.
+TEST(JobDbTest, ChildJobsBelongToTheirParentAndOldHistoriesOpen) {
+  TempDir dir;
+  const std::string path = dir.path() + "/jobs.db";
+  {
+    sqlite3* old = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &old), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(old,
+                           "CREATE TABLE jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT "
+                           "NOT NULL, backend TEXT NOT NULL, spec_yaml TEXT NOT NULL, state TEXT "
+                           "NOT NULL, exit_code INTEGER, submitted_at REAL NOT NULL, started_at "
+                           "REAL NOT NULL DEFAULT 0, ended_at REAL NOT NULL DEFAULT 0, log_dir "
+                           "TEXT NOT NULL DEFAULT '', backend_id TEXT NOT NULL DEFAULT '', "
+                           "array_size INTEGER NOT NULL DEFAULT 0, concurrency INTEGER NOT NULL "
+                           "DEFAULT 0, detail TEXT NOT NULL DEFAULT '');"
+                           "INSERT INTO jobs (name, backend, spec_yaml, state, submitted_at) "
+                           "VALUES ('before', 'local', 'name: before', 'succeeded', 1);",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(old);
+  }
+  auto db = JobDb::Open(path);
+  ASSERT_TRUE(db.ok()) << db.status().ToString();
+  EXPECT_EQ((*db)->Find("before")->state, "succeeded");
+  JobRecord parent;
+  parent.name = "fan";
+  parent.backend = kTargetsBackend;
+  parent.spec_yaml = "name: fan\n";
+  parent.array_size = 3;
+  auto parent_id = (*db)->Insert(parent);
+  ASSERT_TRUE(parent_id.ok());
+  JobRecord child = parent;
+  child.backend = "local";
+  child.array_size = 2;
+  child.parent_id = *parent_id;
+  child.target = TargetRecord(Target{.name = "east", .backend = "local"}, {0, 2});
+  auto child_id = (*db)->Insert(child);
+  ASSERT_TRUE(child_id.ok());
+  EXPECT_EQ((*db)->Find("fan")->id, *parent_id);  // the name is the parent's
+  auto listed = (*db)->List(10);
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 2u);  // "before" and the parent
+  EXPECT_EQ((*listed)[0].id, *parent_id);
+  auto children = (*db)->Children(*parent_id);
+  ASSERT_TRUE(children.ok());
+  ASSERT_EQ(children->size(), 1u);
+  EXPECT_EQ((*children)[0].id, *child_id);
+  EXPECT_EQ(ParseTargetRecord((*children)[0].target)->indices, (std::vector<int>{0, 2}));
+}
+
 // A row's state only moves forward: a writer with an older copy (the submitting command
 // after the runner finished, a status poll) cannot undo the recorded end.
 TEST(JobDbTest, StateOnlyMovesForward) {

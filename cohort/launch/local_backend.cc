@@ -242,6 +242,7 @@ class LocalBackend final : public Backend {
                std::to_string(job.id)};
     so.env = MergeEnvironment({});
     so.output_file = job.log_dir + "/runner.log";
+    so.working_dir = options_.workdir;  // the runner's units inherit it
     so.death_signal = 0;      // the runner outlives `cohort submit`
     so.new_session = true;    // and the terminal's signals
     COHORT_ASSIGN_OR_RETURN(Child child, Spawn(so));

@@ -483,6 +483,7 @@ class Execution {
     launch::BackendOptions bo;
     bo.home = options_.home;
     bo.cohort_bin = options_.cohort_bin;
+    bo.workdir = step.workdir;  // a local job runs where a command step of its place would
     // An array over several targets goes wherever its targets say.
     auto backend = launch::MakeBackend(js.targets.empty() ? step.backend : launch::kTargetsBackend, bo);
     if (!backend.ok()) {

@@ -308,6 +308,9 @@ TEST(PipelineSpecTest, JobStepsAreCheckedWithParameters) {
   TempDir dir;
   dir.File("good.yaml", "name: t\nentrypoint: /bin/true\nnproc_per_node: {{params.n}}\n");
   dir.File("bad.yaml", "name: t\nentrypoint: /bin/true\nnproc_per_node: many\n");
+  dir.File("neuron.yaml", "name: t\nentrypoint: /bin/true\n"
+                          "resources: {extended: {aws.amazon.com/neuron: 1}}\n"
+                          "placement: {node_selector: {zone: a}}\n");
   std::vector<Problem> problems;
   PipelineSpec s = Parse(R"(
 name: p
@@ -316,6 +319,9 @@ steps:
   - {name: a, job: good.yaml}
   - {name: b, job: bad.yaml}
   - {name: c, job: missing.yaml}
+  - {name: d, job: neuron.yaml}
+  - {name: e, job: neuron.yaml, backend: slurm}
+  - {name: f, job: neuron.yaml, backend: kubernetes}
 )",
                          &problems, dir.path());
   ASSERT_TRUE(problems.empty()) << AllProblems(problems);
@@ -324,6 +330,12 @@ steps:
   EXPECT_FALSE(Has(problems, "steps[0].job", "")) << all;
   EXPECT_TRUE(Has(problems, "steps[1].job", "nproc_per_node")) << all;
   EXPECT_TRUE(Has(problems, "steps[2].job", "cannot read")) << all;
+  // What the step's backend can never honour is refused before anything runs.
+  EXPECT_TRUE(Has(problems, "steps[3].job", "the local backend cannot reserve aws.amazon.com/neuron"))
+      << all;
+  EXPECT_TRUE(Has(problems, "steps[4].job", "placement.node_selector")) << all;
+  EXPECT_FALSE(Has(problems, "steps[4].job", "resources.extended")) << all;
+  EXPECT_FALSE(Has(problems, "steps[5].job", "")) << all;
 }
 
 // ---------------------------------------------------------------------------------------

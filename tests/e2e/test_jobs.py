@@ -5,9 +5,12 @@ listed in full with nothing submitted.
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import textwrap
+import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -279,3 +282,39 @@ def test_concurrent_submits_keep_every_result(jobs):
     rows = [j for j in jobs.history() if j["name"] == "quick"]
     assert len(rows) == 20, rows
     assert all(j["state"] == "succeeded" and j["exit_code"] == 0 for j in rows), rows
+
+
+def test_submitted_job_serves_metrics(jobs):
+    """`metrics: {port: 0}` in a spec: the job's agent serves Prometheus /metrics while the
+    job runs (the URL is in its log); the job ends when the test lets it."""
+    release = jobs.dir / "release"
+    spec = jobs.spec("metrics.yaml", """\
+        name: metered
+        entrypoint: /bin/sh
+        args: [-c, 'while [ ! -e "$RELEASE" ]; do sleep 0.05; done; echo released']
+        nproc_per_node: 2
+        env: {RELEASE: %s}
+        metrics: {port: 0}
+        """ % release)
+    r = jobs.run("submit", spec)
+    assert r.returncode == 0, r.stdout + r.stderr
+    job = jobs.history()[0]
+    log = Path(job["log_dir"]) / "job" / "output.log"
+    url = []
+
+    def served():
+        text = log.read_text() if log.exists() else ""
+        m = re.search(r"metrics on (http://127\.0\.0\.1:\d+/metrics)", text)
+        if m:
+            url.append(m.group(1))
+        return bool(m)
+    try:
+        U.wait_for(served, 60, interval=0.1, what="the job's agent to print its metrics URL")
+        body = urllib.request.urlopen(url[0], timeout=10).read().decode()
+        assert "# TYPE" in body and 'rank="1"' in body or "cohort_" in body, body[:2000]
+    finally:
+        release.write_text("")
+    r = jobs.run("status", job["id"], "--wait")
+    assert r.returncode == 0, r.stdout + r.stderr
+    logs = jobs.run("logs", job["id"]).stdout
+    assert "released" in logs, logs  # both ranks: one merged console line

@@ -355,3 +355,25 @@ def test_fmnist_example_local(pl):
     st = pl.status(run_id(r))
     assert st["by_name"]["prepare"]["outputs"]["train_samples"] == "60000"
     assert st["by_name"]["train-local"]["state"] == "succeeded"
+
+
+def test_job_step_runs_in_the_steps_directory(pl, tmp_path):
+    """A `job:` step's local job works where a command step of the same place would (the
+    spec's directory, or its workdir), whatever directory `cohort pipeline run` started in."""
+    sub = pl.dir / "project"
+    sub.mkdir()
+    (sub / "where.yaml").write_text(
+        "name: where\nentrypoint: /bin/sh\nargs: [-c, 'pwd > job-cwd.txt']\n")
+    (sub / "other").mkdir()
+    spec = sub / "p.yaml"
+    spec.write_text(textwrap.dedent("""\
+        name: cwd
+        steps:
+          - {name: default, job: where.yaml}
+          - {name: elsewhere, job: where.yaml, workdir: other, depends: [default]}
+        """))
+    r = subprocess.run([pl.cohort, "pipeline", "run", str(spec)], env=pl.env, cwd="/",
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (sub / "job-cwd.txt").read_text().strip() == str(sub)
+    assert (sub / "other" / "job-cwd.txt").read_text().strip() == str(sub / "other")
