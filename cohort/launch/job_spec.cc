@@ -273,6 +273,12 @@ void ParseTargets(Walker& w, const YAML::Node& n, std::vector<Target>* out) {
     }
     target.backend = w.String(t, path, "backend").value_or("");
     if (target.backend == "k8s") target.backend = "kubernetes";
+    if (target.backend == "kubernetes" && !target.name.empty() && !IsDnsLabel(target.name)) {
+      w.Add(path + ".name",
+            fmt::format("'{}': a kubernetes target names its objects <job>-<target>, so use "
+                        "lowercase letters, digits and '-'",
+                        target.name));
+    }
     if (target.backend != "local" && target.backend != "slurm" && target.backend != "kubernetes") {
       w.Add(path + ".backend", target.backend.empty()
                                    ? std::string("required: local, slurm or kubernetes")

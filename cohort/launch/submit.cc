@@ -55,6 +55,9 @@ Result<JobStatus> RefreshJob(JobDb& db, Backend& backend, JobRecord& job) {
   // A backend that records its own progress (the local runner) is not overwritten; what it
   // derives on reading ("lost") is shown, not stored.
   if (backend.RecordsOwnState()) return s;
+  // The engine's own times are not asked for: the first poll that sees the job move sets
+  // them (a job seen first when it already ended starts and ends then).
+  if (s.state != "pending" && job.started_at == 0) job.started_at = WallSeconds();
   if (IsFinalState(s.state) && job.ended_at == 0) job.ended_at = WallSeconds();
   COHORT_RETURN_IF_ERROR(db.Update(job).status());
   for (const auto& e : s.elements) COHORT_RETURN_IF_ERROR(db.UpdateElement(job.id, e).status());

@@ -25,8 +25,11 @@ std::string TargetNames(const std::vector<Target>& targets) {
 }
 
 // The job as `target` runs it: its partition, its variables, its concurrency, no targets.
+// On Kubernetes its objects are named <job>-<target>, so that targets sharing a cluster and
+// namespace do not collide.
 JobSpec SpecForTarget(const JobSpec& spec, const Target& target) {
   JobSpec out = spec;
+  if (target.backend == "kubernetes") out.name = spec.name + "-" + target.name;
   out.targets.clear();
   out.array.target_by.clear();
   if (target.concurrency > 0) out.array.concurrency = target.concurrency;

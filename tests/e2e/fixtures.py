@@ -79,7 +79,12 @@ def postgres_server():
         U.wait_for(ready, 60, interval=0.1, what="PostgreSQL accepting connections")
         yield url
     finally:
-        server.send_signal(signal.SIGINT)  # fast shutdown
+        # Fast shutdown: SIGINT to the postmaster itself (its pid is in postmaster.pid);
+        # runuser, its parent, ignores SIGINT and exits when the server does.
+        try:
+            os.kill(int((data / "postmaster.pid").read_text().split()[0]), signal.SIGINT)
+        except (OSError, ValueError, IndexError):
+            server.terminate()  # never got as far as writing its pid: runuser passes it on
         try:
             server.wait(timeout=30)
         except subprocess.TimeoutExpired:
