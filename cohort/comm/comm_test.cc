@@ -1,6 +1,8 @@
-// Collectives against a scalar reference: every collective x type x op x world size 1-8 x
-// element count (0, 1, 7, 1023, 2^20+3), over shared memory, over TCP, and mixed (two
-// simulated hosts: shared memory inside, TCP between). Ranks are threads over a
+// Collectives against a scalar reference: every collective x type x op x world size (1, 2,
+// 3, 4, 5, 8: powers of two and not, uneven host splits) x element count (0, 1, 7, 1023,
+// 2^20+3), over shared memory, over TCP, and mixed (two simulated hosts: shared memory
+// inside, TCP between). Worlds 6 and 7 add nothing 3, 5 and 8 do not cover and cost CI
+// minutes; the forced-algorithm suite below still runs every size 2..8. Ranks are threads over a
 // MemoryStore; failure tests use real peer processes (comm_test_peer).
 #include "cohort/comm/communicator.h"
 
@@ -265,7 +267,7 @@ TEST_P(CollectivesTest, MatchReference) {
 INSTANTIATE_TEST_SUITE_P(
     AllTransports, CollectivesTest,
     ::testing::Combine(::testing::Values("shm", "tcp", "mixed"),
-                       ::testing::Values(1, 2, 3, 4, 5, 6, 8)),
+                       ::testing::Values(1, 2, 3, 4, 5, 8)),
     [](const auto& info) {
       return fmt::format("{}_world{}", std::get<0>(info.param), std::get<1>(info.param));
     });
