@@ -100,5 +100,32 @@ TEST(SpawnTest, PassedDescriptorIsThreeAndNothingElseLeaks) {
   EXPECT_EQ(Trim(got.substr(4)), "0 1 2 3 4") << "leaked pipe: " << leak[0] << "," << leak[1];
 }
 
+// RunAndCapture: input in, both streams out, the exit status; a command that ignores its
+// input or outlives its deadline ends cleanly (no SIGPIPE here, nothing left running).
+TEST(RunAndCaptureTest, InputOutputStatusAndDeadline) {
+  auto r = RunAndCapture({"/bin/sh", "-c", "tr a-z A-Z; echo err >&2; exit 3"}, {},
+                         "hello\n", Deadline::AfterMs(10000));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->out, "HELLO\n");
+  EXPECT_EQ(r->err, "err\n");
+  EXPECT_TRUE(r->status.exited);
+  EXPECT_EQ(r->status.code, 3);
+  // A large input the command never reads: EPIPE, not a dead test.
+  auto ignored = RunAndCapture({"/bin/true"}, {}, std::string(1 << 20, 'x'),
+                               Deadline::AfterMs(10000));
+  ASSERT_TRUE(ignored.ok()) << ignored.status().ToString();
+  EXPECT_TRUE(ignored->status.success());
+  // The environment given is the whole environment.
+  auto env = RunAndCapture({"/usr/bin/env"}, {"ONLY=this"}, "", Deadline::AfterMs(10000));
+  ASSERT_TRUE(env.ok());
+  EXPECT_EQ(env->out, "ONLY=this\n");
+  auto slow = RunAndCapture({"/bin/sh", "-c", "sleep 30 & sleep 30"}, {}, "",
+                            Deadline::AfterMs(200));
+  ASSERT_FALSE(slow.ok());
+  EXPECT_EQ(slow.status().code(), StatusCode::kDeadlineExceeded);
+  auto missing = RunAndCapture({"no-such-program-here"}, {}, "", Deadline::AfterMs(1000));
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound) << missing.status().ToString();
+}
+
 }  // namespace
 }  // namespace cohort

@@ -3,6 +3,7 @@
 #include "cohort/base/subprocess.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -100,7 +101,7 @@ struct ChildSetup {
   char* const* envp;
   pid_t parent;
   bool capture;
-  int out_w, err_w, out_file, exec_w;
+  int out_w, err_w, out_file, exec_w, in_r;
 };
 
 // The child between clone and exec: default signal state, its own process group (or
@@ -121,6 +122,7 @@ int ChildMain(void* arg) {
   }
   ::prctl(PR_SET_PDEATHSIG, c.options->death_signal);
   if (c.options->death_signal != 0 && ::getppid() != c.parent) ::_exit(127);
+  if (c.in_r >= 0) ::dup2(c.in_r, STDIN_FILENO);
   if (c.capture) {
     ::dup2(c.out_w, STDOUT_FILENO);
     ::dup2(c.err_w, STDERR_FILENO);
@@ -156,9 +158,10 @@ Result<Child> Spawn(const SpawnOptions& options) {
   COHORT_ASSIGN_OR_RETURN(std::string program, FindProgram(options.argv[0]));
 
   int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1}, exec_pipe[2] = {-1, -1};
+  int in_pipe[2] = {-1, -1};
   int out_file = -1;
   auto close_all = [&] {
-    for (int* p : {out_pipe, err_pipe, exec_pipe}) {
+    for (int* p : {out_pipe, err_pipe, exec_pipe, in_pipe}) {
       CloseFd(p[0]);
       CloseFd(p[1]);
     }
@@ -172,6 +175,7 @@ Result<Child> Spawn(const SpawnOptions& options) {
   }
   if ((capture && (::pipe2(out_pipe, O_CLOEXEC) != 0 ||
                                   ::pipe2(err_pipe, O_CLOEXEC) != 0)) ||
+      (options.stdin_pipe && ::pipe2(in_pipe, O_CLOEXEC) != 0) ||
       ::pipe2(exec_pipe, O_CLOEXEC) != 0) {
     int err = errno;
     close_all();
@@ -200,8 +204,9 @@ Result<Child> Spawn(const SpawnOptions& options) {
   // O(N x agent size) (1000 workers: 14.7 s with fork). The child runs on its own stack in
   // our memory until it execs, touching nothing but what is prepared here; every signal is
   // blocked around the clone, so no handler of ours can run on the child's stack.
-  ChildSetup setup{&options, program.c_str(), argv.data(), envp.data(), parent, capture,
-                   out_pipe[1], err_pipe[1], out_file, exec_pipe[1]};
+  ChildSetup setup{&options,   program.c_str(), argv.data(), envp.data(),
+                   parent,     capture,         out_pipe[1], err_pipe[1],
+                   out_file,   exec_pipe[1],    in_pipe[0]};
   constexpr size_t kChildStack = 64 << 10;
   std::unique_ptr<char[]> stack(new char[kChildStack]);
   sigset_t all, saved;
@@ -221,6 +226,7 @@ Result<Child> Spawn(const SpawnOptions& options) {
   CloseFd(out_pipe[1]);
   CloseFd(err_pipe[1]);
   CloseFd(exec_pipe[1]);
+  CloseFd(in_pipe[0]);
   int exec_errno = 0;
   ssize_t n;
   do {
@@ -231,9 +237,90 @@ Result<Child> Spawn(const SpawnOptions& options) {
     ::waitpid(pid, nullptr, 0);
     CloseFd(out_pipe[0]);
     CloseFd(err_pipe[0]);
+    CloseFd(in_pipe[1]);
     return ErrnoStatus(fmt::format("cannot execute {}", program), exec_errno);
   }
-  return AdoptChild(pid, out_pipe[0], err_pipe[0]);
+  auto child = AdoptChild(pid, out_pipe[0], err_pipe[0]);
+  if (!child.ok()) {
+    CloseFd(in_pipe[1]);
+    return child;
+  }
+  if (in_pipe[1] >= 0) ::fcntl(in_pipe[1], F_SETFL, ::fcntl(in_pipe[1], F_GETFL) | O_NONBLOCK);
+  child->in_fd = in_pipe[1];
+  return child;
+}
+
+Result<CapturedOutput> RunAndCapture(const std::vector<std::string>& argv,
+                                     const std::vector<std::string>& env,
+                                     const std::string& input, Deadline deadline) {
+  SpawnOptions so;
+  so.argv = argv;
+  so.env = env.empty() ? MergeEnvironment({}) : env;
+  so.stdin_pipe = true;
+  COHORT_ASSIGN_OR_RETURN(Child child, Spawn(so));
+  if (input.empty()) CloseFd(child.in_fd);
+  // Writing to a command that stopped reading must be EPIPE here, not a SIGPIPE death.
+  sigset_t pipe_set, old_set;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  ::pthread_sigmask(SIG_BLOCK, &pipe_set, &old_set);
+  CapturedOutput result;
+  size_t written = 0;
+  bool exited = false;
+  int* read_fds[2] = {&child.out_fd, &child.err_fd};
+  std::string* sinks[2] = {&result.out, &result.err};
+  bool timed_out = false;
+  while (child.in_fd >= 0 || child.out_fd >= 0 || child.err_fd >= 0 || !exited) {
+    std::vector<pollfd> p;
+    if (child.in_fd >= 0) p.push_back({child.in_fd, POLLOUT, 0});
+    for (int* fd : read_fds) {
+      if (*fd >= 0) p.push_back({*fd, POLLIN, 0});
+    }
+    if (!exited) p.push_back({child.pidfd, POLLIN, 0});
+    int ready = ::poll(p.data(), p.size(), deadline.PollTimeoutMs());
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0 || deadline.expired()) {
+      timed_out = true;
+      break;
+    }
+    for (const pollfd& q : p) {
+      if (q.revents == 0) continue;
+      if (q.fd == child.pidfd) {
+        exited = true;
+      } else if (q.fd == child.in_fd) {
+        ssize_t w = ::write(child.in_fd, input.data() + written, input.size() - written);
+        if (w > 0) written += static_cast<size_t>(w);
+        // Done, or the command stopped reading (EPIPE): its output says why.
+        if ((w < 0 && errno != EAGAIN && errno != EINTR) || written == input.size()) {
+          CloseFd(child.in_fd);
+        }
+      } else {
+        for (int i = 0; i < 2; ++i) {
+          if (q.fd != *read_fds[i]) continue;
+          char buf[8192];
+          ssize_t got = ::read(q.fd, buf, sizeof(buf));
+          if (got > 0) {
+            sinks[i]->append(buf, static_cast<size_t>(got));
+          } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
+            CloseFd(*read_fds[i]);
+          }
+        }
+      }
+    }
+  }
+  // A SIGPIPE raised while blocked is discarded before the old mask returns.
+  struct timespec zero = {0, 0};
+  while (::sigtimedwait(&pipe_set, nullptr, &zero) > 0) {
+  }
+  ::pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
+  if (timed_out) SignalGroup(child.pid, SIGKILL);
+  for (int* fd : {&child.in_fd, &child.out_fd, &child.err_fd}) CloseFd(*fd);
+  result.status = Reap(child.pid);
+  CloseFd(child.pidfd);
+  if (timed_out) {
+    return DeadlineExceeded("`{}` did not finish in time (killed)", fmt::join(argv, " "));
+  }
+  return result;
 }
 
 Result<Child> AdoptChild(pid_t pid, int out_fd, int err_fd) {

@@ -26,6 +26,7 @@ struct SpawnOptions {
                                        // (0: none, the child outlives its parent)
   bool new_session = false;            // setsid: detached from the terminal and its signals
   int pass_fd = -1;                    // >= 0: given to the child as descriptor 3
+  bool stdin_pipe = false;             // stdin from a pipe (Child::in_fd), else inherited
 };
 
 struct Child {
@@ -33,6 +34,7 @@ struct Child {
   int pidfd = -1;   // readable when the child exits
   int out_fd = -1;  // read ends of the stdout/stderr pipes (non-blocking), -1 if not captured
   int err_fd = -1;
+  int in_fd = -1;   // write end of the stdin pipe (non-blocking) with stdin_pipe, else -1
 };
 
 // Forks and execs. Errors from exec (program missing, not executable) are reported to the
@@ -72,6 +74,22 @@ void CloseDescriptorsFrom(int first, int keep);
 // Finds `program` like execvp would: absolute/relative paths are checked directly,
 // bare names through PATH. Returns the path or kNotFound / kPermissionDenied.
 Result<std::string> FindProgram(const std::string& program);
+
+// What a command printed and how it ended.
+struct CapturedOutput {
+  ExitStatus status;
+  std::string out;
+  std::string err;
+};
+
+// Runs `argv` (environment `env`, "KEY=VALUE"; empty: this process's) to its end with
+// `input` on its stdin and its stdout and stderr collected. At the deadline its process
+// group is killed and reaped: DeadlineExceeded naming the command. A program that cannot
+// start is the error Spawn gives (kNotFound when it is not on PATH). Never SIGPIPE: a
+// command that stops reading its input just gets the rest dropped.
+Result<CapturedOutput> RunAndCapture(const std::vector<std::string>& argv,
+                                     const std::vector<std::string>& env,
+                                     const std::string& input, Deadline deadline);
 
 // Current environment as "KEY=VALUE" strings, without the keys in `remove`, with
 // `overrides` replacing or adding keys.

@@ -18,6 +18,7 @@
 #include "cohort/cli/exec_sibling.h"
 #include "cohort/cli/exit_codes.h"
 #include "cohort/launch/local_backend.h"
+#include "cohort/launch/yaml_emit.h"
 #include "cohort/pipeline/argo.h"
 #include "cohort/pipeline/executor.h"
 #include "cohort/pipeline/pipeline_spec.h"
@@ -286,7 +287,12 @@ int Export(const std::vector<std::string>& args) {
   if (int rc = ParseCommandLine(app, args, "pipeline export"); rc >= 0) return rc;
   Loaded l;
   if (int rc = LoadAndValidate("export", spec_path, params, false, &l); rc >= 0) return rc;
-  std::string yaml = pipeline::ToYaml(pipeline::ExportArgo(l.spec, l.params, options));
+  auto emitted = launch::JsonToYaml(pipeline::ExportArgo(l.spec, l.params, options));
+  if (!emitted.ok()) {
+    fmt::print(stderr, "cohort pipeline export: {}\n", emitted.status().message());
+    return kExitInternal;
+  }
+  const std::string& yaml = *emitted;
   if (output.empty()) {
     fmt::print("{}", yaml);
   } else {

@@ -28,6 +28,8 @@
 #include "cohort/base/strings.h"
 #include "cohort/base/subprocess.h"
 #include "cohort/base/worker_env.h"
+#include "cohort/launch/agent_command.h"
+#include "cohort/launch/yaml_emit.h"
 
 extern char** environ;
 
@@ -146,11 +148,6 @@ std::string RendezvousEndpoint(const JobSpec& spec, const std::string& flavor,
   }
   // Volcano's svc plugin and our own Service: <host>.<service named after the object>.
   return fmt::format("{}.{}:{}", PodHostName(flavor, object, 0), object, spec.rdzv.port);
-}
-
-std::string NnodesText(const JobSpec& spec) {
-  return spec.min_nodes == spec.max_nodes ? std::to_string(spec.max_nodes)
-                                          : fmt::format("{}:{}", spec.min_nodes, spec.max_nodes);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -386,34 +383,22 @@ Json ResourcesJson(const JobSpec& spec) {
   return Json{{"requests", amounts}, {"limits", amounts}};
 }
 
-// One `cohort run` agent per pod; its flags follow torchrun. `program_args`: the worker
-// arguments (ElementArgs), nullopt to leave them out (an array's pods set them).
+// One `cohort run` agent per pod (AgentArgv). `program_args`: the worker arguments
+// (ElementArgs), nullopt to leave them out (an array's pods set them).
 std::vector<std::string> AgentCommand(const JobSpec& spec, const std::string& cohort_bin,
                                       const std::string& endpoint, const std::string& rdzv_id,
                                       const std::optional<std::vector<std::string>>& program_args) {
-  std::vector<std::string> cmd = {cohort_bin,         "run",
-                                  "--nnodes",         NnodesText(spec),
-                                  "--nproc-per-node", std::to_string(spec.nproc_per_node),
-                                  "--max-restarts",   std::to_string(spec.max_restarts)};
+  AgentPlan plan;
+  plan.metrics_host = "0.0.0.0";  // Prometheus scrapes the pod's address
   if (spec.max_nodes > 1 || UsesEtcd(spec) || !endpoint.empty()) {
-    cmd.insert(cmd.end(), {"--rdzv-backend", spec.rdzv.backend});
-    if (!endpoint.empty()) cmd.insert(cmd.end(), {"--rdzv-endpoint", endpoint});
-    cmd.insert(cmd.end(), {"--rdzv-id", rdzv_id});
-    if (OwnEtcd(spec)) {
-      // The etcd rendered with the job may start after the agents: let the first calls
-      // retry for a minute instead of the default 5 s.
-      cmd.insert(cmd.end(), {"--rdzv-conf", "request_timeout=60"});
-    }
+    plan.rdzv_backend = spec.rdzv.backend;
+    plan.rdzv_endpoint = endpoint;
+    plan.rdzv_id = rdzv_id;
+    // The etcd rendered with the job may start after the agents: let the first calls
+    // retry for a minute instead of the default 5 s.
+    if (OwnEtcd(spec)) plan.rdzv_conf.push_back("request_timeout=60");
   }
-  if (spec.metrics.enabled()) {
-    // Prometheus scrapes the pod's address, so the endpoint listens on every interface.
-    cmd.insert(cmd.end(), {"--metrics-port", std::to_string(spec.metrics.port), "--metrics-host",
-                           spec.metrics.host.empty() ? "0.0.0.0" : spec.metrics.host});
-  }
-  cmd.push_back("--");
-  cmd.push_back(spec.entrypoint);
-  if (program_args) cmd.insert(cmd.end(), program_args->begin(), program_args->end());
-  return cmd;
+  return AgentArgv(spec, cohort_bin, plan, program_args);
 }
 
 // Everything a job object of this spec shares.
@@ -711,19 +696,6 @@ Json IndexedJobObject(const Context& c, const std::string& object, const ArrayEl
   return Json{{"apiVersion", "batch/v1"}, {"kind", "Job"}, {"metadata", metadata}, {"spec", job_spec}};
 }
 
-// Single-quoted for a POSIX shell.
-std::string ShellQuote(const std::string& value) {
-  std::string out = "'";
-  for (char ch : value) {
-    if (ch == '\'') {
-      out += "'\\''";
-    } else {
-      out += ch;
-    }
-  }
-  return out + "'";
-}
-
 // Single-node array: one Indexed Job, completions = elements; pod i sources the file
 // /etc/cohort/array/<i> (ConfigMap key "i") before exec'ing its agent.
 std::vector<Json> SingleNodeArrayObjects(const Context& c,
@@ -816,186 +788,7 @@ std::vector<Json> EtcdObjects(const JobSpec& spec) {
 }
 
 // ---------------------------------------------------------------------------------------
-// YAML
-
-bool IsPlainSafe(const std::string& s) {
-  if (s.empty()) return false;
-  const char first = s[0];
-  if (!(std::isalpha(static_cast<unsigned char>(first)) || first == '/' || first == '_')) {
-    return false;
-  }
-  for (char ch : s) {
-    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '.' || ch == '/' ||
-          ch == '-' || ch == '=' || ch == '@')) {
-      return false;
-    }
-  }
-  // Words YAML 1.1 readers take for booleans or null.
-  static const std::set<std::string> kReserved = {"y",   "n",    "yes",   "no",  "on",
-                                                  "off", "true", "false", "null"};
-  return kReserved.count(ToLower(s)) == 0;
-}
-
-void EmitString(YAML::Emitter& out, const std::string& s) {
-  if (IsPlainSafe(s)) {
-    out << s;
-  } else {
-    out << YAML::DoubleQuoted << s;
-  }
-}
-
-void EmitJson(YAML::Emitter& out, const Json& j) {
-  switch (j.type()) {
-    case Json::value_t::object:
-      if (j.empty()) {
-        out << YAML::Flow << YAML::BeginMap << YAML::EndMap;
-        break;
-      }
-      out << YAML::BeginMap;
-      for (const auto& [k, v] : j.items()) {
-        out << YAML::Key;
-        EmitString(out, k);
-        out << YAML::Value;
-        EmitJson(out, v);
-      }
-      out << YAML::EndMap;
-      break;
-    case Json::value_t::array:
-      if (j.empty()) {
-        out << YAML::Flow << YAML::BeginSeq << YAML::EndSeq;
-        break;
-      }
-      out << YAML::BeginSeq;
-      for (const auto& v : j) EmitJson(out, v);
-      out << YAML::EndSeq;
-      break;
-    case Json::value_t::string:
-      EmitString(out, j.get<std::string>());
-      break;
-    case Json::value_t::boolean:
-      out << (j.get<bool>() ? "true" : "false");
-      break;
-    case Json::value_t::number_integer:
-      out << j.get<int64_t>();
-      break;
-    case Json::value_t::number_unsigned:
-      out << j.get<uint64_t>();
-      break;
-    case Json::value_t::number_float:
-      out << j.get<double>();
-      break;
-    default:
-      out << YAML::Null;
-      break;
-  }
-}
-
-// ---------------------------------------------------------------------------------------
 // kubectl
-
-struct Output {
-  ExitStatus status;
-  std::string out;
-  std::string err;
-};
-
-// Runs argv with `input` on its stdin, collecting stdout and stderr, killed after `timeout`.
-Result<Output> RunWithInput(const std::vector<std::string>& argv, const std::string& input,
-                            std::chrono::seconds timeout) {
-  COHORT_ASSIGN_OR_RETURN(std::string program, FindProgram(argv[0]));
-  int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
-  auto close_fd = [](int& fd) {
-    if (fd >= 0) ::close(fd);
-    fd = -1;
-  };
-  auto close_all = [&] {
-    for (int* p : {in, out, err}) {
-      close_fd(p[0]);
-      close_fd(p[1]);
-    }
-  };
-  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
-    int e = errno;
-    close_all();
-    return ErrnoStatus("pipe", e);
-  }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, err[1], STDERR_FILENO);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, program.c_str(), &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  close_fd(in[0]);
-  close_fd(out[1]);
-  close_fd(err[1]);
-  if (rc != 0) {
-    close_all();
-    return ErrnoStatus(fmt::format("cannot run {}", program), rc);
-  }
-  for (int fd : {in[1], out[0], err[0]}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-  if (input.empty()) close_fd(in[1]);
-
-  // A child that exits without reading its input must not kill us with SIGPIPE.
-  sigset_t pipe_set, old_set;
-  sigemptyset(&pipe_set);
-  sigaddset(&pipe_set, SIGPIPE);
-  ::pthread_sigmask(SIG_BLOCK, &pipe_set, &old_set);
-
-  Output result;
-  size_t written = 0;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  bool timed_out = false;
-  while (in[1] >= 0 || out[0] >= 0 || err[0] >= 0) {
-    std::vector<pollfd> fds;
-    if (in[1] >= 0) fds.push_back({in[1], POLLOUT, 0});
-    if (out[0] >= 0) fds.push_back({out[0], POLLIN, 0});
-    if (err[0] >= 0) fds.push_back({err[0], POLLIN, 0});
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      timed_out = true;
-      break;
-    }
-    int n = ::poll(fds.data(), fds.size(), static_cast<int>(left.count()));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
-    for (const pollfd& p : fds) {
-      if (p.revents == 0) continue;
-      if (p.fd == in[1]) {
-        ssize_t w = ::write(in[1], input.data() + written, input.size() - written);
-        if (w > 0) written += static_cast<size_t>(w);
-        if ((w < 0 && errno != EAGAIN && errno != EINTR) || written == input.size()) {
-          close_fd(in[1]);  // EPIPE: the child stopped reading; its output says why
-        }
-        continue;
-      }
-      char buf[8192];
-      ssize_t r = ::read(p.fd, buf, sizeof(buf));
-      if (r > 0) {
-        (p.fd == out[0] ? result.out : result.err).append(buf, static_cast<size_t>(r));
-      } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
-        close_fd(p.fd == out[0] ? out[0] : err[0]);
-      }
-    }
-  }
-  // Discard a SIGPIPE raised by our writes, then restore the mask.
-  timespec zero = {0, 0};
-  while (::sigtimedwait(&pipe_set, nullptr, &zero) == SIGPIPE) {
-  }
-  ::pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
-  close_all();
-  if (timed_out) ::kill(pid, SIGKILL);
-  result.status = Reap(pid);
-  if (timed_out) {
-    return DeadlineExceeded("{} did not finish within {} s", argv[0], timeout.count());
-  }
-  return result;
-}
 
 std::string Joined(const std::vector<std::string>& argv) {
   std::string s;
@@ -1005,7 +798,7 @@ std::string Joined(const std::vector<std::string>& argv) {
 
 // "kubectl ... failed (exit code 1): <stderr>" as kUnavailable: the cluster or the
 // network is the usual cause, and the same call may work later.
-Status KubectlError(const std::vector<std::string>& argv, const Output& o) {
+Status KubectlError(const std::vector<std::string>& argv, const CapturedOutput& o) {
   std::string message(Trim(o.err.empty() ? o.out : o.err));
   return Unavailable("`{}` failed ({}): {}", Joined(argv), o.status.Describe(),
                      message.empty() ? "no message" : message);
@@ -1025,8 +818,9 @@ Result<std::string> Kubectl(const BackendOptions& options, std::vector<std::stri
         "configure access to the cluster with KUBECONFIG)",
         found.status().message());
   }
-  COHORT_ASSIGN_OR_RETURN(Output o,
-                          RunWithInput(args, input, std::chrono::seconds(kKubectlTimeoutSeconds)));
+  COHORT_ASSIGN_OR_RETURN(
+      CapturedOutput o,
+      RunAndCapture(args, {}, input, Deadline::After(std::chrono::seconds(kKubectlTimeoutSeconds))));
   if (!o.status.success()) return KubectlError(args, o);
   return o.out;
 }
@@ -1343,7 +1137,7 @@ void CheckKubernetesSpec(const JobSpec& spec, const std::vector<ArrayElement>& e
     Add(problems, "kubernetes.master",
         fmt::format("a PyTorchJob with a Master has a fixed size; nnodes '{}' is elastic (give "
                     "nnodes N, or drop master to run elastic Workers)",
-                    NnodesText(spec)));
+                    spec.NnodesText()));
   }
   if (!k.clean_pod_policy.empty() && flavor != "pytorchjob") {
     Add(problems, "kubernetes.clean_pod_policy",
@@ -1414,13 +1208,8 @@ Result<std::vector<nlohmann::ordered_json>> RenderKubernetesObjects(
 Result<std::string> KubernetesYaml(const std::vector<nlohmann::ordered_json>& objects) {
   std::string yaml;
   for (const auto& object : objects) {
-    YAML::Emitter out;
-    out.SetIndent(2);
-    EmitJson(out, object);
-    if (!out.good()) return Internal("YAML emitter: {}", out.GetLastError());
-    yaml += "---\n";
-    yaml += out.c_str();
-    yaml += "\n";
+    COHORT_ASSIGN_OR_RETURN(std::string document, JsonToYaml(object));
+    yaml += "---\n" + document;
   }
   return yaml;
 }

@@ -547,7 +547,7 @@ TEST(KubernetesRenderTest, SingleNodeArrayIsOneIndexedJob) {
     ASSERT_EQ(configmap["data"].size(), 5u);
     for (int i = 0; i < 5; ++i) {
       const std::string script = configmap["data"][std::to_string(i)];
-      EXPECT_TRUE(Contains(script, fmt::format("export COHORT_ARRAY_INDEX='{}'\n", i))) << script;
+      EXPECT_TRUE(Contains(script, fmt::format("export COHORT_ARRAY_INDEX={}\n", i))) << script;
     }
     Json job = One(objects, "Job");
     EXPECT_EQ(job["apiVersion"], "batch/v1");

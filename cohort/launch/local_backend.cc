@@ -21,6 +21,7 @@
 #include "cohort/base/strings.h"
 #include "cohort/base/subprocess.h"
 #include "cohort/base/time.h"
+#include "cohort/launch/agent_command.h"
 
 namespace cohort::launch {
 namespace {
@@ -85,30 +86,18 @@ std::string FailureLine(const std::string& path) {
   return !failure.empty() ? failure : !own.empty() ? own : last;
 }
 
-// The `cohort run` of one unit (the job, or the element with variables `element_env`).
+// The `cohort run` of one unit (the job, or the element with variables `element_env`): one
+// node (this machine), its own store.
 std::vector<std::string> RunArgv(const JobSpec& spec, const std::string& cohort_bin,
                                  const std::string& unit_dir, const std::string& run_id,
                                  const std::map<std::string, std::string>* element_env) {
-  std::vector<std::string> argv = {cohort_bin,
-                                   "run",
-                                   "--nnodes",
-                                   "1",
-                                   "--nproc-per-node",
-                                   std::to_string(spec.nproc_per_node),
-                                   "--max-restarts",
-                                   std::to_string(spec.max_restarts),
-                                   "--rdzv-id",
-                                   run_id,
-                                   "--log-dir",
-                                   unit_dir + "/ranks"};
-  if (spec.metrics.enabled()) {
-    argv.insert(argv.end(), {"--metrics-port", std::to_string(spec.metrics.port), "--metrics-host",
-                             spec.metrics.host.empty() ? "127.0.0.1" : spec.metrics.host});
-  }
-  argv.insert(argv.end(), {"--", spec.entrypoint});
-  const std::vector<std::string> args = ElementArgs(spec, element_env);
-  argv.insert(argv.end(), args.begin(), args.end());
-  return argv;
+  JobSpec one_node = spec;
+  one_node.min_nodes = one_node.max_nodes = 1;
+  AgentPlan plan;
+  plan.rdzv_id = run_id;
+  plan.log_dir = unit_dir + "/ranks";
+  plan.metrics_host = "127.0.0.1";
+  return AgentArgv(one_node, cohort_bin, plan, ElementArgs(spec, element_env));
 }
 
 std::vector<std::pair<std::string, std::string>> UnitEnv(

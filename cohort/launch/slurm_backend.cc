@@ -26,6 +26,7 @@
 #include "cohort/base/subprocess.h"
 #include "cohort/base/time.h"
 #include "cohort/base/worker_env.h"
+#include "cohort/launch/agent_command.h"
 #include "cohort/launch/spec_walker.h"
 
 namespace cohort::launch {
@@ -67,11 +68,6 @@ std::string EscapePercent(std::string_view path) {
     out += c;
   }
   return out;
-}
-
-std::string NnodesText(const JobSpec& spec) {
-  return spec.min_nodes == spec.max_nodes ? std::to_string(spec.min_nodes)
-                                          : fmt::format("{}:{}", spec.min_nodes, spec.max_nodes);
 }
 
 int CpusPerTask(const JobSpec& spec) {
@@ -172,10 +168,7 @@ ElementRecord ElementFromRecord(const slurm::Record& r) {
 }
 
 // The output of one Slurm client command.
-struct CommandOutput {
-  ExitStatus status;
-  std::string out;
-  std::string err;
+struct CommandOutput : CapturedOutput {
   // What went wrong, in one line where Slurm's own words are a screenful.
   std::string Message() const {
     std::string text(Trim(err.empty() ? out : err));
@@ -194,70 +187,20 @@ struct CommandOutput {
   }
 };
 
-// Runs argv with stdout/stderr captured; kills it (its process group) at the deadline.
+// Runs a Slurm client command with stdout/stderr captured, killed at the deadline.
 Result<CommandOutput> RunCommand(const std::vector<std::string>& argv,
                                  const std::vector<std::pair<std::string, std::string>>& env,
                                  Deadline deadline) {
-  SpawnOptions so;
-  so.argv = argv;
-  so.env = MergeEnvironment(env);
-  auto spawned = Spawn(so);
-  if (!spawned.ok()) {
-    return Status(spawned.status().code() == StatusCode::kNotFound ? StatusCode::kUnavailable
-                                                                   : spawned.status().code(),
-                  fmt::format("cannot run {}: {} (is the Slurm client installed here?)", argv[0],
-                              spawned.status().message()));
+  auto r = RunAndCapture(argv, MergeEnvironment(env), "", deadline);
+  if (r.ok()) return CommandOutput{std::move(*r)};
+  if (r.status().code() == StatusCode::kDeadlineExceeded) {
+    return DeadlineExceeded("{} did not answer within {} s", fmt::join(argv, " "),
+                            kCommandTimeoutMs / 1000);
   }
-  Child child = *spawned;
-  CommandOutput result;
-  bool exited = false;
-  int fds[2] = {child.out_fd, child.err_fd};
-  std::string* sinks[2] = {&result.out, &result.err};
-  while (fds[0] >= 0 || fds[1] >= 0 || !exited) {
-    pollfd p[3];
-    int n = 0;
-    int which[3];
-    for (int i = 0; i < 2; ++i) {
-      if (fds[i] >= 0) {
-        p[n] = {fds[i], POLLIN, 0};
-        which[n++] = i;
-      }
-    }
-    if (!exited) {
-      p[n] = {child.pidfd, POLLIN, 0};
-      which[n++] = 2;
-    }
-    int ready = ::poll(p, static_cast<nfds_t>(n), deadline.PollTimeoutMs());
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready == 0 || deadline.expired()) {
-      SignalGroup(child.pid, SIGKILL);
-      Reap(child.pid);
-      for (int fd : {fds[0], fds[1], child.pidfd}) {
-        if (fd >= 0) ::close(fd);
-      }
-      return DeadlineExceeded("{} did not answer within {} s", fmt::join(argv, " "),
-                              kCommandTimeoutMs / 1000);
-    }
-    for (int i = 0; i < n; ++i) {
-      if (p[i].revents == 0) continue;
-      if (which[i] == 2) {
-        exited = true;
-        continue;
-      }
-      int& fd = fds[which[i]];
-      char buf[8192];
-      ssize_t got = ::read(fd, buf, sizeof(buf));
-      if (got > 0) {
-        sinks[which[i]]->append(buf, static_cast<size_t>(got));
-      } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
-        ::close(fd);
-        fd = -1;
-      }
-    }
-  }
-  ::close(child.pidfd);
-  result.status = Reap(child.pid);
-  return result;
+  return Status(r.status().code() == StatusCode::kNotFound ? StatusCode::kUnavailable
+                                                           : r.status().code(),
+                fmt::format("cannot run {}: {} (is the Slurm client installed here?)", argv[0],
+                            r.status().message()));
 }
 
 bool ControllerUnreachable(const std::string& message) {
@@ -466,6 +409,11 @@ class SlurmBackend final : public Backend {
 
 }  // namespace
 
+// Placeholders of AgentArgv's line that the script writes as shell expansions.
+constexpr const char* kJobIdWord = "\x01job-id";
+constexpr const char* kLogDirWord = "\x01log-dir";
+constexpr const char* kFirstNodeWord = "\x01first-node";
+
 // " 'a' 'b c'": each argument quoted for the shell, each after a space.
 static std::string QuotedArgs(const std::vector<std::string>& args) {
   std::string out;
@@ -492,7 +440,7 @@ Result<std::string> RenderSbatch(const JobSpec& spec, const std::vector<ArrayEle
   if (!problems.empty()) return InvalidArgument("{}", FormatProblems(problems));
   if (spec.entrypoint.empty()) return InvalidArgument("entrypoint: required");
   if (spec.min_nodes < 1 || spec.max_nodes < spec.min_nodes) {
-    return InvalidArgument("nnodes: '{}' is not N or MIN:MAX", NnodesText(spec));
+    return InvalidArgument("nnodes: '{}' is not N or MIN:MAX", spec.NnodesText());
   }
   const bool array = !elements.empty();
   const bool multi = spec.max_nodes > 1;
@@ -570,17 +518,24 @@ Result<std::string> RenderSbatch(const JobSpec& spec, const std::vector<ArrayEle
     s += "set --" + QuotedArgs(ElementArgs(spec, nullptr)) + "  # the program's arguments\n";
   }
 
-  // The agents' rendezvous.
-  std::vector<std::string> rdzv;  // already quoted for the shell
+  // The agents' rendezvous. Words the shell must expand stand in AgentArgv's line as
+  // placeholders, written out raw below; everything else is quoted.
+  AgentPlan plan;
+  plan.metrics_host = "0.0.0.0";
+  plan.rdzv_id = kJobIdWord;
+  plan.log_dir = kLogDirWord;
   bool wrap_is_host = false;
   if (multi && etcd) {
-    rdzv = {"--rdzv-backend", "etcd", "--rdzv-endpoint", ShellQuote(spec.rdzv.endpoint)};
+    plan.rdzv_backend = "etcd";
+    plan.rdzv_endpoint = spec.rdzv.endpoint;
   } else if (multi) {
     s += fmt::format(
         "\n# Shared secret of this job's rendezvous store, the same on every node.\n"
         "{0}=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n')\n"
         "export {0}\n",
         worker_env::kToken);
+    plan.rdzv_backend = "c10d";
+    plan.rdzv_endpoint = spec.rdzv.endpoint;
     if (spec.rdzv.endpoint.empty()) {
       s += "\n# The agent on the first node of the allocation (SLURM_NODEID=0) serves the "
            "store;\n"
@@ -593,11 +548,8 @@ Result<std::string> RenderSbatch(const JobSpec& spec, const std::vector<ArrayEle
            "  echo \"cohort: cannot tell the first node of '$SLURM_JOB_NODELIST'\" >&2\n"
            "  exit 1\n"
            "fi\n";
-      rdzv = {"--rdzv-backend", "c10d", "--rdzv-endpoint",
-              fmt::format("\"$rdzv_host\":{}", spec.rdzv.port)};
+      plan.rdzv_endpoint = kFirstNodeWord;
       wrap_is_host = true;
-    } else {
-      rdzv = {"--rdzv-backend", "c10d", "--rdzv-endpoint", ShellQuote(spec.rdzv.endpoint)};
     }
   }
 
@@ -614,16 +566,20 @@ Result<std::string> RenderSbatch(const JobSpec& spec, const std::vector<ArrayEle
     s += "  /bin/bash -c 'if [ \"${SLURM_NODEID:-0}\" = 0 ]; then h=1; else h=0; fi; "
          "export PET_RDZV_CONF=\"is_host=$h\"; exec \"$@\"' cohort-agent \\\n";
   }
-  s +=
-      fmt::format("  {} run --nnodes {} --nproc-per-node {} --max-restarts {}",
-                  ShellQuote(cohort_bin), NnodesText(spec), spec.nproc_per_node, spec.max_restarts);
-  if (!rdzv.empty()) s += " \\\n  " + fmt::format("{}", fmt::join(rdzv, " "));
-  if (spec.metrics.enabled()) {
-    s += fmt::format(" \\\n  --metrics-port {} --metrics-host {}", spec.metrics.port,
-                     ShellQuote(spec.metrics.host.empty() ? "0.0.0.0" : spec.metrics.host));
+  const std::map<std::string, std::string> raw = {
+      {kJobIdWord, "\"$SLURM_JOB_ID\""},
+      {kLogDirWord, "\"$log_dir/$unit/ranks\""},
+      {kFirstNodeWord, fmt::format("\"$rdzv_host\":{}", spec.rdzv.port)}};
+  // One flag group per line: the rendezvous, its id and logs, metrics, the program.
+  static const std::set<std::string> kLineBreakBefore = {"--rdzv-backend", "--rdzv-id",
+                                                         "--metrics-port", "--"};
+  s += " ";
+  for (const std::string& word : AgentArgv(spec, cohort_bin, plan, std::nullopt)) {
+    auto it = raw.find(word);
+    s += kLineBreakBefore.count(word) ? " \\\n  " : " ";
+    s += it != raw.end() ? it->second : ShellQuote(word);
   }
-  s += " \\\n  --rdzv-id \"$SLURM_JOB_ID\" --log-dir \"$log_dir/$unit/ranks\" \\\n  --";
-  s += " " + ShellQuote(spec.entrypoint) + " \"$@\"";
+  s += " \"$@\"";
   s += "\nrc=$?\n"
        "# The exit code outlives the controller's memory of the job.\n"
        "printf '%s\\n' \"$rc\" > \"$log_dir/slurm-$tag.exit\"\n"
@@ -845,7 +801,8 @@ std::vector<Partition> ParseSinfo(std::string_view text) {
     auto it =
         std::find_if(out.begin(), out.end(), [&](const Partition& p) { return p.name == name; });
     if (it == out.end()) {
-      out.push_back({.name = name});
+      out.emplace_back();
+      out.back().name = name;
       it = out.end() - 1;
     }
     it->is_default = it->is_default || is_default;
@@ -898,7 +855,7 @@ void CheckAgainstPartitions(const JobSpec& spec, const std::vector<Partition>& p
   if (spec.max_nodes > p->nodes) {
     problems->push_back(
         {"nnodes", fmt::format("'{}' asks for up to {} nodes; partition '{}' has {}",
-                               NnodesText(spec), spec.max_nodes, p->name, p->nodes)});
+                               spec.NnodesText(), spec.max_nodes, p->name, p->nodes)});
   }
   if (int cpus = CpusPerTask(spec); cpus > p->max_cpus) {
     problems->push_back(

@@ -1,11 +1,8 @@
 // Argo Workflow export (see argo.h). Thread-safety: pure functions.
 #include "cohort/pipeline/argo.h"
 
-#include <yaml-cpp/yaml.h>
-
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <set>
 #include <sstream>
 
@@ -66,39 +63,6 @@ json JobCommand(const PipelineSpec& spec, const Step& s,
   }
   argv.push_back(ForTemplate(s.job, needed));
   return argv;
-}
-
-void Emit(YAML::Emitter& e, const json& j) {
-  if (j.is_object()) {
-    e << YAML::BeginMap;
-    for (auto it = j.begin(); it != j.end(); ++it) {
-      e << YAML::Key << it.key() << YAML::Value;
-      Emit(e, it.value());
-    }
-    e << YAML::EndMap;
-  } else if (j.is_array()) {
-    e << YAML::BeginSeq;
-    for (const auto& v : j) Emit(e, v);
-    e << YAML::EndSeq;
-  } else if (j.is_string()) {
-    const std::string s = j.get<std::string>();
-    static const std::regex plain_other(
-        R"((?:[-+]?[0-9._].*|[-+]?\.(?:inf|nan)|true|false|yes|no|on|off|y|n|null|~)?)",
-        std::regex::icase);
-    if (std::regex_match(s, plain_other) || s.find('{') != std::string::npos) {
-      e << YAML::DoubleQuoted << s;
-    } else {
-      e << s;
-    }
-  } else if (j.is_boolean()) {
-    e << j.get<bool>();
-  } else if (j.is_number_integer()) {
-    e << j.get<int64_t>();
-  } else if (j.is_number()) {
-    e << j.get<double>();
-  } else {
-    e << YAML::Null;
-  }
 }
 
 }  // namespace
@@ -187,12 +151,6 @@ json ExportArgo(const PipelineSpec& spec, const std::map<std::string, std::strin
   if (!options.service_account.empty()) wspec["serviceAccountName"] = options.service_account;
   wf["spec"] = wspec;
   return wf;
-}
-
-std::string ToYaml(const json& object) {
-  YAML::Emitter e;
-  Emit(e, object);
-  return std::string(e.c_str()) + "\n";
 }
 
 }  // namespace cohort::pipeline

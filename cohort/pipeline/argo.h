@@ -9,6 +9,7 @@
 //     retryStrategy.limit = retries, activeDeadlineSeconds = timeout, output values as
 //     output parameters read from /tmp/outputs/<name> (COHORT_OUTPUTS=/tmp/outputs), and
 //     outputs of other steps passed in as input parameters.
+// The YAML a user applies comes from launch::JsonToYaml (yaml_emit.h).
 // Thread-safety: pure functions.
 #pragma once
 
@@ -29,8 +30,5 @@ struct ArgoOptions {
 // The Workflow object; `params` are the resolved parameter values.
 nlohmann::json ExportArgo(const PipelineSpec& spec, const std::map<std::string, std::string>& params,
                           const ArgoOptions& options);
-
-// The object as YAML (strings that would read as other types are quoted).
-std::string ToYaml(const nlohmann::json& object);
 
 }  // namespace cohort::pipeline

@@ -12,6 +12,7 @@
 
 #include "cohort/base/subprocess.h"
 #include "cohort/base/temp_dir.h"
+#include "cohort/launch/yaml_emit.h"
 #include "cohort/pipeline/argo.h"
 #include "cohort/pipeline/condition.h"
 #include "cohort/pipeline/executor.h"
@@ -618,7 +619,7 @@ TEST(PipelineArgoTest, WorkflowStructure) {
   const auto& job = spec["templates"][3];
   EXPECT_EQ(job["container"]["command"][0], "cohort");
   // Strings that read as numbers stay strings in the YAML.
-  std::string yaml = ToYaml(wf);
+  std::string yaml = *launch::JsonToYaml(wf);
   EXPECT_NE(yaml.find("value: \"4\""), std::string::npos) << yaml;
 }
 
@@ -632,7 +633,7 @@ TEST(PipelineArgoTest, ValidatesAgainstTheArgoSchema) {
   std::vector<Problem> problems;
   PipelineSpec s = Parse(kGood, &problems);
   auto params = ResolveParameters(s, {}, &problems);
-  std::string good = dir.File("wf.yaml", ToYaml(ExportArgo(s, params, {})));
+  std::string good = dir.File("wf.yaml", *launch::JsonToYaml(ExportArgo(s, params, {})));
   std::string cmd = fmt::format("cd {} && node validate-argo.mjs {} > {}/out.txt 2>&1", npm, good,
                                 dir.path());
   EXPECT_EQ(std::system(cmd.c_str()), 0) << dir.Read("out.txt");
@@ -640,7 +641,7 @@ TEST(PipelineArgoTest, ValidatesAgainstTheArgoSchema) {
   nlohmann::json broken = ExportArgo(s, params, {});
   broken["spec"]["templates"][1]["retryStrategy"]["limit"] = nlohmann::json::array();
   broken["spec"]["templates"][1]["container"].erase("name");
-  std::string bad = dir.File("bad.yaml", ToYaml(broken));
+  std::string bad = dir.File("bad.yaml", *launch::JsonToYaml(broken));
   cmd = fmt::format("cd {} && node validate-argo.mjs {} > {}/out.txt 2>&1", npm, bad, dir.path());
   EXPECT_NE(std::system(cmd.c_str()), 0);
   EXPECT_NE(dir.Read("out.txt").find("name"), std::string::npos) << dir.Read("out.txt");

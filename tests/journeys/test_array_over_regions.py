@@ -247,11 +247,16 @@ def test_dry_run_over_local_and_kubernetes_regions(user):
         job = next(d for d in docs if d["kind"] == "Job")
         assert sorted(cm["data"], key=int) == [str(k) for k in range(len(mine))], cm["data"]
         for k, i in enumerate(mine):
-            env = cm["data"][str(k)]
-            assert "export REGION='%s'\n" % target in env, env
-            assert "export DATA='%s'\n" % rows[i][1] in env, env
-            assert "export COHORT_ARRAY_INDEX='%d'\n" % i in env, env
-            assert "export COHORT_ARRAY_TARGET='%s'\n" % target in env, env
+            # What the pod's shell gets from the element's entry (it sources the file).
+            entry = user.dir / ("%s-%d.sh" % (target, k))
+            entry.write_text(cm["data"][str(k)])
+            got = subprocess.run(
+                ["/bin/sh", "-c", '. "$0"; printf "%s\\n" "$REGION" "$DATA" '
+                 '"$COHORT_ARRAY_INDEX" "$COHORT_ARRAY_TARGET"', str(entry)],
+                capture_output=True, text=True, timeout=30)
+            assert got.returncode == 0, got.stderr
+            assert got.stdout.split("\n")[:4] == [target, rows[i][1], str(i), target], (
+                got.stdout, cm["data"][str(k)])
         assert job["apiVersion"] == "batch/v1", job
         assert job["spec"]["completionMode"] == "Indexed", job
         assert job["spec"]["completions"] == len(mine), job
