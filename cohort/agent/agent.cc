@@ -33,6 +33,7 @@ namespace cohort::agent {
 namespace fs = std::filesystem;
 using rendezvous::FailureRecord;
 using rendezvous::Rendezvous;
+using rendezvous::RoundEnd;
 using rendezvous::RendezvousInfo;
 
 namespace {
@@ -764,15 +765,15 @@ AgentResult Agent::Impl::Run() {
           pthread_setname_np(pthread_self(), "rdzv-watch");
           Rendezvous watch(watch_store, o_.rdzv, o_.self);
           while (!stop_watch) {
-            auto reason = watch.WatchStep(info);
+            auto ended = watch.WatchStep(info);
             if (stop_watch) return;
-            if (!reason.ok()) {
-              COHORT_LOG_WARN(kLog, "lost the rendezvous store: {}", reason.status().message());
+            if (!ended.ok()) {
+              COHORT_LOG_WARN(kLog, "lost the rendezvous store: {}", ended.status().message());
               round_ended.Notify();
               return;
             }
-            if (!reason->empty()) {
-              COHORT_LOG_INFO(kLog, "round {} ended: {}", info.round, *reason);
+            if (ended->has_value()) {
+              COHORT_LOG_INFO(kLog, "round {} ended: {}", info.round, (*ended)->Describe());
               round_ended.Notify();
               return;
             }
@@ -827,7 +828,8 @@ AgentResult Agent::Impl::Run() {
         stall_report_ = CollectFlightRecords(f);
         if (!stall_report_.empty()) COHORT_LOG_WARN(kLog, "{}", stall_report_);
         StopWorkers(SIGTERM);
-        auto ended = rdzv_->EndRound(info->round, fmt::format("failure:rank {}", f.rank), true, &f);
+        auto ended = rdzv_->EndRound(
+            info->round, RoundEnd{RoundEnd::Kind::kFailure, fmt::format("rank {}", f.rank)}, &f);
         if (!ended.ok()) {
           return {kExitRendezvous,
                   fmt::format("cohort: {}; and the store is unreachable: {}", f.Describe(),

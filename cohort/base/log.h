@@ -4,7 +4,7 @@
 //
 //   COHORT_LOG_INFO("store", "listening on {}:{}", host, port);
 //
-// Secrets (tokens) are never passed to the logger; use Redact() for values that may hold one.
+// Secrets (tokens, passwords) are never passed to the logger.
 // Thread-safety: loggers are thread-safe (spdlog's _mt sinks).
 #pragma once
 

@@ -1,8 +1,10 @@
 // Status and Result<T>: the error model of every layer below train/.
 //
 // A Status is a code plus a message. The code tells the caller what to do:
-// kUnavailable -> retry the call, kAborted -> re-rendezvous, kFailedPrecondition ->
-// stop. Result<T> holds either a value or a non-OK Status.
+// kUnavailable -> the same call may work later (retry), kDeadlineExceeded -> it did not
+// finish in time, kFailedPrecondition -> stop (retrying cannot help), kAborted -> the
+// operation lost a race with another writer (etcd: the revision it watched was compacted).
+// Result<T> holds either a value or a non-OK Status.
 //
 // Thread-safety: value types; a const object may be read from any thread.
 #pragma once

@@ -121,10 +121,10 @@ int Execute(const std::string& name, const std::string& home, int parallel,
            : outcome.status().code() == StatusCode::kFailedPrecondition ? kExitInvalidValue
                                                                        : kExitBackend;
   }
-  fmt::print("run {}: {}  (cohort pipeline status {})\n", outcome->run_id, outcome->state,
+  fmt::print("run {}: {}  (cohort pipeline status {})\n", outcome->run_id, pipeline::StateName(outcome->state),
              outcome->run_id);
-  if (outcome->state == "succeeded") return kExitOk;
-  if (outcome->state == "cancelled") return sig ? 128 + sig : kExitJobCancelled;
+  if (outcome->state == pipeline::RunState::kSucceeded) return kExitOk;
+  if (outcome->state == pipeline::RunState::kCancelled) return sig ? 128 + sig : kExitJobCancelled;
   return kExitWorkerFailed;
 }
 
@@ -164,7 +164,7 @@ int ResumeRun(const std::vector<std::string>& args) {
 
 json RunJson(const pipeline::RunRecord& r) {
   json j = {{"id", r.id},           {"pipeline", r.pipeline}, {"spec_path", r.spec_path},
-            {"params", r.params},   {"state", r.state},       {"started_at", r.started_at},
+            {"params", r.params},   {"state", pipeline::StateName(r.state)},       {"started_at", r.started_at},
             {"ended_at", r.ended_at}, {"detail", r.detail},
             {"log_dir", pipeline::RunLogDir(launch::DefaultCohortHome(), r.id)}};
   j["exit_code"] = r.exit_code ? json(*r.exit_code) : json(nullptr);
@@ -201,7 +201,7 @@ int Status(const std::vector<std::string>& args) {
     json js = json::array();
     for (const auto& s : *steps) {
       js.push_back({{"name", s.name},
-                    {"state", s.state},
+                    {"state", pipeline::StateName(s.state)},
                     {"attempts", s.attempts},
                     {"exit_code", s.exit_code ? json(*s.exit_code) : json(nullptr)},
                     {"started_at", s.started_at},
@@ -215,7 +215,7 @@ int Status(const std::vector<std::string>& args) {
     fmt::print("{}\n", j.dump(2));
     return kExitOk;
   }
-  fmt::print("run {} of pipeline {}: {}\n", run->id, run->pipeline, run->state);
+  fmt::print("run {} of pipeline {}: {}\n", run->id, run->pipeline, pipeline::StateName(run->state));
   fmt::print("  spec: {}\n", run->spec_path);
   std::string ps;
   for (const auto& [k, v] : run->params) ps += fmt::format("{}{}={}", ps.empty() ? "" : " ", k, v);
@@ -230,7 +230,7 @@ int Status(const std::vector<std::string>& args) {
                                            : "-";
     std::string detail = s.detail;
     for (const auto& [k, v] : s.outputs) detail += fmt::format("{}{}={}", detail.empty() ? "" : "; ", k, v);
-    fmt::print("  {:<20} {:<10} {:>8} {:>5} {:>9}  {}\n", s.name, s.state, s.attempts,
+    fmt::print("  {:<20} {:<10} {:>8} {:>5} {:>9}  {}\n", s.name, pipeline::StateName(s.state), s.attempts,
                s.exit_code ? std::to_string(*s.exit_code) : "-", duration, detail);
   }
   return kExitOk;
@@ -266,7 +266,7 @@ int List(const std::vector<std::string>& args) {
   for (const auto& r : *runs) {
     std::string ps;
     for (const auto& [k, v] : r.params) ps += fmt::format("{}{}={}", ps.empty() ? "" : " ", k, v);
-    fmt::print("{:>5}  {:<20} {:<10} {:<19}  {}\n", r.id, r.pipeline, r.state,
+    fmt::print("{:>5}  {:<20} {:<10} {:<19}  {}\n", r.id, r.pipeline, pipeline::StateName(r.state),
                FormatTime(r.started_at), ps);
   }
   return kExitOk;

@@ -617,20 +617,20 @@ int RunCommand(const std::vector<std::string>& args) {
       if (started.status().code() != StatusCode::kAlreadyExists) {
         return Fail(kExitRendezvous, started.status().message());
       }
-      auto probe = store::TcpStore::Connect(
+      auto probe = store::TcpStore::Probe(
           {.host = local_store_addr, .port = plan.port, .token = plan.token},
           Deadline::AfterMs(2000).Earlier(give_up));
-      if (probe.ok()) {
+      if (probe.peer == store::StorePeer::kCohortStore) {
         COHORT_LOG_INFO("cli", "port {} is served by another agent; joining it", plan.port);
         break;
       }
-      const Status& why = probe.status();
-      if (why.code() == StatusCode::kPermissionDenied) {
+      const Status& why = probe.status;
+      if (probe.peer == store::StorePeer::kWrongToken) {
         return Fail(kExitRendezvous, fmt::format("the store on port {} refused this job's token; "
                                                  "set the same COHORT_TOKEN on every node",
                                                  plan.port));
       }
-      if (why.message().find("handshake") != std::string::npos || single) {
+      if (probe.peer == store::StorePeer::kOtherProgram || single) {
         return Fail(kExitPortInUse,
                     fmt::format("cannot serve the rendezvous store on port {}: another program "
                                 "holds the port; choose another --rdzv-endpoint port",

@@ -86,13 +86,6 @@ void Drain(int efd) {
   (void)n;
 }
 
-bool IsDone(const std::string& state) {
-  return state == "succeeded" || state == "cached" || state == "skipped";
-}
-bool IsFinal(const std::string& state) {
-  return IsDone(state) || state == "failed" || state == "not-run" || state == "cancelled";
-}
-
 std::string Seconds(double s) { return fmt::format("{:.1f}s", s); }
 
 // An event from a step thread.
@@ -101,7 +94,7 @@ struct Event {
   Kind kind = Kind::kDone;
   size_t step = 0;
   int attempt = 0;
-  std::string state;  // kDone: succeeded | failed | cancelled
+  StepState state = StepState::kFailed;  // kDone: succeeded | failed | cancelled
   std::optional<int> exit_code;
   std::string detail;
   std::map<std::string, std::string> outputs;
@@ -155,20 +148,23 @@ class Execution {
       Drain(events_fd_);
       HandleEvents();
     }
-    std::string state = "succeeded";
+    RunState state = RunState::kSucceeded;
     for (size_t i = 0; i < records_.size(); ++i) {
       auto& r = records_[i];
       if (cancelled && !IsFinal(r.state)) {
-        r.state = "cancelled";
+        r.state = StepState::kCancelled;
         r.detail = "the run was cancelled before it started";
         Put(i);
       }
-      if (r.state == "cancelled") state = "cancelled";
-      if ((r.state == "failed" || r.state == "not-run") && state != "cancelled") state = "failed";
+      if (r.state == StepState::kCancelled) state = RunState::kCancelled;
+      if ((r.state == StepState::kFailed || r.state == StepState::kNotRun) &&
+          state != RunState::kCancelled) {
+        state = RunState::kFailed;
+      }
     }
-    if (cancelled) state = "cancelled";
+    if (cancelled) state = RunState::kCancelled;
     run_.state = state;
-    run_.exit_code = state == "succeeded" ? 0 : 1;
+    run_.exit_code = state == RunState::kSucceeded ? 0 : 1;
     run_.ended_at = WallSeconds();
     COHORT_RETURN_IF_ERROR(db_->UpdateRun(run_));
     return RunOutcome{run_.id, state};
@@ -189,7 +185,7 @@ class Execution {
     return true;
   }
 
-  void Finish(size_t i, const std::string& state, const std::string& detail, std::string line) {
+  void Finish(size_t i, StepState state, const std::string& detail, std::string line) {
     auto& r = records_[i];
     r.state = state;
     r.detail = detail;
@@ -203,7 +199,7 @@ class Execution {
   void Schedule() {
     for (size_t i : order_) {
       auto& r = records_[i];
-      if (r.state != "pending") continue;
+      if (r.state != StepState::kPending) continue;
       const Step& s = spec_.steps[i];
       std::string blocker;
       bool ready = true;
@@ -217,9 +213,9 @@ class Execution {
       }
       if (!ready) continue;
       if (!blocker.empty()) {
-        Finish(i, "not-run", fmt::format("dependency '{}' {}", blocker, records_[Index(blocker)].state),
-               fmt::format("not run (dependency '{}' {})", blocker,
-                           records_[Index(blocker)].state));
+        const std::string_view why = StateName(records_[Index(blocker)].state);
+        Finish(i, StepState::kNotRun, fmt::format("dependency '{}' {}", blocker, why),
+               fmt::format("not run (dependency '{}' {})", blocker, why));
         continue;
       }
       if (s.condition) {
@@ -234,18 +230,18 @@ class Execution {
           return Value::String(v);
         });
         if (!result.ok()) {
-          Finish(i, "failed", "condition: " + result.status().message(),
+          Finish(i, StepState::kFailed, "condition: " + result.status().message(),
                  "failed: condition: " + result.status().message());
           continue;
         }
         if (!*result) {
-          Finish(i, "skipped", "condition false: " + s.when, "skipped (condition false)");
+          Finish(i, StepState::kSkipped, "condition false: " + s.when, "skipped (condition false)");
           continue;
         }
       }
       auto resolved = ResolveStep(s, spec_.base_dir, run_.params, outputs_);
       if (!resolved.ok()) {
-        Finish(i, "failed", resolved.status().message(),
+        Finish(i, StepState::kFailed, resolved.status().message(),
                "failed: " + resolved.status().message());
         continue;
       }
@@ -253,7 +249,7 @@ class Execution {
       if (s.cache) {
         auto key = CacheKey(s.name, *resolved);
         if (!key.ok()) {
-          Finish(i, "failed", key.status().message(), "failed: " + key.status().message());
+          Finish(i, StepState::kFailed, key.status().message(), "failed: " + key.status().message());
           continue;
         }
         r.cache_key = *key;
@@ -264,12 +260,12 @@ class Execution {
           r.outputs = (*hit)->outputs;
           outputs_[s.name] = r.outputs;
           r.exit_code = 0;
-          Finish(i, "cached", "unchanged since an earlier run", "cached");
+          Finish(i, StepState::kCached, "unchanged since an earlier run", "cached");
           continue;
         }
       }
       if (running_ >= options_.parallel) continue;
-      r.state = "running";
+      r.state = StepState::kRunning;
       r.started_at = WallSeconds();
       r.ended_at = 0;
       r.exit_code.reset();
@@ -293,7 +289,7 @@ class Execution {
   Result<std::string> LookupOutput(const Ref& ref) {
     auto it = outputs_.find(ref.step);
     const StepRecord& r = records_[Index(ref.step)];
-    if (r.state == "skipped") {
+    if (r.state == StepState::kSkipped) {
       return FailedPrecondition("step '{}' was skipped, so its output '{}' does not exist",
                                 ref.step, ref.output);
     }
@@ -331,11 +327,11 @@ class Execution {
           --running_;
           r.exit_code = e.exit_code;
           r.outputs = e.outputs;
-          if (e.state == "succeeded") outputs_[s.name] = e.outputs;
+          if (e.state == StepState::kSucceeded) outputs_[s.name] = e.outputs;
           double took = WallSeconds() - r.started_at;
           std::string line =
-              e.state == "succeeded" ? fmt::format("succeeded ({})", Seconds(took))
-              : e.state == "cancelled" ? "cancelled"
+              e.state == StepState::kSucceeded ? fmt::format("succeeded ({})", Seconds(took))
+              : e.state == StepState::kCancelled ? "cancelled"
                                        : fmt::format("failed: {}", e.detail);
           Finish(e.step, e.state, e.detail, line);
           break;
@@ -371,13 +367,13 @@ class Execution {
       }
       Event r = step.job_text.empty() ? RunCommand(i, step, log_dir, outputs_dir, attempt)
                                       : RunJob(i, step, log_dir, outputs_dir);
-      if (r.state == "succeeded") {
+      if (r.state == StepState::kSucceeded) {
         // Values and files the step declared.
         for (const auto& name : step.output_values) {
           bool ok;
           std::string v = ReadFile(outputs_dir + "/" + name, &ok);
           if (!ok) {
-            r.state = "failed";
+            r.state = StepState::kFailed;
             r.detail = fmt::format("the step did not write its output '{}' ($COHORT_OUTPUTS/{})",
                                    name, name);
             break;
@@ -386,13 +382,13 @@ class Execution {
           r.outputs[name] = v;
         }
         for (const auto& f : step.output_files) {
-          if (r.state == "succeeded" && !fs::exists(f)) {
-            r.state = "failed";
+          if (r.state == StepState::kSucceeded && !fs::exists(f)) {
+            r.state = StepState::kFailed;
             r.detail = fmt::format("the step did not create its output file {}", f);
           }
         }
       }
-      if (r.state != "failed" || attempt == s.retries + 1 || Readable(stop_fd_)) {
+      if (r.state != StepState::kFailed || attempt == s.retries + 1 || Readable(stop_fd_)) {
         done.state = r.state;
         done.exit_code = r.exit_code;
         done.detail = r.detail;
@@ -439,7 +435,7 @@ class Execution {
     so.output_file = log_dir + "/output.log";
     auto child = Spawn(so);
     if (!child.ok()) {
-      r.state = "failed";
+      r.state = StepState::kFailed;
       r.detail = child.status().message();
       return r;
     }
@@ -456,16 +452,16 @@ class Execution {
     ::close(child->pidfd);
     sweeper_.Sweep(part);  // and what left the group
     if (which == 1) {
-      r.state = "cancelled";
+      r.state = StepState::kCancelled;
       r.detail = "stopped: the run was cancelled";
     } else if (which < 0) {
-      r.state = "failed";
+      r.state = StepState::kFailed;
       r.detail = fmt::format("timed out after {}s (process group killed)", timeout);
     } else if (st.success()) {
-      r.state = "succeeded";
+      r.state = StepState::kSucceeded;
       r.exit_code = 0;
     } else {
-      r.state = "failed";
+      r.state = StepState::kFailed;
       r.exit_code = st.exited ? st.code : 128 + st.signal;
       r.detail = st.Describe();
     }
@@ -475,7 +471,7 @@ class Execution {
   Event RunJob(size_t i, const ResolvedStep& step, const std::string& log_dir,
                const std::string& outputs_dir) {
     Event r = MakeEvent(Event::Kind::kDone, i);
-    r.state = "failed";
+    r.state = StepState::kFailed;
     std::ofstream log(log_dir + "/output.log", std::ios::app);
     std::vector<Problem> problems;
     launch::JobSpec js = launch::ParseJobSpec(step.job_text, &problems);
@@ -534,12 +530,12 @@ class Execution {
         log << fmt::format("job {}: {}{}\n", job.id, s->state,
                            s->detail.empty() ? "" : " (" + s->detail + ")");
         if (!why_cancel.empty()) {
-          r.state = why_cancel == "cancelled" ? "cancelled" : "failed";
+          r.state = why_cancel == "cancelled" ? StepState::kCancelled : StepState::kFailed;
           r.detail = why_cancel == "cancelled" ? "stopped: the run was cancelled"
                                                : fmt::format("timed out after {}s (job {} "
                                                              "cancelled)", timeout, job.id);
         } else if (s->state == "succeeded") {
-          r.state = "succeeded";
+          r.state = StepState::kSucceeded;
           r.exit_code = 0;
         } else {
           r.exit_code = s->exit_code.value_or(1);
@@ -703,10 +699,10 @@ Result<RunOutcome> ExecuteNew(const PipelineSpec& spec, const std::string& spec_
 Result<RunOutcome> Resume(int64_t run_id, const ExecutorOptions& options) {
   COHORT_ASSIGN_OR_RETURN(auto db, RunDb::Open(RunDbPath(options.home)));
   COHORT_ASSIGN_OR_RETURN(RunRecord run, db->GetRun(run_id));
-  if (run.state == "succeeded") {
+  if (run.state == RunState::kSucceeded) {
     return FailedPrecondition("run {} succeeded; there is nothing to resume", run_id);
   }
-  if (run.state == "running") {
+  if (run.state == RunState::kRunning) {
     return FailedPrecondition("run {} is still running (or its runner died without recording "
                               "an end; then cancel it first)", run_id);
   }
@@ -724,12 +720,12 @@ Result<RunOutcome> Resume(int64_t run_id, const ExecutorOptions& options) {
       if (s.name == spec.steps[i].name) records[i] = s;
     }
     if (!IsDone(records[i].state)) {
-      records[i].state = "pending";
+      records[i].state = StepState::kPending;
       records[i].detail.clear();
       COHORT_RETURN_IF_ERROR(db->PutStep(run_id, records[i]));
     }
   }
-  run.state = "running";
+  run.state = RunState::kRunning;
   run.exit_code.reset();
   run.ended_at = 0;
   COHORT_RETURN_IF_ERROR(db->UpdateRun(run));

@@ -34,6 +34,7 @@
 
 #include "cohort/base/status.h"
 #include "cohort/pipeline/pipeline_spec.h"
+#include "cohort/pipeline/run_db.h"
 
 namespace cohort::pipeline {
 
@@ -48,7 +49,7 @@ struct ExecutorOptions {
 
 struct RunOutcome {
   int64_t run_id = 0;
-  std::string state;  // succeeded | failed | cancelled
+  RunState state = RunState::kFailed;  // succeeded | failed | cancelled
 };
 
 // Records a new run of `spec` (text `spec_yaml`, read from `spec_path`) with `params`

@@ -488,7 +488,7 @@ steps:
     outputs: [y]
 )");
   ASSERT_TRUE(out.ok()) << out.status().message();
-  EXPECT_EQ(out->state, "succeeded");
+  EXPECT_EQ(StateName(out->state), "succeeded");
   auto steps = h.Steps(out->run_id);
   EXPECT_EQ(steps["c"].outputs["y"], "42");
   EXPECT_TRUE(h.Printed("[a] running"));
@@ -512,14 +512,14 @@ steps:
     command: "echo fine"
 )");
   ASSERT_TRUE(out.ok()) << out.status().message();
-  EXPECT_EQ(out->state, "failed");
+  EXPECT_EQ(StateName(out->state), "failed");
   auto steps = h.Steps(out->run_id);
-  EXPECT_EQ(steps["flaky"].state, "succeeded");
+  EXPECT_EQ(StateName(steps["flaky"].state), "succeeded");
   EXPECT_EQ(steps["flaky"].attempts, 3);
-  EXPECT_EQ(steps["slow"].state, "failed");
+  EXPECT_EQ(StateName(steps["slow"].state), "failed");
   EXPECT_NE(steps["slow"].detail.find("timed out"), std::string::npos);
-  EXPECT_EQ(steps["after-slow"].state, "not-run");
-  EXPECT_EQ(steps["independent"].state, "succeeded");
+  EXPECT_EQ(StateName(steps["after-slow"].state), "not-run");
+  EXPECT_EQ(StateName(steps["independent"].state), "succeeded");
   EXPECT_TRUE(h.Printed("[flaky] failed: exit code 1 (retry 1/3)"));
 }
 
@@ -547,29 +547,29 @@ steps:
 )";
   auto first = h.Run(yaml);
   ASSERT_TRUE(first.ok()) << first.status().message();
-  EXPECT_EQ(first->state, "failed");
+  EXPECT_EQ(StateName(first->state), "failed");
   auto s1 = h.Steps(first->run_id);
-  EXPECT_EQ(s1["only-slurm"].state, "skipped");
-  EXPECT_EQ(s1["gate"].state, "failed");
-  EXPECT_EQ(s1["last"].state, "not-run");
+  EXPECT_EQ(StateName(s1["only-slurm"].state), "skipped");
+  EXPECT_EQ(StateName(s1["gate"].state), "failed");
+  EXPECT_EQ(StateName(s1["last"].state), "not-run");
 
   // Resume after fixing the cause: only gate and last run.
   h.dir.File("ok", "");
   auto resumed = Resume(first->run_id, h.Options());
   ASSERT_TRUE(resumed.ok()) << resumed.status().message();
-  EXPECT_EQ(resumed->state, "succeeded");
+  EXPECT_EQ(StateName(resumed->state), "succeeded");
   EXPECT_EQ(h.dir.Read("ran.log"), "v1");
   EXPECT_EQ(h.dir.Read("last.txt"), "done\n");
 
   // A new run reuses the cached step; a changed input runs it again.
   auto second = h.Run(yaml);
   ASSERT_TRUE(second.ok());
-  EXPECT_EQ(h.Steps(second->run_id)["cached"].state, "cached");
+  EXPECT_EQ(StateName(h.Steps(second->run_id)["cached"].state), "cached");
   EXPECT_EQ(h.dir.Read("ran.log"), "v1");
   h.dir.File("in.txt", "v2");
   auto third = h.Run(yaml);
   ASSERT_TRUE(third.ok());
-  EXPECT_EQ(h.Steps(third->run_id)["cached"].state, "succeeded");
+  EXPECT_EQ(StateName(h.Steps(third->run_id)["cached"].state), "succeeded");
   EXPECT_EQ(h.dir.Read("ran.log"), "v1v2");
 }
 

@@ -7,6 +7,55 @@
 #include "cohort/launch/sql_db.h"
 
 namespace cohort::pipeline {
+
+namespace {
+
+constexpr std::pair<RunState, std::string_view> kRunStates[] = {
+    {RunState::kRunning, "running"},
+    {RunState::kSucceeded, "succeeded"},
+    {RunState::kFailed, "failed"},
+    {RunState::kCancelled, "cancelled"}};
+constexpr std::pair<StepState, std::string_view> kStepStates[] = {
+    {StepState::kPending, "pending"},     {StepState::kRunning, "running"},
+    {StepState::kSucceeded, "succeeded"}, {StepState::kFailed, "failed"},
+    {StepState::kCached, "cached"},       {StepState::kSkipped, "skipped"},
+    {StepState::kNotRun, "not-run"},      {StepState::kCancelled, "cancelled"}};
+
+template <typename State, size_t N>
+std::string_view NameIn(const std::pair<State, std::string_view> (&table)[N], State state) {
+  for (const auto& [s, name] : table) {
+    if (s == state) return name;
+  }
+  return "unknown";
+}
+
+template <typename State, size_t N>
+std::optional<State> ParseIn(const std::pair<State, std::string_view> (&table)[N],
+                             std::string_view name) {
+  for (const auto& [s, n] : table) {
+    if (n == name) return s;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string_view StateName(RunState state) { return NameIn(kRunStates, state); }
+std::string_view StateName(StepState state) { return NameIn(kStepStates, state); }
+std::optional<RunState> ParseRunState(std::string_view name) { return ParseIn(kRunStates, name); }
+std::optional<StepState> ParseStepState(std::string_view name) {
+  return ParseIn(kStepStates, name);
+}
+
+bool IsDone(StepState state) {
+  return state == StepState::kSucceeded || state == StepState::kCached ||
+         state == StepState::kSkipped;
+}
+
+bool IsFinal(StepState state) {
+  return IsDone(state) || state == StepState::kFailed || state == StepState::kNotRun ||
+         state == StepState::kCancelled;
+}
 namespace {
 
 using json = nlohmann::json;
@@ -73,7 +122,7 @@ RunRecord ReadRun(const Stmt& s) {
   r.spec_yaml = s.Text(3);
   r.base_dir = s.Text(4);
   r.params = JsonToMap(s.Text(5));
-  r.state = s.Text(6);
+  r.state = ParseRunState(s.Text(6)).value_or(RunState::kFailed);
   r.exit_code = s.OptInt(7);
   r.started_at = s.Real(8);
   r.ended_at = s.Real(9);
@@ -88,7 +137,7 @@ constexpr const char* kStepColumns =
 StepRecord ReadStep(const Stmt& s) {
   StepRecord r;
   r.name = s.Text(0);
-  r.state = s.Text(1);
+  r.state = ParseStepState(s.Text(1)).value_or(StepState::kFailed);
   r.attempts = static_cast<int>(s.Int(2));
   r.exit_code = s.OptInt(3);
   r.started_at = s.Real(4);
@@ -119,7 +168,7 @@ Result<int64_t> RunDb::InsertRun(const RunRecord& r) {
          "INSERT INTO runs (pipeline, spec_path, spec_yaml, base_dir, params_json, state, "
          "exit_code, started_at, ended_at, detail) VALUES (?,?,?,?,?,?,?,?,?,?)");
   s.Bind(1, r.pipeline).Bind(2, r.spec_path).Bind(3, r.spec_yaml).Bind(4, r.base_dir);
-  s.Bind(5, MapToJson(r.params)).Bind(6, r.state).Bind(7, r.exit_code).Bind(8, r.started_at);
+  s.Bind(5, MapToJson(r.params)).Bind(6, std::string(StateName(r.state))).Bind(7, r.exit_code).Bind(8, r.started_at);
   s.Bind(9, r.ended_at).Bind(10, r.detail);
   COHORT_RETURN_IF_ERROR(s.Run());
   return static_cast<int64_t>(sqlite3_last_insert_rowid(db_));
@@ -129,7 +178,7 @@ Status RunDb::UpdateRun(const RunRecord& r) {
   Stmt s(db_,
          "UPDATE runs SET state=?, exit_code=?, started_at=?, ended_at=?, detail=?, "
          "params_json=? WHERE id=?");
-  s.Bind(1, r.state).Bind(2, r.exit_code).Bind(3, r.started_at).Bind(4, r.ended_at);
+  s.Bind(1, std::string(StateName(r.state))).Bind(2, r.exit_code).Bind(3, r.started_at).Bind(4, r.ended_at);
   s.Bind(5, r.detail).Bind(6, MapToJson(r.params)).Bind(7, r.id);
   return s.Run();
 }
@@ -162,7 +211,7 @@ Status RunDb::PutStep(int64_t run_id, const StepRecord& r) {  // keeps the row (
          "started_at=excluded.started_at, ended_at=excluded.ended_at, "
          "outputs_json=excluded.outputs_json, cache_key=excluded.cache_key, "
          "log_dir=excluded.log_dir, detail=excluded.detail");
-  s.Bind(1, run_id).Bind(2, r.name).Bind(3, r.state).Bind(4, static_cast<int64_t>(r.attempts));
+  s.Bind(1, run_id).Bind(2, r.name).Bind(3, std::string(StateName(r.state))).Bind(4, static_cast<int64_t>(r.attempts));
   s.Bind(5, r.exit_code).Bind(6, r.started_at).Bind(7, r.ended_at);
   s.Bind(8, MapToJson(r.outputs)).Bind(9, r.cache_key).Bind(10, r.log_dir).Bind(11, r.detail);
   return s.Run();

@@ -3,9 +3,8 @@
 // and cache key. The cache looks up earlier successful steps by (pipeline, step, cache key).
 // WAL mode and a busy timeout let `cohort pipeline status` read while a run writes.
 //
-// Run states: running, succeeded, failed, cancelled. Step states: pending, running,
-// succeeded, failed, cached, skipped (condition false), not-run (a dependency failed),
-// cancelled.
+// States are enums in code (RunState, StepState) and their names ("not-run") in the
+// database, the CLI's output and its JSON; StateName and Parse*State convert.
 //
 // Thread-safety: one RunDb per thread (each opens its own connection).
 #pragma once
@@ -15,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cohort/base/status.h"
@@ -23,6 +23,30 @@ struct sqlite3;
 
 namespace cohort::pipeline {
 
+enum class RunState { kRunning, kSucceeded, kFailed, kCancelled };
+
+enum class StepState {
+  kPending,
+  kRunning,
+  kSucceeded,
+  kFailed,
+  kCached,     // unchanged since an earlier run: its outputs are reused
+  kSkipped,    // its condition was false
+  kNotRun,     // a dependency failed
+  kCancelled,
+};
+
+// "running", "not-run", ...; Parse*State gives nullopt for a name that is none of them.
+std::string_view StateName(RunState state);
+std::string_view StateName(StepState state);
+std::optional<RunState> ParseRunState(std::string_view name);
+std::optional<StepState> ParseStepState(std::string_view name);
+
+// Succeeded, cached or skipped: dependents may run.
+bool IsDone(StepState state);
+// No further change: done, failed, not run or cancelled.
+bool IsFinal(StepState state);
+
 struct RunRecord {
   int64_t id = 0;
   std::string pipeline;
@@ -30,7 +54,7 @@ struct RunRecord {
   std::string spec_yaml;
   std::string base_dir;
   std::map<std::string, std::string> params;
-  std::string state = "running";
+  RunState state = RunState::kRunning;
   std::optional<int> exit_code;
   double started_at = 0, ended_at = 0;
   std::string detail;
@@ -38,7 +62,7 @@ struct RunRecord {
 
 struct StepRecord {
   std::string name;
-  std::string state = "pending";
+  StepState state = StepState::kPending;
   int attempts = 0;
   std::optional<int> exit_code;
   double started_at = 0, ended_at = 0;

@@ -170,7 +170,7 @@ Result<RendezvousInfo> Rendezvous::Next() {
         COHORT_LOG_INFO(kLog, "round {} is running with room; asking for a re-rendezvous",
                         round);
         COHORT_RETURN_IF_ERROR(
-            EndRound(round, fmt::format("join:{}", self_.host), false, nullptr).status());
+            EndRound(round, RoundEnd{RoundEnd::Kind::kJoin, self_.host}, nullptr).status());
       } else {
         COHORT_LOG_INFO(kLog, "round {} is full; waiting as a spare node", round);
       }
@@ -236,7 +236,7 @@ Result<RendezvousInfo> Rendezvous::Next() {
     if (slot > members) {
       if (members < config_.max_nodes) {
         COHORT_RETURN_IF_ERROR(
-            EndRound(round, fmt::format("join:{}", self_.host), false, nullptr).status());
+            EndRound(round, RoundEnd{RoundEnd::Kind::kJoin, self_.host}, nullptr).status());
       } else {
         COHORT_LOG_INFO(kLog, "round {} closed with {} nodes; waiting as a spare", round,
                         members);
@@ -265,11 +265,41 @@ Result<RendezvousInfo> Rendezvous::Next() {
   }
 }
 
+std::string RoundEnd::Encode() const {
+  switch (kind) {
+    case Kind::kJoin: return "join:" + detail;
+    case Kind::kDeadNode: return "dead:" + detail;
+    case Kind::kJobDone: return "done";
+    case Kind::kFailure: break;
+  }
+  return "failure:" + detail;
+}
+
+RoundEnd RoundEnd::Decode(std::string_view text) {
+  auto after = [&](std::string_view prefix) { return std::string(text.substr(prefix.size())); };
+  if (text == "done") return {Kind::kJobDone, ""};
+  if (StartsWith(text, "join:")) return {Kind::kJoin, after("join:")};
+  if (StartsWith(text, "dead:")) return {Kind::kDeadNode, after("dead:")};
+  if (StartsWith(text, "failure:")) return {Kind::kFailure, after("failure:")};
+  return {Kind::kFailure, std::string(text)};
+}
+
+std::string RoundEnd::Describe() const {
+  switch (kind) {
+    case Kind::kJoin: return fmt::format("{} joined", detail);
+    case Kind::kDeadNode: return detail;
+    case Kind::kJobDone: return "the job is over";
+    case Kind::kFailure: break;
+  }
+  return fmt::format("{} failed", detail);
+}
+
 // Protocol: claim the end of the round (first claimant wins), count a failure once in
 // `restarts`, publish the failure record, then `next` (which wakes every watcher) and
 // finally advance the round counter.
-Result<bool> Rendezvous::EndRound(int64_t round, std::string_view reason, bool is_failure,
+Result<bool> Rendezvous::EndRound(int64_t round, const RoundEnd& why,
                                   const FailureRecord* failure) {
+  const std::string reason = why.Encode();
   std::string claim = fmt::format("{}#{}", reason, RandomHex(8));
   COHORT_ASSIGN_OR_RETURN(std::string owner, store_->CompareSet(RoundKey(round, "ended_by"), "",
                                                                 claim, CallDeadline()));
@@ -279,12 +309,12 @@ Result<bool> Rendezvous::EndRound(int64_t round, std::string_view reason, bool i
                                               CallDeadline())
                                .status());
   }
-  if (won && is_failure) {
+  if (won && why.CountsAsFailure()) {
     COHORT_RETURN_IF_ERROR(store_->Add(Key("restarts"), 1, CallDeadline()).status());
   }
   if (won) {
     COHORT_RETURN_IF_ERROR(
-        store_->CompareSet(RoundKey(round, "next"), "", std::string(reason), CallDeadline())
+        store_->CompareSet(RoundKey(round, "next"), "", reason, CallDeadline())
             .status());
   } else {
     // The winner sets `next`; make sure it exists before returning so callers can rely on it.
@@ -303,7 +333,7 @@ Result<FailureRecord> Rendezvous::GetFailure(int64_t round) {
   return FailureRecord::FromJson(text);
 }
 
-Result<std::string> Rendezvous::WatchStep(const RendezvousInfo& info, bool beat) {
+Result<std::optional<RoundEnd>> Rendezvous::WatchStep(const RendezvousInfo& info, bool beat) {
   const int64_t round = info.round;
   if (beat) {
     COHORT_RETURN_IF_ERROR(
@@ -329,22 +359,24 @@ Result<std::string> Rendezvous::WatchStep(const RendezvousInfo& info, bool beat)
         last_beats_[i] = beat;
         last_change_[i] = now;
       } else if (now - last_change_[i] > config_.dead_timeout) {
-        std::string reason = fmt::format("dead:node {} ({}) stopped sending heartbeats", i,
-                                         info.peers[i].host);
-        COHORT_LOG_WARN(kLog, "round {}: {}", round, reason.substr(5));
+        RoundEnd dead{RoundEnd::Kind::kDeadNode,
+                      fmt::format("node {} ({}) stopped sending heartbeats", i,
+                                  info.peers[i].host)};
+        COHORT_LOG_WARN(kLog, "round {}: {}", round, dead.detail);
         FailureRecord record;
         record.host = info.peers[i].host;
-        record.message = reason.substr(5);
-        COHORT_RETURN_IF_ERROR(EndRound(round, reason, true, &record).status());
+        record.message = dead.detail;
+        COHORT_RETURN_IF_ERROR(EndRound(round, dead, &record).status());
         break;
       }
     }
   }
   Status ended = store_->Wait({RoundKey(round, "next")},
                               Deadline::After(config_.heartbeat_interval));
-  if (IsTimeout(ended)) return std::string();
+  if (IsTimeout(ended)) return std::optional<RoundEnd>();
   COHORT_RETURN_IF_ERROR(ended);
-  return store_->Get(RoundKey(round, "next"), CallDeadline());
+  COHORT_ASSIGN_OR_RETURN(std::string next, store_->Get(RoundKey(round, "next"), CallDeadline()));
+  return std::optional<RoundEnd>(RoundEnd::Decode(next));
 }
 
 // The last member of the round to finish closes the job, which wakes a store host that
@@ -361,9 +393,9 @@ Status Rendezvous::MarkFinished(const RendezvousInfo& info) {
 Result<std::string> Rendezvous::WaitForJobEnd(const RendezvousInfo& info) {
   for (;;) {
     // This node's heartbeat reads "finished"; it only watches the others.
-    COHORT_ASSIGN_OR_RETURN(std::string reason, WatchStep(info, /*beat=*/false));
-    if (reason.empty()) continue;
-    if (reason == "done") break;
+    COHORT_ASSIGN_OR_RETURN(std::optional<RoundEnd> ended, WatchStep(info, /*beat=*/false));
+    if (!ended) continue;
+    if (ended->kind == RoundEnd::Kind::kJobDone) break;
     // The round ended without this node (a failure elsewhere); the others may form a new
     // round and finish it. Wait for the job's end at most one join timeout.
     Status st = store_->Wait({Key("done")}, Deadline::After(config_.join_timeout));
@@ -378,7 +410,9 @@ Status Rendezvous::CloseJob(std::string_view outcome) {
       store_->CompareSet(Key("done"), "", std::string(outcome), CallDeadline()).status());
   // Wake spares and late joiners parked on the current round's `next`.
   COHORT_ASSIGN_OR_RETURN(JobState state, ReadJobState());
-  return store_->CompareSet(RoundKey(state.round, "next"), "", "done", CallDeadline()).status();
+  return store_->CompareSet(RoundKey(state.round, "next"), "",
+                            RoundEnd{RoundEnd::Kind::kJobDone, ""}.Encode(), CallDeadline())
+      .status();
 }
 
 }  // namespace cohort::rendezvous

@@ -6,7 +6,7 @@
 //   r<R>/slot        join counter of round R; Add(1) hands out slots 1, 2, ...
 //   r<R>/node<S>     NodeInfo of slot S (JSON);  r<R>/hb<S> its heartbeat counter
 //   r<R>/closed      member count N of round R, set once by CompareSet (first writer wins)
-//   r<R>/next        why round R ends ("failure:...", "join:...", "dead:..."), first writer wins
+//   r<R>/next        why round R ends (RoundEnd::Encode), first writer wins
 //   r<R>/failure     JSON summary of the failure that ended round R
 //   r<R>/finished<S> slot S finished successfully (not a dead node)
 //   restarts         job-wide count of rounds ended by a failure
@@ -18,6 +18,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,27 @@ struct FailureRecord {
   std::string Describe() const;
 };
 
+// Why a round ended. On the wire (r<R>/next) it is "failure:<detail>", "join:<host>",
+// "dead:<detail>" or "done"; only Encode and Decode know that form.
+struct RoundEnd {
+  enum class Kind {
+    kFailure,   // a worker failed (detail: which rank)
+    kJoin,      // a node joined a running job: re-form with it
+    kDeadNode,  // a node stopped sending heartbeats
+    kJobDone,   // the job is over
+  };
+  Kind kind = Kind::kFailure;
+  std::string detail;
+
+  // Failures and dead nodes spend the job-wide restart budget; joins do not.
+  bool CountsAsFailure() const { return kind == Kind::kFailure || kind == Kind::kDeadNode; }
+  std::string Encode() const;
+  // Text from the store; anything unknown is a failure described by the whole text.
+  static RoundEnd Decode(std::string_view text);
+  // "node 1 (host-b) stopped sending heartbeats", "host-c joined", "rank 3 failed", ...
+  std::string Describe() const;
+};
+
 class Rendezvous {
  public:
   Rendezvous(std::shared_ptr<store::Store> store, RendezvousConfig config, NodeInfo self);
@@ -83,16 +105,15 @@ class Rendezvous {
   // restart budget is spent (message says which).
   Result<RendezvousInfo> Next();
 
-  // Ends `round` (first caller wins) with `reason`. A failure counts against the job-wide
+  // Ends `round` (first caller wins) for `why`. A failure counts against the job-wide
   // restart budget once, however many nodes report it. Returns whether this call won.
-  Result<bool> EndRound(int64_t round, std::string_view reason, bool is_failure,
-                        const FailureRecord* failure);
+  Result<bool> EndRound(int64_t round, const RoundEnd& why, const FailureRecord* failure);
   Result<FailureRecord> GetFailure(int64_t round);
 
   // One watcher step: bumps this node's heartbeat (when `beat`), checks peers for silence,
-  // and waits up to one heartbeat interval for the round to end. Returns the end reason, or
-  // "" when the round is still running.
-  Result<std::string> WatchStep(const RendezvousInfo& info, bool beat = true);
+  // and waits up to one heartbeat interval for the round to end. Returns why it ended, or
+  // nullopt while the round is still running.
+  Result<std::optional<RoundEnd>> WatchStep(const RendezvousInfo& info, bool beat = true);
   // Records that this node's workers all succeeded; the last member closes the job.
   Status MarkFinished(const RendezvousInfo& info);
   // For the node serving the store: keeps heartbeating until the job is over, and returns

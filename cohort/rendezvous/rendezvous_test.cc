@@ -110,10 +110,11 @@ TEST(RendezvousTest, LateJoinerTriggersLargerRoundWithoutSpendingBudget) {
     threads.emplace_back([&, i] {
       Rendezvous r(store, config, Node(i));
       for (;;) {
-        auto reason = r.WatchStep(*first[i]);
-        ASSERT_TRUE(reason.ok()) << reason.status().ToString();
-        if (!reason->empty()) {
-          EXPECT_EQ(reason->rfind("join:", 0), 0u) << *reason;
+        auto ended = r.WatchStep(*first[i]);
+        ASSERT_TRUE(ended.ok()) << ended.status().ToString();
+        if (ended->has_value()) {
+          EXPECT_EQ((*ended)->kind, RoundEnd::Kind::kJoin) << (*ended)->Encode();
+          EXPECT_EQ((*ended)->detail, "host2") << (*ended)->Encode();
           break;
         }
       }
@@ -142,14 +143,15 @@ TEST(RendezvousTest, SilentNodeIsDeclaredDead) {
   int watcher = infos[0]->slot == 1 ? 0 : 1;
   Rendezvous r(store, config, Node(watcher));
   auto start = SteadyClock::now();
-  std::string reason;
-  while (reason.empty()) {
+  std::optional<RoundEnd> ended;
+  while (!ended) {
     auto step = r.WatchStep(*infos[watcher]);
     ASSERT_TRUE(step.ok()) << step.status().ToString();
-    reason = *step;
+    ended = *step;
     ASSERT_LT(SecondsSince(start), 10.0) << "dead node not detected";
   }
-  EXPECT_EQ(reason.rfind("dead:", 0), 0u) << reason;
+  EXPECT_EQ(ended->kind, RoundEnd::Kind::kDeadNode) << ended->Encode();
+  EXPECT_TRUE(ended->CountsAsFailure());
   EXPECT_GE(SecondsSince(start), 0.25);
   auto failure = r.GetFailure(infos[watcher]->round);
   ASSERT_TRUE(failure.ok());
@@ -168,7 +170,7 @@ TEST(RendezvousTest, FinishedNodeIsNotDead) {
   while (SecondsSince(start) < 0.6) {
     auto step = r.WatchStep(*infos[0]);
     ASSERT_TRUE(step.ok());
-    ASSERT_TRUE(step->empty()) << *step;
+    ASSERT_FALSE(step->has_value()) << (*step)->Encode();
   }
 }
 
@@ -190,7 +192,7 @@ TEST(RendezvousTest, FailuresSpendTheJobWideBudgetOnce) {
     for (int i = 0; i < 2; ++i) {
       threads.emplace_back([&, i] {
         Rendezvous r(store, config, Node(i));
-        auto won = r.EndRound(infos[i]->round, "failure:rank 3", true, &f);
+        auto won = r.EndRound(infos[i]->round, RoundEnd{RoundEnd::Kind::kFailure, "rank 3"}, &f);
         ASSERT_TRUE(won.ok());
         if (*won) winners++;
       });
@@ -221,7 +223,7 @@ TEST(RendezvousTest, SpareReplacesFailedNode) {
   // Node of slot 2 fails; the survivor and the spare form round 1.
   Rendezvous survivor(store, config, Node(0));
   FailureRecord f;
-  ASSERT_TRUE(survivor.EndRound(0, "failure:node died", true, &f).ok());
+  ASSERT_TRUE(survivor.EndRound(0, RoundEnd{RoundEnd::Kind::kFailure, "node died"}, &f).ok());
   auto next = survivor.Next();
   spare.join();
   ASSERT_TRUE(next.ok()) << next.status().ToString();

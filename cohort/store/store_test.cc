@@ -126,6 +126,30 @@ TEST_F(StoreServerTest, WrongOrMissingTokenIsRefused) {
   EXPECT_GE(server_->stats().connections_rejected, 2);
 }
 
+// What answers at a store endpoint, told apart by where the connection stops (the launcher
+// picks its exit code by it): this job's store, another job's, a program that accepts the
+// connection but not the protocol, nothing at all.
+TEST_F(StoreServerTest, ProbeTellsWhoIsAtTheEndpoint) {
+  auto at = [&](int port, const std::string& token, int64_t ms) {
+    return TcpStore::Probe({.host = "127.0.0.1", .port = port, .token = token},
+                           Deadline::AfterMs(ms));
+  };
+  EXPECT_EQ(at(server_->port(), token_, 5000).peer, StorePeer::kCohortStore);
+  auto wrong = at(server_->port(), "not-the-token", 5000);
+  EXPECT_EQ(wrong.peer, StorePeer::kWrongToken);
+  EXPECT_EQ(wrong.status.code(), StatusCode::kPermissionDenied);
+  // A listener that never answers (the kernel completes the connection).
+  auto mute = net::Listen({.host = "127.0.0.1", .port = 0});
+  ASSERT_TRUE(mute.ok());
+  auto other = at(*mute->LocalPort(), token_, 300);
+  EXPECT_EQ(other.peer, StorePeer::kOtherProgram) << other.status.ToString();
+  // A port bound but not listening: every connection is refused.
+  auto reserved = net::ReservePort("127.0.0.1", 0);
+  ASSERT_TRUE(reserved.ok());
+  auto nothing = at(*reserved->LocalPort(), token_, 300);
+  EXPECT_EQ(nothing.peer, StorePeer::kNothing) << nothing.status.ToString();
+}
+
 TEST_F(StoreServerTest, RequestsBeforeHelloAreRefused) {
   net::Socket sock = Raw();
   net::Writer w;

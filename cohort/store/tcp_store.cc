@@ -68,6 +68,15 @@ Result<std::unique_ptr<TcpStore>> TcpStore::Connect(const TcpStoreOptions& optio
   return store;
 }
 
+TcpStore::ProbeResult TcpStore::Probe(const TcpStoreOptions& options, Deadline deadline) {
+  std::unique_ptr<TcpStore> store(new TcpStore(options));
+  std::lock_guard<std::mutex> lock(store->mu_);
+  Status st = store->EnsureConnected(deadline);
+  if (st.ok()) return {StorePeer::kCohortStore, st};
+  if (st.code() == StatusCode::kPermissionDenied) return {StorePeer::kWrongToken, st};
+  return {store->reached_peer_ ? StorePeer::kOtherProgram : StorePeer::kNothing, st};
+}
+
 TcpStore::~TcpStore() = default;
 
 std::string TcpStore::endpoint() const {
@@ -76,12 +85,14 @@ std::string TcpStore::endpoint() const {
 
 Status TcpStore::EnsureConnected(Deadline deadline) {
   if (socket_.valid()) return Status::Ok();
+  reached_peer_ = false;
   auto sock = net::Connect(options_.host, options_.port, deadline);
   if (!sock.ok()) {
     return sock.status().WithContext(fmt::format("store at {}", endpoint()));
   }
   socket_ = std::move(sock).value();
   live_fd_ = socket_.fd();
+  reached_peer_ = true;
   if (aborted_) {
     ::shutdown(socket_.fd(), SHUT_RDWR);
     return Cancelled("store client aborted");

@@ -27,11 +27,25 @@ struct TcpStoreOptions {
   uint32_t max_frame = protocol::kDefaultMaxFrame;
 };
 
+// What answers at a store endpoint (TcpStore::Probe).
+enum class StorePeer {
+  kCohortStore,     // a cohort store that took the token
+  kWrongToken,      // a cohort store of another job (it refused the token)
+  kOtherProgram,    // something accepted the connection but did not speak the protocol
+  kNothing,         // nothing accepted the connection before the deadline
+};
+
 class TcpStore final : public Store {
  public:
   // Connects and completes the handshake before `deadline`.
   static Result<std::unique_ptr<TcpStore>> Connect(const TcpStoreOptions& options,
                                                    Deadline deadline);
+  // Who is at the endpoint, and, when it is not this job's store, the error that says so.
+  struct ProbeResult {
+    StorePeer peer;
+    Status status;
+  };
+  static ProbeResult Probe(const TcpStoreOptions& options, Deadline deadline);
   ~TcpStore() override;
 
   Status Set(std::string_view key, std::string_view value, Deadline deadline) override;
@@ -67,6 +81,7 @@ class TcpStore final : public Store {
   uint64_t next_id_ = 1;
   std::atomic<bool> aborted_{false};
   std::atomic<int> live_fd_{-1};  // for Abort() from another thread
+  bool reached_peer_ = false;  // the last EnsureConnected got a TCP connection (guarded by mu_)
 };
 
 }  // namespace cohort::store

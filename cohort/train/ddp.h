@@ -3,7 +3,7 @@
 //
 //   auto ddp = DistributedDataParallel::Create(model, comm.get(), {}).value();
 //   loss = loss_fn(model->forward(x), y); loss.backward();
-//   COHORT_CHECK_OK(ddp->FinishGradientSync());   // before optimizer.step()
+//   Status synced = ddp->FinishGradientSync();      // before optimizer.step()
 //   optimizer.step();
 //
 // Protocol, per step:
