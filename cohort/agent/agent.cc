@@ -21,10 +21,11 @@
 
 #include "cohort/agent/log_sink.h"
 #include "cohort/agent/zygote.h"
-#include "cohort/base/sweeper.h"
+#include "cohort/base/flight_record.h"
 #include "cohort/base/log.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/subprocess.h"
+#include "cohort/base/sweeper.h"
 #include "cohort/net/socket.h"
 #include "cohort/store/torch_store_server.h"
 
@@ -615,9 +616,7 @@ void Agent::Impl::PublishStatus() {
 }
 
 std::string Agent::Impl::CollectFlightRecords(const FailureRecord& failure) {
-  auto dump_path = [&](const Worker& w) {
-    return fmt::format("{}/rank{}.txt", FlightRecordDir(w.rank), w.rank);
-  };
+  auto dump_path = [&](const Worker& w) { return FlightRecordPath(FlightRecordDir(w.rank), w.rank); };
   const Worker* failed = nullptr;
   for (const auto& w : workers_) {
     if (w.rank == failure.rank) failed = &w;
@@ -655,21 +654,17 @@ std::string Agent::Impl::CollectFlightRecords(const FailureRecord& failure) {
   std::string newest_op;
   for (const auto& w : workers_) {
     std::ifstream dump(dump_path(w));
-    std::string line, last;
-    while (std::getline(dump, line)) {
-      size_t first = line.find_first_not_of(' ');
-      if (first != std::string::npos && first > 0 && std::isdigit(line[first])) last = line;
-    }
-    std::istringstream fields(last);
-    std::string seq, op, type, redop, count, root, state;
-    if (!(fields >> seq >> op >> type >> redop >> count >> root >> state)) continue;
-    report += fmt::format("\n  rank {}: last operation {} #{} ({} x {}) {}", w.rank, op, seq,
-                          count, type, state);
-    long n = std::strtol(seq.c_str(), nullptr, 10);
+    std::stringstream text;
+    text << dump.rdbuf();
+    std::optional<FlightRecordEntry> e = LastFlightRecordEntry(text.str());
+    if (!e) continue;
+    report += fmt::format("\n  rank {}: last operation {} #{} ({} x {}) {}", w.rank, e->op, e->seq,
+                          e->count, e->dtype, e->state);
+    const long n = static_cast<long>(e->seq);
     last_seq.emplace_back(w.rank, n);
     if (n > newest) {
       newest = n;
-      newest_op = op;
+      newest_op = e->op;
     }
   }
   if (report.empty()) return "";

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include "cohort/base/flight_record.h"
 #include "cohort/base/status.h"
 #include "cohort/base/strings.h"
 #include "cohort/base/settings.h"
@@ -125,6 +126,29 @@ TEST(RunAndCaptureTest, InputOutputStatusAndDeadline) {
   EXPECT_EQ(slow.status().code(), StatusCode::kDeadlineExceeded);
   auto missing = RunAndCapture({"no-such-program-here"}, {}, "", Deadline::AfterMs(1000));
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound) << missing.status().ToString();
+}
+
+// The flight record comm writes is the one the agent reads: the newest operation of the
+// newest dump in a file that holds several.
+TEST(FlightRecordTest, WrittenAndReadInOneFormat) {
+  FlightRecordEntry a{.seq = 7, .op = "allreduce", .dtype = "float32", .redop = "sum",
+                      .count = 1024, .root = -1, .state = "completed", .start = 1.5, .ms = 2.0,
+                      .error = ""};
+  FlightRecordEntry b = a;
+  b.seq = 8;
+  b.op = "broadcast";
+  b.state = "failed";
+  b.error = "peer 1 closed the connection";
+  std::string file = FormatFlightRecord(3, {a}) + FormatFlightRecord(3, {a, b});
+  auto last = LastFlightRecordEntry(file);
+  ASSERT_TRUE(last.has_value());
+  EXPECT_EQ(last->seq, 8u);
+  EXPECT_EQ(last->op, "broadcast");
+  EXPECT_EQ(last->count, 1024u);
+  EXPECT_EQ(last->state, "failed");
+  EXPECT_EQ(last->error, "peer 1 closed the connection");
+  EXPECT_FALSE(LastFlightRecordEntry(FormatFlightRecord(0, {})).has_value());
+  EXPECT_EQ(FlightRecordPath("/d", 4), "/d/rank4.txt");
 }
 
 }  // namespace

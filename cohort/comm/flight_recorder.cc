@@ -11,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "cohort/base/flight_record.h"
 #include "cohort/base/time.h"
 
 namespace cohort::comm {
@@ -106,23 +107,26 @@ void FlightRecorder::Update(size_t id, uint32_t seq, OpState state, const std::s
 
 std::string FlightRecorder::Dump() const {
   std::lock_guard<std::mutex> lock(mu_);
-  std::string out = fmt::format("cohort flight recorder, rank {}: last {} operation(s)\n", rank_,
-                                used_);
-  out += fmt::format("  {:>6} {:<14} {:<9} {:>5} {:>12} {:>5} {:<10} {:>10} {:>10}\n", "seq", "op",
-                     "type", "redop", "count", "root", "state", "start", "ms");
+  std::vector<FlightRecordEntry> entries;
   size_t first = (next_ + ring_.size() - used_) % ring_.size();
   for (size_t i = 0; i < used_; ++i) {
     const Entry& e = ring_[(first + i) % ring_.size()];
-    double ms = e.ended > 0 ? (e.ended - e.started) * 1e3
-                : e.started > 0 ? (WallSeconds() - e.started) * 1e3
-                                : 0.0;
-    out += fmt::format("  {:>6} {:<14} {:<9} {:>5} {:>12} {:>5} {:<10} {:>10.3f} {:>10.3f}{}\n",
-                       e.desc.seq, OpKindName(e.desc.kind), DataTypeName(e.desc.dtype),
-                       ReduceOpName(e.desc.op), e.desc.count, e.desc.root, StateName(e.state),
-                       e.started > 0 ? e.started : e.issued, ms,
-                       e.error.empty() ? "" : "  " + e.error);
+    FlightRecordEntry out;
+    out.seq = e.desc.seq;
+    out.op = OpKindName(e.desc.kind);
+    out.dtype = DataTypeName(e.desc.dtype);
+    out.redop = ReduceOpName(e.desc.op);
+    out.count = e.desc.count;
+    out.root = e.desc.root;
+    out.state = StateName(e.state);
+    out.start = e.started > 0 ? e.started : e.issued;
+    out.ms = e.ended > 0 ? (e.ended - e.started) * 1e3
+             : e.started > 0 ? (WallSeconds() - e.started) * 1e3
+                             : 0.0;
+    out.error = e.error;
+    entries.push_back(std::move(out));
   }
-  return out;
+  return FormatFlightRecord(rank_, entries);
 }
 
 void FlightRecorder::DumpNow(const std::string& reason) const {
@@ -130,7 +134,7 @@ void FlightRecorder::DumpNow(const std::string& reason) const {
   std::fwrite(text.data(), 1, text.size(), stderr);
   std::fflush(stderr);
   if (!dump_dir_.empty()) {
-    std::string path = fmt::format("{}/rank{}.txt", dump_dir_, rank_);
+    std::string path = FlightRecordPath(dump_dir_, rank_);
     if (FILE* f = std::fopen(path.c_str(), "a")) {
       std::fwrite(text.data(), 1, text.size(), f);
       std::fclose(f);
