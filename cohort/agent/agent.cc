@@ -216,7 +216,7 @@ Result<std::pair<std::string, int>> Agent::Impl::MasterEndpoint(const Rendezvous
   // every round, before any worker starts (TORCHELASTIC_USE_AGENT_STORE=True: every rank is
   // a client, none races to start the server). The other nodes wait until it is published
   // for this round, so their workers never reach the previous round's server.
-  std::string key = fmt::format("rdzv/{}/r{}/master_port", o_.rdzv.run_id, info.round);
+  const std::string key = rdzv_->MasterPortKey(info.round);
   if (info.group_rank == 0) {
     int port = spec.master_port;
     if (port == 0) {

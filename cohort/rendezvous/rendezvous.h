@@ -7,6 +7,7 @@
 //   r<R>/node<S>     NodeInfo of slot S (JSON);  r<R>/hb<S> its heartbeat counter
 //   r<R>/closed      member count N of round R, set once by CompareSet (first writer wins)
 //   r<R>/next        why round R ends (RoundEnd::Encode), first writer wins
+//   r<R>/master_port the round's MASTER_PORT, published by node 0's agent (MasterPortKey)
 //   r<R>/failure     JSON summary of the failure that ended round R
 //   r<R>/finished<S> slot S finished successfully (not a dead node)
 //   restarts         job-wide count of rounds ended by a failure
@@ -121,6 +122,10 @@ class Rendezvous {
   // ended without a new one finishing the job.
   Result<std::string> WaitForJobEnd(const RendezvousInfo& info);
   Status CloseJob(std::string_view outcome);
+
+  // The store key where node 0 publishes round `round`'s MASTER_PORT (the torch store the
+  // agent serves); the other nodes wait for it. Keys under a round are this layer's.
+  std::string MasterPortKey(int64_t round) const { return RoundKey(round, "master_port"); }
 
   const RendezvousConfig& config() const { return config_; }
   store::Store& store() { return *store_; }
