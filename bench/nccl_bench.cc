@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cohort/base/exit_codes.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
 #include "cohort/base/worker_env.h"
@@ -115,7 +116,7 @@ int main(int argc, char** argv) {
   else if (which == "alltoall") cfg.kind = Kind::kAllToAll;
   else {
     std::fprintf(stderr, "cohort bench: unknown collective '%s'\n", which.c_str());
-    return 2;
+    return kExitUsage;
   }
   auto minb = ParseSize(b), maxb = ParseSize(e);
   auto type = ParseDataType(d);
@@ -123,17 +124,17 @@ int main(int argc, char** argv) {
   for (const Status& s : {minb.status(), maxb.status(), type.status(), op.status()}) {
     if (!s.ok()) {
       std::fprintf(stderr, "cohort bench: %s\n", s.message().c_str());
-      return 3;
+      return kExitInvalidValue;
     }
   }
   if (f < 1.0001 || n < 1 || w < 0 || *minb > *maxb) {
     std::fprintf(stderr, "cohort bench: need -f > 1, -n >= 1, -w >= 0 and -b <= -e\n");
-    return 3;
+    return kExitInvalidValue;
   }
   cfg = {cfg.kind, *minb, *maxb, f, n, w, c, r, per_call, *type, *op};
   if (Status s = CheckOp(cfg.type, cfg.op); !s.ok()) {
     std::fprintf(stderr, "cohort bench: %s\n", s.message().c_str());
-    return 3;
+    return kExitInvalidValue;
   }
 
   // Every rank of the job this process was started into (alone when run by hand).
@@ -149,7 +150,7 @@ int main(int argc, char** argv) {
   const int rank = comm->rank(), nranks = comm->size();
   if (cfg.root < 0 || cfg.root >= nranks) {
     std::fprintf(stderr, "cohort bench: root %d is not a rank of %d\n", cfg.root, nranks);
-    return 3;
+    return kExitInvalidValue;
   }
   const size_t es = DataTypeSize(cfg.type);
   const bool per_rank_blocks = cfg.kind == Kind::kReduceScatter || cfg.kind == Kind::kAllGather ||

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cohort/base/exit_codes.h"
 #include "cohort/base/status.h"
 #include "cohort/base/time.h"
 #include "cohort/base/worker_env.h"
@@ -103,12 +104,6 @@ struct AgentResult {
   int exit_code = 0;
   std::string summary;  // one paragraph for the user; empty on success
 };
-
-// Exit codes of `cohort run` (docs/exit-codes.md).
-inline constexpr int kExitWorkerFailed = 1;
-inline constexpr int kExitRendezvous = 4;
-inline constexpr int kExitPortInUse = 5;
-inline constexpr int kExitInternal = 70;
 
 // Blocks the signals the agent handles (INT, TERM, HUP, USR1, USR2) in the calling thread
 // and every thread it creates later; ignores SIGPIPE.

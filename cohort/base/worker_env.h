@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "cohort/base/exit_codes.h"  // kExitCannotJoinJob: a worker that could not join
 #include "cohort/base/status.h"
 
 namespace cohort {
@@ -75,10 +76,6 @@ inline constexpr char kMetricsHistory[] = "COHORT_METRICS_HISTORY_S";
 // before `cohort run`); nullopt when unset or empty.
 std::optional<std::string> Inherited(const char* name);
 }  // namespace worker_env
-
-// Exit code of a cohort worker program (cohort-train, cohort bench, ...) that was started
-// into a job of several ranks but could not join it; the agent names it in its summary.
-inline constexpr int kExitCannotJoinJob = 10;
 
 // How a worker reaches its job's store.
 struct JobStoreAccess {

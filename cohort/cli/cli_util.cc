@@ -1,11 +1,11 @@
 // Subcommand helpers (see cli_util.h). Thread-safety: main thread only.
 #include "cohort/cli/cli_util.h"
+#include "cohort/base/exit_codes.h"
 
 #include <fmt/format.h>
 
 #include <ctime>
 
-#include "cohort/cli/exit_codes.h"
 
 namespace cohort::cli {
 

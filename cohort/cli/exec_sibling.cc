@@ -1,5 +1,6 @@
 // Implements ExecSibling with execv. Thread-safety: main thread only.
 #include "cohort/cli/exec_sibling.h"
+#include "cohort/base/exit_codes.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -10,7 +11,6 @@
 
 #include <fmt/format.h>
 
-#include "cohort/cli/exit_codes.h"
 
 namespace cohort::cli {
 

@@ -13,12 +13,12 @@
 #include <sstream>
 #include <thread>
 
+#include "cohort/base/exit_codes.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
 #include "cohort/base/time.h"
 #include "cohort/cli/cli_util.h"
 #include "cohort/cli/exec_sibling.h"
-#include "cohort/cli/exit_codes.h"
 #include "cohort/launch/array.h"
 #include "cohort/launch/backend.h"
 #include "cohort/launch/job_db.h"

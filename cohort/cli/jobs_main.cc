@@ -7,15 +7,15 @@
 #include <string>
 #include <vector>
 
-#include "cohort/cli/exit_codes.h"
 #include "cohort/cli/job_commands.h"
+#include "cohort/base/exit_codes.h"
 #include "cohort/cli/pipeline_command.h"
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) {
     fmt::print(stderr, "cohort-jobs: run it as `cohort <submit|status|logs|cancel|list|pipeline>`\n");
-    return cohort::cli::kExitUsage;
+    return cohort::kExitUsage;
   }
   const std::string command = args[0];
   args.erase(args.begin());
@@ -27,5 +27,5 @@ int main(int argc, char** argv) {
   if (command == "pipeline") return cohort::cli::PipelineCommand(args);
   if (command == "_run-local-job") return cohort::cli::RunLocalJobCommand(args);
   fmt::print(stderr, "cohort: unknown command '{}' (see `cohort --help`)\n", command);
-  return cohort::cli::kExitUsage;
+  return cohort::kExitUsage;
 }

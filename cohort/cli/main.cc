@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "cohort/agent/agent.h"
-#include "cohort/cli/exit_codes.h"
+#include "cohort/base/exit_codes.h"
 #include "cohort/cli/scaling_command.h"
 #include "cohort/cli/run_command.h"
 #include "cohort/cli/store_command.h"
@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
     fmt::print("{}", kUsage);
-    return args.empty() ? cohort::cli::kExitUsage : cohort::cli::kExitOk;
+    return args.empty() ? cohort::kExitUsage : cohort::kExitOk;
   }
   std::string command = args[0];
   args.erase(args.begin());
@@ -58,5 +58,5 @@ int main(int argc, char** argv) {
     return cohort::cli::ExecSibling("cohort-jobs", args);
   }
   fmt::print(stderr, "cohort: unknown command '{}'\n\n{}", command, kUsage);
-  return cohort::cli::kExitUsage;
+  return cohort::kExitUsage;
 }

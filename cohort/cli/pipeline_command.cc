@@ -13,10 +13,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cohort/base/exit_codes.h"
 #include "cohort/base/settings.h"
 #include "cohort/cli/cli_util.h"
 #include "cohort/cli/exec_sibling.h"
-#include "cohort/cli/exit_codes.h"
 #include "cohort/launch/local_backend.h"
 #include "cohort/launch/yaml_emit.h"
 #include "cohort/pipeline/argo.h"

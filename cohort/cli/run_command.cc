@@ -12,13 +12,13 @@
 #include <thread>
 
 #include "cohort/agent/agent.h"
+#include "cohort/base/exit_codes.h"
 #include "cohort/base/log.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
 #include "cohort/base/subprocess.h"
 #include "cohort/base/worker_env.h"
 #include "cohort/cli/exec_sibling.h"
-#include "cohort/cli/exit_codes.h"
 #include "cohort/metrics/http_server.h"
 #include "cohort/net/socket.h"
 #include "cohort/store/etcd_store.h"
@@ -762,7 +762,7 @@ int RunCommand(const std::vector<std::string>& args) {
   agent::AgentResult result = the_agent.Run();
   if (metrics_server) metrics_server->Stop();
   if (server) server->Stop();
-  if (use_etcd && single && own_run_id && result.exit_code != agent::kExitRendezvous) {
+  if (use_etcd && single && own_run_id && result.exit_code != kExitRendezvous) {
     // Nobody else can use this job's keys (its run id was made here): remove them.
     auto s = store::EtcdStore::Connect(etcd, Deadline::After(etcd.request_timeout));
     auto deleted = s.ok() ? (*s)->DeleteAll(Deadline::After(etcd.request_timeout))

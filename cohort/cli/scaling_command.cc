@@ -22,12 +22,12 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "cohort/base/exit_codes.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
 #include "cohort/base/subprocess.h"
 #include "cohort/base/worker_env.h"
 #include "cohort/cli/cli_util.h"
-#include "cohort/cli/exit_codes.h"
 
 namespace cohort::cli {
 namespace {

@@ -9,10 +9,10 @@
 #include <CLI/CLI.hpp>
 #include <fstream>
 
+#include "cohort/base/exit_codes.h"
 #include "cohort/base/strings.h"
 #include "cohort/base/worker_env.h"
 #include "cohort/cli/cli_util.h"
-#include "cohort/cli/exit_codes.h"
 #include "cohort/store/store_server.h"
 
 namespace cohort::cli {

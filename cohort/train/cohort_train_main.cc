@@ -39,6 +39,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "cohort/base/exit_codes.h"
 #include "cohort/base/log.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/time.h"
@@ -55,13 +56,6 @@
 namespace cohort::train {
 namespace {
 
-constexpr int kExitOk = 0;
-constexpr int kExitUsage = 2;
-constexpr int kExitData = 3;
-constexpr int kExitCheckpoint = 4;
-constexpr int kExitComm = 5;
-constexpr int kExitCannotJoin = kExitCannotJoinJob;
-constexpr int kExitInternal = 70;
 
 struct Flags {
   std::string model = "cnn";
@@ -228,7 +222,7 @@ int Run(const Flags& f) {
   std::unique_ptr<comm::Communicator> comm;
   {
     auto c = comm::Communicator::FromEnvironment();
-    Require(c.status(), kExitCannotJoin, "cannot join the job's communicator");
+    Require(c.status(), kExitCannotJoinJob, "cannot join the job's communicator");
     if ((*c)->size() > 1) comm = std::move(*c);
   }
   const int rank = comm ? comm->rank() : 0;
@@ -560,7 +554,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "cohort-train: %s (see --help)\n", e.what());
-    return cohort::train::kExitUsage;
+    return cohort::kExitUsage;
   }
   // Under `cohort run --metrics-port`, export this rank's metrics for the agent.
   cohort::metrics::StartWorkerExporter();
@@ -573,10 +567,10 @@ int main(int argc, char** argv) {
   } catch (const c10::Error& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "cohort-train: torch error: %s\n", e.what_without_backtrace());
-    return cohort::train::kExitInternal;
+    return cohort::kExitInternal;
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "cohort-train: error: %s\n", e.what());
-    return cohort::train::kExitInternal;
+    return cohort::kExitInternal;
   }
 }
