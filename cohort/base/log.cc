@@ -1,6 +1,7 @@
 // Implements subsystem loggers. Thread-safe: creation is serialized by a mutex;
 // spdlog loggers themselves are thread-safe.
 #include "cohort/base/log.h"
+#include "cohort/base/settings.h"
 
 #include <spdlog/sinks/stdout_sinks.h>
 
@@ -38,7 +39,7 @@ std::shared_ptr<spdlog::logger> Get(std::string_view subsystem) {
   std::lock_guard<std::mutex> lock(r.mu);
   if (!r.level_from_env) {
     r.level_from_env = true;
-    if (const char* env = std::getenv("COHORT_LOG_LEVEL"); env && *env) r.level = ParseLevel(env);
+    r.level = ParseLevel(settings::kLogLevel.Get());
   }
   auto it = r.loggers.find(subsystem);
   if (it != r.loggers.end()) return it->second;

@@ -18,6 +18,10 @@ std::string ToLower(std::string_view text);
 std::optional<std::pair<std::string, int>> ParseHostPort(std::string_view text, int default_port);
 // Random lowercase hex string of `bytes` random bytes from /dev/urandom.
 std::string RandomHex(size_t bytes);
+// Whole-text numbers and booleans ("12", "1.5e3", "true"/"1"/"yes"); nullopt otherwise.
+std::optional<int64_t> ParseInt64(std::string_view text);
+std::optional<double> ParseDouble(std::string_view text);
+std::optional<bool> ParseBool(std::string_view text);
 // Quotes `text` for a POSIX shell: unchanged when it holds only characters that are safe
 // unquoted, else in single quotes (with ' written as '\'').
 std::string ShellQuote(std::string_view text);

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 
+#include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
 
 extern char** environ;
@@ -64,7 +65,8 @@ Result<std::string> FindProgram(const std::string& program) {
     COHORT_RETURN_IF_ERROR(check(program));
     return program;
   }
-  const char* path = std::getenv("PATH");
+  const std::optional<std::string> path_env = SystemEnv("PATH");
+  const char* path = path_env ? path_env->c_str() : nullptr;
   for (const auto& dir : Split(path ? path : "/usr/local/bin:/usr/bin:/bin", ':')) {
     std::string candidate = dir + "/" + program;
     if (check(candidate).ok()) return candidate;

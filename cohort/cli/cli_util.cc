@@ -1,11 +1,13 @@
 // Subcommand helpers (see cli_util.h). Thread-safety: main thread only.
 #include "cohort/cli/cli_util.h"
-#include "cohort/base/exit_codes.h"
 
 #include <fmt/format.h>
 
 #include <ctime>
 
+#include "cohort/base/exit_codes.h"
+#include "cohort/base/settings.h"
+#include "cohort/base/strings.h"
 
 namespace cohort::cli {
 
@@ -22,6 +24,35 @@ int ParseCommandLine(CLI::App& app, const std::vector<std::string>& args,
     return kExitUsage;
   }
   return -1;
+}
+
+std::string ConfigReport(const CLI::App& app, const std::vector<std::string>& given) {
+  auto typed = [&](const CLI::Option* o) {
+    for (const std::string& name : o->get_lnames()) {
+      for (const std::string& word : given) {
+        if (word == "--" + name || StartsWith(word, "--" + name + "=")) return true;
+      }
+    }
+    return false;
+  };
+  std::string out = "flags (flag > environment > default):\n";
+  for (const CLI::Option* o : app.get_options()) {
+    if (o->get_lnames().empty() || o->get_lnames()[0] == "help") continue;
+    std::string value;
+    for (const std::string& r : o->results()) value += (value.empty() ? "" : ",") + r;
+    if (o->results().empty()) value = o->get_default_str();
+    std::string source = "default";
+    if (typed(o)) {
+      source = "flag";
+    } else if (!o->get_envname().empty() && SystemEnv(o->get_envname().c_str())) {
+      source = "env " + o->get_envname();
+    }
+    out += fmt::format("  --{:<24} {:<22} {}\n", o->get_lnames()[0],
+                       value.empty() ? "(empty)" : value, source);
+  }
+  out += "settings (environment > default; docs/settings.md):\n";
+  for (const std::string& line : Split(SettingsTable(false), '\n')) out += "  " + line + "\n";
+  return out;
 }
 
 std::string FormatTime(double unix_seconds) {

@@ -18,6 +18,7 @@
 #include "cohort/base/strings.h"
 #include "cohort/base/subprocess.h"
 #include "cohort/base/worker_env.h"
+#include "cohort/cli/cli_util.h"
 #include "cohort/cli/exec_sibling.h"
 #include "cohort/metrics/http_server.h"
 #include "cohort/net/socket.h"
@@ -280,9 +281,8 @@ Result<std::vector<std::string>> WorkerArgv(const RunFlags& f,
                                             std::string* note, size_t* program_at) {
   const std::string& entry = program[0];
   std::vector<std::string> rest(program.begin() + 1, program.end());
-  const char* py_env = std::getenv("COHORT_PYTHON");
-  const bool chosen = py_env && *py_env;
-  std::string python = chosen ? py_env : "python3";
+  const bool chosen = SystemEnv(settings::kPython.name()).has_value();
+  const std::string python = settings::kPython.Get();
   std::vector<std::string> argv;
   if (f.module) {
     if (f.no_python) return InvalidArgument("-m and --no-python cannot be combined");
@@ -322,9 +322,8 @@ void AddPythonSupport(const RunFlags& f, const std::vector<std::string>& argv,
                       size_t program_at, agent::WorkerSpec& spec) {
   const std::string dir = SiblingPath("python");
   if (fs::is_directory(dir)) {
-    const char* old = std::getenv("PYTHONPATH");
-    spec.extra_env.emplace_back("PYTHONPATH",
-                                old && *old ? fmt::format("{}:{}", dir, old) : dir);
+    const std::optional<std::string> old = SystemEnv("PYTHONPATH");
+    spec.extra_env.emplace_back("PYTHONPATH", old ? fmt::format("{}:{}", dir, *old) : dir);
   }
   const std::string zygote = dir + "/cohort_zygote.py";
   if (program_at == 0 || f.no_preload || !fs::is_regular_file(zygote)) return;
@@ -420,12 +419,18 @@ std::string StoreBindAddress(const StorePlan& plan) {
 int RunCommand(const std::vector<std::string>& args) {
   CLI::App app("Launch workers on this node (torchrun-compatible).", "cohort run");
   RunFlags f;
+  app.option_defaults()->always_capture_default();  // --print-config shows the defaults
   AddFlags(app, f);
   app.footer(
       "Usage: cohort run [options] ENTRYPOINT [ARGS...]\n"
       "A .py entrypoint runs with $COHORT_PYTHON (default python3) -u; -m runs a module;\n"
       "anything else is executed directly. Exit codes: docs/exit-codes.md.");
 
+  bool print_config = false, markdown = false;
+  app.add_flag("--print-config", print_config,
+               "print every flag and COHORT_* setting in force and where it came from; exit");
+  app.add_flag("--print-settings-markdown", markdown,
+               "print the reference table of COHORT_* settings (docs/settings.md); exit");
   auto split = SplitArgs(app, args);
   if (!split.ok()) {
     return Fail(kExitUsage, split.status().message() + "; see 'cohort run --help'");
@@ -443,6 +448,14 @@ int RunCommand(const std::vector<std::string>& args) {
     return Fail(kExitInvalidValue, std::string(e.what()));
   } catch (const CLI::ParseError& e) {
     return Fail(kExitUsage, std::string(e.what()) + "; see 'cohort run --help'");
+  }
+  if (markdown) {
+    fmt::print("{}", SettingsTable(/*markdown=*/true));
+    return kExitOk;
+  }
+  if (print_config) {
+    fmt::print("{}", ConfigReport(app, ours));
+    return kExitOk;
   }
   if (program.empty()) {
     return Fail(kExitUsage, "no entrypoint given: cohort run [options] ENTRYPOINT [ARGS...]");
@@ -652,9 +665,9 @@ int RunCommand(const std::vector<std::string>& args) {
   o.spec.role = f.role;
   o.spec.max_restarts = f.max_restarts;
   o.spec.run_id = run_id;
-  const char* tmp = std::getenv("TMPDIR");
-  o.spec.log_dir = !f.log_dir.empty() ? f.log_dir
-                                      : fmt::format("{}/cohort-logs", tmp && *tmp ? tmp : "/tmp");
+  o.spec.log_dir = !f.log_dir.empty()
+                       ? f.log_dir
+                       : fmt::format("{}/cohort-logs", SystemEnv("TMPDIR").value_or("/tmp"));
   o.spec.redirects = *redirects;
   o.spec.tee = *tee;
   o.spec.local_ranks_filter = filter;

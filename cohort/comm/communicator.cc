@@ -30,11 +30,6 @@ constexpr size_t kShmDirectMaxBytes = 256u << 10;
 constexpr size_t kTcpRecursiveDoublingMaxBytes = 64u << 10;
 constexpr size_t kTcpHalvingDoublingMaxBytes = 1u << 20;  // see docs/collectives.md
 
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
-
 std::string DefaultHostId() {
   std::string boot;
   std::ifstream in("/proc/sys/kernel/random/boot_id");
@@ -192,16 +187,17 @@ class Communicator::Impl {
 Status Communicator::Impl::Setup(store::Store& store) {
   timeout_ = o_.timeout;
   if (timeout_ <= Duration::zero()) {
-    auto t = ParseDouble(Env("COHORT_COMM_TIMEOUT"));
-    timeout_ = t && *t > 0 ? std::chrono::duration_cast<Duration>(std::chrono::duration<double>(*t))
-                           : std::chrono::seconds(300);
+    const double t = settings::kCommTimeout.Get();
+    timeout_ = t > 0 ? std::chrono::duration_cast<Duration>(std::chrono::duration<double>(t))
+                     : std::chrono::duration_cast<Duration>(std::chrono::duration<double>(
+                           settings::kCommTimeout.default_value()));
   }
-  std::string transport = !o_.transport.empty() ? o_.transport : Env("COHORT_TRANSPORT");
+  std::string transport = !o_.transport.empty() ? o_.transport : settings::kTransport.Get();
   tcp_only_ = transport == "tcp";
   if (!transport.empty() && transport != "tcp" && transport != "shm" && transport != "auto") {
     return InvalidArgument("unknown transport '{}' (auto, shm, tcp)", transport);
   }
-  forced_algo_ = !o_.algo.empty() ? o_.algo : Env("COHORT_ALGO");
+  forced_algo_ = !o_.algo.empty() ? o_.algo : settings::kAlgo.Get();
   if (!forced_algo_.empty() && forced_algo_ != "ring" && forced_algo_ != "rd" &&
       forced_algo_ != "rabenseifner" && forced_algo_ != "shm_direct" &&
       forced_algo_ != "shm_rs" && forced_algo_ != "hier") {
@@ -210,13 +206,13 @@ Status Communicator::Impl::Setup(store::Store& store) {
         forced_algo_);
   }
   size_t slot = o_.shm_slot_bytes;
-  if (slot == 0) slot = static_cast<size_t>(ParseInt64(Env("COHORT_SHM_SLOT_BYTES")).value_or(0));
+  if (slot == 0) slot = static_cast<size_t>(std::max<int64_t>(settings::kShmSlotBytes.Get(), 0));
   if (slot == 0) slot = kDefaultSlotBytes;
   const Deadline deadline = Deadline::After(timeout_);
   const std::string prefix = "comm/" + o_.name;
 
   // Topology: who shares a host with whom.
-  std::string host = !o_.host_id.empty() ? o_.host_id : Env("COHORT_HOST_ID");
+  std::string host = !o_.host_id.empty() ? o_.host_id : settings::kHostId.Get();
   if (host.empty()) host = DefaultHostId();
   COHORT_RETURN_IF_ERROR(store.Set(fmt::format("{}/host/{}", prefix, rank_), host, deadline));
   std::vector<std::string> keys;

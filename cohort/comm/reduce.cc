@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstdlib>
 
+#include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
 
 namespace cohort::comm {
@@ -31,8 +32,7 @@ struct Kernels {
 
 Kernels Choose() {
   __builtin_cpu_init();
-  const char* forced = std::getenv("COHORT_REDUCE_KERNEL");
-  std::string want = forced ? forced : "";
+  const std::string& want = settings::kReduceKernel.Get();
   bool has512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
   bool has2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&

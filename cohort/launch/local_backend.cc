@@ -545,8 +545,8 @@ int RunLocalJob(const std::string& home, int64_t job_id, const std::string& coho
 }
 
 std::string DefaultCohortHome() {
-  if (const char* h = std::getenv("COHORT_HOME"); h && *h) return h;
-  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cohort";
+  if (!settings::kHome.Get().empty()) return settings::kHome.Get();
+  if (auto h = SystemEnv("HOME")) return *h + "/.cohort";
   return "/tmp/cohort-home";
 }
 

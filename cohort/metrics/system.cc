@@ -1,5 +1,6 @@
 // /proc and NVML sampling (see system.h). Thread-safety: one thread at a time.
 #include "cohort/metrics/system.h"
+#include "cohort/base/settings.h"
 
 #include <dlfcn.h>
 #include <fmt/format.h>
@@ -56,8 +57,7 @@ struct SystemSampler::Nvml {
   Ret (*name)(Device, char*, unsigned int) = nullptr;
 
   Nvml() {
-    const char* env = std::getenv("COHORT_NVML_LIBRARY");
-    const std::string path = env && *env ? env : "libnvidia-ml.so.1";
+    const std::string& path = settings::kNvmlLibrary.Get();
     lib = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
       const char* err = ::dlerror();

@@ -357,12 +357,9 @@ int Run(const Flags& f) {
     }
   };
   int64_t fault_rank = -1, fault_step = -1;
-  if (const char* r = std::getenv("COHORT_TRAIN_FAULT_RANK"); r != nullptr) {
-    const char* s = std::getenv("COHORT_TRAIN_FAULT_STEP");
-    if (s != nullptr && launched.ok() && launched->restart_count == 0) {
-      fault_rank = ParseInt64(r).value_or(-1);
-      fault_step = ParseInt64(s).value_or(-1);
-    }
+  if (launched.ok() && launched->restart_count == 0) {
+    fault_rank = settings::kTrainFaultRank.Get();
+    fault_step = settings::kTrainFaultStep.Get();
   }
 
   auto save = [&](const TrainState& st) {

@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -700,3 +701,27 @@ def test_users_flight_recorder_dir_is_honoured(cohort, launcher, marker, tmp_pat
             assert dirs == [expect, expect], dirs
         else:
             assert dirs[0] != dirs[1] and all(str(tmp_path / "logs") in d for d in dirs), dirs
+
+
+def test_print_config_shows_values_and_sources_and_the_settings_doc_is_generated(cohort):
+    """`cohort run --print-config` says what is in force and where it came from; the
+    reference table in docs/settings.md is the one the binary prints."""
+    env = U.clean_env(COHORT_ALGO="ring", COHORT_METRICS_PORT="0", COHORT_SHM_SLOT_BYTES="x1")
+    r = subprocess.run([cohort, "run", "--nnodes", "2", "--print-config"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    rows = {line.split()[0]: line.split() for line in r.stdout.splitlines()
+            if line.startswith("  ") and len(line.split()) >= 3}
+    assert rows["--nnodes"][1:3] == ["2", "flag"], rows["--nnodes"]
+    assert rows["--nproc-per-node"][1:3] == ["1", "default"], rows["--nproc-per-node"]
+    assert rows["--metrics-port"][1:4] == ["0", "env", "COHORT_METRICS_PORT"], rows["--metrics-port"]
+    assert rows["COHORT_ALGO"][1:3] == ["ring", "env"], rows["COHORT_ALGO"]
+    # A malformed value: the default, and one warning naming it.
+    assert rows["COHORT_SHM_SLOT_BYTES"][1:3] == ["262144", "default"], rows
+    assert "COHORT_SHM_SLOT_BYTES" in r.stderr and "not a valid value" in r.stderr, r.stderr
+    table = subprocess.run([cohort, "run", "--print-settings-markdown"], env=U.clean_env(),
+                           capture_output=True, text=True, timeout=60)
+    assert table.returncode == 0, table.stderr
+    doc = (U.REPO / "docs" / "settings.md").read_text()
+    assert table.stdout in doc, "docs/settings.md is not the generated table: regenerate it " \
+        "with `cohort run --print-settings-markdown`"
