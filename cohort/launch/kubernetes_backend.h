@@ -11,8 +11,9 @@
 // Job whose pods load their element's environment from a ConfigMap; multi-node arrays become
 // one object per element. docs/kubernetes.md has the field-by-field mapping.
 //
-// Submit pipes the manifests to `kubectl apply -f -`; Poll reads `kubectl get -o json`;
-// Cancel runs `kubectl delete`; logs stay in the cluster (`kubectl logs`).
+// Submit pipes the manifests to `kubectl apply -f -`; Poll reads `kubectl get -o json`
+// (kubernetes_status.cc maps it to states); Cancel runs `kubectl delete`; logs stay in the
+// cluster (`kubectl logs`).
 //
 // Thread-safety: the free functions are pure apart from the random job token and run id they
 // draw; a backend object is used by one thread at a time (see Backend).
@@ -30,6 +31,11 @@
 #include "cohort/launch/job_spec.h"
 
 namespace cohort::launch {
+
+// kubectl resources (fully qualified) of the job objects of each flavor.
+inline constexpr const char* kPyTorchResource = "pytorchjobs.kubeflow.org";
+inline constexpr const char* kVolcanoResource = "jobs.batch.volcano.sh";
+inline constexpr const char* kBatchResource = "jobs.batch";
 
 // The flavors RenderKubernetes knows.
 inline constexpr const char* kKubernetesFlavors[] = {"pytorchjob", "volcano", "indexed"};
