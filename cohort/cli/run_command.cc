@@ -414,6 +414,199 @@ std::string StoreBindAddress(const StorePlan& plan) {
   return *resolved;
 }
 
+// The values of the flags that need no other flag to be checked; -1 when all can work,
+// else the exit code (the reason printed).
+struct CheckedValues {
+  decltype(agent::WorkerSpec::redirects) redirects;
+  decltype(agent::WorkerSpec::tee) tee;
+  std::set<int> local_ranks_filter;
+};
+
+int CheckValues(const RunFlags& f, int nproc, CheckedValues* out) {
+  // Descriptors for every worker, and a socket per store client: raise the soft limit to
+  // the hard one, and refuse now (not after minutes of starting workers) when even that
+  // is too low.
+  store::RaiseFileLimit();
+  if (rlimit files{}; ::getrlimit(RLIMIT_NOFILE, &files) == 0) {
+    const uint64_t needed = uint64_t(nproc) * agent::kDescriptorsPerWorker + 256;
+    if (files.rlim_cur != RLIM_INFINITY && files.rlim_cur < needed) {
+      return Fail(kExitInvalidValue,
+                  fmt::format("--nproc-per-node {} needs about {} open files, but this process "
+                              "may open {} (ulimit -n, hard limit); raise the limit or start "
+                              "fewer workers per node",
+                              nproc, needed, files.rlim_cur));
+    }
+  }
+  auto redirects = ParseStreams("--redirects", f.redirects);
+  if (!redirects.ok()) return Fail(kExitInvalidValue, redirects.status().message());
+  out->redirects = *redirects;
+  auto tee = ParseStreams("--tee", f.tee);
+  if (!tee.ok()) return Fail(kExitInvalidValue, tee.status().message());
+  out->tee = *tee;
+  if (f.max_restarts < 0) return Fail(kExitInvalidValue, "--max-restarts must be >= 0");
+  if (!(f.stop_grace >= 0 && f.stop_grace <= 86400)) {  // also refuses nan
+    return Fail(kExitInvalidValue, "--stop-grace must be a number of seconds from 0 to 86400");
+  }
+  if (f.master_port < 0 || f.master_port > 65535) {
+    return Fail(kExitInvalidValue, fmt::format("--master-port {} is not a port (0 to 65535; "
+                                               "0: a free one)", f.master_port));
+  }
+  if (f.metrics_port < -1 || f.metrics_port > 65535) {
+    return Fail(kExitInvalidValue, fmt::format("--metrics-port {} is not a port (0 to 65535; "
+                                               "0: a free one)", f.metrics_port));
+  }
+  if (f.log_merge_ms < 0 || f.log_merge_ms > 60000) {
+    return Fail(kExitInvalidValue, "--log-merge-ms must be from 0 (off) to 60000");
+  }
+  for (const auto& item : Split(f.local_ranks_filter, ',')) {
+    auto r = ParseInt64(item);
+    if (!r || *r < 0) {
+      return Fail(kExitInvalidValue,
+                  fmt::format("--local-ranks-filter '{}' must list local ranks like 0,1",
+                              f.local_ranks_filter));
+    }
+    out->local_ranks_filter.insert(static_cast<int>(*r));
+  }
+  return -1;
+}
+
+// The agent's /metrics endpoint and dashboard (--metrics-port): wires `status` and `events`
+// into the agent's options; nullptr (with a warning) when it cannot listen.
+std::unique_ptr<metrics::MetricsServer> StartMetrics(const RunFlags& f, const std::string& run_id,
+                                                     metrics::StatusBoard& status,
+                                                     metrics::EventLog& events,
+                                                     agent::AgentOptions& o) {
+  std::unique_ptr<metrics::MetricsServer> metrics_server;
+  // Per agent process: two agents of one job on one machine share the log directory.
+  o.metrics_dir = fmt::format("{}/{}/metrics/agent{}", o.spec.log_dir, run_id, ::getpid());
+  std::error_code ec;
+  std::filesystem::remove_all(o.metrics_dir, ec);  // no stale ranks from an earlier run
+  std::filesystem::create_directories(o.metrics_dir, ec);
+  o.status = &status;
+  o.events = &events;
+  metrics::ServerOptions mo;
+  mo.host = f.metrics_host;
+  mo.port = f.metrics_port;
+  mo.metrics_dir = o.metrics_dir;
+  mo.events = &events;
+  mo.state = [&status] { return status.Get(); };
+  mo.workers = [&status] {
+    std::vector<metrics::WorkerProcess> out;
+    nlohmann::json s = status.Get();
+    for (const auto& r : s.value("ranks", nlohmann::json::array())) {
+      if (r.value("state", "") != "HEALTHY") continue;
+      out.push_back({r.value("rank", 0), r.value("local_rank", 0), r.value("pid", 0)});
+    }
+    return out;
+  };
+  auto started = metrics::MetricsServer::Start(mo);
+  if (started.ok()) {
+    metrics_server = std::move(*started);
+    fmt::print(stderr, "cohort: metrics on http://{}:{}/metrics, dashboard on http://{}:{}/\n",
+               f.metrics_host == "0.0.0.0" ? o.self.addr : f.metrics_host,
+               metrics_server->port(),
+               f.metrics_host == "0.0.0.0" ? o.self.addr : f.metrics_host,
+               metrics_server->port());
+  } else {
+    fmt::print(stderr, "cohort run: warning: {}; the job runs without the metrics endpoint\n",
+               started.status().message());
+  }
+  return metrics_server;
+}
+
+// Serves the rendezvous store on plan.port, or joins the agent that does: two agents may
+// race for the port; the loser finds a cohort store there and becomes a client; if the
+// winner then vanishes, the port is free again and the next try serves it. Another program
+// on the port is a port-in-use error. -1 to go on, else the exit code (reason printed).
+int ServeOrJoinStore(StorePlan& plan, const rendezvous::RendezvousConfig& rdzv, bool single,
+                     std::unique_ptr<store::StoreServer>* server,
+                     std::string* local_store_addr) {
+  const std::string bind_addr = StoreBindAddress(plan);
+  *local_store_addr = bind_addr == "0.0.0.0" ? "127.0.0.1" : bind_addr;
+  const Deadline give_up = Deadline::After(rdzv.join_timeout);
+  for (;;) {
+    auto started = store::StoreServer::Start(
+        {.host = bind_addr, .port = plan.port, .token = plan.token});
+    if (started.ok()) {
+      *server = std::move(started).value();
+      plan.port = (*server)->port();
+      break;
+    }
+    if (started.status().code() != StatusCode::kAlreadyExists) {
+      return Fail(kExitRendezvous, started.status().message());
+    }
+    auto probe = store::TcpStore::Probe(
+        {.host = *local_store_addr, .port = plan.port, .token = plan.token},
+        Deadline::AfterMs(2000).Earlier(give_up));
+    if (probe.peer == store::StorePeer::kCohortStore) {
+      COHORT_LOG_INFO("cli", "port {} is served by another agent; joining it", plan.port);
+      break;
+    }
+    const Status& why = probe.status;
+    if (probe.peer == store::StorePeer::kWrongToken) {
+      return Fail(kExitRendezvous, fmt::format("the store on port {} refused this job's token; "
+                                               "set the same COHORT_TOKEN on every node",
+                                               plan.port));
+    }
+    if (probe.peer == store::StorePeer::kOtherProgram || single) {
+      return Fail(kExitPortInUse,
+                  fmt::format("cannot serve the rendezvous store on port {}: another program "
+                              "holds the port; choose another --rdzv-endpoint port",
+                              plan.port));
+    }
+    if (give_up.expired()) {
+      return Fail(kExitRendezvous, fmt::format("could neither serve nor reach the store on "
+                                               "port {}: {}",
+                                               plan.port, why.message()));
+    }
+  }
+  return -1;
+}
+
+// Where the job's store is, for the agent (connect_store: the rendezvous' store, a cohort
+// store or etcd) and for libcohort in the workers (store_access): the cohort store this node
+// serves or joins; on an etcd job etcd itself (the run id's keys), except on a single node,
+// where this agent serves a loopback store for its own workers.
+void WireJobStore(const StorePlan& plan, const std::string& store_addr, bool use_etcd,
+                  bool serving, const store::EtcdStoreOptions& etcd, const std::string& run_id,
+                  Duration join_timeout, agent::AgentOptions& o) {
+  if (use_etcd && !serving) {
+    o.spec.store_access.kind = JobStoreAccess::Kind::kEtcd;
+    o.spec.store_access.etcd_endpoints = etcd.endpoints;
+    o.spec.store_access.etcd_prefix = run_id;
+    o.spec.store_access.etcd_ca_file = etcd.ca_file;
+    o.spec.store_access.etcd_cert_file = etcd.cert_file;
+    o.spec.store_access.etcd_key_file = etcd.key_file;
+    o.spec.store_access.etcd_user = etcd.user;
+    o.spec.store_access.etcd_request_timeout_s =
+        std::chrono::duration<double>(etcd.request_timeout).count();
+  } else {
+    o.spec.store_access.kind = JobStoreAccess::Kind::kTcp;
+    o.spec.store_access.addr = store_addr;
+    o.spec.store_access.port = plan.port;
+    o.spec.store_access.token = plan.token;
+  }
+  const Deadline connect_deadline = Deadline::After(join_timeout);
+  const store::TcpStoreOptions store_options{
+      .host = store_addr, .port = plan.port, .token = plan.token};
+  o.connect_store = [store_options, connect_deadline]()
+      -> Result<std::shared_ptr<store::Store>> {
+    Deadline d = connect_deadline.expired() ? Deadline::AfterMs(5000) : connect_deadline;
+    COHORT_ASSIGN_OR_RETURN(auto s, store::TcpStore::Connect(store_options, d));
+    return std::shared_ptr<store::Store>(std::move(s));
+  };
+  if (use_etcd) {
+    // Each connection is its own EtcdStore (the agent's and the watcher's), keys under
+    // "/cohort/<run id>/" (etcd.prefix). Connect gives up after the request timeout when no
+    // member answers.
+    o.connect_store = [etcd, connect_deadline]() -> Result<std::shared_ptr<store::Store>> {
+      Deadline d = connect_deadline.expired() ? Deadline::AfterMs(5000) : connect_deadline;
+      COHORT_ASSIGN_OR_RETURN(auto s, store::EtcdStore::Connect(etcd, d));
+      return std::shared_ptr<store::Store>(std::move(s));
+    };
+  }
+}
+
 }  // namespace
 
 int RunCommand(const std::vector<std::string>& args) {
@@ -466,49 +659,8 @@ int RunCommand(const std::vector<std::string>& args) {
   if (!nnodes.ok()) return Fail(kExitInvalidValue, nnodes.status().message());
   auto nproc = ParseNproc(f.nproc_per_node);
   if (!nproc.ok()) return Fail(kExitInvalidValue, nproc.status().message());
-  // Descriptors for every worker, and a socket per store client: raise the soft limit to
-  // the hard one, and refuse now (not after minutes of starting workers) when even that
-  // is too low.
-  store::RaiseFileLimit();
-  if (rlimit files{}; ::getrlimit(RLIMIT_NOFILE, &files) == 0) {
-    const uint64_t needed = uint64_t(*nproc) * agent::kDescriptorsPerWorker + 256;
-    if (files.rlim_cur != RLIM_INFINITY && files.rlim_cur < needed) {
-      return Fail(kExitInvalidValue,
-                  fmt::format("--nproc-per-node {} needs about {} open files, but this process "
-                              "may open {} (ulimit -n, hard limit); raise the limit or start "
-                              "fewer workers per node",
-                              *nproc, needed, files.rlim_cur));
-    }
-  }
-  auto redirects = ParseStreams("--redirects", f.redirects);
-  if (!redirects.ok()) return Fail(kExitInvalidValue, redirects.status().message());
-  auto tee = ParseStreams("--tee", f.tee);
-  if (!tee.ok()) return Fail(kExitInvalidValue, tee.status().message());
-  if (f.max_restarts < 0) return Fail(kExitInvalidValue, "--max-restarts must be >= 0");
-  if (!(f.stop_grace >= 0 && f.stop_grace <= 86400)) {  // also refuses nan
-    return Fail(kExitInvalidValue, "--stop-grace must be a number of seconds from 0 to 86400");
-  }
-  if (f.master_port < 0 || f.master_port > 65535) {
-    return Fail(kExitInvalidValue, fmt::format("--master-port {} is not a port (0 to 65535; "
-                                               "0: a free one)", f.master_port));
-  }
-  if (f.metrics_port < -1 || f.metrics_port > 65535) {
-    return Fail(kExitInvalidValue, fmt::format("--metrics-port {} is not a port (0 to 65535; "
-                                               "0: a free one)", f.metrics_port));
-  }
-  if (f.log_merge_ms < 0 || f.log_merge_ms > 60000) {
-    return Fail(kExitInvalidValue, "--log-merge-ms must be from 0 (off) to 60000");
-  }
-  std::set<int> filter;
-  for (const auto& item : Split(f.local_ranks_filter, ',')) {
-    auto r = ParseInt64(item);
-    if (!r || *r < 0) {
-      return Fail(kExitInvalidValue,
-                  fmt::format("--local-ranks-filter '{}' must list local ranks like 0,1",
-                              f.local_ranks_filter));
-    }
-    filter.insert(static_cast<int>(*r));
-  }
+  CheckedValues checked;
+  if (int rc = CheckValues(f, *nproc, &checked); rc >= 0) return rc;
   std::string backend = ToLower(f.rdzv_backend);
   if (backend != "store" && backend != "c10d" && backend != "static" && backend != "etcd" &&
       backend != "etcd-v2") {
@@ -610,50 +762,12 @@ int RunCommand(const std::vector<std::string>& args) {
     }
   }
 
-  // Serve the store, or join the agent that does. Two agents may race for the port: the
-  // loser finds a cohort store there and becomes a client; if the winner then vanishes,
-  // the port is free again and the next try serves it.
+  // Serve the store, or join the agent that does.
   std::unique_ptr<store::StoreServer> server;
   std::string local_store_addr;  // how this node reaches the store it serves (or joins here)
   if (plan.serve) {
-    const std::string bind_addr = StoreBindAddress(plan);
-    local_store_addr = bind_addr == "0.0.0.0" ? "127.0.0.1" : bind_addr;
-    const Deadline give_up = Deadline::After(rdzv.join_timeout);
-    for (;;) {
-      auto started = store::StoreServer::Start(
-          {.host = bind_addr, .port = plan.port, .token = plan.token});
-      if (started.ok()) {
-        server = std::move(started).value();
-        plan.port = server->port();
-        break;
-      }
-      if (started.status().code() != StatusCode::kAlreadyExists) {
-        return Fail(kExitRendezvous, started.status().message());
-      }
-      auto probe = store::TcpStore::Probe(
-          {.host = local_store_addr, .port = plan.port, .token = plan.token},
-          Deadline::AfterMs(2000).Earlier(give_up));
-      if (probe.peer == store::StorePeer::kCohortStore) {
-        COHORT_LOG_INFO("cli", "port {} is served by another agent; joining it", plan.port);
-        break;
-      }
-      const Status& why = probe.status;
-      if (probe.peer == store::StorePeer::kWrongToken) {
-        return Fail(kExitRendezvous, fmt::format("the store on port {} refused this job's token; "
-                                                 "set the same COHORT_TOKEN on every node",
-                                                 plan.port));
-      }
-      if (probe.peer == store::StorePeer::kOtherProgram || single) {
-        return Fail(kExitPortInUse,
-                    fmt::format("cannot serve the rendezvous store on port {}: another program "
-                                "holds the port; choose another --rdzv-endpoint port",
-                                plan.port));
-      }
-      if (give_up.expired()) {
-        return Fail(kExitRendezvous, fmt::format("could neither serve nor reach the store on "
-                                                 "port {}: {}",
-                                                 plan.port, why.message()));
-      }
+    if (int rc = ServeOrJoinStore(plan, rdzv, single, &server, &local_store_addr); rc >= 0) {
+      return rc;
     }
   }
 
@@ -668,34 +782,14 @@ int RunCommand(const std::vector<std::string>& args) {
   o.spec.log_dir = !f.log_dir.empty()
                        ? f.log_dir
                        : fmt::format("{}/cohort-logs", SystemEnv("TMPDIR").value_or("/tmp"));
-  o.spec.redirects = *redirects;
-  o.spec.tee = *tee;
-  o.spec.local_ranks_filter = filter;
+  o.spec.redirects = checked.redirects;
+  o.spec.tee = checked.tee;
+  o.spec.local_ranks_filter = checked.local_ranks_filter;
   o.spec.master_addr = f.master_addr;
   o.spec.master_port = f.master_port;
   o.spec.stop_grace = std::chrono::duration_cast<Duration>(
       std::chrono::duration<double>(f.stop_grace));
-  std::string store_addr = plan.host;
-  if (plan.serve) store_addr = local_store_addr;
-  // How libcohort in the workers reaches the job's store: the cohort store this node
-  // serves or joins; on an etcd job, etcd itself (the run id's keys), except on a single
-  // node, where this agent serves a loopback store for its own workers.
-  if (use_etcd && !server) {
-    o.spec.store_access.kind = JobStoreAccess::Kind::kEtcd;
-    o.spec.store_access.etcd_endpoints = etcd.endpoints;
-    o.spec.store_access.etcd_prefix = run_id;
-    o.spec.store_access.etcd_ca_file = etcd.ca_file;
-    o.spec.store_access.etcd_cert_file = etcd.cert_file;
-    o.spec.store_access.etcd_key_file = etcd.key_file;
-    o.spec.store_access.etcd_user = etcd.user;
-    o.spec.store_access.etcd_request_timeout_s =
-        std::chrono::duration<double>(etcd.request_timeout).count();
-  } else {
-    o.spec.store_access.kind = JobStoreAccess::Kind::kTcp;
-    o.spec.store_access.addr = store_addr;
-    o.spec.store_access.port = plan.port;
-    o.spec.store_access.token = plan.token;
-  }
+  const std::string store_addr = plan.serve ? local_store_addr : plan.host;
   o.rdzv = rdzv;
   o.self.host = net::HostName();
   o.self.addr = !f.local_addr.empty() ? f.local_addr
@@ -707,26 +801,9 @@ int RunCommand(const std::vector<std::string>& args) {
   o.spec.listen_addr = worker_env::Inherited(worker_env::kListenAddr).value_or(o.self.addr);
   o.spec.flight_recorder_dir =
       worker_env::Inherited(worker_env::kFlightRecorderDir).value_or("");
-  const Deadline connect_deadline = Deadline::After(rdzv.join_timeout);
-  const store::TcpStoreOptions store_options{
-      .host = store_addr, .port = plan.port, .token = plan.token};
-  o.connect_store = [store_options, connect_deadline]()
-      -> Result<std::shared_ptr<store::Store>> {
-    Deadline d = connect_deadline.expired() ? Deadline::AfterMs(5000) : connect_deadline;
-    COHORT_ASSIGN_OR_RETURN(auto s, store::TcpStore::Connect(store_options, d));
-    return std::shared_ptr<store::Store>(std::move(s));
-  };
-  if (use_etcd) {
-    // Each connection is its own EtcdStore (the agent's and the watcher's), keys under
-    // "/cohort/<run id>/". Connect gives up after the request timeout when no member answers.
-    etcd.prefix = run_id;
-    o.connect_store = [etcd, connect_deadline]() -> Result<std::shared_ptr<store::Store>> {
-      Deadline d = connect_deadline.expired() ? Deadline::AfterMs(5000) : connect_deadline;
-      COHORT_ASSIGN_OR_RETURN(auto s, store::EtcdStore::Connect(etcd, d));
-      return std::shared_ptr<store::Store>(std::move(s));
-    };
-  }
-
+  if (use_etcd) etcd.prefix = run_id;  // the job's keys: also what is removed at the end
+  WireJobStore(plan, store_addr, use_etcd, server != nullptr, etcd, run_id, rdzv.join_timeout,
+               o);
   o.serves_store = server != nullptr && !use_etcd;
   o.spec.log_merge_window = std::chrono::milliseconds(std::max(0, f.log_merge_ms));
 
@@ -734,43 +811,8 @@ int RunCommand(const std::vector<std::string>& args) {
   // serves them with the agent's own. A failure here never stops the job.
   metrics::StatusBoard status;
   metrics::EventLog events(2000);
-  std::unique_ptr<metrics::MetricsServer> metrics_server;
-  if (f.metrics_port >= 0) {
-    // Per agent process: two agents of one job on one machine share the log directory.
-    o.metrics_dir = fmt::format("{}/{}/metrics/agent{}", o.spec.log_dir, run_id, ::getpid());
-    std::error_code ec;
-    std::filesystem::remove_all(o.metrics_dir, ec);  // no stale ranks from an earlier run
-    std::filesystem::create_directories(o.metrics_dir, ec);
-    o.status = &status;
-    o.events = &events;
-    metrics::ServerOptions mo;
-    mo.host = f.metrics_host;
-    mo.port = f.metrics_port;
-    mo.metrics_dir = o.metrics_dir;
-    mo.events = &events;
-    mo.state = [&status] { return status.Get(); };
-    mo.workers = [&status] {
-      std::vector<metrics::WorkerProcess> out;
-      nlohmann::json s = status.Get();
-      for (const auto& r : s.value("ranks", nlohmann::json::array())) {
-        if (r.value("state", "") != "HEALTHY") continue;
-        out.push_back({r.value("rank", 0), r.value("local_rank", 0), r.value("pid", 0)});
-      }
-      return out;
-    };
-    auto started = metrics::MetricsServer::Start(mo);
-    if (started.ok()) {
-      metrics_server = std::move(*started);
-      fmt::print(stderr, "cohort: metrics on http://{}:{}/metrics, dashboard on http://{}:{}/\n",
-                 f.metrics_host == "0.0.0.0" ? o.self.addr : f.metrics_host,
-                 metrics_server->port(),
-                 f.metrics_host == "0.0.0.0" ? o.self.addr : f.metrics_host,
-                 metrics_server->port());
-    } else {
-      fmt::print(stderr, "cohort run: warning: {}; the job runs without the metrics endpoint\n",
-                 started.status().message());
-    }
-  }
+  std::unique_ptr<metrics::MetricsServer> metrics_server =
+      f.metrics_port >= 0 ? StartMetrics(f, run_id, status, events, o) : nullptr;
   agent::Agent the_agent(std::move(o));
   agent::AgentResult result = the_agent.Run();
   if (metrics_server) metrics_server->Stop();
