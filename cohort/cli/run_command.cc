@@ -607,6 +607,62 @@ void WireJobStore(const StorePlan& plan, const std::string& store_addr, bool use
   }
 }
 
+// Where the store is: embedded on a free loopback port for one node without an endpoint,
+// else the endpoint, served by this node when its host is local (or --rdzv-conf is_host
+// says so); the job's token. -1 to go on, else the exit code (reason printed).
+int PlanStore(const RunFlags& f, bool use_etcd, bool single, std::optional<bool> is_host,
+              StorePlan* plan) {
+  const std::optional<std::string> env_token = worker_env::Inherited(worker_env::kToken);
+  if (use_etcd) {
+    // The agents meet in etcd, which has its own auth: no rendezvous store is served and
+    // COHORT_TOKEN is not needed. On a single node the workers' communicator still gets a
+    // loopback cohort store from this agent; across nodes it uses etcd too (docs/etcd.md).
+    *plan = {"127.0.0.1", 0, single, env_token ? *env_token : RandomHex(16)};
+  } else if (f.standalone || (single && f.rdzv_endpoint.empty())) {
+    *plan = {"127.0.0.1", 0, true, env_token ? *env_token : RandomHex(16)};
+  } else {
+    auto hp = ParseHostPort(f.rdzv_endpoint.empty() ? "127.0.0.1" : f.rdzv_endpoint,
+                            kDefaultStorePort);
+    if (!hp) {
+      return Fail(kExitInvalidValue,
+                  fmt::format("--rdzv-endpoint '{}' is not host[:port]", f.rdzv_endpoint));
+    }
+    plan->host = hp->first;
+    plan->port = hp->second;
+    plan->serve = is_host.value_or(net::IsLocalHost(plan->host));
+    if (env_token) {
+      plan->token = *env_token;
+    } else if (single) {
+      plan->token = RandomHex(16);
+    } else {
+      return Fail(kExitInvalidValue,
+                  "a multi-node job needs a shared secret: set COHORT_TOKEN to the same value "
+                  "on every node (for example: export COHORT_TOKEN=$(head -c16 /dev/urandom | "
+                  "od -An -tx1 | tr -d ' \\n'))");
+    }
+  }
+  return -1;
+}
+
+// The etcd rendezvous: its members (--rdzv-endpoint) and the TLS and auth options of
+// --rdzv-conf, which leaves the rendezvous' own options in `rdzv_conf`. -1 to go on.
+int PlanEtcd(const RunFlags& f, store::EtcdStoreOptions* etcd, std::string* rdzv_conf) {
+  if (f.rdzv_endpoint.empty()) {
+    return Fail(kExitInvalidValue,
+                "--rdzv-backend etcd needs --rdzv-endpoint host:port[,host:port...] of the "
+                "etcd members");
+  }
+  bool https = false;
+  if (Status s = SplitEtcdConf(f.rdzv_conf, *etcd, rdzv_conf, &https); !s.ok()) {
+    return Fail(s.code() == StatusCode::kNotFound ? kExitNotFound : kExitInvalidValue,
+                s.message());
+  }
+  auto endpoints = store::ParseEtcdEndpoints(f.rdzv_endpoint, https || !etcd->ca_file.empty());
+  if (!endpoints.ok()) return Fail(kExitInvalidValue, endpoints.status().message());
+  etcd->endpoints = *endpoints;
+  return -1;
+}
+
 }  // namespace
 
 int RunCommand(const std::vector<std::string>& args) {
@@ -674,19 +730,7 @@ int RunCommand(const std::vector<std::string>& args) {
   store::EtcdStoreOptions etcd;
   std::string rdzv_conf = f.rdzv_conf;
   if (use_etcd) {
-    if (f.rdzv_endpoint.empty()) {
-      return Fail(kExitInvalidValue,
-                  "--rdzv-backend etcd needs --rdzv-endpoint host:port[,host:port...] of the "
-                  "etcd members");
-    }
-    bool https = false;
-    if (Status s = SplitEtcdConf(f.rdzv_conf, etcd, &rdzv_conf, &https); !s.ok()) {
-      return Fail(s.code() == StatusCode::kNotFound ? kExitNotFound : kExitInvalidValue,
-                  s.message());
-    }
-    auto endpoints = store::ParseEtcdEndpoints(f.rdzv_endpoint, https || !etcd.ca_file.empty());
-    if (!endpoints.ok()) return Fail(kExitInvalidValue, endpoints.status().message());
-    etcd.endpoints = *endpoints;
+    if (int rc = PlanEtcd(f, &etcd, &rdzv_conf); rc >= 0) return rc;
   }
   rendezvous::RendezvousConfig rdzv;
   rdzv.min_nodes = nnodes->first;
@@ -710,39 +754,9 @@ int RunCommand(const std::vector<std::string>& args) {
     return Fail(code, argv.status().message());
   }
 
-  // Where the store is: embedded on a free loopback port for one node without an endpoint,
-  // else the endpoint, served by this node when its host is local.
   const bool single = rdzv.max_nodes == 1;
   StorePlan plan;
-  const std::optional<std::string> env_token = worker_env::Inherited(worker_env::kToken);
-  if (use_etcd) {
-    // The agents meet in etcd, which has its own auth: no rendezvous store is served and
-    // COHORT_TOKEN is not needed. On a single node the workers' communicator still gets a
-    // loopback cohort store from this agent; across nodes it uses etcd too (docs/etcd.md).
-    plan = {"127.0.0.1", 0, single, env_token ? *env_token : RandomHex(16)};
-  } else if (f.standalone || (single && f.rdzv_endpoint.empty())) {
-    plan = {"127.0.0.1", 0, true, env_token ? *env_token : RandomHex(16)};
-  } else {
-    auto hp = ParseHostPort(f.rdzv_endpoint.empty() ? "127.0.0.1" : f.rdzv_endpoint,
-                            kDefaultStorePort);
-    if (!hp) {
-      return Fail(kExitInvalidValue,
-                  fmt::format("--rdzv-endpoint '{}' is not host[:port]", f.rdzv_endpoint));
-    }
-    plan.host = hp->first;
-    plan.port = hp->second;
-    plan.serve = is_host.value_or(net::IsLocalHost(plan.host));
-    if (env_token) {
-      plan.token = *env_token;
-    } else if (single) {
-      plan.token = RandomHex(16);
-    } else {
-      return Fail(kExitInvalidValue,
-                  "a multi-node job needs a shared secret: set COHORT_TOKEN to the same value "
-                  "on every node (for example: export COHORT_TOKEN=$(head -c16 /dev/urandom | "
-                  "od -An -tx1 | tr -d ' \\n'))");
-    }
-  }
+  if (int rc = PlanStore(f, use_etcd, single, is_host, &plan); rc >= 0) return rc;
   std::string run_id = f.rdzv_id;
   const bool own_run_id = run_id == "none" && (f.standalone || single);
   if (own_run_id) run_id = "cohort-" + RandomHex(6);
