@@ -5,7 +5,6 @@
 
 #include <poll.h>
 #include <signal.h>
-#include <sys/eventfd.h>
 #include <sys/inotify.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
@@ -21,6 +20,8 @@
 
 #include "cohort/agent/log_sink.h"
 #include "cohort/agent/zygote.h"
+#include "cohort/base/event_fd.h"
+#include "cohort/base/file.h"
 #include "cohort/base/flight_record.h"
 #include "cohort/base/log.h"
 #include "cohort/base/settings.h"
@@ -62,21 +63,6 @@ std::string ReadErrorFile(const std::string& path) {
   }
   return m.dump();
 }
-
-// An eventfd used as a one-shot wake-up between threads.
-class Event {
- public:
-  Event() : fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
-  ~Event() { ::close(fd_); }
-  void Notify() {
-    uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = ::write(fd_, &one, sizeof(one));
-  }
-  int fd() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 }  // namespace
 
@@ -184,7 +170,7 @@ AgentResult Agent::Run() { return impl_->Run(); }
 
 template <typename Fn>
 auto Agent::Impl::Guarded(Fn fn) -> decltype(fn()) {
-  Event stop;
+  EventFd stop;
   std::thread guard([&] {
     pthread_setname_np(pthread_self(), "rdzv-signal");
     for (;;) {
@@ -653,10 +639,9 @@ std::string Agent::Impl::CollectFlightRecords(const FailureRecord& failure) {
   long newest = -1;
   std::string newest_op;
   for (const auto& w : workers_) {
-    std::ifstream dump(dump_path(w));
-    std::stringstream text;
-    text << dump.rdbuf();
-    std::optional<FlightRecordEntry> e = LastFlightRecordEntry(text.str());
+    auto text = ReadFileToString(dump_path(w));
+    std::optional<FlightRecordEntry> e =
+        text.ok() ? LastFlightRecordEntry(*text) : std::nullopt;
     if (!e) continue;
     report += fmt::format("\n  rank {}: last operation {} #{} ({} x {}) {}", w.rank, e->op, e->seq,
                           e->count, e->dtype, e->state);
@@ -748,7 +733,7 @@ AgentResult Agent::Impl::Run() {
     }
 
     // The watcher: heartbeats and round-end notices, only when other nodes may exist.
-    Event round_ended;
+    EventFd round_ended;
     std::atomic<bool> stop_watch{false};
     std::shared_ptr<store::Store> watch_store;
     std::thread watcher;

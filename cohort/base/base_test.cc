@@ -3,11 +3,16 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <fstream>
+
+#include "cohort/base/event_fd.h"
+#include "cohort/base/file.h"
 #include "cohort/base/flight_record.h"
 #include "cohort/base/status.h"
 #include "cohort/base/strings.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/subprocess.h"
+#include "cohort/base/temp_dir.h"
 #include "cohort/base/time.h"
 
 namespace cohort {
@@ -149,6 +154,28 @@ TEST(FlightRecordTest, WrittenAndReadInOneFormat) {
   EXPECT_EQ(last->error, "peer 1 closed the connection");
   EXPECT_FALSE(LastFlightRecordEntry(FormatFlightRecord(0, {})).has_value());
   EXPECT_EQ(FlightRecordPath("/d", 4), "/d/rank4.txt");
+}
+
+TEST(FileAndEventTest, ReadFileToStringAndEventFd) {
+  TempDir dir;
+  const std::string path = dir.path() + "/f";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << std::string("a\0b", 3);
+  }
+  auto text = ReadFileToString(path);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_EQ(*text, std::string("a\0b", 3));
+  auto missing = ReadFileToString(dir.path() + "/none");
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("No such file"), std::string::npos);
+  EventFd ev;
+  EXPECT_FALSE(ev.Readable());
+  ev.Notify();
+  ev.Notify();
+  EXPECT_TRUE(ev.Readable());
+  ev.Drain();
+  EXPECT_FALSE(ev.Readable());
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "cohort/base/exit_codes.h"
+#include "cohort/base/file.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
 #include "cohort/base/time.h"
@@ -166,10 +167,8 @@ int WaitForEnd(JobDb& db, JobRecord& job, const launch::BackendOptions& options,
 // left without value is a problem naming the --set that fills it.
 Result<std::string> SpecText(const std::string& path, const std::vector<std::string>& sets,
                              std::vector<launch::Problem>* problems) {
-  std::ifstream in(path);
-  if (!in) return NotFound("cannot read the job spec {}: {}", path, std::strerror(errno));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
+  auto spec_text = ReadFileToString(path);
+  if (!spec_text.ok()) return spec_text.status().WithContext("the job spec");
   std::map<std::string, std::string> values;
   for (const std::string& set : sets) {
     const size_t eq = set.find('=');
@@ -181,13 +180,13 @@ Result<std::string> SpecText(const std::string& path, const std::vector<std::str
     if (!StartsWith(key, "params.") && !StartsWith(key, "steps.")) key = "params." + key;
     values[key] = set.substr(eq + 1);
   }
-  auto uses = pipeline::FindTemplates(buffer.str());
+  auto uses = pipeline::FindTemplates(*spec_text);
   if (!uses.ok()) {
     problems->push_back({path, uses.status().message()});
-    return buffer.str();
+    return *spec_text;
   }
   std::set<std::string> missing;
-  auto text = pipeline::SubstituteTemplates(buffer.str(), [&](const pipeline::Ref& ref)
+  auto text = pipeline::SubstituteTemplates(*spec_text, [&](const pipeline::Ref& ref)
                                                               -> Result<std::string> {
     auto it = values.find(ref.ToString());
     if (it != values.end()) return it->second;

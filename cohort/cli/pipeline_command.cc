@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "cohort/base/exit_codes.h"
+#include "cohort/base/file.h"
 #include "cohort/base/settings.h"
 #include "cohort/cli/cli_util.h"
 #include "cohort/cli/exec_sibling.h"
@@ -56,15 +57,13 @@ struct Loaded {
 int LoadAndValidate(const std::string& name, const std::string& path,
                     const std::vector<std::string>& param_flags, bool check_jobs, Loaded* out) {
   std::vector<Problem> problems;
-  std::ifstream in(path);
-  if (!in) {
-    fmt::print(stderr, "cohort pipeline {}: cannot read the pipeline spec {}: {}\n", name, path,
-               std::strerror(errno));
+  auto text = ReadFileToString(path);
+  if (!text.ok()) {
+    fmt::print(stderr, "cohort pipeline {}: the pipeline spec: {}\n", name,
+               text.status().message());
     return kExitInvalidSpec;
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  out->text = text.str();
+  out->text = std::move(*text);
   out->path = fs::absolute(path).string();
   out->spec = pipeline::ParsePipelineSpec(out->text, fs::path(out->path).parent_path().string(),
                                           &problems);

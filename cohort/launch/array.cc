@@ -7,10 +7,9 @@
 #include <sqlite3.h>
 
 #include <filesystem>
-#include <fstream>
 #include <regex>
-#include <sstream>
 
+#include "cohort/base/file.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
 #include "cohort/launch/spec_walker.h"
@@ -59,14 +58,12 @@ void OnRecord(int, void* user) {
 bool ReadCsv(const std::string& path, const std::string& where,
              const std::vector<std::string>& columns, Table* table,
              std::vector<Problem>* problems) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    problems->push_back({where, fmt::format("cannot read {}: {}", path, std::strerror(errno))});
+  auto read = ReadFileToString(path);
+  if (!read.ok()) {
+    problems->push_back({where, read.status().message()});
     return false;
   }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string text = buffer.str();
+  const std::string& text = *read;
   csv_parser parser;
   if (csv_init(&parser, CSV_STRICT | CSV_APPEND_NULL | CSV_EMPTY_IS_NULL) != 0) {
     problems->push_back({where, "cannot initialize the CSV parser"});

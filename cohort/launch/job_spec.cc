@@ -6,12 +6,11 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <fstream>
 #include <regex>
 #include <set>
-#include <sstream>
 #include <tuple>
 
+#include "cohort/base/file.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
 #include "cohort/launch/spec_walker.h"
@@ -553,11 +552,9 @@ JobSpec ParseJobSpec(const std::string& yaml, std::vector<Problem>* problems) {
 }
 
 Result<JobSpec> LoadJobSpec(const std::string& path, std::vector<Problem>* problems) {
-  std::ifstream in(path);
-  if (!in) return NotFound("cannot read the job spec {}: {}", path, std::strerror(errno));
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseJobSpec(text.str(), problems);
+  auto text = ReadFileToString(path);
+  if (!text.ok()) return text.status().WithContext("the job spec");
+  return ParseJobSpec(*text, problems);
 }
 
 std::string JobSpecToYaml(const JobSpec& s) {

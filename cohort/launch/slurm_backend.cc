@@ -17,10 +17,9 @@
 #include <cmath>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
+#include "cohort/base/file.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
 #include "cohort/base/subprocess.h"
@@ -106,12 +105,9 @@ std::string Field(const slurm::Record& r, const std::string& key) {
 }
 
 std::string ReadFile(const std::string& path, bool* found) {
-  std::ifstream in(path, std::ios::binary);
-  *found = static_cast<bool>(in);
-  if (!*found) return "";
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  auto text = ReadFileToString(path);
+  *found = text.ok();
+  return text.ok() ? *text : std::string();
 }
 
 // Writes `text` to `path`, readable by its owner only from the start (a job script holds

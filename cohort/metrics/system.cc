@@ -1,5 +1,6 @@
 // /proc and NVML sampling (see system.h). Thread-safety: one thread at a time.
 #include "cohort/metrics/system.h"
+#include "cohort/base/file.h"
 #include "cohort/base/settings.h"
 
 #include <dlfcn.h>
@@ -21,12 +22,9 @@ double Now() {
 }
 
 bool ReadFile(const std::string& path, std::string* out) {
-  std::ifstream in(path);
-  if (!in) return false;
-  std::stringstream s;
-  s << in.rdbuf();
-  *out = s.str();
-  return static_cast<bool>(in) || in.eof();
+  auto text = ReadFileToString(path);
+  if (text.ok()) *out = std::move(*text);
+  return text.ok();
 }
 
 std::string Why(const std::string& path) {

@@ -1,10 +1,9 @@
 // Argo Workflow export (see argo.h). Thread-safety: pure functions.
 #include "cohort/pipeline/argo.h"
+#include "cohort/base/file.h"
 
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 namespace cohort::pipeline {
 namespace {
@@ -35,10 +34,9 @@ std::vector<Ref> JobSpecRefs(const PipelineSpec& spec, const Step& s) {
   if (s.job.find("{{") != std::string::npos) return {};
   std::filesystem::path p(s.job);
   if (p.is_relative()) p = std::filesystem::path(spec.base_dir) / p;
-  std::ifstream in(p);
-  std::stringstream text;
-  text << in.rdbuf();
-  auto uses = FindTemplates(text.str());
+  auto text = ReadFileToString(p.string());
+  if (!text.ok()) return {};
+  auto uses = FindTemplates(*text);
   std::vector<Ref> refs;
   if (uses.ok()) {
     for (const auto& u : *uses) refs.push_back(u.ref);

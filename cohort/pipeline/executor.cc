@@ -5,7 +5,6 @@
 
 #include <poll.h>
 #include <signal.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -17,6 +16,8 @@
 #include <sstream>
 #include <thread>
 
+#include "cohort/base/event_fd.h"
+#include "cohort/base/file.h"
 #include "cohort/base/strings.h"
 #include "cohort/base/subprocess.h"
 #include "cohort/base/sweeper.h"
@@ -39,11 +40,9 @@ using OutputMap = std::map<std::string, std::map<std::string, std::string>>;
 
 
 std::string ReadFile(const std::string& path, bool* ok) {
-  std::ifstream in(path, std::ios::binary);
-  *ok = static_cast<bool>(in);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  auto text = ReadFileToString(path);
+  *ok = text.ok();
+  return text.ok() ? *text : std::string();
 }
 
 std::string Absolute(const std::string& base, const std::string& p) {
@@ -51,12 +50,6 @@ std::string Absolute(const std::string& base, const std::string& p) {
   std::string out = (path.is_absolute() ? path : fs::path(base) / path).lexically_normal().string();
   if (out.size() > 1 && out.back() == '/') out.pop_back();
   return out;
-}
-
-bool Readable(int fd) {
-  if (fd < 0) return false;
-  pollfd p{fd, POLLIN, 0};
-  return ::poll(&p, 1, 0) > 0;
 }
 
 // Waits until one of `fds` is readable or `timeout_ms` passes (-1: forever). Returns the
@@ -75,16 +68,6 @@ int WaitAny(const std::vector<int>& fds, int timeout_ms) {
   }
 }
 
-void Notify(int efd) {
-  uint64_t one = 1;
-  ssize_t n = ::write(efd, &one, sizeof(one));
-  (void)n;
-}
-void Drain(int efd) {
-  uint64_t v;
-  ssize_t n = ::read(efd, &v, sizeof(v));
-  (void)n;
-}
 
 std::string Seconds(double s) { return fmt::format("{:.1f}s", s); }
 
@@ -113,16 +96,11 @@ class Execution {
   Execution(const PipelineSpec& spec, RunRecord run, std::vector<StepRecord> records,
             RunDb* db, const ExecutorOptions& options)
       : spec_(spec), run_(std::move(run)), records_(std::move(records)), db_(db),
-        options_(options) {
-    events_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    stop_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  }
+        options_(options) {}
   ~Execution() {
     for (auto& t : threads_) {
       if (t.joinable()) t.join();
     }
-    ::close(events_fd_);
-    ::close(stop_fd_);
   }
 
   Result<RunOutcome> Run() {
@@ -137,15 +115,15 @@ class Execution {
     for (;;) {
       if (!cancelled) Schedule();
       if (running_ == 0 && (cancelled || AllFinal())) break;
-      int which = WaitAny({events_fd_, options_.cancel_fd >= 0 ? options_.cancel_fd : events_fd_},
+      int which = WaitAny({events_ready_.fd(), options_.cancel_fd >= 0 ? options_.cancel_fd : events_ready_.fd()},
                           -1);
       if (which == 1 && options_.cancel_fd >= 0 && !cancelled) {
         cancelled = true;
         Progress(fmt::format("[{}] cancelling: stopping {} running step(s)", spec_.name,
                              running_));
-        Notify(stop_fd_);
+        stop_.Notify();
       }
-      Drain(events_fd_);
+      events_ready_.Drain();
       HandleEvents();
     }
     RunState state = RunState::kSucceeded;
@@ -345,7 +323,7 @@ class Execution {
       std::lock_guard<std::mutex> lock(mu_);
       events_.push_back(std::move(e));
     }
-    Notify(events_fd_);
+    events_ready_.Notify();
   }
 
   // Step 2 of the protocol, on the step's own thread.
@@ -388,7 +366,7 @@ class Execution {
           }
         }
       }
-      if (r.state != StepState::kFailed || attempt == s.retries + 1 || Readable(stop_fd_)) {
+      if (r.state != StepState::kFailed || attempt == s.retries + 1 || stop_.Readable()) {
         done.state = r.state;
         done.exit_code = r.exit_code;
         done.detail = r.detail;
@@ -441,7 +419,7 @@ class Execution {
     }
     const double timeout = spec_.steps[i].timeout_s;
     int wait_ms = timeout > 0 ? static_cast<int>(timeout * 1000) : -1;
-    int which = WaitAny({child->pidfd, stop_fd_}, wait_ms);
+    int which = WaitAny({child->pidfd, stop_.fd()}, wait_ms);
     ExitStatus st;
     if (which == 0) {
       st = Reap(child->pid);
@@ -548,7 +526,7 @@ class Execution {
       if (deadline > 0 && !cancel_sent) {
         wait = std::min<int>(wait, std::max<int>(0, static_cast<int>((deadline - WallSeconds()) * 1000)));
       }
-      int which = WaitAny({stop_fd_}, wait);
+      int which = WaitAny({stop_.fd()}, wait);
       delay_ms = std::min(delay_ms * 2, 1000);
       if (cancel_sent) continue;
       if (which == 0 || (deadline > 0 && WallSeconds() >= deadline)) {
@@ -574,7 +552,8 @@ class Execution {
   // process group (setsid), is killed when it ends, and all of it if this process dies.
   const JobSweeper sweeper_;
   int running_ = 0;
-  int events_fd_ = -1, stop_fd_ = -1;
+  EventFd events_ready_;  // a step thread has queued an event
+  EventFd stop_;    // the run is cancelled: step threads stop their processes
   std::mutex mu_;
   std::deque<Event> events_;  // guarded by mu_
 };

@@ -7,12 +7,11 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <regex>
 #include <set>
-#include <sstream>
 
+#include "cohort/base/file.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
 #include "cohort/launch/spec_walker.h"
@@ -486,11 +485,9 @@ PipelineSpec ParsePipelineSpec(const std::string& yaml, const std::string& base_
 }
 
 Result<PipelineSpec> LoadPipelineSpec(const std::string& path, std::vector<Problem>* problems) {
-  std::ifstream in(path);
-  if (!in) return NotFound("cannot read the pipeline spec {}: {}", path, std::strerror(errno));
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParsePipelineSpec(text.str(), fs::absolute(path).parent_path().string(), problems);
+  auto text = ReadFileToString(path);
+  if (!text.ok()) return text.status().WithContext("the pipeline spec");
+  return ParsePipelineSpec(*text, fs::absolute(path).parent_path().string(), problems);
 }
 
 Value ParamValue(const Parameter& param, const std::string& text) {
@@ -562,14 +559,12 @@ void CheckJobSteps(const PipelineSpec& spec, const std::map<std::string, std::st
     if (!job_path.ok()) continue;  // depends on a step output: checked when it runs
     fs::path p = fs::path(*job_path).is_absolute() ? fs::path(*job_path)
                                                    : fs::path(spec.base_dir) / *job_path;
-    std::ifstream in(p);
-    if (!in) {
+    auto text = ReadFileToString(p.string());
+    if (!text.ok()) {
       problems->push_back({where, fmt::format("cannot read the job spec {}", p.string())});
       continue;
     }
-    std::stringstream text;
-    text << in.rdbuf();
-    auto substituted = SubstituteTemplates(text.str(), lookup_params);
+    auto substituted = SubstituteTemplates(*text, lookup_params);
     if (!substituted.ok()) {
       if (substituted.status().code() != StatusCode::kFailedPrecondition) {
         problems->push_back({where, fmt::format("{}: {}", p.string(),

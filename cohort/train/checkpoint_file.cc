@@ -10,9 +10,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
+#include "cohort/base/file.h"
 #include "cohort/base/log.h"
 
 namespace cohort::train {
@@ -147,14 +146,7 @@ Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
   return FsyncPath(dir.string(), O_RDONLY | O_DIRECTORY);
 }
 
-Result<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("{}: cannot open", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return DataLoss("{}: read error", path);
-  return ss.str();
-}
+Result<std::string> ReadWholeFile(const std::string& path) { return ReadFileToString(path); }
 
 std::string CheckpointDir::PathFor(int64_t step) const {
   return (fs::path(dir_) / fmt::format("ckpt-{:012d}.cohort", step)).string();
