@@ -56,22 +56,22 @@ constexpr const char* kJobColumns =
 
 JobRecord ReadJob(const Stmt& s) {
   JobRecord j;
-  j.id = s.Int(0);
-  j.name = s.Text(1);
-  j.backend = s.Text(2);
-  j.spec_yaml = s.Text(3);
-  j.state = s.Text(4);
-  j.exit_code = s.OptInt(5);
-  j.submitted_at = s.Real(6);
-  j.started_at = s.Real(7);
-  j.ended_at = s.Real(8);
-  j.log_dir = s.Text(9);
-  j.backend_id = s.Text(10);
-  j.array_size = static_cast<int>(s.Int(11));
-  j.concurrency = static_cast<int>(s.Int(12));
-  j.detail = s.Text(13);
-  j.parent_id = s.Int(14);
-  j.target = s.Text(15);
+  j.id = s.Int("id");
+  j.name = s.Text("name");
+  j.backend = s.Text("backend");
+  j.spec_yaml = s.Text("spec_yaml");
+  j.state = s.Text("state");
+  j.exit_code = s.OptInt("exit_code");
+  j.submitted_at = s.Real("submitted_at");
+  j.started_at = s.Real("started_at");
+  j.ended_at = s.Real("ended_at");
+  j.log_dir = s.Text("log_dir");
+  j.backend_id = s.Text("backend_id");
+  j.array_size = static_cast<int>(s.Int("array_size"));
+  j.concurrency = static_cast<int>(s.Int("concurrency"));
+  j.detail = s.Text("detail");
+  j.parent_id = s.Int("parent_id");
+  j.target = s.Text("target");
   return j;
 }
 
@@ -220,13 +220,13 @@ Result<std::vector<ElementRecord>> JobDb::Elements(int64_t job_id) {
   int rc;
   while ((rc = s.Step()) == SQLITE_ROW) {
     ElementRecord e;
-    e.index = static_cast<int>(s.Int(0));
-    e.state = s.Text(1);
-    e.exit_code = s.OptInt(2);
-    e.started_at = s.Real(3);
-    e.ended_at = s.Real(4);
-    e.log_dir = s.Text(5);
-    e.detail = s.Text(6);
+    e.index = static_cast<int>(s.Int("idx"));
+    e.state = s.Text("state");
+    e.exit_code = s.OptInt("exit_code");
+    e.started_at = s.Real("started_at");
+    e.ended_at = s.Real("ended_at");
+    e.log_dir = s.Text("log_dir");
+    e.detail = s.Text("detail");
     out.push_back(std::move(e));
   }
   if (rc != SQLITE_DONE) return s.Error();

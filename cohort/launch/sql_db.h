@@ -8,9 +8,11 @@
 #include <sqlite3.h>
 
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 
+#include "cohort/base/check.h"
 #include "cohort/base/status.h"
 
 namespace cohort::launch {
@@ -71,6 +73,19 @@ class SqlStatement {
   std::optional<int> OptInt(int c) const {
     if (sqlite3_column_type(stmt_, c) == SQLITE_NULL) return std::nullopt;
     return static_cast<int>(sqlite3_column_int64(stmt_, c));
+  }
+  // The same by the column's name in the result ("state"), so that readers do not number
+  // columns by hand. A name the query does not return is a bug (checked).
+  std::string Text(const char* name) const { return Text(Column(name)); }
+  int64_t Int(const char* name) const { return Int(Column(name)); }
+  double Real(const char* name) const { return Real(Column(name)); }
+  std::optional<int> OptInt(const char* name) const { return OptInt(Column(name)); }
+  int Column(const char* name) const {
+    for (int c = 0; c < sqlite3_column_count(stmt_); ++c) {
+      if (std::strcmp(sqlite3_column_name(stmt_, c), name) == 0) return c;
+    }
+    COHORT_CHECK(false) << what_ << ": the query returns no column '" << name << "'";
+    return -1;
   }
 
  private:

@@ -116,17 +116,17 @@ constexpr const char* kRunColumns =
 
 RunRecord ReadRun(const Stmt& s) {
   RunRecord r;
-  r.id = s.Int(0);
-  r.pipeline = s.Text(1);
-  r.spec_path = s.Text(2);
-  r.spec_yaml = s.Text(3);
-  r.base_dir = s.Text(4);
-  r.params = JsonToMap(s.Text(5));
-  r.state = ParseRunState(s.Text(6)).value_or(RunState::kFailed);
-  r.exit_code = s.OptInt(7);
-  r.started_at = s.Real(8);
-  r.ended_at = s.Real(9);
-  r.detail = s.Text(10);
+  r.id = s.Int("id");
+  r.pipeline = s.Text("pipeline");
+  r.spec_path = s.Text("spec_path");
+  r.spec_yaml = s.Text("spec_yaml");
+  r.base_dir = s.Text("base_dir");
+  r.params = JsonToMap(s.Text("params_json"));
+  r.state = ParseRunState(s.Text("state")).value_or(RunState::kFailed);
+  r.exit_code = s.OptInt("exit_code");
+  r.started_at = s.Real("started_at");
+  r.ended_at = s.Real("ended_at");
+  r.detail = s.Text("detail");
   return r;
 }
 
@@ -136,16 +136,16 @@ constexpr const char* kStepColumns =
 
 StepRecord ReadStep(const Stmt& s) {
   StepRecord r;
-  r.name = s.Text(0);
-  r.state = ParseStepState(s.Text(1)).value_or(StepState::kFailed);
-  r.attempts = static_cast<int>(s.Int(2));
-  r.exit_code = s.OptInt(3);
-  r.started_at = s.Real(4);
-  r.ended_at = s.Real(5);
-  r.outputs = JsonToMap(s.Text(6));
-  r.cache_key = s.Text(7);
-  r.log_dir = s.Text(8);
-  r.detail = s.Text(9);
+  r.name = s.Text("name");
+  r.state = ParseStepState(s.Text("state")).value_or(StepState::kFailed);
+  r.attempts = static_cast<int>(s.Int("attempts"));
+  r.exit_code = s.OptInt("exit_code");
+  r.started_at = s.Real("started_at");
+  r.ended_at = s.Real("ended_at");
+  r.outputs = JsonToMap(s.Text("outputs_json"));
+  r.cache_key = s.Text("cache_key");
+  r.log_dir = s.Text("log_dir");
+  r.detail = s.Text("detail");
   return r;
 }
 
