@@ -149,4 +149,10 @@ std::string ShellQuote(std::string_view text) {
   return out + "'";
 }
 
+std::string ShellJoin(const std::vector<std::string>& words) {
+  std::string out;
+  for (const std::string& w : words) out += (out.empty() ? "" : " ") + ShellQuote(w);
+  return out;
+}
+
 }  // namespace cohort

@@ -25,5 +25,7 @@ std::optional<bool> ParseBool(std::string_view text);
 // Quotes `text` for a POSIX shell: unchanged when it holds only characters that are safe
 // unquoted, else in single quotes (with ' written as '\'').
 std::string ShellQuote(std::string_view text);
+// The words quoted with ShellQuote, joined by single spaces: a command line for a shell.
+std::string ShellJoin(const std::vector<std::string>& words);
 
 }  // namespace cohort

@@ -180,11 +180,6 @@ Result<std::string> SpecText(const std::string& path, const std::vector<std::str
     if (!StartsWith(key, "params.") && !StartsWith(key, "steps.")) key = "params." + key;
     values[key] = set.substr(eq + 1);
   }
-  auto uses = pipeline::FindTemplates(*spec_text);
-  if (!uses.ok()) {
-    problems->push_back({path, uses.status().message()});
-    return *spec_text;
-  }
   std::set<std::string> missing;
   auto text = pipeline::SubstituteTemplates(*spec_text, [&](const pipeline::Ref& ref)
                                                               -> Result<std::string> {
@@ -193,6 +188,10 @@ Result<std::string> SpecText(const std::string& path, const std::vector<std::str
     missing.insert(ref.ToString());
     return "{{" + ref.ToString() + "}}";
   });
+  if (!text.ok()) {  // a malformed template
+    problems->push_back({path, text.status().message()});
+    return *spec_text;
+  }
   for (const std::string& name : missing) {
     const std::string flag = StartsWith(name, "params.") ? name.substr(7) : name;
     problems->push_back({path, fmt::format("{{{{{}}}}} has no value: pass --set {}=VALUE (`cohort "
@@ -264,15 +263,15 @@ int SubmitCommand(const std::vector<std::string>& args) {
     }
     spec.array.columns = manifest_columns;
   }
-  // A spec with targets sends each element where its target says.
-  if (!spec.targets.empty()) {
-    if (!backend_name.empty() && backend_name != launch::kTargetsBackend) {
-      problems.push_back({"--backend", fmt::format("the spec's targets choose the backends of "
-                                                   "its elements; leave out --backend {}",
-                                                   backend_name)});
-    }
-    backend_name = launch::kTargetsBackend;
+  // A spec with targets sends each element where its target says; a --backend too would
+  // be ignored, so it is refused.
+  if (!spec.targets.empty() && !backend_name.empty() &&
+      backend_name != launch::kTargetsBackend) {
+    problems.push_back({"--backend", fmt::format("the spec's targets choose the backends of "
+                                                 "its elements; leave out --backend {}",
+                                                 backend_name)});
   }
+  backend_name = launch::BackendOfSpec(spec, backend_name);
 
   launch::BackendOptions options = c.Options();
   options.kube_flavor = kube_flavor;

@@ -7,7 +7,8 @@ std::vector<std::string> AgentArgv(const JobSpec& spec, const std::string& cohor
                                    const AgentPlan& plan,
                                    const std::optional<std::vector<std::string>>& program_args) {
   std::vector<std::string> argv = {cohort_bin,         "run",
-                                   "--nnodes",         spec.NnodesText(),
+                                   "--nnodes",
+                                   plan.nnodes.empty() ? spec.NnodesText() : plan.nnodes,
                                    "--nproc-per-node", std::to_string(spec.nproc_per_node),
                                    "--max-restarts",   std::to_string(spec.max_restarts)};
   auto flag = [&](const char* name, const std::string& value) {

@@ -16,6 +16,7 @@ namespace cohort::launch {
 
 // What the backend decides about a node's agent; empty fields are left out.
 struct AgentPlan {
+  std::string nnodes;                   // --nnodes; "" : the spec's (N or MIN:MAX)
   std::string rdzv_backend;             // c10d | etcd; "" : the agent's own store
   std::string rdzv_endpoint;
   std::string rdzv_id;

@@ -17,4 +17,11 @@ Result<std::unique_ptr<Backend>> MakeBackend(const std::string& name,
   return InvalidArgument("unknown backend '{}' (local, slurm, kubernetes)", name);
 }
 
+Result<std::unique_ptr<Backend>> MakeBackendForJob(const JobRecord& job,
+                                                   const BackendOptions& options) {
+  if (job.target.empty()) return MakeBackend(job.backend, options);
+  COHORT_ASSIGN_OR_RETURN(TargetRecordValue where, ParseTargetRecord(job.target));
+  return MakeBackend(job.backend, TargetOptions(options, where.target));
+}
+
 }  // namespace cohort::launch

@@ -20,19 +20,27 @@ namespace {
 
 using Walker = SpecWalker;
 
-bool IsDnsLabel(const std::string& s) {
-  static const std::regex re("[a-z0-9]([-a-z0-9]*[a-z0-9])?");
-  return s.size() <= 63 && std::regex_match(s, re);
+// The name part of a qualified name: up to 63 of [A-Za-z0-9-_.], alphanumeric at both ends.
+bool IsQualifiedNamePart(const std::string& s) {
+  static const std::regex name("[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?");
+  return std::regex_match(s, name);
 }
 
-// DOMAIN/NAME with DOMAIN a DNS subdomain outside kubernetes.io (Kubernetes reserves it).
+// A label key: [prefix/]name, the prefix a DNS subdomain.
+bool IsQualifiedName(const std::string& s) {
+  auto slash = s.find('/');
+  if (slash == std::string::npos) return IsQualifiedNamePart(s);
+  return IsDnsSubdomain(s.substr(0, slash)) && IsQualifiedNamePart(s.substr(slash + 1));
+}
+
+// DOMAIN/NAME with DOMAIN a dotted DNS subdomain outside kubernetes.io (Kubernetes
+// reserves it).
 bool IsExtendedResourceName(const std::string& s) {
-  static const std::regex re(
-      "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+/"
-      "[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?");
-  if (s.size() > 253 + 64 || !std::regex_match(s, re)) return false;
-  const std::string domain = s.substr(0, s.find('/'));
-  return domain != "kubernetes.io" && !EndsWith(domain, ".kubernetes.io");
+  auto slash = s.find('/');
+  if (slash == std::string::npos) return false;
+  const std::string domain = s.substr(0, slash);
+  return domain.find('.') != std::string::npos && IsQualifiedName(s) &&
+         domain != "kubernetes.io" && !EndsWith(domain, ".kubernetes.io");
 }
 
 
@@ -119,18 +127,6 @@ void ParseResources(Walker& w, const YAML::Node& n, Resources* r) {
       r->extended[key] = *count;
     }
   }
-}
-
-// A label key: [prefix/]name, the prefix a DNS subdomain, the name up to 63 of [A-Za-z0-9-_.]
-// starting and ending alphanumeric.
-bool IsQualifiedName(const std::string& s) {
-  static const std::regex name("[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?");
-  static const std::regex prefix("[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*");
-  auto slash = s.find('/');
-  if (slash == std::string::npos) return std::regex_match(s, name);
-  const std::string p = s.substr(0, slash);
-  return p.size() <= 253 && std::regex_match(p, prefix) &&
-         std::regex_match(s.substr(slash + 1), name);
 }
 
 bool IsLabelValue(const std::string& s) {
@@ -557,6 +553,19 @@ Result<JobSpec> LoadJobSpec(const std::string& path, std::vector<Problem>* probl
   return ParseJobSpec(*text, problems);
 }
 
+namespace {
+
+// `key: {k: v, ...}` of a map with entries; nothing when it is empty.
+template <typename Map>
+void EmitMap(YAML::Emitter& e, const char* key, const Map& map) {
+  if (map.empty()) return;
+  e << YAML::Key << key << YAML::Value << YAML::BeginMap;
+  for (const auto& [k, v] : map) e << YAML::Key << k << YAML::Value << v;
+  e << YAML::EndMap;
+}
+
+}  // namespace
+
 std::string JobSpecToYaml(const JobSpec& s) {
   YAML::Emitter e;
   e << YAML::BeginMap;
@@ -576,18 +585,10 @@ std::string JobSpecToYaml(const JobSpec& s) {
     if (!r.network_devices.empty()) {
       e << YAML::Key << "network_devices" << YAML::Value << YAML::Flow << r.network_devices;
     }
-    if (!r.extended.empty()) {
-      e << YAML::Key << "extended" << YAML::Value << YAML::BeginMap;
-      for (const auto& [k, v] : r.extended) e << YAML::Key << k << YAML::Value << v;
-      e << YAML::EndMap;
-    }
+    EmitMap(e, "extended", r.extended);
     e << YAML::EndMap;
   }
-  if (!s.env.empty()) {
-    e << YAML::Key << "env" << YAML::Value << YAML::BeginMap;
-    for (const auto& [k, v] : s.env) e << YAML::Key << k << YAML::Value << v;
-    e << YAML::EndMap;
-  }
+  EmitMap(e, "env", s.env);
   if (!s.volumes.empty()) {
     e << YAML::Key << "volumes" << YAML::Value << YAML::BeginSeq;
     for (const auto& v : s.volumes) {
@@ -637,11 +638,7 @@ std::string JobSpecToYaml(const JobSpec& s) {
   const Placement& p = s.placement;
   if (!p.empty()) {
     e << YAML::Key << "placement" << YAML::Value << YAML::BeginMap;
-    if (!p.node_selector.empty()) {
-      e << YAML::Key << "node_selector" << YAML::Value << YAML::BeginMap;
-      for (const auto& [k, v] : p.node_selector) e << YAML::Key << k << YAML::Value << v;
-      e << YAML::EndMap;
-    }
+    EmitMap(e, "node_selector", p.node_selector);
     if (!p.tolerations.empty()) {
       e << YAML::Key << "tolerations" << YAML::Value << YAML::BeginSeq;
       for (const Toleration& t : p.tolerations) {
@@ -691,11 +688,7 @@ std::string JobSpecToYaml(const JobSpec& s) {
                                        {"partition", t.partition}}) {
         if (!value.empty()) e << YAML::Key << key << YAML::Value << value;
       }
-      if (!t.env.empty()) {
-        e << YAML::Key << "env" << YAML::Value << YAML::BeginMap;
-        for (const auto& [ek, ev] : t.env) e << YAML::Key << ek << YAML::Value << ev;
-        e << YAML::EndMap;
-      }
+      EmitMap(e, "env", t.env);
       e << YAML::EndMap;
     }
     e << YAML::EndSeq;
@@ -791,8 +784,11 @@ std::vector<std::string> ElementArgs(const JobSpec& spec,
   return ExpandArgs(spec.args, vars);
 }
 
-void CheckUnsupportedFields(const JobSpec& spec, const std::string& runner, bool extended_ok,
-                            bool placement_ok, std::vector<Problem>* problems) {
+void CheckUnsupportedFields(const JobSpec& spec, const std::string& backend,
+                            std::vector<Problem>* problems) {
+  const std::string& runner = backend;
+  const bool extended_ok = backend != "local";        // Slurm: gres; Kubernetes: limits
+  const bool placement_ok = backend == "kubernetes" || backend == "k8s";  // node labels: Kubernetes
   if (!extended_ok && !spec.resources.extended.empty()) {
     std::vector<std::string> names;
     for (const auto& [name, count] : spec.resources.extended) names.push_back(name);

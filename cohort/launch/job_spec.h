@@ -194,10 +194,12 @@ std::vector<std::string> ExpandArgs(const std::vector<std::string>& args,
 std::vector<std::string> ElementArgs(const JobSpec& spec,
                                      const std::map<std::string, std::string>* element_env);
 
-// Appends a problem for each field the backend `runner` cannot honour: extended resources
-// (unless `extended_ok`) and node selectors (unless `placement_ok`).
-void CheckUnsupportedFields(const JobSpec& spec, const std::string& runner, bool extended_ok,
-                            bool placement_ok, std::vector<Problem>* problems);
+// Appends a problem for each field `backend` (local, slurm, kubernetes) can never honour,
+// whatever the machine or cluster: extended resources on local, node selectors on local
+// and Slurm. The one table of what each backend can place; the backends and pipeline
+// validation ask it.
+void CheckUnsupportedFields(const JobSpec& spec, const std::string& backend,
+                            std::vector<Problem>* problems);
 
 // Formats problems one per line, for messages.
 std::string FormatProblems(const std::vector<Problem>& problems);

@@ -20,6 +20,7 @@
 #include "cohort/base/subprocess.h"
 #include "cohort/base/worker_env.h"
 #include "cohort/launch/agent_command.h"
+#include "cohort/launch/spec_walker.h"
 #include "cohort/launch/yaml_emit.h"
 
 namespace cohort::launch {
@@ -39,24 +40,6 @@ constexpr int kMaxProblemsPerKind = 5;  // e.g. bad variable names reported per 
 
 // ---------------------------------------------------------------------------------------
 // Names
-
-bool IsLowerAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
-
-// RFC 1123 label: [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 63 characters.
-bool IsDnsLabel(std::string_view s) {
-  if (s.empty() || s.size() > 63) return false;
-  if (!IsLowerAlnum(s.front()) || !IsLowerAlnum(s.back())) return false;
-  return std::all_of(s.begin(), s.end(), [](char c) { return IsLowerAlnum(c) || c == '-'; });
-}
-
-// RFC 1123 subdomain: labels joined by '.', at most 253 characters.
-bool IsDnsSubdomain(std::string_view s) {
-  if (s.empty() || s.size() > 253) return false;
-  for (const auto& part : Split(s, '.', false)) {
-    if (!IsDnsLabel(part)) return false;
-  }
-  return true;
-}
 
 // A name a POSIX shell can export: [A-Za-z_][A-Za-z0-9_]*.
 bool IsShellVariable(std::string_view s) {
@@ -526,12 +509,20 @@ const std::map<std::string, std::string>& ElementEnv(const ArrayElement* element
   return element ? element->env : kNone;
 }
 
+// ttlSecondsAfterFinished of a Volcano or batch/v1 Job spec (a PyTorchJob's runPolicy): the
+// finished job and its pods are deleted after that many seconds.
+void ApplyTtl(const JobSpec& spec, Json& spec_or_run_policy) {
+  if (spec.kubernetes.ttl_seconds_after_finished) {
+    spec_or_run_policy["ttlSecondsAfterFinished"] = *spec.kubernetes.ttl_seconds_after_finished;
+  }
+}
+
 Json PyTorchJobObject(const Context& c, const std::string& object, const ArrayElement* element) {
   const JobSpec& spec = c.spec;
   const std::string endpoint = RendezvousEndpoint(spec, c.flavor, object);
   Json container =
       WorkerContainer(c, "pytorch", AgentCommand(spec, c.cohort_bin, endpoint, RdzvId(c, object),
-                   ElementArgs(spec, element ? &element->env : nullptr)),
+                   ElementArgs(spec, &ElementEnv(element))),
                       ElementEnv(element), false, "pytorchjob-port");
   Json elastic = {{"minReplicas", spec.min_nodes},
                   {"maxReplicas", spec.max_nodes},
@@ -556,9 +547,7 @@ Json PyTorchJobObject(const Context& c, const std::string& object, const ArrayEl
   if (!spec.kubernetes.clean_pod_policy.empty()) {
     run_policy["cleanPodPolicy"] = spec.kubernetes.clean_pod_policy;
   }
-  if (spec.kubernetes.ttl_seconds_after_finished) {
-    run_policy["ttlSecondsAfterFinished"] = *spec.kubernetes.ttl_seconds_after_finished;
-  }
+  ApplyTtl(spec, run_policy);
   auto replica = [&](int replicas) {
     return Json{{"replicas", replicas},
                 {"restartPolicy", "OnFailure"},
@@ -591,15 +580,13 @@ Json VolcanoJobObject(const Context& c, const std::string& object, const ArrayEl
   const std::string endpoint = RendezvousEndpoint(spec, c.flavor, object);
   Json container = WorkerContainer(
       c, "worker", AgentCommand(spec, c.cohort_bin, endpoint, RdzvId(c, object),
-                   ElementArgs(spec, element ? &element->env : nullptr)),
+                   ElementArgs(spec, &ElementEnv(element))),
       ElementEnv(element), false, spec.max_nodes > 1 && !UsesEtcd(spec) ? "rdzv" : "");
   Json job_spec = {{"schedulerName", "volcano"}, {"minAvailable", spec.min_nodes}};
   if (!spec.queue.empty()) job_spec["queue"] = spec.queue;
   if (!spec.priority.empty()) job_spec["priorityClassName"] = spec.priority;
   if (spec.max_restarts > 0) job_spec["maxRetry"] = spec.max_restarts;
-  if (spec.kubernetes.ttl_seconds_after_finished) {
-    job_spec["ttlSecondsAfterFinished"] = *spec.kubernetes.ttl_seconds_after_finished;
-  }
+  ApplyTtl(spec, job_spec);
   // A pod whose agent gave up (or crashed) restarts the whole job while retries remain; with
   // no retries it ends the job. An evicted pod (drained node, preemption) restarts it.
   job_spec["policies"] =
@@ -654,19 +641,12 @@ void ApplyBatchQueue(const Context& c, Json& job_metadata, Json& pod_metadata, J
   }
 }
 
-// ttlSecondsAfterFinished of a batch/v1 Job: the finished Job (and its pods) are deleted.
-void ApplyBatchTtl(const JobSpec& spec, Json& job_spec) {
-  if (spec.kubernetes.ttl_seconds_after_finished) {
-    job_spec["ttlSecondsAfterFinished"] = *spec.kubernetes.ttl_seconds_after_finished;
-  }
-}
-
 Json IndexedJobObject(const Context& c, const std::string& object, const ArrayElement* element) {
   const JobSpec& spec = c.spec;
   const std::string endpoint = RendezvousEndpoint(spec, c.flavor, object);
   Json container = WorkerContainer(
       c, "worker", AgentCommand(spec, c.cohort_bin, endpoint, RdzvId(c, object),
-                   ElementArgs(spec, element ? &element->env : nullptr)),
+                   ElementArgs(spec, &ElementEnv(element))),
       ElementEnv(element), false, spec.max_nodes > 1 && !UsesEtcd(spec) ? "rdzv" : "");
   Json metadata = Metadata(spec, object, ElementLabel(element));
   Json pod_metadata = TemplateMetadata(spec, ElementLabel(element));
@@ -678,7 +658,7 @@ Json IndexedJobObject(const Context& c, const std::string& object, const ArrayEl
                    {"parallelism", spec.max_nodes},
                    {"backoffLimit", spec.max_restarts},
                    {"template", {{"metadata", pod_metadata}, {"spec", pod}}}};
-  ApplyBatchTtl(spec, job_spec);
+  ApplyTtl(spec, job_spec);
   return Json{{"apiVersion", "batch/v1"}, {"kind", "Job"}, {"metadata", metadata}, {"spec", job_spec}};
 }
 
@@ -691,9 +671,9 @@ std::vector<Json> SingleNodeArrayObjects(const Context& c,
   for (const auto& e : elements) {
     std::string script;
     for (const auto& [k, v] : e.env) script += fmt::format("export {}={}\n", k, ShellQuote(v));
-    script += "set -- \"$@\"";
-    for (const auto& a : ElementArgs(spec, &e.env)) script += " " + ShellQuote(a);
-    data[std::to_string(e.index)] = script + "\n";
+    const std::vector<std::string> args = ElementArgs(spec, &e.env);
+    data[std::to_string(e.index)] =
+        script + "set -- \"$@\"" + (args.empty() ? "" : " " + ShellJoin(args)) + "\n";
   }
   Json configmap = {{"apiVersion", "v1"},
                     {"kind", "ConfigMap"},
@@ -724,7 +704,7 @@ std::vector<Json> SingleNodeArrayObjects(const Context& c,
                 // Each element has its own retries; one failing element does not stop others.
                 {"backoffLimitPerIndex", spec.max_restarts},
                 {"template", {{"metadata", pod_metadata}, {"spec", pod}}}}}};
-  ApplyBatchTtl(spec, job["spec"]);
+  ApplyTtl(spec, job["spec"]);
   return {configmap, job};
 }
 

@@ -91,13 +91,12 @@ std::string FailureLine(const std::string& path) {
 std::vector<std::string> RunArgv(const JobSpec& spec, const std::string& cohort_bin,
                                  const std::string& unit_dir, const std::string& run_id,
                                  const std::map<std::string, std::string>* element_env) {
-  JobSpec one_node = spec;
-  one_node.min_nodes = one_node.max_nodes = 1;
   AgentPlan plan;
+  plan.nnodes = "1";
   plan.rdzv_id = run_id;
   plan.log_dir = unit_dir + "/ranks";
   plan.metrics_host = "127.0.0.1";
-  return AgentArgv(one_node, cohort_bin, plan, ElementArgs(spec, element_env));
+  return AgentArgv(spec, cohort_bin, plan, ElementArgs(spec, element_env));
 }
 
 std::vector<std::pair<std::string, std::string>> UnitEnv(
@@ -170,7 +169,7 @@ class LocalBackend final : public Backend {
       }
     }
     CheckHostPathVolumes(spec, "the local backend", problems);
-    CheckUnsupportedFields(spec, "local", /*extended_ok=*/false, /*placement_ok=*/false, problems);
+    CheckUnsupportedFields(spec, "local", problems);
     if (spec.metrics.port > 0 && elements.size() > 1 && Concurrency(spec, elements.size()) > 1) {
       problems->push_back(
           {"metrics.port",
@@ -198,11 +197,9 @@ class LocalBackend final : public Backend {
     auto line = [&](int index, const std::map<std::string, std::string>* env) {
       std::string text;
       for (const auto& [k, v] : UnitEnv(spec, job, env)) text += k + "=" + ShellQuote(v) + " ";
-      for (const auto& a : RunArgv(spec, options_.cohort_bin, UnitDir(job, index),
-                                   spec.name + "-<id>", env)) {
-        text += ShellQuote(a) + " ";
-      }
-      out += std::string(Trim(text)) + "\n";
+      out += text + ShellJoin(RunArgv(spec, options_.cohort_bin, UnitDir(job, index),
+                                      spec.name + "-<id>", env)) +
+             "\n";
     };
     if (elements.empty()) {
       line(-1, nullptr);

@@ -104,12 +104,6 @@ std::string Field(const slurm::Record& r, const std::string& key) {
   return it == r.end() ? std::string() : it->second;
 }
 
-std::string ReadFile(const std::string& path, bool* found) {
-  auto text = ReadFileToString(path);
-  *found = text.ok();
-  return text.ok() ? *text : std::string();
-}
-
 // Writes `text` to `path`, readable by its owner only from the start (a job script holds
 // the job's environment).
 Status WritePrivateFile(const std::string& path, const std::string& text) {
@@ -392,11 +386,7 @@ class SlurmBackend final : public Backend {
 
   Result<std::string> Script(const JobSpec& spec, const std::vector<ArrayElement>& elements,
                              const std::string& log_dir) const {
-    COHORT_ASSIGN_OR_RETURN(std::string script,
-                            RenderSbatch(spec, elements, options_.cohort_bin, log_dir));
-    if (options_.slurm_cluster.empty()) return script;
-    COHORT_ASSIGN_OR_RETURN(std::string cluster, SbatchValue(options_.slurm_cluster, "cluster"));
-    return script.insert(script.find('\n') + 1, "#SBATCH --clusters=" + cluster + "\n");
+    return RenderSbatch(spec, elements, options_.cohort_bin, log_dir, options_.slurm_cluster);
   }
 
   BackendOptions options_;
@@ -405,20 +395,20 @@ class SlurmBackend final : public Backend {
 
 }  // namespace
 
+// `set -- ARGS...`: the program's arguments as the script's positional parameters.
+static std::string SetArgs(std::vector<std::string> args) {
+  args.insert(args.begin(), {"set", "--"});
+  return ShellJoin(args);
+}
+
 // Placeholders of AgentArgv's line that the script writes as shell expansions.
 constexpr const char* kJobIdWord = "\x01job-id";
 constexpr const char* kLogDirWord = "\x01log-dir";
 constexpr const char* kFirstNodeWord = "\x01first-node";
 
-// " 'a' 'b c'": each argument quoted for the shell, each after a space.
-static std::string QuotedArgs(const std::vector<std::string>& args) {
-  std::string out;
-  for (const std::string& a : args) out += " " + ShellQuote(a);
-  return out;
-}
-
 Result<std::string> RenderSbatch(const JobSpec& spec, const std::vector<ArrayElement>& elements,
-                                 const std::string& cohort_bin, const std::string& log_dir) {
+                                 const std::string& cohort_bin, const std::string& log_dir,
+                                 const std::string& cluster) {
   std::vector<Problem> problems;
   slurm::CheckSpec(spec, &problems);
   for (const ArrayElement& e : elements) {
@@ -444,6 +434,10 @@ Result<std::string> RenderSbatch(const JobSpec& spec, const std::vector<ArrayEle
 
   std::string s = "#!/bin/bash\n";
   auto directive = [&](const std::string& option) { s += "#SBATCH " + option + "\n"; };
+  if (!cluster.empty()) {
+    COHORT_ASSIGN_OR_RETURN(std::string value, SbatchValue(cluster, "cluster"));
+    directive("--clusters=" + value);
+  }
   COHORT_ASSIGN_OR_RETURN(std::string name, SbatchValue(spec.name, "name"));
   directive("--job-name=" + name);
   directive(spec.min_nodes == spec.max_nodes
@@ -498,7 +492,7 @@ Result<std::string> RenderSbatch(const JobSpec& spec, const std::vector<ArrayEle
     for (const ArrayElement& e : elements) {
       s += fmt::format("  {})\n", e.index);
       for (const auto& [k, v] : e.env) s += fmt::format("    export {}={}\n", k, ShellQuote(v));
-      s += "    set --" + QuotedArgs(ElementArgs(spec, &e.env)) + "\n";
+      s += "    " + SetArgs(ElementArgs(spec, &e.env)) + "\n";
       s += "    ;;\n";
     }
     s += "  *)\n"
@@ -511,7 +505,7 @@ Result<std::string> RenderSbatch(const JobSpec& spec, const std::vector<ArrayEle
   } else {
     s += "unit=job\n"
          "tag=\"$SLURM_JOB_ID\"\n";
-    s += "set --" + QuotedArgs(ElementArgs(spec, nullptr)) + "  # the program's arguments\n";
+    s += SetArgs(ElementArgs(spec, nullptr)) + "  # the program's arguments\n";
   }
 
   // The agents' rendezvous. Words the shell must expand stand in AgentArgv's line as
@@ -744,10 +738,8 @@ ElementRecord StatusFromFiles(const std::string& log_dir, const std::string& tag
   ElementRecord e;
   const std::string exit_path = fmt::format("{}/slurm-{}.exit", log_dir, tag);
   const std::string out_path = fmt::format("{}/slurm-{}.out", log_dir, tag);
-  bool found = false;
-  std::string text = ReadFile(exit_path, &found);
-  if (found) {
-    if (auto code = ParseInt64(text); code) {
+  if (auto exit_text = ReadFileToString(exit_path); exit_text.ok()) {
+    if (auto code = ParseInt64(*exit_text); code) {
       e.exit_code = static_cast<int>(*code);
       e.state = *code == 0 ? "succeeded" : "failed";
       e.detail = *code == 0 ? ""
@@ -758,13 +750,14 @@ ElementRecord StatusFromFiles(const std::string& log_dir, const std::string& tag
       return e;
     }
   }
-  text = ReadFile(out_path, &found);
-  if (!found) {
+  auto out = ReadFileToString(out_path);
+  if (!out.ok()) {
     e.state = "lost";
     e.detail =
         fmt::format("Slurm no longer knows job {} and it left no output at {}", tag, out_path);
     return e;
   }
+  const std::string& text = *out;
   // slurmstepd's notices: "*** JOB 8 ON n1 CANCELLED AT ... ***", "... DUE TO TIME LIMIT ***".
   if (text.find("DUE TO TIME LIMIT") != std::string::npos) {
     e.state = "failed";
@@ -901,7 +894,7 @@ std::string GresName(const std::string& extended_resource) {
 }
 
 void CheckSpec(const JobSpec& spec, std::vector<Problem>* problems) {
-  CheckUnsupportedFields(spec, "slurm", /*extended_ok=*/true, /*placement_ok=*/false, problems);
+  CheckUnsupportedFields(spec, "slurm", problems);
   if (!spec.priority.empty() && !ParseInt64(spec.priority)) {
     problems->push_back(
         {"priority", fmt::format("Slurm takes a number here (its --nice: higher runs later); "

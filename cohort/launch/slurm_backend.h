@@ -36,9 +36,11 @@ namespace cohort::launch {
 // The sbatch script for `spec` (elements non-empty: a job array). `cohort_bin` is the
 // cohort binary as the nodes see it; `log_dir` the job's log directory (shared with the
 // nodes). Fails on values no script can carry (an invalid environment variable name, a
-// non-numeric priority, a log directory with a double quote or a newline).
+// non-numeric priority, a log directory with a double quote or a newline). `cluster`: the
+// Slurm cluster of a multi-cluster site (#SBATCH --clusters), "" for the local one.
 Result<std::string> RenderSbatch(const JobSpec& spec, const std::vector<ArrayElement>& elements,
-                                 const std::string& cohort_bin, const std::string& log_dir);
+                                 const std::string& cohort_bin, const std::string& log_dir,
+                                 const std::string& cluster = "");
 
 std::unique_ptr<Backend> MakeSlurmBackend(const BackendOptions& options);
 

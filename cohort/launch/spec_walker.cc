@@ -7,6 +7,7 @@
 #include <cctype>
 
 #include "cohort/base/settings.h"
+#include "cohort/base/strings.h"
 
 namespace cohort::launch {
 namespace {
@@ -45,6 +46,21 @@ std::string ClosestName(const std::string& name, const std::vector<std::string>&
     }
   }
   return best_name;
+}
+
+bool IsDnsLabel(std::string_view s) {
+  auto lower_alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (s.empty() || s.size() > 63) return false;
+  if (!lower_alnum(s.front()) || !lower_alnum(s.back())) return false;
+  return std::all_of(s.begin(), s.end(), [&](char c) { return lower_alnum(c) || c == '-'; });
+}
+
+bool IsDnsSubdomain(std::string_view s) {
+  if (s.empty() || s.size() > 253) return false;
+  for (const auto& part : Split(s, '.', false)) {
+    if (!IsDnsLabel(part)) return false;
+  }
+  return true;
 }
 
 bool IsEnvName(std::string_view name) {

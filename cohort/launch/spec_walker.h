@@ -22,6 +22,12 @@ std::string ClosestName(const std::string& name, const std::vector<std::string>&
 // [A-Za-z_][A-Za-z0-9_]*
 bool IsEnvName(std::string_view name);
 
+// RFC 1123 label: [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 63 characters (Kubernetes object
+// and volume names, job names).
+bool IsDnsLabel(std::string_view s);
+// RFC 1123 subdomain: labels joined by '.', at most 253 characters.
+bool IsDnsSubdomain(std::string_view s);
+
 class SpecWalker {
  public:
   explicit SpecWalker(std::vector<Problem>* problems) : problems_(problems) {}

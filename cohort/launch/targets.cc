@@ -320,6 +320,10 @@ std::vector<TargetShare> SplitByTarget(const JobSpec& spec,
   return shares;
 }
 
+std::string BackendOfSpec(const JobSpec& spec, const std::string& named) {
+  return spec.targets.empty() ? named : kTargetsBackend;
+}
+
 BackendOptions TargetOptions(const BackendOptions& base, const Target& target) {
   BackendOptions o = base;
   o.kube_context = target.context;
@@ -359,13 +363,6 @@ Result<TargetRecordValue> ParseTargetRecord(const std::string& text) {
 
 std::unique_ptr<Backend> MakeTargetsBackend(const BackendOptions& options) {
   return std::make_unique<TargetsBackend>(options);
-}
-
-Result<std::unique_ptr<Backend>> MakeBackendForJob(const JobRecord& job,
-                                                   const BackendOptions& options) {
-  if (job.target.empty()) return MakeBackend(job.backend, options);
-  COHORT_ASSIGN_OR_RETURN(TargetRecordValue where, ParseTargetRecord(job.target));
-  return MakeBackend(job.backend, TargetOptions(options, where.target));
 }
 
 }  // namespace cohort::launch

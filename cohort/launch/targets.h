@@ -41,6 +41,10 @@ std::vector<TargetShare> SplitByTarget(const JobSpec& spec,
                                        const std::vector<ArrayElement>& elements,
                                        std::vector<Problem>* problems);
 
+// The backend that runs `spec`: the targets backend when the spec names targets (each
+// element goes where its target says), else `named`.
+std::string BackendOfSpec(const JobSpec& spec, const std::string& named);
+
 // `base` with what `target` says about where its backend runs (context, cluster, flavor).
 BackendOptions TargetOptions(const BackendOptions& base, const Target& target);
 

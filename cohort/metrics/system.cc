@@ -21,14 +21,10 @@ double Now() {
       .count();
 }
 
-bool ReadFile(const std::string& path, std::string* out) {
-  auto text = ReadFileToString(path);
-  if (text.ok()) *out = std::move(*text);
-  return text.ok();
-}
-
-std::string Why(const std::string& path) {
-  return fmt::format("cannot read {}: {}", path, std::strerror(errno ? errno : ENOENT));
+// Why a /proc file gave no sample: the read's error, or a format this code does not know.
+std::string Why(const Result<std::string>& read, const std::string& path) {
+  return read.ok() ? fmt::format("cannot read {}: unexpected contents", path)
+                   : read.status().message();
 }
 
 }  // namespace
@@ -94,12 +90,12 @@ SystemSampler::~SystemSampler() = default;
 nlohmann::json SystemSampler::SampleWorker(const WorkerProcess& w, double now) {
   nlohmann::json out = {{"rank", w.rank}, {"local_rank", w.local_rank}, {"pid", w.pid}};
   const std::string base = fmt::format("{}/{}", proc_, w.pid);
-  std::string stat;
-  if (!ReadFile(base + "/stat", &stat) || stat.rfind(')') == std::string::npos) {
-    out["error"] = Why(base + "/stat");
+  const auto stat = ReadFileToString(base + "/stat");
+  if (!stat.ok() || stat->rfind(')') == std::string::npos) {
+    out["error"] = Why(stat, base + "/stat");
     return out;
   }
-  std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+  std::istringstream rest(stat->substr(stat->rfind(')') + 2));
   std::string field;
   double utime = 0, stime = 0;
   for (int i = 3; i <= 15 && rest >> field; ++i) {
@@ -112,27 +108,25 @@ nlohmann::json SystemSampler::SampleWorker(const WorkerProcess& w, double now) {
     out["cpu_percent"] = 100.0 * (ticks - it->second.ticks) / hz / (now - it->second.time);
   }
   worker_marks_[w.pid] = {ticks, now};
-  std::string status;
-  if (ReadFile(base + "/status", &status)) {
-    auto at = status.find("VmRSS:");
-    if (at != std::string::npos) out["rss_bytes"] = std::atoll(status.c_str() + at + 6) * 1024;
+  if (const auto status = ReadFileToString(base + "/status"); status.ok()) {
+    auto at = status->find("VmRSS:");
+    if (at != std::string::npos) out["rss_bytes"] = std::atoll(status->c_str() + at + 6) * 1024;
   }
-  std::string io;
-  if (ReadFile(base + "/io", &io)) {
-    auto rchar = io.find("rchar:"), wchar = io.find("wchar:");
-    if (rchar != std::string::npos) out["read_bytes"] = std::atoll(io.c_str() + rchar + 6);
-    if (wchar != std::string::npos) out["write_bytes"] = std::atoll(io.c_str() + wchar + 6);
+  if (const auto io = ReadFileToString(base + "/io"); io.ok()) {
+    auto rchar = io->find("rchar:"), wchar = io->find("wchar:");
+    if (rchar != std::string::npos) out["read_bytes"] = std::atoll(io->c_str() + rchar + 6);
+    if (wchar != std::string::npos) out["write_bytes"] = std::atoll(io->c_str() + wchar + 6);
   } else {
-    out["io_error"] = Why(base + "/io");
+    out["io_error"] = Why(io, base + "/io");
   }
   return out;
 }
 
 nlohmann::json SystemSampler::SampleNode(double now) {
   nlohmann::json out = nlohmann::json::object();
-  std::string stat;
-  if (ReadFile(proc_ + "/stat", &stat) && stat.rfind("cpu ", 0) == 0) {
-    std::istringstream line(stat.substr(4, stat.find('\n') - 4));
+  const auto stat = ReadFileToString(proc_ + "/stat");
+  if (stat.ok() && stat->rfind("cpu ", 0) == 0) {
+    std::istringstream line(stat->substr(4, stat->find('\n') - 4));
     double v, total = 0, idle = 0;
     for (int i = 0; line >> v; ++i) {
       total += v;
@@ -145,22 +139,21 @@ nlohmann::json SystemSampler::SampleNode(double now) {
     node_busy_ = {busy, now};
     node_total_ = {total, now};
   } else {
-    out["cpu_error"] = Why(proc_ + "/stat");
+    out["cpu_error"] = Why(stat, proc_ + "/stat");
   }
-  std::string mem;
-  if (ReadFile(proc_ + "/meminfo", &mem)) {
+  const auto mem = ReadFileToString(proc_ + "/meminfo");
+  if (mem.ok()) {
     auto value = [&](const char* key) -> int64_t {
-      auto at = mem.find(key);
-      return at == std::string::npos ? 0 : std::atoll(mem.c_str() + at + std::strlen(key)) * 1024;
+      auto at = mem->find(key);
+      return at == std::string::npos ? 0 : std::atoll(mem->c_str() + at + std::strlen(key)) * 1024;
     };
     out["mem_total_bytes"] = value("MemTotal:");
     out["mem_used_bytes"] = value("MemTotal:") - value("MemAvailable:");
   } else {
-    out["mem_error"] = Why(proc_ + "/meminfo");
+    out["mem_error"] = Why(mem, proc_ + "/meminfo");
   }
-  std::string net;
-  if (ReadFile(proc_ + "/net/dev", &net)) {
-    std::istringstream lines(net);
+  if (const auto net = ReadFileToString(proc_ + "/net/dev"); net.ok()) {
+    std::istringstream lines(*net);
     std::string line;
     int64_t rx = 0, tx = 0;
     while (std::getline(lines, line)) {
@@ -179,7 +172,7 @@ nlohmann::json SystemSampler::SampleNode(double now) {
     out["net_rx_bytes"] = rx;
     out["net_tx_bytes"] = tx;
   } else {
-    out["net_error"] = Why(proc_ + "/net/dev");
+    out["net_error"] = Why(net, proc_ + "/net/dev");
   }
   return out;
 }

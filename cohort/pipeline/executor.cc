@@ -39,12 +39,6 @@ namespace fs = std::filesystem;
 using OutputMap = std::map<std::string, std::map<std::string, std::string>>;
 
 
-std::string ReadFile(const std::string& path, bool* ok) {
-  auto text = ReadFileToString(path);
-  *ok = text.ok();
-  return text.ok() ? *text : std::string();
-}
-
 std::string Absolute(const std::string& base, const std::string& p) {
   fs::path path(p);
   std::string out = (path.is_absolute() ? path : fs::path(base) / path).lexically_normal().string();
@@ -348,14 +342,14 @@ class Execution {
       if (r.state == StepState::kSucceeded) {
         // Values and files the step declared.
         for (const auto& name : step.output_values) {
-          bool ok;
-          std::string v = ReadFile(outputs_dir + "/" + name, &ok);
-          if (!ok) {
+          auto read = ReadFileToString(outputs_dir + "/" + name);
+          if (!read.ok()) {
             r.state = StepState::kFailed;
             r.detail = fmt::format("the step did not write its output '{}' ($COHORT_OUTPUTS/{})",
                                    name, name);
             break;
           }
+          std::string v = std::move(*read);
           while (!v.empty() && (v.back() == '\n' || v.back() == '\r')) v.pop_back();
           r.outputs[name] = v;
         }
@@ -458,8 +452,7 @@ class Execution {
     bo.home = options_.home;
     bo.cohort_bin = options_.cohort_bin;
     bo.workdir = step.workdir;  // a local job runs where a command step of its place would
-    // An array over several targets goes wherever its targets say.
-    auto backend = launch::MakeBackend(js.targets.empty() ? step.backend : launch::kTargetsBackend, bo);
+    auto backend = launch::MakeBackend(launch::BackendOfSpec(js, step.backend), bo);
     if (!backend.ok()) {
       r.detail = backend.status().message();
       return r;
@@ -611,10 +604,9 @@ Result<ResolvedStep> ResolveStep(const Step& step, const std::string& base_dir,
   if (!step.job.empty()) {
     COHORT_ASSIGN_OR_RETURN(std::string path, SubstituteTemplates(step.job, lookup));
     r.job_path = Absolute(base_dir, path);
-    bool ok;
-    std::string text = ReadFile(r.job_path, &ok);
-    if (!ok) return NotFound("cannot read the job spec {}", r.job_path);
-    COHORT_ASSIGN_OR_RETURN(r.job_text, SubstituteTemplates(text, lookup));
+    auto text = ReadFileToString(r.job_path);
+    if (!text.ok()) return NotFound("cannot read the job spec {}", r.job_path);
+    COHORT_ASSIGN_OR_RETURN(r.job_text, SubstituteTemplates(*text, lookup));
   }
   return r;
 }
@@ -636,13 +628,12 @@ Result<std::string> CacheKey(const std::string& step_name, const ResolvedStep& s
   for (const auto& o : step.output_values) field("output", o);
   for (const auto& o : step.output_files) field("output_file", o);
   for (const auto& in : step.inputs) {
-    bool ok;
-    std::string contents = ReadFile(in, &ok);
-    if (!ok || fs::is_directory(in)) {
+    auto contents = ReadFileToString(in);
+    if (!contents.ok() || fs::is_directory(in)) {
       return NotFound("input {} does not exist (or is not a readable file)", in);
     }
     field("input", in);
-    field("contents", contents);
+    field("contents", *contents);
   }
   return fmt::format("{:016x}{:016x}", Fnv1a(data, 14695981039346656037ULL),
                      Fnv1a(data, 0x84222325cbf29ce4ULL ^ data.size()));

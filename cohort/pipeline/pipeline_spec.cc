@@ -577,8 +577,7 @@ void CheckJobSteps(const PipelineSpec& spec, const std::map<std::string, std::st
     // What the step's backend can never honour is known now, before earlier steps run
     // (the backend's own checks of this machine or cluster come when the step starts).
     if (job.targets.empty()) {
-      launch::CheckUnsupportedFields(job, s.backend, /*extended_ok=*/s.backend != "local",
-                                     /*placement_ok=*/s.backend == "kubernetes", &job_problems);
+      launch::CheckUnsupportedFields(job, s.backend, &job_problems);
     }
     for (const auto& jp : job_problems) {
       problems->push_back({where, fmt::format("{}: {}", p.filename().string(), jp.ToString())});

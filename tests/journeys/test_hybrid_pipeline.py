@@ -42,12 +42,8 @@ def slurm():
     if slurm_cluster.available() is not None:
         yield None
         return
-    cluster = slurm_cluster.SlurmCluster(nodes=2, cpus=2)
-    cluster.start()
-    try:
+    with slurm_cluster.SlurmCluster(nodes=2, cpus=2) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 class Hybrid:

@@ -28,12 +28,8 @@ def slurm():
     why = slurm_cluster.available()
     if why:
         pytest.skip("no Slurm cluster here: " + why)
-    cluster = slurm_cluster.SlurmCluster(nodes=3, cpus=2)
-    cluster.start()
-    try:
+    with slurm_cluster.SlurmCluster(nodes=3, cpus=2) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture
