@@ -310,8 +310,15 @@ def test_submitted_job_serves_metrics(jobs):
         return bool(m)
     try:
         U.wait_for(served, 60, interval=0.1, what="the job's agent to print its metrics URL")
-        body = urllib.request.urlopen(url[0], timeout=10).read().decode()
-        assert "# TYPE" in body and 'rank="1"' in body or "cohort_" in body, body[:2000]
+        body = []
+
+        def both_ranks_up():
+            body[:] = [urllib.request.urlopen(url[0], timeout=10).read().decode()]
+            return all('cohort_agent_worker_up{rank="%d"} 1' % r in body[0] for r in (0, 1))
+        # What a Prometheus scraping the job sees: both ranks of the job, running.
+        U.wait_for(both_ranks_up, 60, interval=0.1, what="/metrics to show ranks 0 and 1 up")
+        assert "cohort_agent_workers_running 2" in body[0], body[0][:3000]
+        assert "# TYPE cohort_agent_worker_up gauge" in body[0], body[0][:3000]
     finally:
         release.write_text("")
     r = jobs.run("status", job["id"], "--wait")
