@@ -44,11 +44,17 @@ std::vector<Ref> JobSpecRefs(const PipelineSpec& spec, const Step& s) {
   return refs;
 }
 
-// `cohort submit --wait` of a job step, its templates carried in by --set: every pipeline
+// `cohort submit --wait [--backend B]` of a job step, its templates carried in by --set: every pipeline
 // parameter, and the step outputs its spec reads (as input parameters of the template).
 json JobCommand(const PipelineSpec& spec, const Step& s,
                 std::set<std::pair<std::string, std::string>>* needed) {
-  json argv = {"cohort", "submit", "--wait", "--backend", s.backend};
+  json argv = {"cohort", "submit", "--wait"};
+  // The default backend is cohort submit's too; left out, a spec that names targets sends
+  // its elements to them, as `cohort pipeline run` does (an explicit --backend is refused).
+  if (s.backend != "local") {
+    argv.push_back("--backend");
+    argv.push_back(s.backend);
+  }
   for (const auto& p : spec.parameters) {
     argv.push_back("--set");
     argv.push_back(p.name + "={{workflow.parameters." + p.name + "}}");

@@ -5,7 +5,7 @@
 //   - one DAG template `cohort-dag` (the entrypoint) whose tasks carry `dependencies` and `when` (the condition in
 //     Argo's syntax: {{workflow.parameters.X}}, {{tasks.S.outputs.parameters.O}});
 //   - one container template per step: the image, the command as given (a shell string as
-//     [sh, -c, ...]; a `job` step as `cohort submit --wait --backend B JOB`), env,
+//     [sh, -c, ...]; a `job` step as `cohort submit --wait [--backend B] --set ... JOB`; B left out when local), env,
 //     retryStrategy.limit = retries, activeDeadlineSeconds = timeout, output values as
 //     output parameters read from /tmp/outputs/<name> (COHORT_OUTPUTS=/tmp/outputs), and
 //     outputs of other steps passed in as input parameters.

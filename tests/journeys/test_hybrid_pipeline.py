@@ -225,3 +225,54 @@ def test_each_runtime_takes_its_branch_and_the_argo_export_runs_the_same(tmp_pat
             assert_one_job_of_two_ranks(log)
     if slurm is None:
         pytest.skip("the slurm branch was not run: " + slurm_cluster.available())
+
+
+def test_a_job_step_over_targets_runs_the_same_from_the_argo_export(tmp_path):
+    """A pipeline step whose job spec fans out over two local targets: `cohort pipeline run`
+    and the exported Argo workflow both submit one array over targets, every element
+    succeeding on the target its row names."""
+    d = tmp_path / "p"
+    d.mkdir()
+    home = tmp_path / "home"
+    env = J.e2e_util.clean_env(COHORT_HOME=home)
+    env["PATH"] = "%s:%s" % (J.BIN.parent, env.get("PATH", "/usr/bin:/bin"))
+    (d / "rows.csv").write_text("east,a\nwest,b\neast,c\n")
+    (d / "fan.yaml").write_text(textwrap.dedent("""\
+        name: fan
+        entrypoint: /bin/sh
+        args: [-c, 'echo "row $COHORT_ARRAY_INDEX on $COHORT_ARRAY_TARGET tag={{params.tag}}"']
+        array: {manifest: rows.csv, columns: [WHERE, WHAT], target_by: WHERE}
+        targets:
+          - {name: east, backend: local, concurrency: 1}
+          - {name: west, backend: local}
+        """))
+    spec = d / "fan-pipeline.yaml"
+    spec.write_text(textwrap.dedent("""\
+        name: fan
+        parameters: {tag: {type: string, default: t1}}
+        steps:
+          - {name: fan, job: fan.yaml}
+        """))
+
+    def cohort(*args):
+        return subprocess.run([str(J.BIN), *map(str, args)], env=env, cwd=d,
+                              capture_output=True, text=True, timeout=300)
+
+    def check_newest_job():
+        jobs = json.loads(cohort("list", "--json").stdout)
+        st = json.loads(cohort("status", str(jobs[0]["id"]), "--json").stdout)
+        assert st["backend"] == "targets" and st["state"] == "succeeded", st
+        targets = [e["target"] for e in sorted(st["elements"], key=lambda e: e["index"])]
+        assert targets == ["east", "west", "east"], st
+        log = cohort("logs", str(jobs[0]["id"]), "--element", "1").stdout
+        assert "row 1 on west tag=t1" in log, log
+
+    r = cohort("pipeline", "run", spec)
+    assert r.returncode == 0, r.stdout + r.stderr
+    check_newest_job()
+    wf = d / "wf.yaml"
+    r = cohort("pipeline", "export", spec, "--format", "argo", "-o", wf)
+    assert r.returncode == 0, r.stderr
+    nodes = argo_exec.run_workflow(str(wf), {}, workdir=str(d), env=env, timeout=300)
+    assert nodes["fan"].phase == "Succeeded", (nodes["fan"].message, nodes["fan"].log[-2000:])
+    check_newest_job()
