@@ -95,6 +95,17 @@ class Agent::Impl {
   AgentResult Run();
 
  private:
+  // The steps of Run, in order. Setup opens the signal fd, the store and the zygote; a
+  // result is the agent's answer (it could not start).
+  std::optional<AgentResult> Setup();
+  // Remembers the round and publishes it (metrics, events, log).
+  void RecordRound(const RendezvousInfo& info, int attempt);
+  // Every local worker succeeded: record it, then serve the store until the job ends when
+  // this node hosts it.
+  AgentResult Succeeded(const RendezvousInfo& info);
+  // A local worker failed: report, stop the group, end the round. A result ends the agent;
+  // none means the next round follows.
+  std::optional<AgentResult> Failed(const RendezvousInfo& info);
   struct Worker {
     int local_rank = 0;
     int rank = 0;
@@ -674,20 +685,136 @@ AgentResult Agent::Impl::FailureResult(const std::string& why) {
   return {kExitWorkerFailed, text};
 }
 
-AgentResult Agent::Impl::Run() {
+// The round's watcher thread: heartbeats and round-end notices, on a store connection of
+// its own; fd() becomes readable when the round ended elsewhere or the store was lost.
+// Started only when other nodes may exist. The destructor stops and joins the thread.
+class RoundWatcher {
+ public:
+  RoundWatcher(const AgentOptions& o, const RendezvousInfo& info) {
+    if (o.rdzv.max_nodes <= 1) return;
+    auto ws = o.connect_store();
+    if (!ws.ok()) {
+      COHORT_LOG_WARN(kLog, "no watcher connection: {}", ws.status().message());
+      return;
+    }
+    store_ = *ws;
+    thread_ = std::thread([this, &o, info] {
+      pthread_setname_np(pthread_self(), "rdzv-watch");
+      Rendezvous watch(store_, o.rdzv, o.self);
+      while (!stop_) {
+        auto ended = watch.WatchStep(info);
+        if (stop_) return;
+        if (!ended.ok()) {
+          COHORT_LOG_WARN(kLog, "lost the rendezvous store: {}", ended.status().message());
+          ended_.Notify();
+          return;
+        }
+        if (ended->has_value()) {
+          COHORT_LOG_INFO(kLog, "round {} ended: {}", info.round, (*ended)->Describe());
+          ended_.Notify();
+          return;
+        }
+      }
+    });
+  }
+  ~RoundWatcher() {
+    if (!thread_.joinable()) return;
+    stop_ = true;
+    store_->Abort();
+    thread_.join();
+  }
+  RoundWatcher(const RoundWatcher&) = delete;
+  RoundWatcher& operator=(const RoundWatcher&) = delete;
+
+  // The notice's fd, or -1 when nothing watches.
+  int fd() const { return thread_.joinable() ? ended_.fd() : -1; }
+
+ private:
+  EventFd ended_;
+  std::atomic<bool> stop_{false};
+  std::shared_ptr<store::Store> store_;
+  std::thread thread_;
+};
+
+std::optional<AgentResult> Agent::Impl::Setup() {
   sigset_t set = AgentSignals();
   signal_fd_ = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-  if (signal_fd_ < 0) return {kExitInternal, "cohort: signalfd failed"};
+  if (signal_fd_ < 0) return AgentResult{kExitInternal, "cohort: signalfd failed"};
   auto store = o_.connect_store();
   if (!store.ok()) {
-    return {kExitRendezvous,
-            fmt::format("cohort: cannot reach the rendezvous store: {}", store.status().message())};
+    return AgentResult{kExitRendezvous, fmt::format("cohort: cannot reach the rendezvous store: {}",
+                                                    store.status().message())};
   }
   store_ = *store;
   rdzv_ = std::make_unique<Rendezvous>(store_, o_.rdzv, o_.self);
   sweeper_ = std::make_unique<JobSweeper>();
   StartZygote();  // imports torch while the rendezvous runs
+  return std::nullopt;
+}
 
+void Agent::Impl::RecordRound(const RendezvousInfo& info, int attempt) {
+  last_round_ = info.round;
+  info_ = info;
+  auto& reg = metrics::DefaultRegistry();
+  reg.GetCounter("cohort_agent_rendezvous_rounds_total", "Rendezvous rounds this agent joined")
+      .Add();
+  reg.GetGauge("cohort_agent_round", "Current rendezvous round").Set(double(info.round));
+  reg.GetGauge("cohort_agent_world_size", "Workers in the job (all nodes)").Set(info.WorldSize());
+  reg.GetGauge("cohort_agent_restarts", "Failures counted against the job's restart budget")
+      .Set(double(info.restart_count));
+  AddEvent({{"type", "round"},
+            {"round", info.round},
+            {"cause", attempt == 0 ? std::string("start")
+                                   : fmt::format("world size {}, restart {} of {}",
+                                                 info.WorldSize(), info.restart_count,
+                                                 o_.spec.max_restarts)}});
+  if (attempt > 0) {
+    COHORT_LOG_INFO(kLog, "round {}: restarting the workers (restart {} of {}), world size {}",
+                    info.round, info.restart_count, o_.spec.max_restarts, info.WorldSize());
+  }
+}
+
+AgentResult Agent::Impl::Succeeded(const RendezvousInfo& info) {
+  StopWorkers(SIGKILL);  // clears leftover descendants; workers are already gone
+  Status s = rdzv_->MarkFinished(info);
+  if (!s.ok()) COHORT_LOG_WARN(kLog, "could not record success: {}", s.message());
+  if (!o_.serves_store || info.group_world_size <= 1) return {kExitOk, ""};
+  // Other nodes still need the store: serve it until the job is over.
+  COHORT_LOG_INFO(kLog, "workers done; serving the store until the other nodes finish");
+  auto outcome = Guarded([&] { return rdzv_->WaitForJobEnd(info); });
+  if (int sig = terminating_signal_.load()) {
+    return {128 + sig, fmt::format("cohort: stopped by {}", strsignal(sig))};
+  }
+  if (!outcome.ok()) {
+    COHORT_LOG_WARN(kLog, "stopped waiting for the other nodes: {}", outcome.status().message());
+  } else if (*outcome != "succeeded") {
+    COHORT_LOG_WARN(kLog, "the job ended on another node: {}", *outcome);
+  }
+  return {kExitOk, ""};
+}
+
+std::optional<AgentResult> Agent::Impl::Failed(const RendezvousInfo& info) {
+  FailureRecord f = *failure_;
+  COHORT_LOG_WARN(kLog, "{}; stopping the worker group", f.Describe());
+  metrics::DefaultRegistry()
+      .GetCounter("cohort_agent_worker_failures_total", "Worker failures seen on this node")
+      .Add();
+  AddEvent({{"type", "failure"}, {"round", info.round}, {"cause", f.Describe()}});
+  stall_report_ = CollectFlightRecords(f);
+  if (!stall_report_.empty()) COHORT_LOG_WARN(kLog, "{}", stall_report_);
+  StopWorkers(SIGTERM);
+  auto ended = rdzv_->EndRound(
+      info.round, RoundEnd{RoundEnd::Kind::kFailure, fmt::format("rank {}", f.rank)}, &f);
+  if (!ended.ok()) {
+    return AgentResult{kExitRendezvous,
+                       fmt::format("cohort: {}; and the store is unreachable: {}", f.Describe(),
+                                   ended.status().message())};
+  }
+  return std::nullopt;  // next round
+}
+
+AgentResult Agent::Impl::Run() {
+  if (auto early = Setup()) return *early;
   for (int attempt = 0;; ++attempt) {
     auto info = Guarded([&] { return rdzv_->Next(); });
     if (int sig = terminating_signal_.load()) {
@@ -697,100 +824,26 @@ AgentResult Agent::Impl::Run() {
     if (!info.ok()) {
       if (last_round_ >= 0 && info.status().code() == StatusCode::kFailedPrecondition) {
         AgentResult failed = FailureResult(info.status().message());
-        // Wake a store host waiting for the job to end (ignored if already closed).
-        (void)rdzv_->CloseJob("failed");
+        (void)rdzv_->CloseJob("failed");  // wakes a store host waiting for the job to end
         return failed;
       }
-      return {kExitRendezvous, fmt::format("cohort: rendezvous failed: {}",
-                                           info.status().message())};
+      return {kExitRendezvous,
+              fmt::format("cohort: rendezvous failed: {}", info.status().message())};
     }
-    last_round_ = info->round;
-    info_ = *info;
-    {
-      auto& reg = metrics::DefaultRegistry();
-      reg.GetCounter("cohort_agent_rendezvous_rounds_total", "Rendezvous rounds this agent joined")
-          .Add();
-      reg.GetGauge("cohort_agent_round", "Current rendezvous round").Set(double(info->round));
-      reg.GetGauge("cohort_agent_world_size", "Workers in the job (all nodes)")
-          .Set(info->WorldSize());
-      reg.GetGauge("cohort_agent_restarts", "Failures counted against the job's restart budget")
-          .Set(double(info->restart_count));
-      AddEvent({{"type", "round"}, {"round", info->round},
-                {"cause", attempt == 0 ? std::string("start")
-                                       : fmt::format("world size {}, restart {} of {}",
-                                                     info->WorldSize(), info->restart_count,
-                                                     o_.spec.max_restarts)}});
-    }
-    if (attempt > 0) {
-      COHORT_LOG_INFO(kLog, "round {}: restarting the workers (restart {} of {}), world size {}",
-                      info->round, info->restart_count, o_.spec.max_restarts, info->WorldSize());
-    }
-    Status started = StartWorkers(*info, attempt);
-    if (!started.ok()) {
+    RecordRound(*info, attempt);
+    if (Status started = StartWorkers(*info, attempt); !started.ok()) {
       StopWorkers(SIGKILL);
-      int code = started.code() == StatusCode::kNotFound ? 127 : kExitInternal;
+      int code = started.code() == StatusCode::kNotFound ? kExitNotFound : kExitInternal;
       return {code, fmt::format("cohort: cannot start the workers: {}", started.message())};
     }
-
-    // The watcher: heartbeats and round-end notices, only when other nodes may exist.
-    EventFd round_ended;
-    std::atomic<bool> stop_watch{false};
-    std::shared_ptr<store::Store> watch_store;
-    std::thread watcher;
-    if (o_.rdzv.max_nodes > 1) {
-      auto ws = o_.connect_store();
-      if (ws.ok()) {
-        watch_store = *ws;
-        watcher = std::thread([&, info = *info] {
-          pthread_setname_np(pthread_self(), "rdzv-watch");
-          Rendezvous watch(watch_store, o_.rdzv, o_.self);
-          while (!stop_watch) {
-            auto ended = watch.WatchStep(info);
-            if (stop_watch) return;
-            if (!ended.ok()) {
-              COHORT_LOG_WARN(kLog, "lost the rendezvous store: {}", ended.status().message());
-              round_ended.Notify();
-              return;
-            }
-            if (ended->has_value()) {
-              COHORT_LOG_INFO(kLog, "round {} ended: {}", info.round, (*ended)->Describe());
-              round_ended.Notify();
-              return;
-            }
-          }
-        });
-      } else {
-        COHORT_LOG_WARN(kLog, "no watcher connection: {}", ws.status().message());
-      }
+    Outcome outcome;
+    {
+      RoundWatcher watcher(o_, *info);
+      outcome = Monitor(watcher.fd());
     }
-    Outcome outcome = Monitor(watcher.joinable() ? round_ended.fd() : -1);
-    if (watcher.joinable()) {
-      stop_watch = true;
-      watch_store->Abort();
-      watcher.join();
-    }
-
     switch (outcome) {
-      case Outcome::kSucceeded: {
-        StopWorkers(SIGKILL);  // clears leftover descendants; workers are already gone
-        Status s = rdzv_->MarkFinished(*info);
-        if (!s.ok()) COHORT_LOG_WARN(kLog, "could not record success: {}", s.message());
-        if (o_.serves_store && info->group_world_size > 1) {
-          // Other nodes still need the store: serve it until the job is over.
-          COHORT_LOG_INFO(kLog, "workers done; serving the store until the other nodes finish");
-          auto outcome = Guarded([&] { return rdzv_->WaitForJobEnd(*info); });
-          if (int sig = terminating_signal_.load()) {
-            return {128 + sig, fmt::format("cohort: stopped by {}", strsignal(sig))};
-          }
-          if (!outcome.ok()) {
-            COHORT_LOG_WARN(kLog, "stopped waiting for the other nodes: {}",
-                            outcome.status().message());
-          } else if (*outcome != "succeeded") {
-            COHORT_LOG_WARN(kLog, "the job ended on another node: {}", *outcome);
-          }
-        }
-        return {0, ""};
-      }
+      case Outcome::kSucceeded:
+        return Succeeded(*info);
       case Outcome::kSignaled: {
         int sig = terminating_signal_.load();
         StopWorkers(sig);
@@ -798,25 +851,9 @@ AgentResult Agent::Impl::Run() {
         (void)rdzv_->CloseJob(fmt::format("interrupted by {}", strsignal(sig)));
         return {128 + sig, fmt::format("cohort: stopped by {}", strsignal(sig))};
       }
-      case Outcome::kFailed: {
-        FailureRecord f = *failure_;
-        COHORT_LOG_WARN(kLog, "{}; stopping the worker group", f.Describe());
-        metrics::DefaultRegistry()
-            .GetCounter("cohort_agent_worker_failures_total", "Worker failures seen on this node")
-            .Add();
-        AddEvent({{"type", "failure"}, {"round", info->round}, {"cause", f.Describe()}});
-        stall_report_ = CollectFlightRecords(f);
-        if (!stall_report_.empty()) COHORT_LOG_WARN(kLog, "{}", stall_report_);
-        StopWorkers(SIGTERM);
-        auto ended = rdzv_->EndRound(
-            info->round, RoundEnd{RoundEnd::Kind::kFailure, fmt::format("rank {}", f.rank)}, &f);
-        if (!ended.ok()) {
-          return {kExitRendezvous,
-                  fmt::format("cohort: {}; and the store is unreachable: {}", f.Describe(),
-                              ended.status().message())};
-        }
+      case Outcome::kFailed:
+        if (auto result = Failed(*info)) return *result;
         break;
-      }
       case Outcome::kRoundEnded:
         AddEvent({{"type", "restart"}, {"round", info->round},
                   {"cause", "the round ended elsewhere (a node failed, left or joined)"}});

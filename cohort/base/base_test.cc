@@ -5,6 +5,7 @@
 
 #include <fstream>
 
+#include "cohort/base/backoff.h"
 #include "cohort/base/event_fd.h"
 #include "cohort/base/file.h"
 #include "cohort/base/flight_record.h"
@@ -176,6 +177,24 @@ TEST(FileAndEventTest, ReadFileToStringAndEventFd) {
   EXPECT_TRUE(ev.Readable());
   ev.Drain();
   EXPECT_FALSE(ev.Readable());
+}
+
+TEST(BackoffTest, DoublesToTheMaximumAndStopsAtTheDeadline) {
+  using std::chrono::milliseconds;
+  Backoff b(milliseconds(10), milliseconds(35));
+  EXPECT_EQ(b.Next(), milliseconds(10));
+  EXPECT_EQ(b.Next(), milliseconds(20));
+  EXPECT_EQ(b.Next(), milliseconds(35));
+  EXPECT_EQ(b.Next(), milliseconds(35));
+  b.Reset();
+  EXPECT_EQ(b.Next(), milliseconds(10));
+
+  // Never past the deadline: the pause is cut to what is left, and Sleep says when to stop.
+  Backoff near(std::chrono::hours(1), std::chrono::hours(1), Deadline::AfterMs(20));
+  EXPECT_LE(near.Next(), milliseconds(20));
+  Backoff over(milliseconds(1), milliseconds(1), Deadline::AfterMs(0));
+  EXPECT_EQ(over.Next(), Duration::zero());
+  EXPECT_FALSE(over.Sleep());
 }
 
 }  // namespace

@@ -71,10 +71,14 @@ std::vector<std::pair<std::string, std::string>> WriteWorkerEnv(const WorkerEnv&
       {we::kRound, std::to_string(w.round)},
       {we::kCohortRunId, w.run_id},
   };
+  // Only what is set: an empty text or a number <= 0 is left out.
   auto add = [&env](const char* name, const std::string& value) {
     if (!value.empty()) env.emplace_back(name, value);
   };
-  if (w.omp_num_threads > 0) env.emplace_back(we::kOmpNumThreads, std::to_string(w.omp_num_threads));
+  auto add_positive = [&env](const char* name, auto value) {
+    if (value > 0) env.emplace_back(name, fmt::format("{}", value));
+  };
+  add_positive(we::kOmpNumThreads, w.omp_num_threads);
   const JobStoreAccess& s = w.store;
   add(we::kStorePrefix, s.round_prefix);
   if (s.kind == JobStoreAccess::Kind::kTcp) {
@@ -90,17 +94,13 @@ std::vector<std::pair<std::string, std::string>> WriteWorkerEnv(const WorkerEnv&
     add(we::kEtcdCert, s.etcd_cert_file);
     add(we::kEtcdKey, s.etcd_key_file);
     add(we::kEtcdUser, s.etcd_user);
-    if (s.etcd_request_timeout_s > 0) {
-      env.emplace_back(we::kEtcdRequestTimeout, fmt::format("{}", s.etcd_request_timeout_s));
-    }
+    add_positive(we::kEtcdRequestTimeout, s.etcd_request_timeout_s);
   }
   add(we::kListenAddr, w.listen_addr);
   add(we::kJobCookie, w.job_cookie);
   add(we::kFlightRecorderDir, w.flight_recorder_dir);
   add(we::kMetricsDir, w.metrics_dir);
-  if (w.metrics_history_s > 0) {
-    env.emplace_back(we::kMetricsHistory, fmt::format("{}", w.metrics_history_s));
-  }
+  add_positive(we::kMetricsHistory, w.metrics_history_s);
   return env;
 }
 

@@ -12,7 +12,7 @@
 namespace cohort::cli {
 
 int ParseCommandLine(CLI::App& app, const std::vector<std::string>& args,
-                     const std::string& command) {
+                     const std::string& command, int bad_value_code) {
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   try {
     app.parse(reversed);
@@ -20,10 +20,17 @@ int ParseCommandLine(CLI::App& app, const std::vector<std::string>& args,
     fmt::print("{}", app.help());
     return kExitOk;
   } catch (const CLI::ParseError& e) {
+    const bool bad_value = dynamic_cast<const CLI::ConversionError*>(&e) != nullptr ||
+                           dynamic_cast<const CLI::ValidationError*>(&e) != nullptr;
     fmt::print(stderr, "cohort {}: {}; see 'cohort {} --help'\n", command, e.what(), command);
-    return kExitUsage;
+    return bad_value ? bad_value_code : kExitUsage;
   }
   return -1;
+}
+
+int CommandFailed(std::string_view command, const Status& s, int code) {
+  fmt::print(stderr, "cohort {}: {}\n", command, s.message());
+  return code;
 }
 
 std::string ConfigReport(const CLI::App& app, const std::vector<std::string>& given) {

@@ -3,15 +3,23 @@
 
 #include <CLI/CLI.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "cohort/base/exit_codes.h"
+#include "cohort/base/status.h"
 
 namespace cohort::cli {
 
 // Parses the words after "cohort <command>" into `app` (CLI11 wants them reversed). Prints
 // the help, or the error with a pointer to `cohort <command> --help`. Returns -1 to go on,
-// else the exit code (0 after --help, kExitUsage after an error).
+// else the exit code: 0 after --help, `bad_value_code` for a value that does not convert
+// or validate, kExitUsage after any other error.
 int ParseCommandLine(CLI::App& app, const std::vector<std::string>& args,
-                     const std::string& command);
+                     const std::string& command, int bad_value_code = kExitUsage);
+
+// Prints "cohort <command>: <message of s>" on stderr; returns `code`.
+int CommandFailed(std::string_view command, const Status& s, int code);
 
 // What `--print-config` prints: every option of `app` after parsing `given` (the words the
 // user typed) with its value and where it came from (flag, env NAME, default), then every

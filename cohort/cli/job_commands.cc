@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cohort/base/backoff.h"
 #include "cohort/base/exit_codes.h"
 #include "cohort/base/file.h"
 #include "cohort/base/settings.h"
@@ -140,7 +141,8 @@ int WaitForEnd(JobDb& db, JobRecord& job, const launch::BackendOptions& options,
     return kExitBackend;
   }
   std::string last;
-  auto delay = std::chrono::milliseconds(100);
+  // Polling an external engine: no event to wait on.
+  Backoff poll(std::chrono::milliseconds(100), std::chrono::milliseconds(1000));
   for (;;) {
     auto s = launch::RefreshJob(db, **backend, job);
     if (!s.ok()) {
@@ -157,8 +159,7 @@ int WaitForEnd(JobDb& db, JobRecord& job, const launch::BackendOptions& options,
       if (!quiet) PrintStatus(job, *s);
       return JobExitCode(s->state);
     }
-    std::this_thread::sleep_for(delay);  // polling an external engine: no event to wait on
-    delay = std::min(delay * 2, std::chrono::milliseconds(1000));
+    poll.Sleep();
   }
 }
 
@@ -201,134 +202,146 @@ Result<std::string> SpecText(const std::string& path, const std::vector<std::str
   return text;
 }
 
+struct SubmitFlags {
+  std::string spec_path, backend_name, array, manifest, sql, db_url;
+  std::string kube_flavor = "pytorchjob";
+  std::string image_cohort = "cohort";
+  std::vector<std::string> manifest_columns, sets;
+  int concurrency = 0;
+  bool dry_run = false, wait = false;
+};
+
+void AddSubmitFlags(CLI::App& app, SubmitFlags& f) {
+  app.add_option("spec", f.spec_path, "job spec (YAML)")->required();
+  app.add_option("--backend", f.backend_name, "local (default), slurm or kubernetes")
+      ->envname("COHORT_BACKEND");
+  app.add_option("--array", f.array, "array over a range: 0-99 or 0-98:2");
+  app.add_option("--array-manifest", f.manifest, "array over the rows of a CSV file");
+  app.add_option("--array-manifest-columns", f.manifest_columns,
+                 "the manifest has no header row: these name its columns (a,b,...)")
+      ->delimiter(',');
+  app.add_option("--array-from-sql", f.sql, "array over the rows of a SELECT");
+  app.add_option("--set", f.sets,
+                 "fill a template of the spec: KEY=VALUE for {{params.KEY}}, "
+                 "steps.S.outputs.O=VALUE for a step output (repeatable)");
+  app.add_option("--db", f.db_url,
+                 "database of --array-from-sql: sqlite:///path or postgresql://...");
+  app.add_option("--concurrency", f.concurrency, "array elements running at once")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--kube-flavor", f.kube_flavor, "pytorchjob (default), volcano or indexed");
+  app.add_option("--cohort-in-image", f.image_cohort,
+                 "kubernetes: the cohort binary inside the image (default: cohort, on PATH)");
+  app.add_flag("--dry-run", f.dry_run, "print what would be submitted; submit nothing");
+  app.add_flag("--wait", f.wait, "wait for the end; exit 0 succeeded, 1 failed, 9 cancelled");
+}
+
+// The array flags override the spec (flag > env > spec > default); a --backend beside
+// targets is refused.
+void ApplySubmitFlags(const SubmitFlags& f, launch::JobSpec* spec,
+                      std::vector<launch::Problem>* problems) {
+  const int array_flags = !f.array.empty() + !f.manifest.empty() + !f.sql.empty();
+  if (array_flags > 1) {
+    problems->push_back({"--array/--array-manifest/--array-from-sql", "give only one"});
+  } else if (array_flags == 1) {
+    spec->array.range = f.array;
+    spec->array.manifest = f.manifest.empty() ? "" : fs::absolute(f.manifest).string();
+    spec->array.from_sql = f.sql;
+  }
+  if (!f.db_url.empty()) spec->array.db = f.db_url;
+  if (!f.sql.empty() && spec->array.db.empty()) {
+    problems->push_back({"--db", "required with --array-from-sql (sqlite:///path.db or "
+                                 "postgresql://user@host/db)"});
+  }
+  if (f.concurrency > 0) spec->array.concurrency = f.concurrency;
+  if (!f.manifest_columns.empty()) {
+    if (spec->array.manifest.empty()) {
+      problems->push_back({"--array-manifest-columns", "only used with a manifest "
+                                                       "(--array-manifest or array.manifest)"});
+    }
+    spec->array.columns = f.manifest_columns;
+  }
+  // A spec with targets sends each element where its target says; a --backend too would
+  // be ignored, so it is refused.
+  if (!spec->targets.empty() && !f.backend_name.empty() &&
+      f.backend_name != launch::kTargetsBackend) {
+    problems->push_back({"--backend", fmt::format("the spec's targets choose the backends of "
+                                                  "its elements; leave out --backend {}",
+                                                  f.backend_name)});
+  }
+}
+
+void PrintSubmitted(const JobRecord& job, bool json, bool wait) {
+  if (json) {
+    fmt::print("{}\n", JobJson(job, nullptr).dump());
+  } else {
+    fmt::print("submitted job {} ({}) to {}{}{}\n", job.id, job.name, job.backend,
+               job.array_size ? fmt::format(", {} elements", job.array_size) : "",
+               job.backend_id.empty() ? "" : fmt::format(" [{}]", job.backend_id));
+    if (!wait) {
+      fmt::print("  cohort status {}   cohort logs {}   cohort cancel {}\n", job.id, job.id,
+                 job.id);
+    }
+  }
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int SubmitCommand(const std::vector<std::string>& args) {
   CLI::App app("Submit a job spec to a backend.", "cohort submit");
   Common c;
   c.Add(app);
-  std::string spec_path, backend_name, array, manifest, sql, db_url, kube_flavor = "pytorchjob";
-  std::vector<std::string> manifest_columns, sets;
-  int concurrency = 0;
-  bool dry_run = false, wait = false;
-  app.add_option("spec", spec_path, "job spec (YAML)")->required();
-  app.add_option("--backend", backend_name, "local (default), slurm or kubernetes")
-      ->envname("COHORT_BACKEND");
-  app.add_option("--array", array, "array over a range: 0-99 or 0-98:2");
-  app.add_option("--array-manifest", manifest, "array over the rows of a CSV file");
-  app.add_option("--array-manifest-columns", manifest_columns,
-                 "the manifest has no header row: these name its columns (a,b,...)")
-      ->delimiter(',');
-  app.add_option("--array-from-sql", sql, "array over the rows of a SELECT");
-  app.add_option("--set", sets,
-                 "fill a template of the spec: KEY=VALUE for {{params.KEY}}, "
-                 "steps.S.outputs.O=VALUE for a step output (repeatable)");
-  app.add_option("--db", db_url, "database of --array-from-sql: sqlite:///path or postgresql://...");
-  app.add_option("--concurrency", concurrency, "array elements running at once")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--kube-flavor", kube_flavor, "pytorchjob (default), volcano or indexed");
-  std::string image_cohort = "cohort";
-  app.add_option("--cohort-in-image", image_cohort,
-                 "kubernetes: the cohort binary inside the image (default: cohort, on PATH)");
-  app.add_flag("--dry-run", dry_run, "print what would be submitted; submit nothing");
-  app.add_flag("--wait", wait, "wait for the end; exit 0 succeeded, 1 failed, 9 cancelled");
+  SubmitFlags f;
+  AddSubmitFlags(app, f);
   if (int rc = ParseCommandLine(app, args, "submit"); rc >= 0) return rc;
 
+  // 1. The spec, its templates filled and the flags applied.
   std::vector<launch::Problem> problems;
-  auto text = SpecText(spec_path, sets, &problems);
-  if (!text.ok()) {
-    fmt::print(stderr, "cohort submit: {}\n", text.status().message());
-    return kExitInvalidSpec;
-  }
-  launch::JobSpec spec = problems.empty() ? launch::ParseJobSpec(*text, &problems) : launch::JobSpec{};
-  // Flags override the spec (flag > env > spec > default).
-  int array_flags = !array.empty() + !manifest.empty() + !sql.empty();
-  if (array_flags > 1) {
-    problems.push_back({"--array/--array-manifest/--array-from-sql", "give only one"});
-  } else if (array_flags == 1) {
-    spec.array.range = array;
-    spec.array.manifest = manifest.empty() ? "" : fs::absolute(manifest).string();
-    spec.array.from_sql = sql;
-  }
-  if (!db_url.empty()) spec.array.db = db_url;
-  if (!sql.empty() && spec.array.db.empty()) {
-    problems.push_back({"--db", "required with --array-from-sql (sqlite:///path.db or "
-                                "postgresql://user@host/db)"});
-  }
-  if (concurrency > 0) spec.array.concurrency = concurrency;
-  if (!manifest_columns.empty()) {
-    if (spec.array.manifest.empty()) {
-      problems.push_back({"--array-manifest-columns", "only used with a manifest "
-                                                      "(--array-manifest or array.manifest)"});
-    }
-    spec.array.columns = manifest_columns;
-  }
-  // A spec with targets sends each element where its target says; a --backend too would
-  // be ignored, so it is refused.
-  if (!spec.targets.empty() && !backend_name.empty() &&
-      backend_name != launch::kTargetsBackend) {
-    problems.push_back({"--backend", fmt::format("the spec's targets choose the backends of "
-                                                 "its elements; leave out --backend {}",
-                                                 backend_name)});
-  }
-  backend_name = launch::BackendOfSpec(spec, backend_name);
+  auto text = SpecText(f.spec_path, f.sets, &problems);
+  if (!text.ok()) return CommandFailed("submit", text.status(), kExitInvalidSpec);
+  launch::JobSpec spec =
+      problems.empty() ? launch::ParseJobSpec(*text, &problems) : launch::JobSpec{};
+  ApplySubmitFlags(f, &spec, &problems);
 
-  launch::BackendOptions options = c.Options();
-  options.kube_flavor = kube_flavor;
-  options.dry_run = dry_run;
-  // Pods run the image's cohort; local and Slurm nodes run this very binary (Slurm nodes
-  // share the file system with the submit host).
+  // 2. The backend: pods run the image's cohort; local and Slurm nodes run this very
+  // binary (Slurm nodes share the file system with the submit host).
+  std::string backend_name = launch::BackendOfSpec(spec, f.backend_name);
   if (backend_name.empty()) backend_name = "local";
-  options.cohort_in_image = image_cohort;
-  if (backend_name == "kubernetes" || backend_name == "k8s") options.cohort_bin = image_cohort;
+  launch::BackendOptions options = c.Options();
+  options.kube_flavor = f.kube_flavor;
+  options.dry_run = f.dry_run;
+  options.cohort_in_image = f.image_cohort;
+  if (backend_name == "kubernetes" || backend_name == "k8s") options.cohort_bin = f.image_cohort;
   auto backend = launch::MakeBackend(backend_name, options);
-  if (!backend.ok()) {
-    fmt::print(stderr, "cohort submit: {}\n", backend.status().message());
-    return kExitUsage;
-  }
+  if (!backend.ok()) return CommandFailed("submit", backend.status(), kExitUsage);
+
+  // 3. The elements, validated by the backend: nothing is submitted with a problem.
   std::vector<launch::ArrayElement> elements;
   if (problems.empty()) {
-    const std::string base = fs::absolute(spec_path).parent_path().string();
+    const std::string base = fs::absolute(f.spec_path).parent_path().string();
     elements = launch::ExpandArray(spec.array, base, &problems);
   }
   if (problems.empty()) (*backend)->Validate(spec, elements, &problems);
   if (!problems.empty()) {
-    fmt::print(stderr, "cohort submit: {}: {} problem(s); nothing was submitted:\n{}", spec_path,
-               problems.size(), launch::FormatProblems(problems));
+    fmt::print(stderr, "cohort submit: {}: {} problem(s); nothing was submitted:\n{}",
+               f.spec_path, problems.size(), launch::FormatProblems(problems));
     return kExitInvalidSpec;
   }
-  if (dry_run) {
-    auto text = (*backend)->Render(spec, elements);
-    if (!text.ok()) {
-      fmt::print(stderr, "cohort submit: {}\n", text.status().message());
-      return kExitBackend;
-    }
-    fmt::print("{}", *text);
+  if (f.dry_run) {
+    auto rendered = (*backend)->Render(spec, elements);
+    if (!rendered.ok()) return CommandFailed("submit", rendered.status(), kExitBackend);
+    fmt::print("{}", *rendered);
     return kExitOk;
   }
 
+  // 4. Submit and record; wait when asked.
   auto db = OpenDb(c);
-  if (!db.ok()) {
-    fmt::print(stderr, "cohort submit: {}\n", db.status().message());
-    return kExitBackend;
-  }
+  if (!db.ok()) return CommandFailed("submit", db.status(), kExitBackend);
   auto submitted = launch::SubmitJob(**db, **backend, spec, elements, c.home);
-  if (!submitted.ok()) {
-    fmt::print(stderr, "cohort submit: {}\n", submitted.status().message());
-    return kExitBackend;
-  }
-  JobRecord job = *submitted;
-  if (c.json) {
-    fmt::print("{}\n", JobJson(job, nullptr).dump());
-  } else {
-    fmt::print("submitted job {} ({}) to {}{}{}\n", job.id, job.name, job.backend,
-               job.array_size ? fmt::format(", {} elements", job.array_size) : "",
-               job.backend_id.empty() ? "" : fmt::format(" [{}]", job.backend_id));
-    if (!wait) fmt::print("  cohort status {}   cohort logs {}   cohort cancel {}\n", job.id, job.id, job.id);
-  }
-  std::fflush(stdout);
-  if (!wait) return kExitOk;
-  return WaitForEnd(**db, job, options, c.json);
+  if (!submitted.ok()) return CommandFailed("submit", submitted.status(), kExitBackend);
+  PrintSubmitted(*submitted, c.json, f.wait);
+  if (!f.wait) return kExitOk;
+  return WaitForEnd(**db, *submitted, options, c.json);
 }
 
 int StatusCommand(const std::vector<std::string>& args) {
@@ -342,15 +355,9 @@ int StatusCommand(const std::vector<std::string>& args) {
   if (int rc = ParseCommandLine(app, args, "status"); rc >= 0) return rc;
   if (id.empty()) return ListCommand(args);
   auto db = OpenDb(c);
-  if (!db.ok()) {
-    fmt::print(stderr, "cohort status: {}\n", db.status().message());
-    return kExitBackend;
-  }
+  if (!db.ok()) return CommandFailed("status", db.status(), kExitBackend);
   auto job = (*db)->Find(id);
-  if (!job.ok()) {
-    fmt::print(stderr, "cohort status: {}\n", job.status().message());
-    return kExitNoSuchJob;
-  }
+  if (!job.ok()) return CommandFailed("status", job.status(), kExitNoSuchJob);
   if (wait) return WaitForEnd(**db, *job, c.Options(), c.json);
   auto s = Refresh(**db, *job, c.Options());
   if (!s.ok()) {
@@ -376,15 +383,9 @@ int ListCommand(const std::vector<std::string>& args) {
   app.allow_extras();
   if (int rc = ParseCommandLine(app, args, "list"); rc >= 0) return rc;
   auto db = OpenDb(c);
-  if (!db.ok()) {
-    fmt::print(stderr, "cohort list: {}\n", db.status().message());
-    return kExitBackend;
-  }
+  if (!db.ok()) return CommandFailed("list", db.status(), kExitBackend);
   auto jobs = (*db)->List(limit);
-  if (!jobs.ok()) {
-    fmt::print(stderr, "cohort list: {}\n", jobs.status().message());
-    return kExitBackend;
-  }
+  if (!jobs.ok()) return CommandFailed("list", jobs.status(), kExitBackend);
   json out = json::array();
   if (!c.json) {
     fmt::print("{:>5}  {:<24} {:<11} {:<10} {:>5} {:>9}  {}\n", "ID", "NAME", "BACKEND", "STATE",
@@ -417,20 +418,11 @@ int LogsCommand(const std::vector<std::string>& args) {
   app.add_flag("-f,--follow", follow, "keep printing until the job ends");
   if (int rc = ParseCommandLine(app, args, "logs"); rc >= 0) return rc;
   auto db = OpenDb(c);
-  if (!db.ok()) {
-    fmt::print(stderr, "cohort logs: {}\n", db.status().message());
-    return kExitBackend;
-  }
+  if (!db.ok()) return CommandFailed("logs", db.status(), kExitBackend);
   auto job = (*db)->Find(id);
-  if (!job.ok()) {
-    fmt::print(stderr, "cohort logs: {}\n", job.status().message());
-    return kExitNoSuchJob;
-  }
+  if (!job.ok()) return CommandFailed("logs", job.status(), kExitNoSuchJob);
   auto backend = launch::MakeBackendForJob(*job, c.Options());
-  if (!backend.ok()) {
-    fmt::print(stderr, "cohort logs: {}\n", backend.status().message());
-    return kExitBackend;
-  }
+  if (!backend.ok()) return CommandFailed("logs", backend.status(), kExitBackend);
   std::ifstream in;
   std::string path;
   auto delay = std::chrono::milliseconds(100);
@@ -483,20 +475,11 @@ int CancelCommand(const std::vector<std::string>& args) {
   app.add_option("--timeout", timeout, "seconds to wait for the job to stop");
   if (int rc = ParseCommandLine(app, args, "cancel"); rc >= 0) return rc;
   auto db = OpenDb(c);
-  if (!db.ok()) {
-    fmt::print(stderr, "cohort cancel: {}\n", db.status().message());
-    return kExitBackend;
-  }
+  if (!db.ok()) return CommandFailed("cancel", db.status(), kExitBackend);
   auto job = (*db)->Find(id);
-  if (!job.ok()) {
-    fmt::print(stderr, "cohort cancel: {}\n", job.status().message());
-    return kExitNoSuchJob;
-  }
+  if (!job.ok()) return CommandFailed("cancel", job.status(), kExitNoSuchJob);
   auto backend = launch::MakeBackendForJob(*job, c.Options());
-  if (!backend.ok()) {
-    fmt::print(stderr, "cohort cancel: {}\n", backend.status().message());
-    return kExitBackend;
-  }
+  if (!backend.ok()) return CommandFailed("cancel", backend.status(), kExitBackend);
   auto before = launch::RefreshJob(**db, **backend, *job);
   if (before.ok() && launch::IsFinalState(before->state)) {
     fmt::print(stderr, "cohort cancel: job {} already ended ({})\n", job->id, before->state);

@@ -180,20 +180,11 @@ int Status(const std::vector<std::string>& args) {
   app.add_flag("--json", as_json, "print JSON");
   if (int rc = ParseCommandLine(app, args, "pipeline status"); rc >= 0) return rc;
   auto db = pipeline::RunDb::Open(pipeline::RunDbPath(home));
-  if (!db.ok()) {
-    fmt::print(stderr, "cohort pipeline status: {}\n", db.status().message());
-    return kExitBackend;
-  }
+  if (!db.ok()) return CommandFailed("pipeline status", db.status(), kExitBackend);
   auto run = (*db)->GetRun(run_id);
-  if (!run.ok()) {
-    fmt::print(stderr, "cohort pipeline status: {}\n", run.status().message());
-    return kExitNoSuchJob;
-  }
+  if (!run.ok()) return CommandFailed("pipeline status", run.status(), kExitNoSuchJob);
   auto steps = (*db)->Steps(run_id);
-  if (!steps.ok()) {
-    fmt::print(stderr, "cohort pipeline status: {}\n", steps.status().message());
-    return kExitBackend;
-  }
+  if (!steps.ok()) return CommandFailed("pipeline status", steps.status(), kExitBackend);
   if (as_json) {
     json j = RunJson(*run);
     j["log_dir"] = pipeline::RunLogDir(home, run->id);
@@ -245,15 +236,9 @@ int List(const std::vector<std::string>& args) {
   app.add_flag("--json", as_json, "print JSON");
   if (int rc = ParseCommandLine(app, args, "pipeline list"); rc >= 0) return rc;
   auto db = pipeline::RunDb::Open(pipeline::RunDbPath(home));
-  if (!db.ok()) {
-    fmt::print(stderr, "cohort pipeline list: {}\n", db.status().message());
-    return kExitBackend;
-  }
+  if (!db.ok()) return CommandFailed("pipeline list", db.status(), kExitBackend);
   auto runs = (*db)->ListRuns(limit);
-  if (!runs.ok()) {
-    fmt::print(stderr, "cohort pipeline list: {}\n", runs.status().message());
-    return kExitBackend;
-  }
+  if (!runs.ok()) return CommandFailed("pipeline list", runs.status(), kExitBackend);
   if (as_json) {
     json j = json::array();
     for (const auto& r : *runs) j.push_back(RunJson(r));
@@ -287,10 +272,7 @@ int Export(const std::vector<std::string>& args) {
   Loaded l;
   if (int rc = LoadAndValidate("export", spec_path, params, false, &l); rc >= 0) return rc;
   auto emitted = launch::JsonToYaml(pipeline::ExportArgo(l.spec, l.params, options));
-  if (!emitted.ok()) {
-    fmt::print(stderr, "cohort pipeline export: {}\n", emitted.status().message());
-    return kExitInternal;
-  }
+  if (!emitted.ok()) return CommandFailed("pipeline export", emitted.status(), kExitInternal);
   const std::string& yaml = *emitted;
   if (output.empty()) {
     fmt::print("{}", yaml);

@@ -663,18 +663,34 @@ int PlanEtcd(const RunFlags& f, store::EtcdStoreOptions* etcd, std::string* rdzv
   return -1;
 }
 
-}  // namespace
-
-int RunCommand(const std::vector<std::string>& args) {
-  CLI::App app("Launch workers on this node (torchrun-compatible).", "cohort run");
+// Everything `cohort run` resolved from its flags and environment before anything starts.
+struct ResolvedRun {
   RunFlags f;
+  std::vector<std::string> program;  // the entrypoint and its arguments, as given
+  int nproc = 1;
+  CheckedValues checked;
+  bool use_etcd = false;
+  store::EtcdStoreOptions etcd;
+  rendezvous::RendezvousConfig rdzv;
+  std::optional<bool> is_host;  // --rdzv-conf is_host
+  std::vector<std::string> argv;  // the worker command line
+  std::string entrypoint_note;
+  size_t program_at = 0;
+  bool single = true;  // one node at most
+  StorePlan plan;
+  bool own_run_id = false;  // the run id was made here: nobody else can use its keys
+};
+
+// Parses the command line; -1 to go on, else the exit code (--help, --print-config and
+// --print-settings-markdown print and end here).
+int ParseRunFlags(const std::vector<std::string>& args, ResolvedRun* r) {
+  CLI::App app("Launch workers on this node (torchrun-compatible).", "cohort run");
   app.option_defaults()->always_capture_default();  // --print-config shows the defaults
-  AddFlags(app, f);
+  AddFlags(app, r->f);
   app.footer(
       "Usage: cohort run [options] ENTRYPOINT [ARGS...]\n"
       "A .py entrypoint runs with $COHORT_PYTHON (default python3) -u; -m runs a module;\n"
       "anything else is executed directly. Exit codes: docs/exit-codes.md.");
-
   bool print_config = false, markdown = false;
   app.add_flag("--print-config", print_config,
                "print every flag and COHORT_* setting in force and where it came from; exit");
@@ -685,19 +701,7 @@ int RunCommand(const std::vector<std::string>& args) {
     return Fail(kExitUsage, split.status().message() + "; see 'cohort run --help'");
   }
   auto [ours, program] = std::move(split).value();
-  std::vector<std::string> reversed(ours.rbegin(), ours.rend());
-  try {
-    app.parse(reversed);
-  } catch (const CLI::CallForHelp&) {
-    fmt::print("{}", app.help());
-    return kExitOk;
-  } catch (const CLI::ConversionError& e) {
-    return Fail(kExitInvalidValue, std::string(e.what()));
-  } catch (const CLI::ValidationError& e) {
-    return Fail(kExitInvalidValue, std::string(e.what()));
-  } catch (const CLI::ParseError& e) {
-    return Fail(kExitUsage, std::string(e.what()) + "; see 'cohort run --help'");
-  }
+  if (int rc = ParseCommandLine(app, ours, "run", kExitInvalidValue); rc >= 0) return rc;
   if (markdown) {
     fmt::print("{}", SettingsTable(/*markdown=*/true));
     return kExitOk;
@@ -709,14 +713,20 @@ int RunCommand(const std::vector<std::string>& args) {
   if (program.empty()) {
     return Fail(kExitUsage, "no entrypoint given: cohort run [options] ENTRYPOINT [ARGS...]");
   }
+  r->program = std::move(program);
+  return -1;
+}
 
-  // Validate every value before anything starts.
+// Validates every value and decides the rendezvous, the store and the run id. -1 to go
+// on, else the exit code (reason printed). Starts nothing.
+int Resolve(ResolvedRun* r) {
+  const RunFlags& f = r->f;
   auto nnodes = ParseNnodes(f.nnodes);
   if (!nnodes.ok()) return Fail(kExitInvalidValue, nnodes.status().message());
   auto nproc = ParseNproc(f.nproc_per_node);
   if (!nproc.ok()) return Fail(kExitInvalidValue, nproc.status().message());
-  CheckedValues checked;
-  if (int rc = CheckValues(f, *nproc, &checked); rc >= 0) return rc;
+  r->nproc = *nproc;
+  if (int rc = CheckValues(f, *nproc, &r->checked); rc >= 0) return rc;
   std::string backend = ToLower(f.rdzv_backend);
   if (backend != "store" && backend != "c10d" && backend != "static" && backend != "etcd" &&
       backend != "etcd-v2") {
@@ -726,26 +736,21 @@ int RunCommand(const std::vector<std::string>& args) {
                             f.rdzv_backend));
   }
   // etcd: the agents rendezvous in etcd (v3 API, docs/etcd.md); --standalone overrides it.
-  const bool use_etcd = (backend == "etcd" || backend == "etcd-v2") && !f.standalone;
-  store::EtcdStoreOptions etcd;
+  r->use_etcd = (backend == "etcd" || backend == "etcd-v2") && !f.standalone;
   std::string rdzv_conf = f.rdzv_conf;
-  if (use_etcd) {
-    if (int rc = PlanEtcd(f, &etcd, &rdzv_conf); rc >= 0) return rc;
+  if (r->use_etcd) {
+    if (int rc = PlanEtcd(f, &r->etcd, &rdzv_conf); rc >= 0) return rc;
   }
-  rendezvous::RendezvousConfig rdzv;
-  rdzv.min_nodes = nnodes->first;
-  rdzv.max_nodes = nnodes->second;
-  rdzv.max_restarts = f.max_restarts;
-  std::optional<bool> is_host;
-  if (Status s = ApplyRdzvConf(rdzv_conf, rdzv, is_host); !s.ok()) {
+  r->rdzv.min_nodes = nnodes->first;
+  r->rdzv.max_nodes = nnodes->second;
+  r->rdzv.max_restarts = f.max_restarts;
+  if (Status s = ApplyRdzvConf(rdzv_conf, r->rdzv, r->is_host); !s.ok()) {
     return Fail(kExitInvalidValue, s.message());
   }
-  if (f.standalone && rdzv.max_nodes > 1) {
+  if (f.standalone && r->rdzv.max_nodes > 1) {
     return Fail(kExitInvalidValue, "--standalone runs one node; drop it or use --nnodes 1");
   }
-  std::string entrypoint_note;
-  size_t program_at = 0;
-  auto argv = WorkerArgv(f, program, &entrypoint_note, &program_at);
+  auto argv = WorkerArgv(f, r->program, &r->entrypoint_note, &r->program_at);
   if (!argv.ok()) {
     int code = argv.status().code() == StatusCode::kNotFound ||
                        argv.status().code() == StatusCode::kPermissionDenied
@@ -753,20 +758,20 @@ int RunCommand(const std::vector<std::string>& args) {
                    : kExitInvalidValue;
     return Fail(code, argv.status().message());
   }
-
-  const bool single = rdzv.max_nodes == 1;
-  StorePlan plan;
-  if (int rc = PlanStore(f, use_etcd, single, is_host, &plan); rc >= 0) return rc;
-  std::string run_id = f.rdzv_id;
-  const bool own_run_id = run_id == "none" && (f.standalone || single);
-  if (own_run_id) run_id = "cohort-" + RandomHex(6);
-  rdzv.run_id = run_id;
-  if (use_etcd && run_id == "none") {
-    COHORT_LOG_WARN("cli", "--rdzv-id is 'none': every job on this etcd that does the same "
-                    "shares its keys; give each job its own --rdzv-id");
+  r->argv = *argv;
+  r->single = r->rdzv.max_nodes == 1;
+  if (int rc = PlanStore(f, r->use_etcd, r->single, r->is_host, &r->plan); rc >= 0) return rc;
+  r->rdzv.run_id = f.rdzv_id;
+  r->own_run_id = f.rdzv_id == "none" && (f.standalone || r->single);
+  if (r->own_run_id) r->rdzv.run_id = "cohort-" + RandomHex(6);
+  if (r->use_etcd) {
+    r->etcd.prefix = r->rdzv.run_id;  // the job's keys: also what is removed at the end
+    if (r->rdzv.run_id == "none") {
+      COHORT_LOG_WARN("cli", "--rdzv-id is 'none': every job on this etcd that does the same "
+                      "shares its keys; give each job its own --rdzv-id");
+    }
   }
-
-  if (single && f.master_port > 0) {
+  if (r->single && f.master_port > 0) {
     auto probe = net::Listen({.host = "0.0.0.0", .port = f.master_port, .reuse_addr = true});
     if (!probe.ok()) {
       return Fail(kExitPortInUse,
@@ -775,71 +780,95 @@ int RunCommand(const std::vector<std::string>& args) {
                               f.master_port));
     }
   }
+  return -1;
+}
 
-  // Serve the store, or join the agent that does.
-  std::unique_ptr<store::StoreServer> server;
-  std::string local_store_addr;  // how this node reaches the store it serves (or joins here)
-  if (plan.serve) {
-    if (int rc = ServeOrJoinStore(plan, rdzv, single, &server, &local_store_addr); rc >= 0) {
-      return rc;
-    }
-  }
-
+// The agent's options: the worker group, this node, the rendezvous and the job's store
+// (reached at `store_addr`; `serving`: this agent's server holds it).
+agent::AgentOptions AgentOptionsFor(const ResolvedRun& r, const std::string& store_addr,
+                                    bool serving) {
+  const RunFlags& f = r.f;
   agent::AgentOptions o;
-  o.spec.argv = *argv;
-  o.spec.entrypoint_note = entrypoint_note;
-  AddPythonSupport(f, *argv, program_at, o.spec);
-  o.spec.nproc_per_node = *nproc;
+  o.spec.argv = r.argv;
+  o.spec.entrypoint_note = r.entrypoint_note;
+  AddPythonSupport(f, r.argv, r.program_at, o.spec);
+  o.spec.nproc_per_node = r.nproc;
   o.spec.role = f.role;
   o.spec.max_restarts = f.max_restarts;
-  o.spec.run_id = run_id;
+  o.spec.run_id = r.rdzv.run_id;
   o.spec.log_dir = !f.log_dir.empty()
                        ? f.log_dir
                        : fmt::format("{}/cohort-logs", SystemEnv("TMPDIR").value_or("/tmp"));
-  o.spec.redirects = checked.redirects;
-  o.spec.tee = checked.tee;
-  o.spec.local_ranks_filter = checked.local_ranks_filter;
+  o.spec.redirects = r.checked.redirects;
+  o.spec.tee = r.checked.tee;
+  o.spec.local_ranks_filter = r.checked.local_ranks_filter;
   o.spec.master_addr = f.master_addr;
   o.spec.master_port = f.master_port;
   o.spec.stop_grace = std::chrono::duration_cast<Duration>(
       std::chrono::duration<double>(f.stop_grace));
-  const std::string store_addr = plan.serve ? local_store_addr : plan.host;
-  o.rdzv = rdzv;
+  o.spec.log_merge_window = std::chrono::milliseconds(std::max(0, f.log_merge_ms));
+  o.rdzv = r.rdzv;
   o.self.host = net::HostName();
   o.self.addr = !f.local_addr.empty() ? f.local_addr
-                : single        ? std::string("127.0.0.1")
+                : r.single      ? std::string("127.0.0.1")
                                 : net::ResolveIpv4(o.self.host).value_or(o.self.host);
-  o.self.local_world_size = *nproc;
+  o.self.local_world_size = r.nproc;
   // libcohort in the workers listens for its peers on this node's address (or the one the
   // user chose with COHORT_LISTEN_ADDR).
   o.spec.listen_addr = worker_env::Inherited(worker_env::kListenAddr).value_or(o.self.addr);
   o.spec.flight_recorder_dir =
       worker_env::Inherited(worker_env::kFlightRecorderDir).value_or("");
-  if (use_etcd) etcd.prefix = run_id;  // the job's keys: also what is removed at the end
-  WireJobStore(plan, store_addr, use_etcd, server != nullptr, etcd, run_id, rdzv.join_timeout,
-               o);
-  o.serves_store = server != nullptr && !use_etcd;
-  o.spec.log_merge_window = std::chrono::milliseconds(std::max(0, f.log_merge_ms));
+  WireJobStore(r.plan, store_addr, r.use_etcd, serving, r.etcd,
+               r.rdzv.run_id, r.rdzv.join_timeout, o);
+  o.serves_store = serving && !r.use_etcd;
+  return o;
+}
 
-  // Monitoring: workers export their metrics under the run's log directory; the endpoint
-  // serves them with the agent's own. A failure here never stops the job.
+// Removes the job's keys from etcd (best effort, warned on failure).
+void RemoveEtcdKeys(const store::EtcdStoreOptions& etcd) {
+  auto s = store::EtcdStore::Connect(etcd, Deadline::After(etcd.request_timeout));
+  auto deleted = s.ok() ? (*s)->DeleteAll(Deadline::After(etcd.request_timeout))
+                        : Result<int64_t>(s.status());
+  if (!deleted.ok()) {
+    COHORT_LOG_WARN("cli", "could not remove this job's keys from etcd: {}",
+                    deleted.status().message());
+  }
+}
+
+}  // namespace
+
+int RunCommand(const std::vector<std::string>& args) {
+  // 1. Resolve: flags, environment and plans; nothing starts before every value is valid.
+  ResolvedRun r;
+  if (int rc = ParseRunFlags(args, &r); rc >= 0) return rc;
+  if (int rc = Resolve(&r); rc >= 0) return rc;
+
+  // 2. Serve the store, or join the agent that does.
+  std::unique_ptr<store::StoreServer> server;
+  std::string local_store_addr;  // how this node reaches the store it serves (or joins here)
+  if (r.plan.serve) {
+    if (int rc = ServeOrJoinStore(r.plan, r.rdzv, r.single, &server, &local_store_addr);
+        rc >= 0) {
+      return rc;
+    }
+  }
+
+  // 3. The agent, and its monitoring: workers export their metrics under the run's log
+  // directory; the endpoint serves them with the agent's own. A failure there never stops
+  // the job.
+  agent::AgentOptions o =
+      AgentOptionsFor(r, r.plan.serve ? local_store_addr : r.plan.host, server != nullptr);
   metrics::StatusBoard status;
   metrics::EventLog events(2000);
   std::unique_ptr<metrics::MetricsServer> metrics_server =
-      f.metrics_port >= 0 ? StartMetrics(f, run_id, status, events, o) : nullptr;
-  agent::Agent the_agent(std::move(o));
-  agent::AgentResult result = the_agent.Run();
+      r.f.metrics_port >= 0 ? StartMetrics(r.f, r.rdzv.run_id, status, events, o) : nullptr;
+
+  // 4. Run until the job ends here.
+  agent::AgentResult result = agent::Agent(std::move(o)).Run();
   if (metrics_server) metrics_server->Stop();
   if (server) server->Stop();
-  if (use_etcd && single && own_run_id && result.exit_code != kExitRendezvous) {
-    // Nobody else can use this job's keys (its run id was made here): remove them.
-    auto s = store::EtcdStore::Connect(etcd, Deadline::After(etcd.request_timeout));
-    auto deleted = s.ok() ? (*s)->DeleteAll(Deadline::After(etcd.request_timeout))
-                          : Result<int64_t>(s.status());
-    if (!deleted.ok()) {
-      COHORT_LOG_WARN("cli", "could not remove this job's keys from etcd: {}",
-                      deleted.status().message());
-    }
+  if (r.use_etcd && r.single && r.own_run_id && result.exit_code != kExitRendezvous) {
+    RemoveEtcdKeys(r.etcd);
   }
   if (!result.summary.empty()) fmt::print(stderr, "{}\n", result.summary);
   return result.exit_code;

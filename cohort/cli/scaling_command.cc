@@ -148,6 +148,94 @@ std::string SelfExe() {
   return ec ? std::string("cohort") : p.string();
 }
 
+// "1,2,4" into counts; nullopt when it is not such a list.
+std::optional<std::vector<int>> ParseCounts(const std::string& text) {
+  std::vector<int> counts;
+  for (const auto& part : Split(text, ',')) {
+    auto v = ParseInt64(std::string(Trim(part)));
+    if (!v || *v < 1 || *v > 4096) return std::nullopt;
+    counts.push_back(static_cast<int>(*v));
+  }
+  return counts;
+}
+
+// Runs `command` under `cohort run --nproc-per-node k` with its own log and metrics
+// directories under `out`; an error only when the run could not start.
+Result<Row> RunAtCount(int k, const std::vector<std::string>& command, const std::string& out,
+                       double timeout) {
+  Row row;
+  row.workers = k;
+  const std::string run_dir = fmt::format("{}/workers{}", out, k);
+  std::error_code ec;
+  fs::remove_all(run_dir, ec);
+  fs::create_directories(run_dir + "/metrics", ec);
+  SpawnOptions so;
+  so.argv = {SelfExe(), "run", "--nproc-per-node", std::to_string(k), "--log-dir",
+             run_dir + "/logs", "--"};
+  so.argv.insert(so.argv.end(), command.begin(), command.end());
+  // The workers of that run inherit these (worker_env.h) and export their metrics there.
+  so.env = MergeEnvironment({{worker_env::kMetricsDir, run_dir + "/metrics"},
+                             {worker_env::kMetricsHistory, "1"}});
+  so.output_file = run_dir + "/output.log";
+  fmt::print(stderr, "cohort bench scaling: {} worker(s)...\n", k);
+  const auto start = SteadyClock::now();
+  COHORT_ASSIGN_OR_RETURN(Child child, Spawn(so));
+  pollfd p{child.pidfd, POLLIN, 0};
+  if (::poll(&p, 1, static_cast<int>(timeout * 1000)) == 0) {
+    SignalGroup(child.pid, SIGTERM);
+    fmt::print(stderr, "cohort bench scaling: {} worker(s) ran past --timeout {} s; stopped\n",
+               k, timeout);
+  }
+  ExitStatus st = Reap(child.pid);
+  ::close(child.pidfd);
+  row.wall_s = SecondsSince(start);
+  row.exit_code = st.exited ? st.code : 128 + st.signal;
+  ReadRun(run_dir + "/metrics", &row);
+  if (!st.success()) {
+    fmt::print(stderr, "cohort bench scaling: {} worker(s) failed ({}); see {}/output.log\n", k,
+               st.Describe(), run_dir);
+  }
+  return row;
+}
+
+// The table on stdout, scaling.json and scaling.svg in `out`.
+void Report(const std::vector<Row>& rows, const std::string& out) {
+  const Row* first = nullptr;
+  for (const auto& r : rows) {
+    if (r.samples_per_s > 0) {
+      first = &r;
+      break;
+    }
+  }
+  json table = json::array();
+  fmt::print("{:>8} {:>12} {:>10} {:>9} {:>11} {:>8}  {}\n", "workers", "samples/s", "epoch s",
+             "speed-up", "efficiency", "wall s", "exit");
+  auto or_null = [](double v) { return v < 0 ? json(nullptr) : json(v); };
+  for (const auto& r : rows) {
+    double speedup = first && r.samples_per_s > 0 ? r.samples_per_s / first->samples_per_s : -1;
+    double eff = speedup > 0 ? speedup / (double(r.workers) / first->workers) : -1;
+    auto num = [](double v, int d) {
+      return v < 0 ? std::string("-") : fmt::format("{:.{}f}", v, d);
+    };
+    fmt::print("{:>8} {:>12} {:>10} {:>9} {:>11} {:>8.1f}  {}\n", r.workers,
+               num(r.samples_per_s, 0), num(r.epoch_s, 2), num(speedup, 2),
+               eff < 0 ? std::string("-") : fmt::format("{:.0f}%", 100 * eff), r.wall_s,
+               r.exit_code);
+    table.push_back({{"workers", r.workers},
+                     {"samples_per_s", or_null(r.samples_per_s)},
+                     {"epoch_s", or_null(r.epoch_s)},
+                     {"speedup", or_null(speedup)},
+                     {"efficiency", or_null(eff)},
+                     {"wall_s", r.wall_s},
+                     {"exit_code", r.exit_code}});
+  }
+  std::ofstream(out + "/scaling.json") << table.dump(1) << "\n";
+  std::ofstream(out + "/scaling.svg") << Svg(rows);
+  fmt::print("# efficiency: samples/s per worker against the {}-worker run; table in "
+             "{}/scaling.json, plot in {}/scaling.svg\n",
+             first ? first->workers : 1, out, out);
+}
+
 }  // namespace
 
 int ScalingCommand(const std::vector<std::string>& args) {
@@ -173,16 +261,14 @@ int ScalingCommand(const std::vector<std::string>& args) {
   }
   std::vector<int> counts;
   if (!workers_text.empty()) {
-    for (const auto& part : Split(workers_text, ',')) {
-      auto v = ParseInt64(std::string(Trim(part)));
-      if (!v || *v < 1 || *v > 4096) {
-        fmt::print(stderr, "cohort bench scaling: --workers '{}' is not a list of counts "
-                           "such as 1,2,4\n",
-                   workers_text);
-        return kExitInvalidValue;
-      }
-      counts.push_back(static_cast<int>(*v));
+    auto parsed = ParseCounts(workers_text);
+    if (!parsed) {
+      fmt::print(stderr, "cohort bench scaling: --workers '{}' is not a list of counts "
+                         "such as 1,2,4\n",
+                 workers_text);
+      return kExitInvalidValue;
     }
+    counts = *parsed;
   } else {
     for (int k = 1; k <= max_workers; ++k) counts.push_back(k);
   }
@@ -195,76 +281,13 @@ int ScalingCommand(const std::vector<std::string>& args) {
   const std::string out = fs::absolute(out_dir).string();
   std::vector<Row> rows;
   for (int k : counts) {
-    Row row;
-    row.workers = k;
-    const std::string run_dir = fmt::format("{}/workers{}", out, k);
-    fs::remove_all(run_dir, ec);
-    fs::create_directories(run_dir + "/metrics", ec);
-    SpawnOptions so;
-    so.argv = {SelfExe(), "run", "--nproc-per-node", std::to_string(k), "--log-dir",
-               run_dir + "/logs", "--"};
-    so.argv.insert(so.argv.end(), command.begin(), command.end());
-    // The workers of that run inherit these (worker_env.h) and export their metrics there.
-    so.env = MergeEnvironment({{worker_env::kMetricsDir, run_dir + "/metrics"},
-                               {worker_env::kMetricsHistory, "1"}});
-    so.output_file = run_dir + "/output.log";
-    fmt::print(stderr, "cohort bench scaling: {} worker(s)...\n", k);
-    const auto start = SteadyClock::now();
-    auto child = Spawn(so);
-    if (!child.ok()) {
-      fmt::print(stderr, "cohort bench scaling: {}\n", child.status().message());
-      return kExitInternal;
-    }
-    pollfd p{child->pidfd, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(timeout * 1000)) == 0) {
-      SignalGroup(child->pid, SIGTERM);
-      fmt::print(stderr, "cohort bench scaling: {} worker(s) ran past --timeout {} s; stopped\n",
-                 k, timeout);
-    }
-    ExitStatus st = Reap(child->pid);
-    ::close(child->pidfd);
-    row.wall_s = SecondsSince(start);
-    row.exit_code = st.exited ? st.code : 128 + st.signal;
-    ReadRun(run_dir + "/metrics", &row);
-    rows.push_back(row);
-    if (!st.success()) {
-      fmt::print(stderr, "cohort bench scaling: {} worker(s) failed ({}); see {}/output.log\n",
-                 k, st.Describe(), run_dir);
-    }
+    auto row = RunAtCount(k, command, out, timeout);
+    if (!row.ok()) return CommandFailed("bench scaling", row.status(), kExitInternal);
+    rows.push_back(*row);
   }
-  // Table, JSON, plot.
-  const Row* first = nullptr;
-  for (const auto& r : rows) {
-    if (r.samples_per_s > 0) {
-      first = &r;
-      break;
-    }
-  }
-  json table = json::array();
-  fmt::print("{:>8} {:>12} {:>10} {:>9} {:>11} {:>8}  {}\n", "workers", "samples/s", "epoch s",
-             "speed-up", "efficiency", "wall s", "exit");
-  for (const auto& r : rows) {
-    double speedup = first && r.samples_per_s > 0 ? r.samples_per_s / first->samples_per_s : -1;
-    double eff = speedup > 0 ? speedup / (double(r.workers) / first->workers) : -1;
-    auto num = [](double v, int d) { return v < 0 ? std::string("-") : fmt::format("{:.{}f}", v, d); };
-    fmt::print("{:>8} {:>12} {:>10} {:>9} {:>11} {:>8.1f}  {}\n", r.workers,
-               num(r.samples_per_s, 0), num(r.epoch_s, 2), num(speedup, 2),
-               eff < 0 ? std::string("-") : fmt::format("{:.0f}%", 100 * eff), r.wall_s,
-               r.exit_code);
-    table.push_back({{"workers", r.workers},
-                     {"samples_per_s", r.samples_per_s < 0 ? json(nullptr) : json(r.samples_per_s)},
-                     {"epoch_s", r.epoch_s < 0 ? json(nullptr) : json(r.epoch_s)},
-                     {"speedup", speedup < 0 ? json(nullptr) : json(speedup)},
-                     {"efficiency", eff < 0 ? json(nullptr) : json(eff)},
-                     {"wall_s", r.wall_s},
-                     {"exit_code", r.exit_code}});
-  }
-  std::ofstream(out + "/scaling.json") << table.dump(1) << "\n";
-  std::ofstream(out + "/scaling.svg") << Svg(rows);
-  fmt::print("# efficiency: samples/s per worker against the {}-worker run; table in {}/scaling.json, "
-             "plot in {}/scaling.svg\n",
-             first ? first->workers : 1, out, out);
-  bool all_ok = std::all_of(rows.begin(), rows.end(), [](const Row& r) { return r.exit_code == 0; });
+  Report(rows, out);
+  bool all_ok =
+      std::all_of(rows.begin(), rows.end(), [](const Row& r) { return r.exit_code == 0; });
   return all_ok ? kExitOk : kExitWorkerFailed;
 }
 

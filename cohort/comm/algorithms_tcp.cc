@@ -97,6 +97,13 @@ Status FoldOut(TcpGroup& g, const Fold& f, char* buf, size_t bytes, Call& c) {
   return g.mesh->Send(g.members[idx - 1], buf, bytes, c.desc, c.deadline);
 }
 
+// A group of one: the result is the input, copied unless in place. True when so.
+bool CopiedAlone(int members, const void* in, void* buf, size_t bytes) {
+  if (members != 1) return false;
+  if (in != buf) std::memmove(buf, in, bytes);
+  return true;
+}
+
 }  // namespace
 
 Status TcpAllReduceRing(TcpGroup& g, const void* in, void* buf_, size_t count, DataType t,
@@ -104,10 +111,7 @@ Status TcpAllReduceRing(TcpGroup& g, const void* in, void* buf_, size_t count, D
   const int n = g.size();
   const size_t es = DataTypeSize(t);
   char* buf = static_cast<char*>(buf_);
-  if (n == 1) {
-    if (in != buf) std::memmove(buf, in, count * es);
-    return Status::Ok();
-  }
+  if (CopiedAlone(n, in, buf, count * es)) return Status::Ok();
   const int r = g.index;
   // Reduce-scatter: after n-1 steps this member holds segment r+1 fully reduced. Step 0
   // reads the input directly; later steps send what the previous step reduced.
@@ -168,10 +172,7 @@ Status TcpAllReduceHalvingDoubling(TcpGroup& g, const void* in, void* buf_, size
   const int n = g.size();
   const size_t es = DataTypeSize(t);
   char* buf = static_cast<char*>(buf_);
-  if (n == 1) {
-    if (in != buf) std::memmove(buf, in, count * es);
-    return Status::Ok();
-  }
+  if (CopiedAlone(n, in, buf, count * es)) return Status::Ok();
   const Fold f = MakeFold(n);
   int vidx;
   COHORT_RETURN_IF_ERROR(

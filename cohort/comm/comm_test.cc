@@ -139,10 +139,18 @@ void CheckAllReduce(Communicator& comm, const std::string& ctx, size_t n, DataTy
   }
 }
 
+// At world 8 the largest count runs for one 32-bit and one 16-bit type only: the reduce
+// kernels per type are the same at every world size (worlds 1-5 cover them at that count),
+// and all eight types there took 170 s per transport on the 2-core CI machine.
+bool RunsAtWorld(int world, DataType t, size_t n) {
+  return world < 8 || n < (1u << 20) || t == DataType::kF32 || t == DataType::kBF16;
+}
+
 void RunMatrix(Communicator& comm, const std::string& topo) {
   const int w = comm.size(), r = comm.rank();
   for (DataType t : kAllDataTypes) {
     for (size_t n : kCounts) {
+      if (!RunsAtWorld(w, t, n)) continue;
       // Reductions: allreduce (out of place and in place), reduce-scatter, reduce.
       for (ReduceOp op : kAllReduceOps) {
         if (op == ReduceOp::kAvg && !IsFloating(t)) continue;

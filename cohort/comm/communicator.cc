@@ -150,6 +150,9 @@ class Communicator::Impl {
   Status TcpAllReduce(TcpGroup& g, const void* in, void* out, size_t count, DataType t,
                       ReduceOp op, Call& c);
   void Execute(Pending& p);
+  // Takes the oldest queued operation and executes it; false when none is queued. Caller
+  // holds runner_mu_.
+  bool RunNext();
   void WorkerLoop();
   Status Broken() {
     std::lock_guard<std::mutex> lock(status_mu_);
@@ -364,17 +367,21 @@ Communicator::WorkPtr Communicator::Impl::Issue(OpDesc desc, std::function<Statu
   }
   // Inline: run queued operations (ours is last) on this thread.
   std::lock_guard<std::mutex> runner(runner_mu_);
-  while (!work->IsCompleted()) {
-    Pending p;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (queue_.empty()) break;
-      p = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    Execute(p);
+  while (!work->IsCompleted() && RunNext()) {
   }
   return work;
+}
+
+bool Communicator::Impl::RunNext() {
+  Pending p;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (queue_.empty()) return false;
+    p = std::move(queue_.front());
+    queue_.pop_front();
+  }
+  Execute(p);
+  return true;
 }
 
 void Communicator::Impl::WorkerLoop() {
@@ -386,15 +393,7 @@ void Communicator::Impl::WorkerLoop() {
       if (stopping_ && queue_.empty()) return;
     }
     std::lock_guard<std::mutex> runner(runner_mu_);
-    for (;;) {
-      Pending p;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (queue_.empty()) break;
-        p = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      Execute(p);
+    while (RunNext()) {
     }
   }
 }
@@ -599,28 +598,43 @@ Communicator::WorkPtr Communicator::Reduce(const void* in, void* out, size_t cou
   }, exec);
 }
 
+namespace {
+
+// Gather and scatter: the same shape on both transports, the data moving towards or away
+// from the root.
+struct RootedMove {
+  const char* root_name;  // for the error of a bad root
+  OpKind kind;
+  Status (*shm)(ShmGroup&, const void*, void*, size_t, int, Call);
+  Status (*tcp)(TcpGroup&, const void*, void*, size_t, int, Call);
+};
+constexpr RootedMove kGather{"gather root", OpKind::kGather, ShmGather, TcpGather};
+constexpr RootedMove kScatter{"scatter root", OpKind::kScatter, ShmScatter, TcpScatter};
+
+template <typename Impl>
+Communicator::WorkPtr IssueRooted(Impl& impl, int size, const RootedMove& m, const void* in,
+                                  void* out, size_t count, DataType t, int root,
+                                  Exec exec) {
+  if (Status s = ValidRoot(root, size, m.root_name); !s.ok()) return impl.Failed(s);
+  OpDesc d{0, m.kind, t, ReduceOp::kSum, 0, root, count};
+  Impl* p = &impl;
+  const size_t bytes = count * DataTypeSize(t);
+  return impl.Issue(d, [=](Call& c) {
+    if (p->UseShm()) return m.shm(p->shm(), in, out, bytes, root, c);
+    return m.tcp(p->all(), in, out, bytes, root, c);
+  }, exec);
+}
+
+}  // namespace
+
 Communicator::WorkPtr Communicator::Gather(const void* in, void* out, size_t count, DataType t,
                                            int root, Exec exec) {
-  if (Status s = ValidRoot(root, size_, "gather root"); !s.ok()) return impl_->Failed(s);
-  OpDesc d{0, OpKind::kGather, t, ReduceOp::kSum, 0, root, count};
-  Impl* impl = impl_.get();
-  const size_t bytes = count * DataTypeSize(t);
-  return impl_->Issue(d, [=](Call& c) {
-    if (impl->UseShm()) return ShmGather(impl->shm(), in, out, bytes, root, c);
-    return TcpGather(impl->all(), in, out, bytes, root, c);
-  }, exec);
+  return IssueRooted(*impl_, size_, kGather, in, out, count, t, root, exec);
 }
 
 Communicator::WorkPtr Communicator::Scatter(const void* in, void* out, size_t count, DataType t,
                                             int root, Exec exec) {
-  if (Status s = ValidRoot(root, size_, "scatter root"); !s.ok()) return impl_->Failed(s);
-  OpDesc d{0, OpKind::kScatter, t, ReduceOp::kSum, 0, root, count};
-  Impl* impl = impl_.get();
-  const size_t bytes = count * DataTypeSize(t);
-  return impl_->Issue(d, [=](Call& c) {
-    if (impl->UseShm()) return ShmScatter(impl->shm(), in, out, bytes, root, c);
-    return TcpScatter(impl->all(), in, out, bytes, root, c);
-  }, exec);
+  return IssueRooted(*impl_, size_, kScatter, in, out, count, t, root, exec);
 }
 
 Communicator::WorkPtr Communicator::AllToAll(const void* in, void* out, size_t count,

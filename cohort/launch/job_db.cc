@@ -54,7 +54,7 @@ constexpr const char* kJobColumns =
     "id, name, backend, spec_yaml, state, exit_code, submitted_at, started_at, ended_at, "
     "log_dir, backend_id, array_size, concurrency, detail, parent_id, target";
 
-JobRecord ReadJob(const Stmt& s) {
+JobRecord ReadJob(const SqlStatement& s) {
   JobRecord j;
   j.id = s.Int("id");
   j.name = s.Text("name");
@@ -163,12 +163,8 @@ Status JobDb::SetBackendId(int64_t job_id, const std::string& backend_id) {
 
 Result<JobRecord> JobDb::Get(int64_t id) {
   Stmt s(db_, fmt::format("SELECT {} FROM jobs WHERE id=?", kJobColumns).c_str());
-  COHORT_RETURN_IF_ERROR(s.ok());
   s.Bind(1, id);
-  int rc = s.Step();
-  if (rc == SQLITE_ROW) return ReadJob(s);
-  if (rc == SQLITE_DONE) return NotFound("no job {} (see `cohort list`)", id);
-  return s.Error();
+  return s.FirstRow(ReadJob, NotFound("no job {} (see `cohort list`)", id));
 }
 
 Result<JobRecord> JobDb::Find(const std::string& id_or_name) {
@@ -176,49 +172,31 @@ Result<JobRecord> JobDb::Find(const std::string& id_or_name) {
   Stmt s(db_,
          fmt::format("SELECT {} FROM jobs WHERE name=? AND parent_id = 0 ORDER BY id DESC LIMIT 1", kJobColumns)
              .c_str());
-  COHORT_RETURN_IF_ERROR(s.ok());
   s.Bind(1, id_or_name);
-  int rc = s.Step();
-  if (rc == SQLITE_ROW) return ReadJob(s);
-  if (rc == SQLITE_DONE) {
-    return NotFound("no job with id or name '{}' (see `cohort list`)", id_or_name);
-  }
-  return s.Error();
+  return s.FirstRow(ReadJob,
+                    NotFound("no job with id or name '{}' (see `cohort list`)", id_or_name));
 }
 
 Result<std::vector<JobRecord>> JobDb::List(int limit) {
   Stmt s(db_, fmt::format("SELECT {} FROM jobs WHERE parent_id = 0 ORDER BY id DESC LIMIT ?",
                           kJobColumns)
                   .c_str());
-  COHORT_RETURN_IF_ERROR(s.ok());
   s.Bind(1, static_cast<int64_t>(limit));
-  std::vector<JobRecord> out;
-  int rc;
-  while ((rc = s.Step()) == SQLITE_ROW) out.push_back(ReadJob(s));
-  if (rc != SQLITE_DONE) return s.Error();
-  return out;
+  return s.Rows(ReadJob);
 }
 
 Result<std::vector<JobRecord>> JobDb::Children(int64_t parent_id) {
   Stmt s(db_, fmt::format("SELECT {} FROM jobs WHERE parent_id = ? ORDER BY id", kJobColumns).c_str());
-  COHORT_RETURN_IF_ERROR(s.ok());
   s.Bind(1, parent_id);
-  std::vector<JobRecord> out;
-  int rc;
-  while ((rc = s.Step()) == SQLITE_ROW) out.push_back(ReadJob(s));
-  if (rc != SQLITE_DONE) return s.Error();
-  return out;
+  return s.Rows(ReadJob);
 }
 
 Result<std::vector<ElementRecord>> JobDb::Elements(int64_t job_id) {
   Stmt s(db_,
          "SELECT idx, state, exit_code, started_at, ended_at, log_dir, detail FROM elements "
          "WHERE job_id=? ORDER BY idx");
-  COHORT_RETURN_IF_ERROR(s.ok());
   s.Bind(1, job_id);
-  std::vector<ElementRecord> out;
-  int rc;
-  while ((rc = s.Step()) == SQLITE_ROW) {
+  return s.Rows([](const SqlStatement& s) {
     ElementRecord e;
     e.index = static_cast<int>(s.Int("idx"));
     e.state = s.Text("state");
@@ -227,10 +205,8 @@ Result<std::vector<ElementRecord>> JobDb::Elements(int64_t job_id) {
     e.ended_at = s.Real("ended_at");
     e.log_dir = s.Text("log_dir");
     e.detail = s.Text("detail");
-    out.push_back(std::move(e));
-  }
-  if (rc != SQLITE_DONE) return s.Error();
-  return out;
+    return e;
+  });
 }
 
 }  // namespace cohort::launch

@@ -564,37 +564,34 @@ void EmitMap(YAML::Emitter& e, const char* key, const Map& map) {
   e << YAML::EndMap;
 }
 
-}  // namespace
+// `key: value` unless the text is empty.
+void EmitText(YAML::Emitter& e, const char* key, const std::string& value) {
+  if (!value.empty()) e << YAML::Key << key << YAML::Value << value;
+}
 
-std::string JobSpecToYaml(const JobSpec& s) {
-  YAML::Emitter e;
-  e << YAML::BeginMap;
-  e << YAML::Key << "name" << YAML::Value << s.name;
-  if (!s.image.empty()) e << YAML::Key << "image" << YAML::Value << s.image;
-  e << YAML::Key << "entrypoint" << YAML::Value << s.entrypoint;
-  if (!s.args.empty()) e << YAML::Key << "args" << YAML::Value << YAML::Flow << s.args;
-  e << YAML::Key << "nnodes" << YAML::Value << s.NnodesText();
-  e << YAML::Key << "nproc_per_node" << YAML::Value << s.nproc_per_node;
-  const Resources& r = s.resources;
-  if (r.cpu > 0 || r.memory_bytes > 0 || r.gpu > 0 || !r.network_devices.empty() ||
-      !r.extended.empty()) {
-    e << YAML::Key << "resources" << YAML::Value << YAML::BeginMap;
-    if (r.cpu > 0) e << YAML::Key << "cpu" << YAML::Value << r.cpu;
-    if (r.memory_bytes > 0) e << YAML::Key << "memory" << YAML::Value << r.memory_text;
-    if (r.gpu > 0) e << YAML::Key << "gpu" << YAML::Value << r.gpu;
-    if (!r.network_devices.empty()) {
-      e << YAML::Key << "network_devices" << YAML::Value << YAML::Flow << r.network_devices;
-    }
-    EmitMap(e, "extended", r.extended);
-    e << YAML::EndMap;
+void EmitResources(YAML::Emitter& e, const Resources& r) {
+  if (r.cpu <= 0 && r.memory_bytes <= 0 && r.gpu <= 0 && r.network_devices.empty() &&
+      r.extended.empty()) {
+    return;
   }
-  EmitMap(e, "env", s.env);
+  e << YAML::Key << "resources" << YAML::Value << YAML::BeginMap;
+  if (r.cpu > 0) e << YAML::Key << "cpu" << YAML::Value << r.cpu;
+  if (r.memory_bytes > 0) e << YAML::Key << "memory" << YAML::Value << r.memory_text;
+  if (r.gpu > 0) e << YAML::Key << "gpu" << YAML::Value << r.gpu;
+  if (!r.network_devices.empty()) {
+    e << YAML::Key << "network_devices" << YAML::Value << YAML::Flow << r.network_devices;
+  }
+  EmitMap(e, "extended", r.extended);
+  e << YAML::EndMap;
+}
+
+void EmitStorage(YAML::Emitter& e, const JobSpec& s) {
   if (!s.volumes.empty()) {
     e << YAML::Key << "volumes" << YAML::Value << YAML::BeginSeq;
     for (const auto& v : s.volumes) {
       e << YAML::BeginMap << YAML::Key << "name" << YAML::Value << v.name;
-      if (!v.host_path.empty()) e << YAML::Key << "host_path" << YAML::Value << v.host_path;
-      if (!v.claim.empty()) e << YAML::Key << "claim" << YAML::Value << v.claim;
+      EmitText(e, "host_path", v.host_path);
+      EmitText(e, "claim", v.claim);
       if (!v.nfs_server.empty()) {
         e << YAML::Key << "nfs" << YAML::Value << YAML::BeginMap << YAML::Key << "server"
           << YAML::Value << v.nfs_server << YAML::Key << "path" << YAML::Value << v.nfs_path
@@ -613,86 +610,103 @@ std::string JobSpecToYaml(const JobSpec& s) {
     }
     e << YAML::EndSeq;
   }
-  e << YAML::Key << "max_restarts" << YAML::Value << s.max_restarts;
-  if (!s.queue.empty()) e << YAML::Key << "queue" << YAML::Value << s.queue;
-  if (!s.priority.empty()) e << YAML::Key << "priority" << YAML::Value << s.priority;
-  e << YAML::Key << "rdzv" << YAML::Value << YAML::BeginMap << YAML::Key << "backend"
-    << YAML::Value << s.rdzv.backend;
-  if (!s.rdzv.endpoint.empty()) e << YAML::Key << "endpoint" << YAML::Value << s.rdzv.endpoint;
-  e << YAML::Key << "port" << YAML::Value << s.rdzv.port << YAML::EndMap;
-  if (!s.array.empty()) {
-    e << YAML::Key << "array" << YAML::Value << YAML::BeginMap;
-    if (!s.array.range.empty()) e << YAML::Key << "range" << YAML::Value << s.array.range;
-    if (!s.array.manifest.empty()) e << YAML::Key << "manifest" << YAML::Value << s.array.manifest;
-    if (!s.array.from_sql.empty()) e << YAML::Key << "from_sql" << YAML::Value << s.array.from_sql;
-    if (!s.array.db.empty()) e << YAML::Key << "db" << YAML::Value << s.array.db;
-    if (s.array.concurrency > 0) {
-      e << YAML::Key << "concurrency" << YAML::Value << s.array.concurrency;
-    }
-    if (!s.array.columns.empty()) {
-      e << YAML::Key << "columns" << YAML::Value << YAML::Flow << s.array.columns;
-    }
-    if (!s.array.target_by.empty()) e << YAML::Key << "target_by" << YAML::Value << s.array.target_by;
-    e << YAML::EndMap;
-  }
-  const Placement& p = s.placement;
-  if (!p.empty()) {
-    e << YAML::Key << "placement" << YAML::Value << YAML::BeginMap;
-    EmitMap(e, "node_selector", p.node_selector);
-    if (!p.tolerations.empty()) {
-      e << YAML::Key << "tolerations" << YAML::Value << YAML::BeginSeq;
-      for (const Toleration& t : p.tolerations) {
-        e << YAML::BeginMap;
-        if (!t.key.empty()) e << YAML::Key << "key" << YAML::Value << t.key;
-        e << YAML::Key << "operator" << YAML::Value << t.op;
-        if (!t.value.empty()) e << YAML::Key << "value" << YAML::Value << t.value;
-        if (!t.effect.empty()) e << YAML::Key << "effect" << YAML::Value << t.effect;
-        if (t.toleration_seconds) {
-          e << YAML::Key << "toleration_seconds" << YAML::Value << *t.toleration_seconds;
-        }
-        e << YAML::EndMap;
+}
+
+void EmitArray(YAML::Emitter& e, const ArraySource& a) {
+  if (a.empty()) return;
+  e << YAML::Key << "array" << YAML::Value << YAML::BeginMap;
+  EmitText(e, "range", a.range);
+  EmitText(e, "manifest", a.manifest);
+  EmitText(e, "from_sql", a.from_sql);
+  EmitText(e, "db", a.db);
+  if (a.concurrency > 0) e << YAML::Key << "concurrency" << YAML::Value << a.concurrency;
+  if (!a.columns.empty()) e << YAML::Key << "columns" << YAML::Value << YAML::Flow << a.columns;
+  EmitText(e, "target_by", a.target_by);
+  e << YAML::EndMap;
+}
+
+void EmitPlacement(YAML::Emitter& e, const Placement& p) {
+  if (p.empty()) return;
+  e << YAML::Key << "placement" << YAML::Value << YAML::BeginMap;
+  EmitMap(e, "node_selector", p.node_selector);
+  if (!p.tolerations.empty()) {
+    e << YAML::Key << "tolerations" << YAML::Value << YAML::BeginSeq;
+    for (const Toleration& t : p.tolerations) {
+      e << YAML::BeginMap;
+      EmitText(e, "key", t.key);
+      e << YAML::Key << "operator" << YAML::Value << t.op;
+      EmitText(e, "value", t.value);
+      EmitText(e, "effect", t.effect);
+      if (t.toleration_seconds) {
+        e << YAML::Key << "toleration_seconds" << YAML::Value << *t.toleration_seconds;
       }
-      e << YAML::EndSeq;
-    }
-    e << YAML::EndMap;
-  }
-  if (s.metrics.enabled()) {
-    e << YAML::Key << "metrics" << YAML::Value << YAML::BeginMap << YAML::Key << "port"
-      << YAML::Value << s.metrics.port;
-    if (!s.metrics.host.empty()) e << YAML::Key << "host" << YAML::Value << s.metrics.host;
-    e << YAML::EndMap;
-  }
-  const KubernetesSpec& k = s.kubernetes;
-  if (k.master || !k.clean_pod_policy.empty() || k.ttl_seconds_after_finished) {
-    e << YAML::Key << "kubernetes" << YAML::Value << YAML::BeginMap;
-    if (k.master) e << YAML::Key << "master" << YAML::Value << *k.master;
-    if (!k.clean_pod_policy.empty()) {
-      e << YAML::Key << "clean_pod_policy" << YAML::Value << k.clean_pod_policy;
-    }
-    if (k.ttl_seconds_after_finished) {
-      e << YAML::Key << "ttl_seconds_after_finished" << YAML::Value
-        << *k.ttl_seconds_after_finished;
-    }
-    e << YAML::EndMap;
-  }
-  if (!s.targets.empty()) {
-    e << YAML::Key << "targets" << YAML::Value << YAML::BeginSeq;
-    for (const Target& t : s.targets) {
-      e << YAML::BeginMap << YAML::Key << "name" << YAML::Value << t.name << YAML::Key
-        << "backend" << YAML::Value << t.backend;
-      if (t.concurrency > 0) e << YAML::Key << "concurrency" << YAML::Value << t.concurrency;
-      for (const auto& [key, value] : {std::pair<const char*, const std::string&>{"context", t.context},
-                                       {"namespace", t.kube_namespace},
-                                       {"flavor", t.flavor},
-                                       {"cluster", t.cluster},
-                                       {"partition", t.partition}}) {
-        if (!value.empty()) e << YAML::Key << key << YAML::Value << value;
-      }
-      EmitMap(e, "env", t.env);
       e << YAML::EndMap;
     }
     e << YAML::EndSeq;
   }
+  e << YAML::EndMap;
+}
+
+void EmitKubernetes(YAML::Emitter& e, const KubernetesSpec& k) {
+  if (!k.master && k.clean_pod_policy.empty() && !k.ttl_seconds_after_finished) return;
+  e << YAML::Key << "kubernetes" << YAML::Value << YAML::BeginMap;
+  if (k.master) e << YAML::Key << "master" << YAML::Value << *k.master;
+  EmitText(e, "clean_pod_policy", k.clean_pod_policy);
+  if (k.ttl_seconds_after_finished) {
+    e << YAML::Key << "ttl_seconds_after_finished" << YAML::Value << *k.ttl_seconds_after_finished;
+  }
+  e << YAML::EndMap;
+}
+
+void EmitTargets(YAML::Emitter& e, const std::vector<Target>& targets) {
+  if (targets.empty()) return;
+  e << YAML::Key << "targets" << YAML::Value << YAML::BeginSeq;
+  for (const Target& t : targets) {
+    e << YAML::BeginMap << YAML::Key << "name" << YAML::Value << t.name << YAML::Key << "backend"
+      << YAML::Value << t.backend;
+    if (t.concurrency > 0) e << YAML::Key << "concurrency" << YAML::Value << t.concurrency;
+    EmitText(e, "context", t.context);
+    EmitText(e, "namespace", t.kube_namespace);
+    EmitText(e, "flavor", t.flavor);
+    EmitText(e, "cluster", t.cluster);
+    EmitText(e, "partition", t.partition);
+    EmitMap(e, "env", t.env);
+    e << YAML::EndMap;
+  }
+  e << YAML::EndSeq;
+}
+
+}  // namespace
+
+std::string JobSpecToYaml(const JobSpec& s) {
+  YAML::Emitter e;
+  e << YAML::BeginMap;
+  e << YAML::Key << "name" << YAML::Value << s.name;
+  EmitText(e, "image", s.image);
+  e << YAML::Key << "entrypoint" << YAML::Value << s.entrypoint;
+  if (!s.args.empty()) e << YAML::Key << "args" << YAML::Value << YAML::Flow << s.args;
+  e << YAML::Key << "nnodes" << YAML::Value << s.NnodesText();
+  e << YAML::Key << "nproc_per_node" << YAML::Value << s.nproc_per_node;
+  EmitResources(e, s.resources);
+  EmitMap(e, "env", s.env);
+  EmitStorage(e, s);
+  e << YAML::Key << "max_restarts" << YAML::Value << s.max_restarts;
+  EmitText(e, "queue", s.queue);
+  EmitText(e, "priority", s.priority);
+  e << YAML::Key << "rdzv" << YAML::Value << YAML::BeginMap << YAML::Key << "backend"
+    << YAML::Value << s.rdzv.backend;
+  EmitText(e, "endpoint", s.rdzv.endpoint);
+  e << YAML::Key << "port" << YAML::Value << s.rdzv.port << YAML::EndMap;
+  EmitArray(e, s.array);
+  EmitPlacement(e, s.placement);
+  if (s.metrics.enabled()) {
+    e << YAML::Key << "metrics" << YAML::Value << YAML::BeginMap << YAML::Key << "port"
+      << YAML::Value << s.metrics.port;
+    EmitText(e, "host", s.metrics.host);
+    e << YAML::EndMap;
+  }
+  EmitKubernetes(e, s.kubernetes);
+  EmitTargets(e, s.targets);
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

@@ -29,6 +29,14 @@ bool HasProblem(const std::vector<Problem>& ps, const std::string& where,
 
 std::string Dump(const std::vector<Problem>& ps) { return FormatProblems(ps); }
 
+// The YAML of `spec` (what the job history stores) parses back to the same spec.
+void ExpectRoundTrip(const JobSpec& spec) {
+  std::vector<Problem> again;
+  JobSpec back = ParseJobSpec(JobSpecToYaml(spec), &again);
+  ASSERT_TRUE(again.empty()) << Dump(again) << JobSpecToYaml(spec);
+  EXPECT_EQ(JobSpecToYaml(back), JobSpecToYaml(spec));
+}
+
 
 TEST(JobSpecTest, FullSpecParses) {
   std::vector<Problem> ps;
@@ -77,10 +85,7 @@ array: {range: "0-9", concurrency: 3}
   EXPECT_EQ(s.array.concurrency, 3);
 
   // The YAML written back parses to the same spec.
-  std::vector<Problem> again;
-  JobSpec t = ParseJobSpec(JobSpecToYaml(s), &again);
-  ASSERT_TRUE(again.empty()) << Dump(again) << JobSpecToYaml(s);
-  EXPECT_EQ(JobSpecToYaml(t), JobSpecToYaml(s));
+  ExpectRoundTrip(s);
 }
 
 TEST(JobSpecTest, EveryProblemIsListedWithItsField) {
@@ -420,10 +425,7 @@ TEST(JobSpecTest, AcceleratorPlacementMetricsAndTargetsRoundTrip) {
   EXPECT_EQ(spec.targets[1].kube_namespace, "ml");
   EXPECT_EQ(spec.targets[2].partition, "gpu");
   // What the history stores parses back to the same spec.
-  std::vector<Problem> again;
-  JobSpec back = ParseJobSpec(JobSpecToYaml(spec), &again);
-  ASSERT_TRUE(again.empty()) << Dump(again) << JobSpecToYaml(spec);
-  EXPECT_EQ(JobSpecToYaml(back), JobSpecToYaml(spec));
+  ExpectRoundTrip(spec);
 }
 
 TEST(JobSpecTest, BadAcceleratorPlacementAndTargetFieldsAreProblems) {

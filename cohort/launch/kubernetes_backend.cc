@@ -575,13 +575,22 @@ Json PyTorchJobObject(const Context& c, const std::string& object, const ArrayEl
               {"spec", job_spec}};
 }
 
-Json VolcanoJobObject(const Context& c, const std::string& object, const ArrayElement* element) {
+// The worker container of a Volcano or Indexed Job element: every pod runs the same agent
+// command; the rendezvous port is named when a pod serves the store.
+Json ElementWorkerContainer(const Context& c, const std::string& object,
+                            const ArrayElement* element) {
   const JobSpec& spec = c.spec;
   const std::string endpoint = RendezvousEndpoint(spec, c.flavor, object);
-  Json container = WorkerContainer(
-      c, "worker", AgentCommand(spec, c.cohort_bin, endpoint, RdzvId(c, object),
-                   ElementArgs(spec, &ElementEnv(element))),
-      ElementEnv(element), false, spec.max_nodes > 1 && !UsesEtcd(spec) ? "rdzv" : "");
+  return WorkerContainer(c, "worker",
+                         AgentCommand(spec, c.cohort_bin, endpoint, RdzvId(c, object),
+                                      ElementArgs(spec, &ElementEnv(element))),
+                         ElementEnv(element), false,
+                         spec.max_nodes > 1 && !UsesEtcd(spec) ? "rdzv" : "");
+}
+
+Json VolcanoJobObject(const Context& c, const std::string& object, const ArrayElement* element) {
+  const JobSpec& spec = c.spec;
+  Json container = ElementWorkerContainer(c, object, element);
   Json job_spec = {{"schedulerName", "volcano"}, {"minAvailable", spec.min_nodes}};
   if (!spec.queue.empty()) job_spec["queue"] = spec.queue;
   if (!spec.priority.empty()) job_spec["priorityClassName"] = spec.priority;
@@ -643,11 +652,7 @@ void ApplyBatchQueue(const Context& c, Json& job_metadata, Json& pod_metadata, J
 
 Json IndexedJobObject(const Context& c, const std::string& object, const ArrayElement* element) {
   const JobSpec& spec = c.spec;
-  const std::string endpoint = RendezvousEndpoint(spec, c.flavor, object);
-  Json container = WorkerContainer(
-      c, "worker", AgentCommand(spec, c.cohort_bin, endpoint, RdzvId(c, object),
-                   ElementArgs(spec, &ElementEnv(element))),
-      ElementEnv(element), false, spec.max_nodes > 1 && !UsesEtcd(spec) ? "rdzv" : "");
+  Json container = ElementWorkerContainer(c, object, element);
   Json metadata = Metadata(spec, object, ElementLabel(element));
   Json pod_metadata = TemplateMetadata(spec, ElementLabel(element));
   Json pod = PodSpec(c, std::move(container), "Never", false);

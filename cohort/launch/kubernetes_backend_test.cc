@@ -81,11 +81,17 @@ JobSpec SingleNodeSpec() {
   return spec;
 }
 
-JobSpec ElasticSpec() {
+// SingleNodeSpec named `name` on MIN:MAX nodes.
+JobSpec NodesSpec(const char* name, int min_nodes, int max_nodes) {
   JobSpec spec = SingleNodeSpec();
-  spec.name = "fmnist";
-  spec.min_nodes = 1;
-  spec.max_nodes = 4;
+  spec.name = name;
+  spec.min_nodes = min_nodes;
+  spec.max_nodes = max_nodes;
+  return spec;
+}
+
+JobSpec ElasticSpec() {
+  JobSpec spec = NodesSpec("fmnist", 1, 4);
   spec.resources.cpu = 4;
   spec.resources.memory_bytes = int64_t{8} << 30;
   spec.resources.memory_text = "8Gi";
@@ -103,10 +109,7 @@ JobSpec ElasticSpec() {
 }
 
 JobSpec OwnEtcdSpec() {
-  JobSpec spec = SingleNodeSpec();
-  spec.name = "etcdjob";
-  spec.min_nodes = 2;
-  spec.max_nodes = 3;
+  JobSpec spec = NodesSpec("etcdjob", 2, 3);
   spec.rdzv.backend = "etcd";
   return spec;
 }
@@ -141,10 +144,7 @@ JobSpec SingleNodeArraySpec() {
 }
 
 JobSpec MultiNodeArraySpec() {
-  JobSpec spec = SingleNodeSpec();
-  spec.name = "msweep";
-  spec.min_nodes = 2;
-  spec.max_nodes = 2;
+  JobSpec spec = NodesSpec("msweep", 2, 2);
   spec.array.range = "0-2";
   return spec;
 }

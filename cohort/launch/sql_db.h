@@ -11,6 +11,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cohort/base/check.h"
 #include "cohort/base/status.h"
@@ -63,6 +64,27 @@ class SqlStatement {
     return rc == SQLITE_DONE || rc == SQLITE_ROW ? Status::Ok() : Error();
   }
   Status Error() const { return Internal("{}: {}", what_, sqlite3_errmsg(db_)); }
+
+  // Every row of the (bound) statement, each made by `read(*this)`; the error of a failed
+  // prepare or step.
+  template <typename Read>
+  auto Rows(Read read) -> Result<std::vector<decltype(read(*this))>> {
+    COHORT_RETURN_IF_ERROR(ok());
+    std::vector<decltype(read(*this))> out;
+    int rc;
+    while ((rc = Step()) == SQLITE_ROW) out.push_back(read(*this));
+    if (rc != SQLITE_DONE) return Error();
+    return out;
+  }
+  // The first row, made by `read(*this)`; `missing` when there is none.
+  template <typename Read>
+  auto FirstRow(Read read, Status missing) -> Result<decltype(read(*this))> {
+    COHORT_RETURN_IF_ERROR(ok());
+    int rc = Step();
+    if (rc == SQLITE_ROW) return read(*this);
+    if (rc == SQLITE_DONE) return missing;
+    return Error();
+  }
 
   std::string Text(int c) const {
     const unsigned char* t = sqlite3_column_text(stmt_, c);

@@ -6,8 +6,7 @@
 
 namespace cohort::metrics {
 
-const char* DashboardPage() {
-  return R"html(<!doctype html>
+extern const char kDashboardPage[] = R"html(<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>cohort dashboard</title>
 <style>
 body{font:14px system-ui,sans-serif;margin:16px;background:#f7f7f9;color:#222}
@@ -127,6 +126,5 @@ async function tick() {
 tick(); setInterval(tick, 1000);
 </script></body></html>
 )html";
-}
 
 }  // namespace cohort::metrics

@@ -47,7 +47,7 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(ServerOptions option
     res.set_content(self->History().dump(), "application/json");
   });
   s->server_->Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(DashboardPage(), "text/html; charset=utf-8");
+    res.set_content(kDashboardPage, "text/html; charset=utf-8");
   });
   const std::string& host = s->o_.host;
   if (s->o_.port == 0) {

@@ -64,6 +64,6 @@ class MetricsServer {
 };
 
 // The dashboard page (HTML + JS, no external resources).
-const char* DashboardPage();
+extern const char kDashboardPage[];
 
 }  // namespace cohort::metrics

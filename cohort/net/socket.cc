@@ -1,6 +1,8 @@
 // Implements socket.h with poll(2)-based deadlines. Thread-safety: see socket.h.
 #include "cohort/net/socket.h"
 
+#include "cohort/base/backoff.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
@@ -169,17 +171,15 @@ Result<Socket> ReservePort(std::string_view host, int port) {
 }
 
 Result<Socket> Connect(std::string_view host, int port, Deadline deadline) {
-  auto backoff = std::chrono::milliseconds(5);
   // A name that does not resolve yet (a pod's DNS record appears after the pod starts) is
   // looked up again until the deadline, like a refused connection.
+  Backoff lookup(std::chrono::milliseconds(5), std::chrono::milliseconds(1000), deadline);
   auto addr = MakeAddress(host, port);
-  while (!addr.ok() && addr.status().code() == StatusCode::kNotFound && !deadline.expired()) {
-    std::this_thread::sleep_for(std::min<Duration>(backoff, deadline.remaining()));
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+  while (!addr.ok() && addr.status().code() == StatusCode::kNotFound && lookup.Sleep()) {
     addr = MakeAddress(host, port);
   }
   if (!addr.ok()) return addr.status();
-  backoff = std::chrono::milliseconds(5);
+  Backoff refused(std::chrono::milliseconds(5), std::chrono::milliseconds(500), deadline);
   Status last = Unavailable("connect to {}:{}: no attempt made", host, port);
   for (;;) {
     Socket sock(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
@@ -200,11 +200,7 @@ Result<Socket> Connect(std::string_view host, int port, Deadline deadline) {
       return sock;
     }
     last = ErrnoStatus(fmt::format("connect to {}:{}", host, port), err);
-    if (last.code() != StatusCode::kUnavailable || deadline.expired()) break;
-    auto pause = std::min<Duration>(backoff, deadline.remaining());
-    std::this_thread::sleep_for(pause);  // backoff between refused attempts
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
-    if (deadline.expired()) break;
+    if (last.code() != StatusCode::kUnavailable || !refused.Sleep()) break;
   }
   if (last.code() == StatusCode::kUnavailable) {
     return DeadlineExceeded("{} (gave up at the deadline)", last.message());

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cohort/base/backoff.h"
 #include "cohort/base/event_fd.h"
 #include "cohort/base/file.h"
 #include "cohort/base/strings.h"
@@ -486,7 +487,7 @@ class Execution {
     // deadline interrupt the wait.
     const double timeout = spec_.steps[i].timeout_s;
     const double deadline = timeout > 0 ? WallSeconds() + timeout : 0;
-    int delay_ms = 100;
+    Backoff poll(std::chrono::milliseconds(100), std::chrono::milliseconds(1000));
     bool cancel_sent = false;
     std::string why_cancel;
     for (;;) {
@@ -515,12 +516,13 @@ class Execution {
         }
         return r;
       }
-      int wait = delay_ms;
+      int wait = static_cast<int>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(poll.Next()).count());
       if (deadline > 0 && !cancel_sent) {
-        wait = std::min<int>(wait, std::max<int>(0, static_cast<int>((deadline - WallSeconds()) * 1000)));
+        wait = std::min<int>(
+            wait, std::max<int>(0, static_cast<int>((deadline - WallSeconds()) * 1000)));
       }
       int which = WaitAny({stop_.fd()}, wait);
-      delay_ms = std::min(delay_ms * 2, 1000);
       if (cancel_sent) continue;
       if (which == 0 || (deadline > 0 && WallSeconds() >= deadline)) {
         why_cancel = which == 0 ? "cancelled" : "timeout";
@@ -528,7 +530,7 @@ class Execution {
         log << fmt::format("cancelling job {} ({}){}\n", job.id, why_cancel,
                            c.ok() ? "" : ": " + c.message());
         cancel_sent = true;
-        delay_ms = 100;
+        poll.Reset();
       }
     }
   }

@@ -123,6 +123,93 @@ void ParseParameters(Walker& w, const YAML::Node& n, PipelineSpec* spec) {
   }
 }
 
+// A step's env: map.
+void ParseStepEnv(Walker& w, const YAML::Node& n, const std::string& path, Step* s) {
+  if (YAML::Node env = n["env"]; env && !env.IsNull()) {
+    if (!env.IsMap()) {
+      w.Add(path + ".env", "must be a map KEY: value");
+    } else {
+      for (const auto& kv : env) {
+        std::string key = kv.first.Scalar();
+        if (!IsEnvName(key)) {
+          w.Add(path + ".env." + key, "not a valid environment variable name");
+        }
+        if (!kv.second.IsScalar()) {
+          w.Add(path + ".env." + key, "must be a single value");
+          continue;
+        }
+        s->env[key] = kv.second.Scalar();
+      }
+    }
+  }
+}
+
+// A step's outputs: value names and {file: path} entries.
+void ParseStepOutputs(Walker& w, const YAML::Node& n, const std::string& path, Step* s) {
+  if (YAML::Node outs = n["outputs"]; outs && !outs.IsNull()) {
+    if (!outs.IsSequence()) {
+      w.Add(path + ".outputs", "must be a list of value names or {file: path}");
+    } else {
+      std::set<std::string> seen;
+      for (size_t i = 0; i < outs.size(); ++i) {
+        const std::string opath = fmt::format("{}.outputs[{}]", path, i);
+        const YAML::Node& o = outs[i];
+        if (o.IsScalar()) {
+          if (!IsIdentifier(o.Scalar())) {
+            w.Add(opath, fmt::format("'{}' is not a value name (letters, digits, '_', '-'); "
+                                     "write {{file: {}}} for a file",
+                                     o.Scalar(), o.Scalar()));
+          } else if (!seen.insert(o.Scalar()).second) {
+            w.Add(opath, fmt::format("'{}' is declared twice", o.Scalar()));
+          } else {
+            s->output_values.push_back(o.Scalar());
+          }
+        } else if (o.IsMap() && o["file"] && o["file"].IsScalar() && o.size() == 1) {
+          s->output_files.push_back(o["file"].Scalar());
+        } else {
+          w.Add(opath, "must be a value name or {file: path}");
+        }
+      }
+    }
+  }
+}
+
+// How a step runs: retries, timeout, cache and its when condition.
+void ParseStepPolicy(Walker& w, const YAML::Node& n, const std::string& path, Step* s) {
+  if (auto r = w.String(n, path, "retries")) {
+    auto v = ParseInt64(*r);
+    if (!v || *v < 0 || *v > 100) {
+      w.Add(path + ".retries", fmt::format("'{}' is not a number of retries (0..100)", *r));
+    } else {
+      s->retries = static_cast<int>(*v);
+    }
+  }
+  if (auto t = w.String(n, path, "timeout")) {
+    auto v = ParseDouble(*t);
+    if (!v || *v <= 0) {
+      w.Add(path + ".timeout", fmt::format("'{}' is not a positive number of seconds", *t));
+    } else {
+      s->timeout_s = *v;
+    }
+  }
+  if (auto c = w.String(n, path, "cache")) {
+    if (*c == "true" || *c == "false") {
+      s->cache = *c == "true";
+    } else {
+      w.Add(path + ".cache", fmt::format("'{}' is not true or false", *c));
+    }
+  }
+  if (auto when = w.String(n, path, "when")) {
+    s->when = *when;
+    auto expr = ParseCondition(*when);
+    if (!expr.ok()) {
+      w.Add(path + ".when", fmt::format("malformed condition: {}", expr.status().message()));
+    } else {
+      s->condition = std::shared_ptr<const Expr>(std::move(*expr).release());
+    }
+  }
+}
+
 void ParseStep(Walker& w, const YAML::Node& n, const std::string& path, Step* s) {
   w.CheckKeys(n, path, {"name", "command", "job", "backend", "depends", "env", "workdir",
                         "inputs", "outputs", "retries", "timeout", "cache", "when",
@@ -161,83 +248,11 @@ void ParseStep(Walker& w, const YAML::Node& n, const std::string& path, Step* s)
     w.Add(path, "needs a 'command' (argv list or shell string) or a 'job' (job spec path)");
   }
   s->depends = w.StringList(n, path, "depends");
-  if (YAML::Node env = n["env"]; env && !env.IsNull()) {
-    if (!env.IsMap()) {
-      w.Add(path + ".env", "must be a map KEY: value");
-    } else {
-      for (const auto& kv : env) {
-        std::string key = kv.first.Scalar();
-        if (!IsEnvName(key)) {
-          w.Add(path + ".env." + key, "not a valid environment variable name");
-        }
-        if (!kv.second.IsScalar()) {
-          w.Add(path + ".env." + key, "must be a single value");
-          continue;
-        }
-        s->env[key] = kv.second.Scalar();
-      }
-    }
-  }
+  ParseStepEnv(w, n, path, s);
   s->workdir = w.String(n, path, "workdir").value_or("");
   s->inputs = w.StringList(n, path, "inputs");
-  if (YAML::Node outs = n["outputs"]; outs && !outs.IsNull()) {
-    if (!outs.IsSequence()) {
-      w.Add(path + ".outputs", "must be a list of value names or {file: path}");
-    } else {
-      std::set<std::string> seen;
-      for (size_t i = 0; i < outs.size(); ++i) {
-        const std::string opath = fmt::format("{}.outputs[{}]", path, i);
-        const YAML::Node& o = outs[i];
-        if (o.IsScalar()) {
-          if (!IsIdentifier(o.Scalar())) {
-            w.Add(opath, fmt::format("'{}' is not a value name (letters, digits, '_', '-'); "
-                                     "write {{file: {}}} for a file",
-                                     o.Scalar(), o.Scalar()));
-          } else if (!seen.insert(o.Scalar()).second) {
-            w.Add(opath, fmt::format("'{}' is declared twice", o.Scalar()));
-          } else {
-            s->output_values.push_back(o.Scalar());
-          }
-        } else if (o.IsMap() && o["file"] && o["file"].IsScalar() && o.size() == 1) {
-          s->output_files.push_back(o["file"].Scalar());
-        } else {
-          w.Add(opath, "must be a value name or {file: path}");
-        }
-      }
-    }
-  }
-  if (auto r = w.String(n, path, "retries")) {
-    auto v = ParseInt64(*r);
-    if (!v || *v < 0 || *v > 100) {
-      w.Add(path + ".retries", fmt::format("'{}' is not a number of retries (0..100)", *r));
-    } else {
-      s->retries = static_cast<int>(*v);
-    }
-  }
-  if (auto t = w.String(n, path, "timeout")) {
-    auto v = ParseDouble(*t);
-    if (!v || *v <= 0) {
-      w.Add(path + ".timeout", fmt::format("'{}' is not a positive number of seconds", *t));
-    } else {
-      s->timeout_s = *v;
-    }
-  }
-  if (auto c = w.String(n, path, "cache")) {
-    if (*c == "true" || *c == "false") {
-      s->cache = *c == "true";
-    } else {
-      w.Add(path + ".cache", fmt::format("'{}' is not true or false", *c));
-    }
-  }
-  if (auto when = w.String(n, path, "when")) {
-    s->when = *when;
-    auto expr = ParseCondition(*when);
-    if (!expr.ok()) {
-      w.Add(path + ".when", fmt::format("malformed condition: {}", expr.status().message()));
-    } else {
-      s->condition = std::shared_ptr<const Expr>(std::move(*expr).release());
-    }
-  }
+  ParseStepOutputs(w, n, path, s);
+  ParseStepPolicy(w, n, path, s);
 }
 
 // Checks one reference used by step `s` at `where`.

@@ -236,28 +236,31 @@ steps:
 )",
         &problems);
   const std::string all = AllProblems(problems);
-  EXPECT_TRUE(Has(problems, "name", "lowercase")) << all;
-  EXPECT_TRUE(Has(problems, "parameters.epochs.default", "'abc' is not an int")) << all;
-  EXPECT_TRUE(Has(problems, "parameters.ratio.default", "not a float")) << all;
-  EXPECT_TRUE(Has(problems, "parameters.flag.default", "not a bool")) << all;
-  EXPECT_TRUE(Has(problems, "parameters.mode.type", "did you mean 'string'?")) << all;
-  EXPECT_TRUE(Has(problems, "parameters.pick.default", "not one of 1, 2")) << all;
-  EXPECT_TRUE(Has(problems, "steps[0].command[1]",
-                  "unknown parameter 'epoch' (did you mean 'epochs'?)")) << all;
-  EXPECT_TRUE(Has(problems, "steps[0].retries", "")) << all;
-  EXPECT_TRUE(Has(problems, "steps[0].timeout", "")) << all;
-  EXPECT_TRUE(Has(problems, "steps[0].cache", "")) << all;
-  EXPECT_TRUE(Has(problems, "steps[1].depends[1]", "unknown step 'nope'")) << all;
-  EXPECT_TRUE(Has(problems, "steps[1].when",
-                  "unknown parameter 'runtim' (did you mean 'runtime'?)")) << all;
-  EXPECT_TRUE(Has(problems, "steps[2].name", "duplicate step name 'b' (also steps[1])")) << all;
-  EXPECT_TRUE(Has(problems, "steps[3].command", "step 'a' declares no output 'missing'")) << all;
-  EXPECT_TRUE(Has(problems, "steps[3].command", "unknown step 'zzz'")) << all;
-  EXPECT_TRUE(Has(problems, "steps[3].when", "malformed condition: column 20")) << all;
-  EXPECT_TRUE(Has(problems, "steps[3].depnds", "did you mean 'depends'?")) << all;
-  EXPECT_TRUE(Has(problems, "steps[4]", "needs a 'command'")) << all;
-  EXPECT_TRUE(Has(problems, "steps[5]", "either 'command' or 'job'")) << all;
-  EXPECT_TRUE(Has(problems, "steps[6].command", "declares no output 'v'")) << all;
+  const std::pair<const char*, const char*> kExpected[] = {
+      {"name", "lowercase"},
+      {"parameters.epochs.default", "'abc' is not an int"},
+      {"parameters.ratio.default", "not a float"},
+      {"parameters.flag.default", "not a bool"},
+      {"parameters.mode.type", "did you mean 'string'?"},
+      {"parameters.pick.default", "not one of 1, 2"},
+      {"steps[0].command[1]", "unknown parameter 'epoch' (did you mean 'epochs'?)"},
+      {"steps[0].retries", ""},
+      {"steps[0].timeout", ""},
+      {"steps[0].cache", ""},
+      {"steps[1].depends[1]", "unknown step 'nope'"},
+      {"steps[1].when", "unknown parameter 'runtim' (did you mean 'runtime'?)"},
+      {"steps[2].name", "duplicate step name 'b' (also steps[1])"},
+      {"steps[3].command", "step 'a' declares no output 'missing'"},
+      {"steps[3].command", "unknown step 'zzz'"},
+      {"steps[3].when", "malformed condition: column 20"},
+      {"steps[3].depnds", "did you mean 'depends'?"},
+      {"steps[4]", "needs a 'command'"},
+      {"steps[5]", "either 'command' or 'job'"},
+      {"steps[6].command", "declares no output 'v'"},
+  };
+  for (const auto& [where, what] : kExpected) {
+    EXPECT_TRUE(Has(problems, where, what)) << where << ": " << what << "\n" << all;
+  }
 }
 
 TEST(PipelineSpecTest, OutputsOnlyFromDependencies) {

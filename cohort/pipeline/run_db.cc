@@ -114,7 +114,7 @@ constexpr const char* kRunColumns =
     "id, pipeline, spec_path, spec_yaml, base_dir, params_json, state, exit_code, started_at, "
     "ended_at, detail";
 
-RunRecord ReadRun(const Stmt& s) {
+RunRecord ReadRun(const launch::SqlStatement& s) {
   RunRecord r;
   r.id = s.Int("id");
   r.pipeline = s.Text("pipeline");
@@ -134,7 +134,7 @@ constexpr const char* kStepColumns =
     "name, state, attempts, exit_code, started_at, ended_at, outputs_json, cache_key, log_dir, "
     "detail";
 
-StepRecord ReadStep(const Stmt& s) {
+StepRecord ReadStep(const launch::SqlStatement& s) {
   StepRecord r;
   r.name = s.Text("name");
   r.state = ParseStepState(s.Text("state")).value_or(StepState::kFailed);
@@ -186,20 +186,15 @@ Status RunDb::UpdateRun(const RunRecord& r) {
 Result<RunRecord> RunDb::GetRun(int64_t id) {
   std::string sql = fmt::format("SELECT {} FROM runs WHERE id=?", kRunColumns);
   Stmt s(db_, sql.c_str());
-  COHORT_RETURN_IF_ERROR(s.ok());
   s.Bind(1, id);
-  if (s.Step() != SQLITE_ROW) return NotFound("no pipeline run {}", id);
-  return ReadRun(s);
+  return s.FirstRow(ReadRun, NotFound("no pipeline run {}", id));
 }
 
 Result<std::vector<RunRecord>> RunDb::ListRuns(int limit) {
   std::string sql = fmt::format("SELECT {} FROM runs ORDER BY id DESC LIMIT ?", kRunColumns);
   Stmt s(db_, sql.c_str());
-  COHORT_RETURN_IF_ERROR(s.ok());
   s.Bind(1, static_cast<int64_t>(limit));
-  std::vector<RunRecord> out;
-  while (s.Step() == SQLITE_ROW) out.push_back(ReadRun(s));
-  return out;
+  return s.Rows(ReadRun);
 }
 
 Status RunDb::PutStep(int64_t run_id, const StepRecord& r) {  // keeps the row (and its order)
@@ -221,11 +216,8 @@ Result<std::vector<StepRecord>> RunDb::Steps(int64_t run_id) {
   std::string sql =
       fmt::format("SELECT {} FROM steps WHERE run_id=? ORDER BY rowid", kStepColumns);
   Stmt s(db_, sql.c_str());
-  COHORT_RETURN_IF_ERROR(s.ok());
   s.Bind(1, run_id);
-  std::vector<StepRecord> out;
-  while (s.Step() == SQLITE_ROW) out.push_back(ReadStep(s));
-  return out;
+  return s.Rows(ReadStep);
 }
 
 Result<std::optional<StepRecord>> RunDb::FindCached(const std::string& pipeline,

@@ -154,11 +154,11 @@ Result<RendezvousInfo> Rendezvous::Next() {
     if (state.done) {
       return FailedPrecondition("job '{}' is already over ({})", config_.run_id, *state.done);
     }
-    const int64_t restarts = state.restarts, round = state.round;
-    if (restarts > config_.max_restarts) {
+    const int64_t round = state.round;
+    if (state.restarts > config_.max_restarts) {
       return FailedPrecondition("the job-wide restart budget is spent ({} failures, "
                                 "--max-restarts {})",
-                                restarts, config_.max_restarts);
+                                state.restarts, config_.max_restarts);
     }
     if (!state.closed_known) {
       COHORT_ASSIGN_OR_RETURN(auto closed_now, store_->Peek({RoundKey(round, "closed")},
@@ -166,103 +166,113 @@ Result<RendezvousInfo> Rendezvous::Next() {
       state.closed = std::move(closed_now[0]);
     }
     if (state.closed) {
-      if (ParseInt64(*state.closed).value_or(0) < config_.max_nodes) {
-        COHORT_LOG_INFO(kLog, "round {} is running with room; asking for a re-rendezvous",
-                        round);
-        COHORT_RETURN_IF_ERROR(
-            EndRound(round, RoundEnd{RoundEnd::Kind::kJoin, self_.host}, nullptr).status());
-      } else {
-        COHORT_LOG_INFO(kLog, "round {} is full; waiting as a spare node", round);
-      }
-      COHORT_RETURN_IF_ERROR(WaitForNextRound(round, Deadline::Infinite()));
+      const int64_t members = ParseInt64(*state.closed).value_or(0);
+      COHORT_RETURN_IF_ERROR(WaitOutRound(round, members, "is running"));
       continue;
     }
-    // Step 3.
-    COHORT_ASSIGN_OR_RETURN(int64_t slot, store_->TakeTicket(RoundKey(round, "slot"),
-                                                      CallDeadline()));
-    // With MIN = MAX the round is complete, and its size known, once slot MAX is taken:
-    // that node closes it in the same write that publishes its record, so no other node
-    // has to write (or anyone wait for a last call).
-    const bool fixed_size = config_.min_nodes == config_.max_nodes;
-    std::vector<std::string> publish = {RoundKey(round, fmt::format("node{}", slot)),
-                                        RoundKey(round, fmt::format("hb{}", slot))};
-    std::vector<std::string> values = {self_.ToJson(), "0"};
-    if (fixed_size && slot == config_.max_nodes) {
-      publish.push_back(RoundKey(round, "closed"));
-      values.push_back(std::to_string(config_.max_nodes));
-    }
-    COHORT_RETURN_IF_ERROR(store_->MultiSet(publish, values, CallDeadline()));
-    // Step 4.
-    Status enough = store_->Wait({RoundKey(round, fmt::format("node{}", config_.min_nodes))},
-                                 join_deadline);
-    if (!enough.ok()) {
-      if (!IsTimeout(enough)) return enough;
-      auto joined = store_->CountTickets(RoundKey(round, "slot"), CallDeadline());
-      return DeadlineExceeded(
-          "rendezvous '{}' timed out: {} of the minimum {} node(s) joined round {} within the "
-          "join timeout of {} s",
-          config_.run_id, joined.ok() ? *joined : -1, config_.min_nodes, round,
-          std::chrono::duration_cast<std::chrono::seconds>(config_.join_timeout).count());
-    }
-    // Step 5 (nothing to wait for when MIN = MAX: node<MAX> exists already).
-    bool full = config_.max_nodes == config_.min_nodes;
-    if (!full) {
-      COHORT_ASSIGN_OR_RETURN(bool closed,
-                              store_->Check({RoundKey(round, "closed")}, CallDeadline()));
-      if (!closed) {
-        Status waited = store_->Wait({RoundKey(round, fmt::format("node{}", config_.max_nodes))},
-                                     Deadline::After(config_.last_call).Earlier(join_deadline));
-        if (!waited.ok() && !IsTimeout(waited)) return waited;
-        full = waited.ok();
-      }
-    }
-    // Step 6 (when node<MAX> exists, MAX slots are taken: no need to count them; with
-    // MIN = MAX the node that took slot MAX closed the round when it wrote node<MAX>).
-    int64_t members = config_.max_nodes;
-    if (!fixed_size) {
-      int64_t proposal = config_.max_nodes;
-      if (!full) {
-        COHORT_ASSIGN_OR_RETURN(int64_t taken, store_->CountTickets(RoundKey(round, "slot"),
-                                                                    CallDeadline()));
-        proposal = std::min<int64_t>(taken, config_.max_nodes);
-      }
-      COHORT_ASSIGN_OR_RETURN(std::string closed_value,
-                              store_->CompareSet(RoundKey(round, "closed"), "",
-                                                 std::to_string(proposal), CallDeadline()));
-      members = ParseInt64(closed_value).value_or(0);
-    }
-    if (members <= 0) return DataLoss("round {} closed with a bad member count", round);
+    COHORT_ASSIGN_OR_RETURN(int64_t slot, TakeSlot(round));
+    COHORT_ASSIGN_OR_RETURN(int64_t members, CloseRound(round, join_deadline));
     // Step 7.
     if (slot > members) {
-      if (members < config_.max_nodes) {
-        COHORT_RETURN_IF_ERROR(
-            EndRound(round, RoundEnd{RoundEnd::Kind::kJoin, self_.host}, nullptr).status());
-      } else {
-        COHORT_LOG_INFO(kLog, "round {} closed with {} nodes; waiting as a spare", round,
-                        members);
-      }
-      COHORT_RETURN_IF_ERROR(WaitForNextRound(round, Deadline::Infinite()));
+      COHORT_RETURN_IF_ERROR(WaitOutRound(round, members, "closed"));
       continue;
     }
-    // Step 8.
-    std::vector<std::string> keys;
-    for (int64_t s = 1; s <= members; ++s) keys.push_back(RoundKey(round, fmt::format("node{}", s)));
-    COHORT_ASSIGN_OR_RETURN(std::vector<std::string> records,
-                            store_->MultiGet(keys, join_deadline.Earlier(CallDeadline())));
-    RendezvousInfo info;
-    info.round = round;
-    info.slot = static_cast<int>(slot);
-    info.group_rank = static_cast<int>(slot - 1);
-    info.group_world_size = static_cast<int>(members);
-    info.restart_count = restarts;
-    info.store_prefix = fmt::format("rdzv/{}/r{}/w", config_.run_id, round);
-    for (const auto& r : records) {
-      COHORT_ASSIGN_OR_RETURN(NodeInfo node, NodeInfo::FromJson(r));
-      info.peers.push_back(std::move(node));
-    }
-    COHORT_LOG_DEBUG(kLog, "round {}: node {} of {}", round, info.group_rank, members);
-    return info;
+    return ReadMembers(round, slot, members, state.restarts, join_deadline);
   }
+}
+
+// Step 3: a slot in the round, and this node's record and heartbeat under it. With
+// MIN = MAX the round is complete, and its size known, once slot MAX is taken: that node
+// closes it in the same write that publishes its record, so no other node has to write
+// (or anyone wait for a last call).
+Result<int64_t> Rendezvous::TakeSlot(int64_t round) {
+  COHORT_ASSIGN_OR_RETURN(int64_t slot,
+                          store_->TakeTicket(RoundKey(round, "slot"), CallDeadline()));
+  std::vector<std::string> publish = {RoundKey(round, fmt::format("node{}", slot)),
+                                      RoundKey(round, fmt::format("hb{}", slot))};
+  std::vector<std::string> values = {self_.ToJson(), "0"};
+  if (config_.min_nodes == config_.max_nodes && slot == config_.max_nodes) {
+    publish.push_back(RoundKey(round, "closed"));
+    values.push_back(std::to_string(config_.max_nodes));
+  }
+  COHORT_RETURN_IF_ERROR(store_->MultiSet(publish, values, CallDeadline()));
+  return slot;
+}
+
+// Steps 4-6: waits for MIN nodes and the last call, then closes the round (or learns how
+// another node closed it); returns its member count.
+Result<int64_t> Rendezvous::CloseRound(int64_t round, Deadline join_deadline) {
+  // Step 4.
+  Status enough = store_->Wait({RoundKey(round, fmt::format("node{}", config_.min_nodes))},
+                               join_deadline);
+  if (!enough.ok()) {
+    if (!IsTimeout(enough)) return enough;
+    auto joined = store_->CountTickets(RoundKey(round, "slot"), CallDeadline());
+    return DeadlineExceeded(
+        "rendezvous '{}' timed out: {} of the minimum {} node(s) joined round {} within the "
+        "join timeout of {} s",
+        config_.run_id, joined.ok() ? *joined : -1, config_.min_nodes, round,
+        std::chrono::duration_cast<std::chrono::seconds>(config_.join_timeout).count());
+  }
+  // Step 5 (nothing to wait for when MIN = MAX: node<MAX> exists already), and step 6:
+  // with MIN = MAX the node that took slot MAX closed the round when it wrote node<MAX>.
+  if (config_.min_nodes == config_.max_nodes) return config_.max_nodes;
+  bool full = false;
+  COHORT_ASSIGN_OR_RETURN(bool closed, store_->Check({RoundKey(round, "closed")}, CallDeadline()));
+  if (!closed) {
+    Status waited = store_->Wait({RoundKey(round, fmt::format("node{}", config_.max_nodes))},
+                                 Deadline::After(config_.last_call).Earlier(join_deadline));
+    if (!waited.ok() && !IsTimeout(waited)) return waited;
+    full = waited.ok();
+  }
+  // When node<MAX> exists, MAX slots are taken: no need to count them.
+  int64_t proposal = config_.max_nodes;
+  if (!full) {
+    COHORT_ASSIGN_OR_RETURN(int64_t taken,
+                            store_->CountTickets(RoundKey(round, "slot"), CallDeadline()));
+    proposal = std::min<int64_t>(taken, config_.max_nodes);
+  }
+  COHORT_ASSIGN_OR_RETURN(std::string closed_value,
+                          store_->CompareSet(RoundKey(round, "closed"), "",
+                                             std::to_string(proposal), CallDeadline()));
+  const int64_t members = ParseInt64(closed_value).value_or(0);
+  if (members <= 0) return DataLoss("round {} closed with a bad member count", round);
+  return members;
+}
+
+// Steps 2 and 7 for a node outside a closed round: ask for a re-rendezvous when the round
+// has room (N < MAX), then wait for the round to end.
+Status Rendezvous::WaitOutRound(int64_t round, int64_t members, std::string_view how) {
+  if (members < config_.max_nodes) {
+    COHORT_LOG_INFO(kLog, "round {} {} with room; asking for a re-rendezvous", round, how);
+    COHORT_RETURN_IF_ERROR(
+        EndRound(round, RoundEnd{RoundEnd::Kind::kJoin, self_.host}, nullptr).status());
+  } else {
+    COHORT_LOG_INFO(kLog, "round {} {} with {} nodes; waiting as a spare", round, how, members);
+  }
+  return WaitForNextRound(round, Deadline::Infinite());
+}
+
+// Step 8: the N node records in one MultiGet; this node's group rank is S - 1.
+Result<RendezvousInfo> Rendezvous::ReadMembers(int64_t round, int64_t slot, int64_t members,
+                                               int64_t restarts, Deadline join_deadline) {
+  std::vector<std::string> keys;
+  for (int64_t s = 1; s <= members; ++s) keys.push_back(RoundKey(round, fmt::format("node{}", s)));
+  COHORT_ASSIGN_OR_RETURN(std::vector<std::string> records,
+                          store_->MultiGet(keys, join_deadline.Earlier(CallDeadline())));
+  RendezvousInfo info;
+  info.round = round;
+  info.slot = static_cast<int>(slot);
+  info.group_rank = static_cast<int>(slot - 1);
+  info.group_world_size = static_cast<int>(members);
+  info.restart_count = restarts;
+  info.store_prefix = fmt::format("rdzv/{}/r{}/w", config_.run_id, round);
+  for (const auto& r : records) {
+    COHORT_ASSIGN_OR_RETURN(NodeInfo node, NodeInfo::FromJson(r));
+    info.peers.push_back(std::move(node));
+  }
+  COHORT_LOG_DEBUG(kLog, "round {}: node {} of {}", round, info.group_rank, members);
+  return info;
 }
 
 std::string RoundEnd::Encode() const {

@@ -144,6 +144,12 @@ class Rendezvous {
   Result<JobState> ReadJobState();
   Status AdvanceRound(int64_t round);
   Status WaitForNextRound(int64_t round, Deadline join_deadline);
+  // The steps of Next (the protocol is written out above it in rendezvous.cc).
+  Result<int64_t> TakeSlot(int64_t round);
+  Result<int64_t> CloseRound(int64_t round, Deadline join_deadline);
+  Status WaitOutRound(int64_t round, int64_t members, std::string_view how);
+  Result<RendezvousInfo> ReadMembers(int64_t round, int64_t slot, int64_t members,
+                                     int64_t restarts, Deadline join_deadline);
 
   std::shared_ptr<store::Store> store_;
   RendezvousConfig config_;

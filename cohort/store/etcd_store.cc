@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <thread>
 
+#include "cohort/base/backoff.h"
 #include "cohort/base/log.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
@@ -299,7 +300,7 @@ struct EtcdStore::Impl {
   }
 
   // Sleeps up to `d` (or until the deadline), returning early on Abort().
-  void Backoff(Duration d, Deadline deadline) {
+  void Pause(Duration d, Deadline deadline) {
     std::unique_lock<std::mutex> lock(abort_mu);
     abort_cv.wait_until(lock, std::min(SteadyClock::now() + d, deadline.time()),
                         [&] { return aborted.load(); });
@@ -407,7 +408,7 @@ struct EtcdStore::Impl {
     bool only_refused = true;  // every failure so far was a connection failure
     bool renewed = false;
     size_t failures_in_cycle = 0;
-    Duration backoff = std::chrono::milliseconds(20);
+    cohort::Backoff backoff(std::chrono::milliseconds(20), std::chrono::milliseconds(500), d);
     for (;;) {
       if (aborted) return Cancelled("etcd store client aborted");
       if (d.expired()) {
@@ -467,8 +468,7 @@ struct EtcdStore::Impl {
         Rotate(idx);
         if (++failures_in_cycle >= urls.size()) {
           failures_in_cycle = 0;
-          Backoff(backoff, d);
-          backoff = std::min<Duration>(backoff * 2, std::chrono::milliseconds(500));
+          Pause(backoff.Next(), d);
         }
       }
     }
@@ -671,7 +671,7 @@ struct EtcdStore::Impl {
       }
       if (w.status().code() == StatusCode::kUnavailable && !deadline.expired()) {
         COHORT_LOG_DEBUG(kLog, "{}; reading again", w.status().message());
-        Backoff(std::chrono::milliseconds(20), deadline);
+        Pause(std::chrono::milliseconds(20), deadline);
         continue;
       }
       return w.status();

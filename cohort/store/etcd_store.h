@@ -60,22 +60,7 @@ class EtcdStore final : public Store {
                                                     Deadline deadline);
   ~EtcdStore() override;  // stops the keep-alive thread and revokes the lease
 
-  Status Set(std::string_view key, std::string_view value, Deadline deadline) override;
-  Result<std::string> Get(std::string_view key, Deadline deadline) override;
-  Result<int64_t> Add(std::string_view key, int64_t delta, Deadline deadline) override;
-  Result<std::string> CompareSet(std::string_view key, std::string_view expected,
-                                 std::string_view desired, Deadline deadline) override;
-  Status Wait(const std::vector<std::string>& keys, Deadline deadline) override;
-  Result<bool> Check(const std::vector<std::string>& keys, Deadline deadline) override;
-  Result<std::vector<std::optional<std::string>>> Peek(const std::vector<std::string>& keys,
-                                                       Deadline deadline) override;
-  Result<bool> Delete(std::string_view key, Deadline deadline) override;
-  Result<int64_t> NumKeys(Deadline deadline) override;
-  Result<std::vector<std::string>> MultiGet(const std::vector<std::string>& keys,
-                                            Deadline deadline) override;
-  Status MultiSet(const std::vector<std::string>& keys, const std::vector<std::string>& values,
-                  Deadline deadline) override;
-  void Abort() override;
+  COHORT_STORE_METHODS(override);  // the Store interface (store.h)
   // Each ticket is its own key under "<key>/t/"; a caller's position is the number of
   // ticket keys once its own is written (one txn: put, then count; no compare-and-swap
   // retries however many callers race).

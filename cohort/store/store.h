@@ -62,6 +62,27 @@ class Store {
 };
 
 // Wraps a store and prefixes every key with "<prefix>/". NumKeys counts the whole store.
+// Declares every method of the Store interface in a class that implements it, so each
+// store's header states "all of Store" in one line and no list can drift from the
+// interface: COHORT_STORE_METHODS(override);
+#define COHORT_STORE_METHODS(specifier)                                                    \
+  Status Set(std::string_view key, std::string_view value, Deadline deadline) specifier;   \
+  Result<std::string> Get(std::string_view key, Deadline deadline) specifier;              \
+  Result<int64_t> Add(std::string_view key, int64_t delta, Deadline deadline) specifier;   \
+  Result<std::string> CompareSet(std::string_view key, std::string_view expected,          \
+                                 std::string_view desired, Deadline deadline) specifier;   \
+  Status Wait(const std::vector<std::string>& keys, Deadline deadline) specifier;          \
+  Result<bool> Check(const std::vector<std::string>& keys, Deadline deadline) specifier;   \
+  Result<std::vector<std::optional<std::string>>> Peek(const std::vector<std::string>& keys, \
+                                                       Deadline deadline) specifier;       \
+  Result<bool> Delete(std::string_view key, Deadline deadline) specifier;                  \
+  Result<int64_t> NumKeys(Deadline deadline) specifier;                                    \
+  Result<std::vector<std::string>> MultiGet(const std::vector<std::string>& keys,          \
+                                            Deadline deadline) specifier;                  \
+  Status MultiSet(const std::vector<std::string>& keys,                                    \
+                  const std::vector<std::string>& values, Deadline deadline) specifier;    \
+  void Abort() specifier
+
 class PrefixStore final : public Store {
  public:
   PrefixStore(std::string prefix, std::shared_ptr<Store> base)

@@ -305,23 +305,9 @@ class StoreServer::Impl {
         return;
       case Op::kGet:
       case Op::kWait:
-      case Op::kMultiGet: {
-        if (op == Op::kGet) {
-          if (!r.Str(&key)) return malformed();
-          keys.push_back(key);
-        } else if (!r.StrList(&keys, protocol::kMaxKeysPerRequest)) {
-          return malformed();
-        }
-        if (!r.I64(&number) || !r.AtEnd() || number < -1) return malformed();
-        number = std::min(number, protocol::kMaxWaitMs);
-        auto waiter = std::make_shared<Waiter>(io_, conn, id, op, std::move(keys));
-        if (state_.ContainsAll(waiter->keys)) {
-          Answer(*waiter, conn);
-          return;
-        }
-        Park(conn, waiter, number);
+      case Op::kMultiGet:
+        if (!HandleWait(conn, r, op, id)) return malformed();
         return;
-      }
       case Op::kAdd: {
         if (!r.Str(&key) || !r.I64(&number) || !r.AtEnd()) return malformed();
         auto result = state_.Add(key, number);
@@ -369,20 +355,47 @@ class StoreServer::Impl {
         return;
       case Op::kPeek: {
         if (!r.StrList(&keys, protocol::kMaxKeysPerRequest) || !r.AtEnd()) return malformed();
-        auto response = OkResponse(id);
-        response.U32(static_cast<uint32_t>(keys.size()));
-        for (const auto& k : keys) {
-          const std::string* v = state_.Find(k);
-          response.U8(v ? 1 : 0);
-          if (v) response.Str(*v);
-        }
-        Send(conn, std::move(response.Finish()));
+        Send(conn, PeekResponse(id, keys));
         return;
       }
       case Op::kHello:
         return Reject(conn, "second HELLO on an open connection");
     }
     Reject(conn, fmt::format("unknown opcode {}", raw_op));
+  }
+
+  // GET, WAIT and MULTI_GET: answered now when every key exists, else parked until they
+  // do or the request's timeout. False when the request is malformed.
+  bool HandleWait(const std::shared_ptr<Connection>& conn, net::Reader& r, Op op, uint64_t id) {
+    std::vector<std::string> keys;
+    if (op == Op::kGet) {
+      std::string key;
+      if (!r.Str(&key)) return false;
+      keys.push_back(std::move(key));
+    } else if (!r.StrList(&keys, protocol::kMaxKeysPerRequest)) {
+      return false;
+    }
+    int64_t timeout_ms;
+    if (!r.I64(&timeout_ms) || !r.AtEnd() || timeout_ms < -1) return false;
+    auto waiter = std::make_shared<Waiter>(io_, conn, id, op, std::move(keys));
+    if (state_.ContainsAll(waiter->keys)) {
+      Answer(*waiter, conn);
+    } else {
+      Park(conn, waiter, std::min(timeout_ms, protocol::kMaxWaitMs));
+    }
+    return true;
+  }
+
+  // PEEK: each key's value if it exists, without waiting.
+  std::string PeekResponse(uint64_t id, const std::vector<std::string>& keys) {
+    auto response = OkResponse(id);
+    response.U32(static_cast<uint32_t>(keys.size()));
+    for (const auto& k : keys) {
+      const std::string* v = state_.Find(k);
+      response.U8(v ? 1 : 0);
+      if (v) response.Str(*v);
+    }
+    return std::move(response.Finish());
   }
 
   // Step 1 of every connection: HELLO(magic, version, token). Anything else is refused.

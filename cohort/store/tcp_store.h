@@ -48,23 +48,8 @@ class TcpStore final : public Store {
   static ProbeResult Probe(const TcpStoreOptions& options, Deadline deadline);
   ~TcpStore() override;
 
-  Status Set(std::string_view key, std::string_view value, Deadline deadline) override;
-  Result<std::string> Get(std::string_view key, Deadline deadline) override;
-  Result<int64_t> Add(std::string_view key, int64_t delta, Deadline deadline) override;
-  Result<std::string> CompareSet(std::string_view key, std::string_view expected,
-                                 std::string_view desired, Deadline deadline) override;
-  Status Wait(const std::vector<std::string>& keys, Deadline deadline) override;
-  Result<bool> Check(const std::vector<std::string>& keys, Deadline deadline) override;
-  Result<std::vector<std::optional<std::string>>> Peek(const std::vector<std::string>& keys,
-                                                       Deadline deadline) override;
-  Result<bool> Delete(std::string_view key, Deadline deadline) override;
-  Result<int64_t> NumKeys(Deadline deadline) override;
-  Result<std::vector<std::string>> MultiGet(const std::vector<std::string>& keys,
-                                            Deadline deadline) override;
-  Status MultiSet(const std::vector<std::string>& keys, const std::vector<std::string>& values,
-                  Deadline deadline) override;
+  COHORT_STORE_METHODS(override);  // the Store interface (store.h)
   Status Ping(Deadline deadline);
-  void Abort() override;
 
   std::string endpoint() const;
 

@@ -305,13 +305,17 @@ bool Executor::RunIfNext(const CohortWork* work) {
     queue_.pop_front();
     running_ = true;
   }
+  RunTaken(item);  // then the worker takes what was issued behind it
+  return true;
+}
+
+void Executor::RunTaken(Item& item) {
   Run(item);
   {
     std::lock_guard<std::mutex> lock(mu_);
     running_ = false;
   }
-  cv_.notify_all();  // the worker takes what was issued behind it
-  return true;
+  cv_.notify_all();
 }
 
 void Executor::Loop() {
@@ -325,12 +329,7 @@ void Executor::Loop() {
       queue_.pop_front();
       running_ = true;
     }
-    Run(item);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      running_ = false;
-    }
-    cv_.notify_all();
+    RunTaken(item);
   }
 }
 
@@ -510,20 +509,25 @@ c10::intrusive_ptr<c10d::Work> CohortProcessGroup::_allgather_base(
   });
 }
 
+std::vector<at::Tensor> CohortProcessGroup::RootList(
+    const std::vector<std::vector<at::Tensor>>& lists, int64_t root, const at::Tensor& like,
+    const char* op, const char* which) const {
+  CheckRoot(root, size_);
+  if (rank_ != root) {
+    TORCH_CHECK(lists.empty() || lists[0].empty(), "cohort backend: ", op, " takes ", which,
+                " tensors on the root only");
+    return {};
+  }
+  CheckPerRankList(lists, size_, like, op, which);
+  return lists[0];
+}
+
 c10::intrusive_ptr<c10d::Work> CohortProcessGroup::gather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::GatherOptions& opts) {
   CheckSingle(inputs, "gather");
-  CheckRoot(opts.rootRank, size_);
   const int root = static_cast<int>(opts.rootRank);
-  std::vector<at::Tensor> outs;
-  if (rank_ == root) {
-    CheckPerRankList(outputs, size_, inputs[0], "gather", "output");
-    outs = outputs[0];
-  } else {
-    TORCH_CHECK(outputs.empty() || outputs[0].empty(),
-                "cohort backend: gather takes output tensors on the root only");
-  }
+  std::vector<at::Tensor> outs = RootList(outputs, root, inputs[0], "gather", "output");
   at::Tensor in = inputs[0];
   return Enqueue(OpType::GATHER, outs, [this, in, outs, root]() mutable {
     at::Tensor d = Dense(in);
@@ -539,16 +543,8 @@ c10::intrusive_ptr<c10d::Work> CohortProcessGroup::scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ScatterOptions& opts) {
   CheckSingle(outputs, "scatter");
-  CheckRoot(opts.rootRank, size_);
   const int root = static_cast<int>(opts.rootRank);
-  std::vector<at::Tensor> ins;
-  if (rank_ == root) {
-    CheckPerRankList(inputs, size_, outputs[0], "scatter", "input");
-    ins = inputs[0];
-  } else {
-    TORCH_CHECK(inputs.empty() || inputs[0].empty(),
-                "cohort backend: scatter takes input tensors on the root only");
-  }
+  std::vector<at::Tensor> ins = RootList(inputs, root, outputs[0], "scatter", "input");
   at::Tensor out = outputs[0];
   return Enqueue(OpType::SCATTER, outputs, [this, out, ins, root]() mutable {
     at::Tensor o = Dense(out);

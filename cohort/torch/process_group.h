@@ -49,6 +49,8 @@ class Executor {
   using Item = std::pair<c10::intrusive_ptr<CohortWork>, Task>;
   void Loop();
   static void Run(Item& item);
+  // Runs an item taken from the queue (running_ set), then lets the next one go.
+  void RunTaken(Item& item);
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Item> queue_;  // mu_
@@ -133,6 +135,11 @@ class CohortProcessGroup final : public c10d::ProcessGroup {
   // (blocks laid end to end) go to rank j and `recv_counts[j]` come from it into `out`.
   void UnevenAllToAll(const at::Tensor& in, const std::vector<int64_t>& send_counts,
                       at::Tensor& out, const std::vector<int64_t>& recv_counts);
+  // gather's outputs or scatter's inputs: one tensor per rank like `like` on the root,
+  // none elsewhere (checked, as is the root).
+  std::vector<at::Tensor> RootList(const std::vector<std::vector<at::Tensor>>& lists,
+                                   int64_t root, const at::Tensor& like, const char* op,
+                                   const char* which) const;
 
   std::shared_ptr<store::Store> store_;  // torch's store, adapted; kept for the group's life
   std::unique_ptr<comm::Communicator> comm_;

@@ -17,9 +17,10 @@
 // all parameters>` and rank 0 also `param_digest <crc32>`. With --tensorboard-dir, rank 0 also writes
 // TensorBoard scalars (docs/tensorboard.md).
 //
-// Exit codes: 0 ok, 2 usage (unknown flag, model, data set or optimizer), 3 data set
-// missing or malformed, 4 checkpoint from another model/optimizer/seed, 5 communication
-// failure, 10 could not join the job (worker_env.h), 70 internal error (torch, I/O).
+// Exit codes (cohort/base/exit_codes.h): 0 ok, 2 usage (unknown flag, model, data set or
+// optimizer), 10 could not join the job (worker_env.h), 11 data set missing or malformed,
+// 12 checkpoint from another model/optimizer/seed, 13 communication failure, 70 internal
+// error (torch, I/O).
 // Nothing is written before inputs are validated.
 //
 // Test hook: with COHORT_TRAIN_FAULT_RANK=r and COHORT_TRAIN_FAULT_STEP=s in the
@@ -186,8 +187,7 @@ std::pair<int64_t, int64_t> Evaluate(Classifier& model, const Dataset& test,
   return {counts[0], counts[1]};
 }
 
-int Run(const Flags& f) {
-  // 1. Validate names before touching anything.
+void ValidateFlags(const Flags& f) {
   if (!Contains(ModelNames(), f.model)) {
     throw Exit(kExitUsage, fmt::format("unknown --model '{}' (choose one of: {})", f.model,
                                        Join(ModelNames())));
@@ -206,308 +206,415 @@ int Run(const Flags& f) {
   if (f.dataset != "synthetic" && f.data_dir.empty()) {
     throw Exit(kExitUsage, fmt::format("--data-dir is required for --dataset {}", f.dataset));
   }
-  ConfigureThreads();
+}
 
-  // 2. Data (before joining the job: a bad directory fails fast on every rank).
-  Result<Dataset> train_r = LoadDataset(f.dataset, f.data_dir, /*train=*/true, f.seed);
-  Require(train_r.status(), kExitData, "loading the training set");
-  Result<Dataset> test_r = LoadDataset(f.dataset, f.data_dir, /*train=*/false, f.seed);
-  Require(test_r.status(), kExitData, "loading the test set");
-  Dataset& train_set = *train_r;
-  Dataset& test_set = *test_r;
+Dataset LoadOrExit(const Flags& f, bool train) {
+  Result<Dataset> d = LoadDataset(f.dataset, f.data_dir, train, f.seed);
+  Require(d.status(), kExitData, train ? "loading the training set" : "loading the test set");
+  return std::move(*d);
+}
 
-  // 3. Communicator.
-  // The job's communicator: every rank of WORLD_SIZE, or this process alone when it was
-  // not started by a launcher. No communicator object for a world of one (no collectives).
+// This process's place in the job: the communicator of every rank of WORLD_SIZE, or none
+// for a world of one (run by hand, or one worker: no collectives).
+struct Membership {
   std::unique_ptr<comm::Communicator> comm;
-  {
-    auto c = comm::Communicator::FromEnvironment();
-    Require(c.status(), kExitCannotJoinJob, "cannot join the job's communicator");
-    if ((*c)->size() > 1) comm = std::move(*c);
-  }
-  const int rank = comm ? comm->rank() : 0;
-  const int world = comm ? comm->size() : 1;
-  // Read once (FromEnvironment validated it); not ok when run by hand.
-  const Result<WorkerEnv> launched = ReadWorkerEnv();
-  fmt::print("rank {} of {}: transport {}, round {}\n", rank, world,
-             comm ? comm->topology() : "self", launched.ok() ? launched->round : 0);
+  int rank = 0;
+  int world = 1;
+  Result<WorkerEnv> launched = Status(StatusCode::kNotFound, "not started by a launcher");
+  bool leader() const { return rank == 0; }
+};
+
+Membership JoinJob() {
+  Membership m;
+  auto c = comm::Communicator::FromEnvironment();
+  Require(c.status(), kExitCannotJoinJob, "cannot join the job's communicator");
+  if ((*c)->size() > 1) m.comm = std::move(*c);
+  m.rank = m.comm ? m.comm->rank() : 0;
+  m.world = m.comm ? m.comm->size() : 1;
+  m.launched = ReadWorkerEnv();  // FromEnvironment validated it; not ok when run by hand
+  fmt::print("rank {} of {}: transport {}, round {}\n", m.rank, m.world,
+             m.comm ? m.comm->topology() : "self", m.launched.ok() ? m.launched->round : 0);
   std::fflush(stdout);
-  const bool leader = rank == 0;
-  if (!leader) log::SetLevel("warn");
+  return m;
+}
 
-  // 4. Model and optimizer, seeded identically on every rank.
-  torch::manual_seed(f.seed);
-  auto model_r = MakeModel(f.model, train_set.shape());
-  Require(model_r.status(), kExitUsage, "building the model");
-  std::shared_ptr<Classifier> model = *model_r;
-  std::unique_ptr<torch::optim::Optimizer> optimizer;
+std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const Flags& f, Classifier& model) {
   if (f.optimizer == "sgd") {
-    optimizer = std::make_unique<torch::optim::SGD>(
-        model->parameters(),
+    return std::make_unique<torch::optim::SGD>(
+        model.parameters(),
         torch::optim::SGDOptions(f.lr).momentum(f.momentum).weight_decay(f.weight_decay));
-  } else {
-    optimizer = std::make_unique<torch::optim::Adam>(
-        model->parameters(), torch::optim::AdamOptions(f.lr).weight_decay(f.weight_decay));
   }
+  return std::make_unique<torch::optim::Adam>(
+      model.parameters(), torch::optim::AdamOptions(f.lr).weight_decay(f.weight_decay));
+}
 
-  // 5. Resume from the newest valid checkpoint; every rank must pick the same step.
-  DistributedSampler sampler(train_set.size(), rank, world, f.batch_size,
-                             SamplerOptions{.seed = f.seed});
-  TrainState state{.seed = f.seed, .world_size = world, .batch_size = f.batch_size};
-  std::unique_ptr<Checkpointer> checkpointer;
-  if (!f.checkpoint_dir.empty()) {
-    checkpointer = std::make_unique<Checkpointer>(f.checkpoint_dir, f.model, f.optimizer, f.keep);
-    Result<TrainState> loaded = checkpointer->LoadLatest(*model, optimizer.get());
-    if (loaded.ok()) {
-      if (loaded->seed != f.seed) {
-        throw Exit(kExitCheckpoint,
-                   fmt::format("checkpoint {} was trained with --seed {}, not {}",
-                               checkpointer->loaded_path(), loaded->seed, f.seed));
-      }
-      TrainState restored = *loaded;
-      if (restored.world_size != world || restored.batch_size != f.batch_size) {
-        // Elastic resume: keep the number of samples consumed this epoch, rounded down.
-        int64_t consumed = restored.batch_in_epoch * restored.batch_size * restored.world_size;
-        restored.batch_in_epoch = consumed / (int64_t{f.batch_size} * world);
-        COHORT_LOG_WARN("train",
-                        "checkpoint from world size {} batch {}; resuming with world size {} "
-                        "batch {} at batch {} of epoch {} (not bit-identical to either run)",
-                        loaded->world_size, loaded->batch_size, world, f.batch_size,
-                        restored.batch_in_epoch, restored.epoch);
-        restored.world_size = world;
-        restored.batch_size = f.batch_size;
-      }
-      state = restored;
-      if (leader) {
-        fmt::print("resumed from {} at step {} (epoch {}, batch {})\n",
-                   checkpointer->loaded_path(), state.global_step, state.epoch + 1,
-                   state.batch_in_epoch);
-      }
-    } else if (loaded.status().code() == StatusCode::kFailedPrecondition ||
-               loaded.status().code() == StatusCode::kDataLoss) {
-      throw Exit(kExitCheckpoint, loaded.status().message());
-    } else if (loaded.status().code() != StatusCode::kNotFound) {
-      Require(loaded.status(), kExitInternal, "reading checkpoints");
+DdpOptions DdpOptionsOf(const Flags& f) {
+  DdpOptions o;
+  if (f.bf16_grads || f.grad_compression == "bf16") {
+    o.compression = GradCompression::kBf16;
+  } else if (f.grad_compression == "fp16") {
+    o.compression = GradCompression::kFp16;
+  }
+  return o;
+}
+
+// A checkpoint's position at another world size or batch: the number of samples consumed
+// this epoch is kept, rounded down to a whole batch of the new job.
+TrainState Rescaled(TrainState restored, int world, int batch_size) {
+  int64_t consumed = restored.batch_in_epoch * restored.batch_size * restored.world_size;
+  COHORT_LOG_WARN("train",
+                  "checkpoint from world size {} batch {}; resuming with world size {} "
+                  "batch {} at batch {} of epoch {} (not bit-identical to either run)",
+                  restored.world_size, restored.batch_size, world, batch_size,
+                  consumed / (int64_t{batch_size} * world), restored.epoch);
+  restored.batch_in_epoch = consumed / (int64_t{batch_size} * world);
+  restored.world_size = world;
+  restored.batch_size = batch_size;
+  return restored;
+}
+
+// Rank 0's console line, JSON metrics record and TensorBoard scalars, and every rank's own
+// gauges for the agent's /metrics (exporter.h). Optional outputs fail soft: a TensorBoard
+// write error warns once and training goes on.
+class Reporter {
+ public:
+  Reporter(const Flags& f, bool leader)
+      : f_(f), leader_(leader), file_(leader ? f.metrics_file : "") {
+    if (!leader || f.tensorboard_dir.empty()) return;
+    auto w = metrics::EventWriter::Open(f.tensorboard_dir);
+    if (w.ok()) {
+      tensorboard_ = std::move(*w);
+    } else {
+      Warn(w.status());
     }
   }
-  if (comm) {
-    int64_t step = state.global_step;
-    Require(comm->Broadcast(&step, 1, comm::DataType::kI64, 0)->Wait(Deadline::AfterMs(300000)),
+
+  struct Window {
+    int64_t step, total_steps, per_epoch, shown_epoch, shown_batch;
+    double epoch_progress;  // epochs done, fractional
+    double loss, seconds, comm_wait_seconds, elapsed_seconds;
+    double steps;       // in this window
+    double steps_done;  // since this process started training
+    int world;
+  };
+
+  void Progress(const Window& w) {
+    auto& reg = metrics::DefaultRegistry();
+    const double window = std::max(w.seconds, 1e-9);
+    reg.GetGauge("cohort_train_step", "Optimizer steps done").Set(double(w.step));
+    reg.GetGauge("cohort_train_epoch", "Epochs done (fractional)")
+        .Set(double(w.step) / double(std::max<int64_t>(w.per_epoch, 1)));
+    reg.GetGauge("cohort_train_loss", "Mean training loss over the last window, all ranks")
+        .Set(w.loss);
+    reg.GetGauge("cohort_train_samples_per_second", "Samples this rank trained per second")
+        .Set(w.steps * double(f_.batch_size) / window);
+    reg.GetGauge("cohort_train_comm_wait_fraction",
+                 "Share of the last window spent waiting for gradient allreduce")
+        .Set(w.comm_wait_seconds / window);
+    reg.GetHistogram("cohort_train_step_seconds", "Time per optimizer step (window mean)",
+                     metrics::SecondsBuckets())
+        .Observe(window / std::max(w.steps, 1.0));
+    if (!leader_) return;
+    const double sps = w.steps * double(f_.batch_size) * w.world / window;
+    const double eta = w.elapsed_seconds / std::max(w.steps_done, 1.0) *
+                       double(w.total_steps - w.step);
+    fmt::print("epoch {}/{} step {}/{} (batch {}/{}) loss {:.4f} samples/s {:.0f} "
+               "comm_wait {:.1f}% eta {}\n",
+               w.shown_epoch, f_.epochs, w.step, w.total_steps, w.shown_batch, w.per_epoch,
+               w.loss, sps, 100.0 * w.comm_wait_seconds / window, Hms(eta));
+    std::fflush(stdout);
+    file_.Write({{"event", "step"},
+                 {"step", w.step},
+                 {"epoch", w.shown_epoch},
+                 {"loss", w.loss},
+                 {"samples_per_s", sps},
+                 {"comm_wait_s", w.comm_wait_seconds},
+                 {"window_s", w.seconds},
+                 {"elapsed_s", w.elapsed_seconds},
+                 {"world_size", w.world}});
+    Scalars(w.step, {{"train/loss", w.loss},
+                     {"train/samples_per_s", sps},
+                     {"train/comm_wait_fraction", w.comm_wait_seconds / window},
+                     {"train/epoch", w.epoch_progress}});
+  }
+
+  void End(int64_t step, double accuracy, double train_seconds, double comm_wait_seconds,
+           const std::string& digest) {
+    if (!leader_) return;
+    file_.Write({{"event", "end"},
+                 {"step", step},
+                 {"test_accuracy", accuracy},
+                 {"train_s", train_seconds},
+                 {"comm_wait_s", comm_wait_seconds},
+                 {"param_digest", digest}});
+    Scalars(step, {{"test/accuracy", accuracy}});
+    tensorboard_.reset();  // flushes and closes
+  }
+
+ private:
+  void Scalars(int64_t step, std::initializer_list<std::pair<const char*, double>> scalars) {
+    if (!tensorboard_) return;
+    Status st;
+    for (const auto& [tag, value] : scalars) {
+      if (st.ok()) st = tensorboard_->AddScalar(tag, step, value);
+    }
+    if (st.ok()) st = tensorboard_->Flush();
+    if (!st.ok()) {
+      Warn(st);
+      tensorboard_.reset();
+    }
+  }
+  static void Warn(const Status& st) {
+    fmt::print(stderr, "cohort-train: warning: --tensorboard-dir: {}; continuing without it\n",
+               st.ToString());
+  }
+
+  const Flags& f_;
+  const bool leader_;
+  MetricsWriter file_;
+  std::unique_ptr<metrics::EventWriter> tensorboard_;
+};
+
+// One training run, in the order Run() calls its steps: join the job, build the model,
+// resume, train, evaluate.
+class Trainer {
+ public:
+  Trainer(const Flags& f, Dataset train_set, Dataset test_set, Membership job)
+      : f_(f),
+        train_set_(std::move(train_set)),
+        test_set_(std::move(test_set)),
+        job_(std::move(job)),
+        sampler_(train_set_.size(), job_.rank, job_.world, f.batch_size,
+                 SamplerOptions{.seed = f.seed}),
+        state_{.seed = f.seed, .world_size = job_.world, .batch_size = f.batch_size} {
+    if (!job_.leader()) log::SetLevel("warn");
+    torch::manual_seed(f.seed);  // identical initial parameters on every rank
+    auto model = MakeModel(f.model, train_set_.shape());
+    Require(model.status(), kExitUsage, "building the model");
+    model_ = *model;
+    optimizer_ = MakeOptimizer(f, *model_);
+    if (!f.checkpoint_dir.empty()) {
+      checkpointer_ =
+          std::make_unique<Checkpointer>(f.checkpoint_dir, f.model, f.optimizer, f.keep);
+    }
+  }
+
+  int Run() {
+    Resume();
+    auto ddp = DistributedDataParallel::Create(model_, job_.comm.get(), DdpOptionsOf(f_));
+    Require(ddp.status(), kExitComm, "setting up data parallelism");
+    ddp_ = std::move(*ddp);
+    per_epoch_ = static_cast<int64_t>(sampler_.batches_per_epoch());
+    total_steps_ = per_epoch_ * f_.epochs;
+    if (f_.max_steps > 0) total_steps_ = std::min(total_steps_, f_.max_steps);
+    if (state_.batch_in_epoch >= per_epoch_) {
+      ++state_.epoch;
+      state_.batch_in_epoch = 0;
+    }
+    Announce();
+    reporter_ = std::make_unique<Reporter>(f_, job_.leader());
+    Train();
+    Finish();
+    return kExitOk;
+  }
+
+ private:
+  // The newest valid checkpoint, if any; every rank must pick the same step.
+  void Resume() {
+    if (checkpointer_) {
+      Result<TrainState> loaded = checkpointer_->LoadLatest(*model_, optimizer_.get());
+      if (loaded.ok()) {
+        if (loaded->seed != f_.seed) {
+          throw Exit(kExitCheckpoint,
+                     fmt::format("checkpoint {} was trained with --seed {}, not {}",
+                                 checkpointer_->loaded_path(), loaded->seed, f_.seed));
+        }
+        state_ = loaded->world_size != job_.world || loaded->batch_size != f_.batch_size
+                     ? Rescaled(*loaded, job_.world, f_.batch_size)
+                     : *loaded;
+        if (job_.leader()) {
+          fmt::print("resumed from {} at step {} (epoch {}, batch {})\n",
+                     checkpointer_->loaded_path(), state_.global_step, state_.epoch + 1,
+                     state_.batch_in_epoch);
+        }
+      } else if (loaded.status().code() == StatusCode::kFailedPrecondition ||
+                 loaded.status().code() == StatusCode::kDataLoss) {
+        throw Exit(kExitCheckpoint, loaded.status().message());
+      } else if (loaded.status().code() != StatusCode::kNotFound) {
+        Require(loaded.status(), kExitInternal, "reading checkpoints");
+      }
+    }
+    if (!job_.comm) return;
+    int64_t step = state_.global_step;
+    Require(job_.comm->Broadcast(&step, 1, comm::DataType::kI64, 0)->Wait(CommDeadline()),
             kExitComm, "agreeing on the resume step");
-    if (step != state.global_step) {
+    if (step != state_.global_step) {
       throw Exit(kExitCheckpoint,
                  fmt::format("rank {} resumed at step {} but rank 0 at step {}: the checkpoint "
                              "directory must be shared and identical on every rank",
-                             rank, state.global_step, step));
+                             job_.rank, state_.global_step, step));
     }
   }
 
-  // 6. Data-parallel wrapper (broadcasts rank 0's parameters; they already agree).
-  DdpOptions ddp_options;
-  if (f.bf16_grads || f.grad_compression == "bf16") {
-    ddp_options.compression = GradCompression::kBf16;
-  } else if (f.grad_compression == "fp16") {
-    ddp_options.compression = GradCompression::kFp16;
-  }
-  auto ddp_r = DistributedDataParallel::Create(model, comm.get(), ddp_options);
-  Require(ddp_r.status(), kExitComm, "setting up data parallelism");
-  auto& ddp = **ddp_r;
-
-  const int64_t per_epoch = static_cast<int64_t>(sampler.batches_per_epoch());
-  int64_t total_steps = per_epoch * f.epochs;
-  if (f.max_steps > 0) total_steps = std::min(total_steps, f.max_steps);
-  if (state.batch_in_epoch >= per_epoch) {
-    ++state.epoch;
-    state.batch_in_epoch = 0;
-  }
-  if (leader) {
+  void Announce() const {
+    if (!job_.leader()) return;
     int64_t num_params = 0;
-    for (const auto& p : model->parameters()) num_params += p.numel();
+    for (const auto& p : model_->parameters()) num_params += p.numel();
     fmt::print("training {} ({} parameters) on {} ({} samples, {} test) with {} worker(s), "
                "batch {} per worker, {} steps per epoch, {} steps in all, {} lr {}\n",
-               f.model, num_params, f.dataset, train_set.size(), test_set.size(), world, f.batch_size,
-               per_epoch, total_steps, f.optimizer, f.lr);
+               f_.model, num_params, f_.dataset, train_set_.size(), test_set_.size(), job_.world,
+               f_.batch_size, per_epoch_, total_steps_, f_.optimizer, f_.lr);
     std::fflush(stdout);
   }
 
-  MetricsWriter metrics(leader ? f.metrics_file : "");
-  // TensorBoard scalars (rank 0). Optional output: a failure warns once and training goes on.
-  std::unique_ptr<metrics::EventWriter> tensorboard;
-  if (leader && !f.tensorboard_dir.empty()) {
-    auto w = metrics::EventWriter::Open(f.tensorboard_dir);
-    if (w.ok()) {
-      tensorboard = std::move(*w);
-    } else {
-      fmt::print(stderr, "cohort-train: warning: --tensorboard-dir: {}; continuing without it\n",
-                 w.status().ToString());
+  void Train() {
+    int64_t fault_rank = -1, fault_step = -1;
+    if (job_.launched.ok() && job_.launched->restart_count == 0) {
+      fault_rank = settings::kTrainFaultRank.Get();
+      fault_step = settings::kTrainFaultStep.Get();
     }
-  }
-  auto tensorboard_write = [&](int64_t step,
-                               std::initializer_list<std::pair<const char*, double>> scalars) {
-    if (!tensorboard) return;
-    Status st;
-    for (const auto& [tag, value] : scalars) {
-      if (st.ok()) st = tensorboard->AddScalar(tag, step, value);
-    }
-    if (st.ok()) st = tensorboard->Flush();
-    if (!st.ok()) {
-      fmt::print(stderr, "cohort-train: warning: --tensorboard-dir: {}; continuing without it\n",
-                 st.ToString());
-      tensorboard.reset();
-    }
-  };
-  int64_t fault_rank = -1, fault_step = -1;
-  if (launched.ok() && launched->restart_count == 0) {
-    fault_rank = settings::kTrainFaultRank.Get();
-    fault_step = settings::kTrainFaultStep.Get();
-  }
-
-  auto save = [&](const TrainState& st) {
-    if (!checkpointer || !leader) return;
-    Require(checkpointer->Save(st, *model, optimizer.get()), kExitInternal, "checkpoint");
-  };
-
-  // 7. Train.
-  model->train();
-  const auto t_start = SteadyClock::now();
-  auto t_window = t_start;
-  int64_t window_steps = 0;
-  double window_wait = ddp.stats().comm_wait_seconds;
-  const int64_t first_step = state.global_step;
-  double loss_sum = 0;
-  int64_t loss_count = 0;
-  while (state.global_step < total_steps && state.epoch < f.epochs) {
-    sampler.SetPosition(state.epoch, static_cast<size_t>(state.batch_in_epoch));
-    PrefetchLoader loader(train_set, sampler.Batches(sampler.position()), state.epoch,
-                          sampler.position());
-    while (state.global_step < total_steps) {
-      std::optional<Batch> batch = loader.Next();
-      if (!batch) break;
-      if (rank == fault_rank && state.global_step == fault_step) {
-        fmt::print("rank {}: injecting SIGKILL at step {}\n", rank, state.global_step);
-        std::fflush(stdout);
-        ::kill(::getpid(), SIGKILL);
-      }
-      optimizer->zero_grad();
-      torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(batch->x),
-                                                                batch->y);
-      loss.backward();
-      Require(ddp.FinishGradientSync(), kExitComm, "gradient synchronisation");
-      optimizer->step();
-      ++state.global_step;
-      state.batch_in_epoch = static_cast<int64_t>(batch->index) + 1;
-      loss_sum += loss.item<double>();
-      ++loss_count;
-      ++window_steps;
-      const bool epoch_end = state.batch_in_epoch >= per_epoch;
-      if (epoch_end) {
-        ++state.epoch;
-        state.batch_in_epoch = 0;
-      }
-      if (f.checkpoint_every > 0 && state.global_step % f.checkpoint_every == 0) save(state);
-      const bool log_now = (f.log_every > 0 && state.global_step % f.log_every == 0) ||
-                           state.global_step == total_steps || epoch_end;
-      if (log_now) {
-        // Mean loss over the window and the ranks (every rank takes part).
-        double l[2] = {loss_sum, static_cast<double>(loss_count)};
-        if (comm) {
-          Require(comm->AllReduce(l, l, 2, comm::DataType::kF64, comm::ReduceOp::kSum)
-                      ->Wait(Deadline::AfterMs(300000)),
-                  kExitComm, "loss allreduce");
-        }
-        loss_sum = 0;
-        loss_count = 0;
-        {
-          // Every rank's own numbers, for the agent's /metrics and dashboard (exporter.h).
-          auto& reg = metrics::DefaultRegistry();
-          const double window = std::max(SecondsSince(t_window), 1e-9);
-          reg.GetGauge("cohort_train_step", "Optimizer steps done").Set(double(state.global_step));
-          reg.GetGauge("cohort_train_epoch", "Epochs done (fractional)")
-              .Set(double(state.global_step) / double(std::max<int64_t>(per_epoch, 1)));
-          reg.GetGauge("cohort_train_loss", "Mean training loss over the last window, all ranks")
-              .Set(l[0] / std::max(l[1], 1.0));
-          reg.GetGauge("cohort_train_samples_per_second", "Samples this rank trained per second")
-              .Set(window_steps * double(f.batch_size) / window);
-          reg.GetGauge("cohort_train_comm_wait_fraction",
-                       "Share of the last window spent waiting for gradient allreduce")
-              .Set((ddp.stats().comm_wait_seconds - window_wait) / window);
-          reg.GetHistogram("cohort_train_step_seconds", "Time per optimizer step (window mean)",
-                           metrics::SecondsBuckets())
-              .Observe(window / std::max<int64_t>(window_steps, 1));
-        }
-        if (leader) {
-          double now_window = SecondsSince(t_window);
-          double elapsed = SecondsSince(t_start);
-          double sps = window_steps * double(f.batch_size) * world / std::max(now_window, 1e-9);
-          double wait = ddp.stats().comm_wait_seconds - window_wait;
-          double per_step = elapsed / double(state.global_step - first_step);
-          double eta = per_step * double(total_steps - state.global_step);
-          int64_t shown_epoch = epoch_end ? state.epoch : state.epoch + 1;
-          int64_t shown_batch = epoch_end ? per_epoch : state.batch_in_epoch;
-          fmt::print("epoch {}/{} step {}/{} (batch {}/{}) loss {:.4f} samples/s {:.0f} "
-                     "comm_wait {:.1f}% eta {}\n",
-                     shown_epoch, f.epochs, state.global_step, total_steps, shown_batch,
-                     per_epoch, l[0] / std::max(l[1], 1.0), sps,
-                     100.0 * wait / std::max(now_window, 1e-9), Hms(eta));
+    model_->train();
+    t_start_ = t_window_ = SteadyClock::now();
+    window_wait_ = ddp_->stats().comm_wait_seconds;
+    first_step_ = state_.global_step;
+    while (state_.global_step < total_steps_ && state_.epoch < f_.epochs) {
+      sampler_.SetPosition(state_.epoch, static_cast<size_t>(state_.batch_in_epoch));
+      PrefetchLoader loader(train_set_, sampler_.Batches(sampler_.position()), state_.epoch,
+                            sampler_.position());
+      while (state_.global_step < total_steps_) {
+        std::optional<Batch> batch = loader.Next();
+        if (!batch) break;
+        if (job_.rank == fault_rank && state_.global_step == fault_step) {
+          fmt::print("rank {}: injecting SIGKILL at step {}\n", job_.rank, state_.global_step);
           std::fflush(stdout);
-          metrics.Write({{"event", "step"},
-                         {"step", state.global_step},
-                         {"epoch", shown_epoch},
-                         {"loss", l[0] / std::max(l[1], 1.0)},
-                         {"samples_per_s", sps},
-                         {"comm_wait_s", wait},
-                         {"window_s", now_window},
-                         {"elapsed_s", elapsed},
-                         {"world_size", world}});
-          tensorboard_write(state.global_step,
-                            {{"train/loss", l[0] / std::max(l[1], 1.0)},
-                             {"train/samples_per_s", sps},
-                             {"train/comm_wait_fraction", wait / std::max(now_window, 1e-9)},
-                             {"train/epoch", static_cast<double>(state.epoch) +
-                                                 double(state.batch_in_epoch) / per_epoch}});
+          ::kill(::getpid(), SIGKILL);
         }
-        t_window = SteadyClock::now();
-        window_steps = 0;
-        window_wait = ddp.stats().comm_wait_seconds;
+        const bool epoch_end = Step(*batch);
+        if (f_.checkpoint_every > 0 && state_.global_step % f_.checkpoint_every == 0) Save();
+        if ((f_.log_every > 0 && state_.global_step % f_.log_every == 0) ||
+            state_.global_step == total_steps_ || epoch_end) {
+          Report(epoch_end);
+        }
+        if (epoch_end) break;
       }
-      if (epoch_end) break;
+    }
+    train_seconds_ = SecondsSince(t_start_);
+    // The final state, unless the last periodic checkpoint already holds it (0: end only).
+    if (f_.checkpoint_every <= 0 || state_.global_step % f_.checkpoint_every != 0) Save();
+  }
+
+  // One optimizer step; true when it ended the epoch.
+  bool Step(const Batch& batch) {
+    optimizer_->zero_grad();
+    torch::Tensor loss =
+        torch::nn::functional::cross_entropy(model_->forward(batch.x), batch.y);
+    loss.backward();
+    Require(ddp_->FinishGradientSync(), kExitComm, "gradient synchronisation");
+    optimizer_->step();
+    ++state_.global_step;
+    state_.batch_in_epoch = static_cast<int64_t>(batch.index) + 1;
+    loss_sum_ += loss.item<double>();
+    ++loss_count_;
+    ++window_steps_;
+    if (state_.batch_in_epoch < per_epoch_) return false;
+    ++state_.epoch;
+    state_.batch_in_epoch = 0;
+    return true;
+  }
+
+  // The window's mean loss over the ranks (every rank takes part), then the reports.
+  void Report(bool epoch_end) {
+    double l[2] = {loss_sum_, static_cast<double>(loss_count_)};
+    if (job_.comm) {
+      Require(job_.comm->AllReduce(l, l, 2, comm::DataType::kF64, comm::ReduceOp::kSum)
+                  ->Wait(CommDeadline()),
+              kExitComm, "loss allreduce");
+    }
+    loss_sum_ = 0;
+    loss_count_ = 0;
+    const double elapsed = SecondsSince(t_start_);
+    reporter_->Progress(Reporter::Window{
+        .step = state_.global_step,
+        .total_steps = total_steps_,
+        .per_epoch = per_epoch_,
+        .shown_epoch = epoch_end ? state_.epoch : state_.epoch + 1,
+        .shown_batch = epoch_end ? per_epoch_ : state_.batch_in_epoch,
+        .epoch_progress = double(state_.epoch) + double(state_.batch_in_epoch) / per_epoch_,
+        .loss = l[0] / std::max(l[1], 1.0),
+        .seconds = SecondsSince(t_window_),
+        .comm_wait_seconds = ddp_->stats().comm_wait_seconds - window_wait_,
+        .elapsed_seconds = elapsed,
+        .steps = double(window_steps_),
+        .steps_done = double(state_.global_step - first_step_),
+        .world = job_.world});
+    t_window_ = SteadyClock::now();
+    window_steps_ = 0;
+    window_wait_ = ddp_->stats().comm_wait_seconds;
+  }
+
+  void Save() {
+    if (!checkpointer_ || !job_.leader()) return;
+    Require(checkpointer_->Save(state_, *model_, optimizer_.get()), kExitInternal, "checkpoint");
+  }
+
+  // Test accuracy (rank 0's buffers, the test set split across ranks) and the digests.
+  void Finish() {
+    Require(ddp_->SyncBuffers(), kExitComm, "buffer broadcast");
+    auto [correct, total] = Evaluate(*model_, test_set_, job_.comm.get(), job_.rank, job_.world);
+    const double accuracy = total > 0 ? double(correct) / double(total) : 0.0;
+    // Every rank's own parameters: equal digests show the ranks trained as one job.
+    const std::string digest = ParamDigest(*model_);
+    fmt::print("rank {} param_digest {}\n", job_.rank, digest);
+    std::fflush(stdout);
+    const double comm_wait = ddp_->stats().comm_wait_seconds;
+    if (job_.leader()) {
+      const int64_t steps_run = state_.global_step - first_step_;
+      fmt::print("done: {} steps in {} ({:.0f} samples/s, comm wait {:.1f}%)\n", steps_run,
+                 Hms(train_seconds_),
+                 steps_run * double(f_.batch_size) * job_.world / std::max(train_seconds_, 1e-9),
+                 100.0 * comm_wait / std::max(train_seconds_, 1e-9));
+      fmt::print("test_accuracy {:.4f} ({}/{})\n", accuracy, correct, total);
+      fmt::print("param_digest {}\n", digest);
+      std::fflush(stdout);
+    }
+    reporter_->End(state_.global_step, accuracy, train_seconds_, comm_wait, digest);
+    if (job_.comm) {
+      // Nobody leaves (closing connections) while a peer still evaluates.
+      Require(job_.comm->Barrier()->Wait(CommDeadline()), kExitComm, "final barrier");
     }
   }
-  const double train_seconds = SecondsSince(t_start);
-  // The final state, unless the last periodic checkpoint already holds it (0: end only).
-  if (f.checkpoint_every <= 0 || state.global_step % f.checkpoint_every != 0) save(state);
 
-  // 8. Test accuracy (rank 0's buffers, split across ranks).
-  Require(ddp.SyncBuffers(), kExitComm, "buffer broadcast");
-  auto [correct, total] = Evaluate(*model, test_set, comm.get(), rank, world);
-  double accuracy = total > 0 ? double(correct) / double(total) : 0.0;
-  // Every rank's own parameters: equal digests show the ranks trained as one job.
-  const std::string digest = ParamDigest(*model);
-  fmt::print("rank {} param_digest {}\n", rank, digest);
-  std::fflush(stdout);
-  if (leader) {
-    int64_t steps_run = state.global_step - first_step;
-    fmt::print("done: {} steps in {} ({:.0f} samples/s, comm wait {:.1f}%)\n", steps_run,
-               Hms(train_seconds),
-               steps_run * double(f.batch_size) * world / std::max(train_seconds, 1e-9),
-               100.0 * ddp.stats().comm_wait_seconds / std::max(train_seconds, 1e-9));
-    fmt::print("test_accuracy {:.4f} ({}/{})\n", accuracy, correct, total);
-    fmt::print("param_digest {}\n", digest);
-    std::fflush(stdout);
-    metrics.Write({{"event", "end"},
-                   {"step", state.global_step},
-                   {"test_accuracy", accuracy},
-                   {"train_s", train_seconds},
-                   {"comm_wait_s", ddp.stats().comm_wait_seconds},
-                   {"param_digest", digest}});
-    tensorboard_write(state.global_step, {{"test/accuracy", accuracy}});
-    tensorboard.reset();  // flushes and closes
-  }
-  if (comm) {
-    // Nobody leaves (closing connections) while a peer still evaluates.
-    Require(comm->Barrier()->Wait(Deadline::AfterMs(300000)), kExitComm, "final barrier");
-  }
-  return kExitOk;
+  static Deadline CommDeadline() { return Deadline::AfterMs(300000); }
+
+  const Flags& f_;
+  Dataset train_set_;
+  Dataset test_set_;
+  Membership job_;
+  DistributedSampler sampler_;
+  TrainState state_;
+  std::shared_ptr<Classifier> model_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<Checkpointer> checkpointer_;
+  std::unique_ptr<DistributedDataParallel> ddp_;
+  std::unique_ptr<Reporter> reporter_;
+  int64_t per_epoch_ = 0;
+  int64_t total_steps_ = 0;
+  int64_t first_step_ = 0;
+  SteadyClock::time_point t_start_, t_window_;
+  double train_seconds_ = 0;
+  double window_wait_ = 0;
+  double loss_sum_ = 0;
+  int64_t loss_count_ = 0;
+  int64_t window_steps_ = 0;
+};
+
+int Run(const Flags& f) {
+  ValidateFlags(f);  // before touching anything
+  ConfigureThreads();
+  // Data before joining the job: a bad directory fails fast on every rank.
+  Dataset train_set = LoadOrExit(f, /*train=*/true);
+  Dataset test_set = LoadOrExit(f, /*train=*/false);
+  return Trainer(f, std::move(train_set), std::move(test_set), JoinJob()).Run();
 }
 
 }  // namespace

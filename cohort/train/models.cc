@@ -70,6 +70,13 @@ class BlockBase : public nn::Module {
   virtual torch::Tensor forward(torch::Tensor x) = 0;
 };
 
+// The projection on a residual block's shortcut when the block changes the shape (a 1x1
+// convolution and batch norm); none when the input can be added as it is.
+nn::Sequential Shortcut(int in, int out, int stride) {
+  if (stride == 1 && in == out) return nn::Sequential(nullptr);
+  return nn::Sequential(Conv1x1(in, out, stride), nn::BatchNorm2d(out));
+}
+
 class BasicBlock : public BlockBase {
  public:
   static constexpr int kExpansion = 1;
@@ -78,10 +85,8 @@ class BasicBlock : public BlockBase {
     bn1_ = register_module("bn1", nn::BatchNorm2d(planes));
     conv2_ = register_module("conv2", Conv3x3(planes, planes, 1));
     bn2_ = register_module("bn2", nn::BatchNorm2d(planes));
-    if (stride != 1 || in != planes * kExpansion) {
-      downsample_ = register_module(
-          "downsample", nn::Sequential(Conv1x1(in, planes * kExpansion, stride),
-                                       nn::BatchNorm2d(planes * kExpansion)));
+    if (auto shortcut = Shortcut(in, planes * kExpansion, stride)) {
+      downsample_ = register_module("downsample", shortcut);
     }
   }
   torch::Tensor forward(torch::Tensor x) override {
@@ -107,10 +112,8 @@ class Bottleneck : public BlockBase {
     bn2_ = register_module("bn2", nn::BatchNorm2d(planes));
     conv3_ = register_module("conv3", Conv1x1(planes, planes * kExpansion, 1));
     bn3_ = register_module("bn3", nn::BatchNorm2d(planes * kExpansion));
-    if (stride != 1 || in != planes * kExpansion) {
-      downsample_ = register_module(
-          "downsample", nn::Sequential(Conv1x1(in, planes * kExpansion, stride),
-                                       nn::BatchNorm2d(planes * kExpansion)));
+    if (auto shortcut = Shortcut(in, planes * kExpansion, stride)) {
+      downsample_ = register_module("downsample", shortcut);
     }
   }
   torch::Tensor forward(torch::Tensor x) override {

@@ -109,134 +109,180 @@ Status TcpMesh::SendRecvStream(int to, const void* sbuf, size_t ssize, int from,
                   desc, deadline);
 }
 
-// One loop for both: send and receive progress alternate without blocking; poll only when
-// neither side can move. With a consumer, payload lands in stage_ and is handed over in
-// aligned pieces right after each read.
-Status TcpMesh::Transfer(int to, const void* sbuf, size_t ssize, int from, void* rbuf,
-                         size_t rsize, size_t align, const Consumer* consume,
-                         const OpDesc& desc, Deadline deadline) {
-  size_t staged = 0, delivered = 0;
-  WireHeader out_header{desc, ssize};
-  WireHeader in_header{};
-  // Progress of each direction over [header][payload].
-  size_t sent = to >= 0 ? 0 : SIZE_MAX, received = from >= 0 ? 0 : SIZE_MAX;
-  const size_t send_total = sizeof(WireHeader) + ssize;
-  const size_t recv_total = sizeof(WireHeader) + rsize;
-  const int sfd = to >= 0 ? peers_[to].fd() : -1;
-  const int rfd = from >= 0 ? peers_[from].fd() : -1;
-  bool header_checked = false;
+namespace {
 
-  auto do_send = [&]() -> Status {
-    while (sent < send_total) {
+// One send and one receive of a Transfer, each over [header][payload], progressed without
+// blocking. With a consumer, the payload lands in `stage` and is handed over in aligned
+// pieces right after each read. Lives on the calling thread's stack for one call.
+class Exchange {
+ public:
+  struct Side {
+    int peer = -1;  // -1: this direction is unused
+    int fd = -1;
+    size_t bytes = 0;
+  };
+  Exchange(int rank, const OpDesc& desc, Side send, const void* sbuf, Side recv, void* rbuf,
+           size_t align, const TcpMesh::Consumer* consume, std::vector<char>& stage)
+      : rank_(rank), desc_(desc), send_(send), recv_(recv), sbuf_(sbuf), rbuf_(rbuf),
+        align_(align), consume_(consume), stage_(stage), out_header_{desc, send.bytes},
+        sent_(send.peer >= 0 ? 0 : SIZE_MAX), received_(recv.peer >= 0 ? 0 : SIZE_MAX),
+        send_total_(sizeof(WireHeader) + send.bytes),
+        recv_total_(sizeof(WireHeader) + recv.bytes) {}
+
+  // Alternates send and receive progress; polls only when neither side can move.
+  Status Run(Deadline deadline) {
+    for (;;) {
+      const size_t sent_before = sent_, received_before = received_;
+      if (send_.peer >= 0) COHORT_RETURN_IF_ERROR(Send());
+      if (recv_.peer >= 0) COHORT_RETURN_IF_ERROR(Receive());
+      const bool send_done = send_.peer < 0 || sent_ >= send_total_;
+      const bool recv_done = recv_.peer < 0 || received_ >= recv_total_;
+      if (send_done && recv_done) return Status::Ok();
+      if (sent_ != sent_before || received_ != received_before) continue;  // progress
+      pollfd fds[2];
+      int n = 0;
+      if (!send_done && !recv_done && send_.fd == recv_.fd) {
+        fds[n++] = {send_.fd, POLLOUT | POLLIN, 0};
+      } else {
+        if (!send_done) fds[n++] = {send_.fd, POLLOUT, 0};
+        if (!recv_done) fds[n++] = {recv_.fd, POLLIN, 0};
+      }
+      int rc = ::poll(fds, n, deadline.PollTimeoutMs());
+      if (rc < 0 && errno != EINTR) return ErrnoStatus("poll", errno);
+      if (rc == 0 && deadline.expired()) return TimedOut(send_done, recv_done);
+    }
+  }
+
+ private:
+  Status Send() {
+    while (sent_ < send_total_) {
       iovec iov[2];
       int n = 0;
-      if (sent < sizeof(WireHeader)) {
-        iov[n++] = {reinterpret_cast<char*>(&out_header) + sent, sizeof(WireHeader) - sent};
-        if (ssize) iov[n++] = {const_cast<void*>(sbuf), ssize};
+      if (sent_ < sizeof(WireHeader)) {
+        iov[n++] = {reinterpret_cast<char*>(&out_header_) + sent_, sizeof(WireHeader) - sent_};
+        if (send_.bytes) iov[n++] = {const_cast<void*>(sbuf_), send_.bytes};
       } else {
-        size_t off = sent - sizeof(WireHeader);
-        iov[n++] = {static_cast<char*>(const_cast<void*>(sbuf)) + off, ssize - off};
+        size_t off = sent_ - sizeof(WireHeader);
+        iov[n++] = {static_cast<char*>(const_cast<void*>(sbuf_)) + off, send_.bytes - off};
       }
       msghdr msg{};
       msg.msg_iov = iov;
       msg.msg_iovlen = n;
-      ssize_t k = ::sendmsg(sfd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+      ssize_t k = ::sendmsg(send_.fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
       if (k > 0) {
-        sent += static_cast<size_t>(k);
+        sent_ += static_cast<size_t>(k);
         continue;
       }
       if (k < 0 && errno == EINTR) continue;
       if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Status::Ok();
       return Unavailable("{}: sending to rank {} failed: {} (did it exit or crash?)",
-                         desc.ToString(), to, std::strerror(errno));
+                         desc_.ToString(), send_.peer, std::strerror(errno));
     }
     return Status::Ok();
-  };
-  auto do_recv = [&]() -> Status {
-    while (received < recv_total) {
+  }
+
+  Status Receive() {
+    while (received_ < recv_total_) {
       iovec iov[2];
       int n = 0;
-      if (received < sizeof(WireHeader)) {
-        iov[n++] = {reinterpret_cast<char*>(&in_header) + received,
-                    sizeof(WireHeader) - received};
-        // Read the payload in the same call only once the header is known to match.
-      } else if (consume == nullptr) {
-        size_t off = received - sizeof(WireHeader);
-        iov[n++] = {static_cast<char*>(rbuf) + off, rsize - off};
+      if (received_ < sizeof(WireHeader)) {
+        // The payload is read in the same call only once the header is known to match.
+        iov[n++] = {reinterpret_cast<char*>(&in_header_) + received_,
+                    sizeof(WireHeader) - received_};
+      } else if (consume_ == nullptr) {
+        size_t off = received_ - sizeof(WireHeader);
+        iov[n++] = {static_cast<char*>(rbuf_) + off, recv_.bytes - off};
       } else {
-        size_t left = rsize - (received - sizeof(WireHeader));
-        iov[n++] = {stage_.data() + staged, std::min(stage_.size() - staged, left)};
+        size_t left = recv_.bytes - (received_ - sizeof(WireHeader));
+        iov[n++] = {stage_.data() + staged_, std::min(stage_.size() - staged_, left)};
       }
       msghdr msg{};
       msg.msg_iov = iov;
       msg.msg_iovlen = n;
-      ssize_t k = ::recvmsg(rfd, &msg, MSG_DONTWAIT);
+      ssize_t k = ::recvmsg(recv_.fd, &msg, MSG_DONTWAIT);
       if (k > 0) {
-        const bool payload = received >= sizeof(WireHeader);
-        received += static_cast<size_t>(k);
-        if (consume != nullptr && payload) {
-          staged += static_cast<size_t>(k);
-          size_t give = received >= recv_total ? staged : staged / align * align;
-          if (give > 0) {
-            (*consume)(delivered, stage_.data(), give);
-            delivered += give;
-            std::memmove(stage_.data(), stage_.data() + give, staged - give);
-            staged -= give;
-          }
+        const bool payload = received_ >= sizeof(WireHeader);
+        received_ += static_cast<size_t>(k);
+        if (consume_ != nullptr && payload) {
+          Deliver(static_cast<size_t>(k));
           return Status::Ok();  // let the sender run before reading more
         }
-        if (!header_checked && received >= sizeof(WireHeader)) {
-          header_checked = true;
-          if (!(in_header.desc == desc)) return Mismatch(rank_, desc, from, in_header.desc);
-          if (in_header.bytes != rsize) {
-            return FailedPrecondition(
-                "collective mismatch in {}: rank {} sent {} bytes, rank {} expected {}",
-                desc.ToString(), from, in_header.bytes, rank_, rsize);
-          }
+        if (!header_checked_ && received_ >= sizeof(WireHeader)) {
+          header_checked_ = true;
+          COHORT_RETURN_IF_ERROR(CheckHeader());
         }
         continue;
       }
       if (k == 0) {
         return Unavailable("{}: rank {} closed its connection (did it exit or crash?)",
-                           desc.ToString(), from);
+                           desc_.ToString(), recv_.peer);
       }
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::Ok();
-      return Unavailable("{}: receiving from rank {} failed: {}", desc.ToString(), from,
+      return Unavailable("{}: receiving from rank {} failed: {}", desc_.ToString(), recv_.peer,
                          std::strerror(errno));
     }
     return Status::Ok();
-  };
-
-  for (;;) {
-    const size_t sent_before = sent, received_before = received;
-    if (to >= 0) COHORT_RETURN_IF_ERROR(do_send());
-    if (from >= 0) COHORT_RETURN_IF_ERROR(do_recv());
-    bool send_done = to < 0 || sent >= send_total;
-    bool recv_done = from < 0 || received >= recv_total;
-    if (send_done && recv_done) return Status::Ok();
-    if (sent != sent_before || received != received_before) continue;  // progress: no poll
-    pollfd fds[2];
-    int n = 0;
-    if (!send_done && !recv_done && sfd == rfd) {
-      fds[n++] = {sfd, POLLOUT | POLLIN, 0};
-    } else {
-      if (!send_done) fds[n++] = {sfd, POLLOUT, 0};
-      if (!recv_done) fds[n++] = {rfd, POLLIN, 0};
-    }
-    int rc = ::poll(fds, n, deadline.PollTimeoutMs());
-    if (rc < 0 && errno != EINTR) return ErrnoStatus("poll", errno);
-    if (rc == 0 && deadline.expired()) {
-      std::string waiting;
-      if (!recv_done) waiting = fmt::format("rank {} (received {} of {} bytes)", from,
-                                            received, recv_total);
-      if (!send_done) {
-        waiting += fmt::format("{}rank {} to accept data (sent {} of {} bytes)",
-                               waiting.empty() ? "" : " and ", to, sent, send_total);
-      }
-      return DeadlineExceeded("{}: timed out waiting for {}", desc.ToString(), waiting);
-    }
   }
+
+  // Hands the consumer every whole aligned piece staged so far (all of it at the end).
+  void Deliver(size_t just_read) {
+    staged_ += just_read;
+    size_t give = received_ >= recv_total_ ? staged_ : staged_ / align_ * align_;
+    if (give == 0) return;
+    (*consume_)(delivered_, stage_.data(), give);
+    delivered_ += give;
+    std::memmove(stage_.data(), stage_.data() + give, staged_ - give);
+    staged_ -= give;
+  }
+
+  Status CheckHeader() const {
+    if (!(in_header_.desc == desc_)) return Mismatch(rank_, desc_, recv_.peer, in_header_.desc);
+    if (in_header_.bytes != recv_.bytes) {
+      return FailedPrecondition(
+          "collective mismatch in {}: rank {} sent {} bytes, rank {} expected {}",
+          desc_.ToString(), recv_.peer, in_header_.bytes, rank_, recv_.bytes);
+    }
+    return Status::Ok();
+  }
+
+  Status TimedOut(bool send_done, bool recv_done) const {
+    std::string waiting;
+    if (!recv_done) {
+      waiting = fmt::format("rank {} (received {} of {} bytes)", recv_.peer, received_,
+                            recv_total_);
+    }
+    if (!send_done) {
+      waiting += fmt::format("{}rank {} to accept data (sent {} of {} bytes)",
+                             waiting.empty() ? "" : " and ", send_.peer, sent_, send_total_);
+    }
+    return DeadlineExceeded("{}: timed out waiting for {}", desc_.ToString(), waiting);
+  }
+
+  const int rank_;
+  const OpDesc& desc_;
+  const Side send_, recv_;
+  const void* sbuf_;
+  void* rbuf_;
+  const size_t align_;
+  const TcpMesh::Consumer* consume_;
+  std::vector<char>& stage_;
+  WireHeader out_header_;
+  WireHeader in_header_{};
+  size_t sent_, received_;  // progress of each direction over [header][payload]
+  const size_t send_total_, recv_total_;
+  size_t staged_ = 0, delivered_ = 0;
+  bool header_checked_ = false;
+};
+
+}  // namespace
+
+Status TcpMesh::Transfer(int to, const void* sbuf, size_t ssize, int from, void* rbuf,
+                         size_t rsize, size_t align, const Consumer* consume,
+                         const OpDesc& desc, Deadline deadline) {
+  const Exchange::Side send{to, to >= 0 ? peers_[to].fd() : -1, ssize};
+  const Exchange::Side recv{from, from >= 0 ? peers_[from].fd() : -1, rsize};
+  return Exchange(rank_, desc, send, sbuf, recv, rbuf, align, consume, stage_).Run(deadline);
 }
 
 }  // namespace cohort::comm
