@@ -86,6 +86,14 @@ struct Config {
 
 }  // namespace
 
+// A collective that fails ends the benchmark with its error (exit 1): a figure measured
+// over failed calls would be meaningless.
+void Must(const Status& s, int rank) {
+  if (s.ok()) return;
+  std::fprintf(stderr, "cohort bench rank %d: %s\n", rank, s.ToString().c_str());
+  std::exit(1);
+}
+
 int main(int argc, char** argv) {
   CLI::App app("nccl-tests-style benchmark of cohort collectives", "cohort bench");
   std::string which, b = "8", e = "128M", d = "float", o = "sum";
@@ -169,7 +177,7 @@ int main(int argc, char** argv) {
                   comm->topology().c_str(), std::string(ReduceKernelName()).c_str());
       std::fflush(stdout);
     }
-    comm->Barrier()->Wait();
+    Must(comm->Barrier()->Wait(), rank);
   }
   if (rank == 0) {
     std::printf("#\n#%80s%33s\n", "out-of-place", "in-place");
@@ -234,25 +242,26 @@ int main(int argc, char** argv) {
           return 1;
         }
       }
-      comm->Barrier()->Wait();
+      Must(comm->Barrier()->Wait(), rank);
       double local_us;
       if (cfg.per_call) {
         std::vector<double> per(cfg.iters);
         for (int i = 0; i < cfg.iters; ++i) {
-          comm->Barrier()->Wait();
+          Must(comm->Barrier()->Wait(), rank);
           auto start = SteadyClock::now();
-          run();
+          Must(run(), rank);
           per[i] = SecondsSince(start) * 1e6;
         }
         std::nth_element(per.begin(), per.begin() + per.size() / 2, per.end());
         local_us = per[per.size() / 2];
       } else {
         auto start = SteadyClock::now();
-        for (int i = 0; i < cfg.iters; ++i) run();
+        for (int i = 0; i < cfg.iters; ++i) Must(run(), rank);
         local_us = SecondsSince(start) * 1e6 / cfg.iters;
       }
       double max_us = local_us;
-      comm->AllReduce(&local_us, &max_us, 1, DataType::kF64, ReduceOp::kMax)->Wait();
+      Must(comm->AllReduce(&local_us, &max_us, 1, DataType::kF64, ReduceOp::kMax)->Wait(),
+           rank);
       times[inplace] = max_us;
       // Check: rerun once on fresh inputs and compare with the reference.
       long long bad = 0;
@@ -261,7 +270,7 @@ int main(int argc, char** argv) {
         Status s = run();
         if (!s.ok()) bad = static_cast<long long>(total);
         for (size_t i = 0; s.ok() && i < out_elems; ++i) {
-          double want;
+          double want = 0;
           double got = Load(op_out, i, cfg.type);
           switch (cfg.kind) {
             case Kind::kAllReduce: want = Reduced(cfg.op, nranks, i, cfg.type); break;
@@ -279,7 +288,8 @@ int main(int argc, char** argv) {
           if (std::fabs(got - want) > tol) ++bad;
         }
         long long total_bad = 0;
-        comm->AllReduce(&bad, &total_bad, 1, DataType::kI64, ReduceOp::kSum)->Wait();
+        Must(comm->AllReduce(&bad, &total_bad, 1, DataType::kI64, ReduceOp::kSum)->Wait(),
+             rank);
         bad = total_bad;
       }
       wrong[inplace] = bad;

@@ -5,7 +5,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake ninja-build pkg-config git curl ca-certificates procps iproute2 psmisc
+  build-essential clang cmake ninja-build pkg-config git curl ca-certificates procps iproute2 psmisc
   openssl util-linux
   libgtest-dev libgmock-dev libbenchmark-dev
   libasio-dev libcli11-dev nlohmann-json3-dev libyaml-cpp-dev libfmt-dev libspdlog-dev

@@ -1,24 +1,26 @@
-// Implements subsystem loggers. Thread-safe: creation is serialized by a mutex;
+// Implements subsystem loggers. Thread-safe: Registry::mu guards the logger map and the
+// level (creation and SetLevel are serialized by it); the sink is set once at construction;
 // spdlog loggers themselves are thread-safe.
 #include "cohort/base/log.h"
+#include "cohort/base/mutex.h"
 #include "cohort/base/settings.h"
 
 #include <spdlog/sinks/stdout_sinks.h>
 
 #include <cstdlib>
 #include <map>
-#include <mutex>
 
 namespace cohort::log {
 namespace {
 
 struct Registry {
-  std::mutex mu;
-  std::shared_ptr<spdlog::sinks::stderr_sink_mt> sink =
+  Mutex mu;
+  const std::shared_ptr<spdlog::sinks::stderr_sink_mt> sink =
       std::make_shared<spdlog::sinks::stderr_sink_mt>();
-  std::map<std::string, std::shared_ptr<spdlog::logger>, std::less<>> loggers;
-  spdlog::level::level_enum level = spdlog::level::info;
-  bool level_from_env = false;
+  std::map<std::string, std::shared_ptr<spdlog::logger>, std::less<>> loggers
+      COHORT_GUARDED_BY(mu);
+  spdlog::level::level_enum level COHORT_GUARDED_BY(mu) = spdlog::level::info;
+  bool level_from_env COHORT_GUARDED_BY(mu) = false;
 };
 
 Registry& TheRegistry() {
@@ -36,7 +38,7 @@ spdlog::level::level_enum ParseLevel(std::string_view text) {
 
 std::shared_ptr<spdlog::logger> Get(std::string_view subsystem) {
   Registry& r = TheRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
+  MutexLock lock(&r.mu);
   if (!r.level_from_env) {
     r.level_from_env = true;
     r.level = ParseLevel(settings::kLogLevel.Get());
@@ -52,7 +54,7 @@ std::shared_ptr<spdlog::logger> Get(std::string_view subsystem) {
 
 void SetLevel(std::string_view level) {
   Registry& r = TheRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
+  MutexLock lock(&r.mu);
   r.level_from_env = true;
   r.level = ParseLevel(level);
   for (auto& [name, logger] : r.loggers) logger->set_level(r.level);

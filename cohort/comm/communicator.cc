@@ -50,25 +50,25 @@ enum class Algo {
 
 void Work::Finish(Status s) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     done_ = true;
     status_ = std::move(s);
   }
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 Status Work::Wait(Deadline deadline) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (deadline.infinite()) {
-    cv_.wait(lock, [&] { return done_; });
-  } else if (!cv_.wait_until(lock, deadline.time(), [&] { return done_; })) {
-    return DeadlineExceeded("operation still running at the wait deadline");
+  MutexLock lock(&mu_);
+  while (!done_) {
+    if (!cv_.WaitUntil(&mu_, deadline) && !done_) {
+      return DeadlineExceeded("operation still running at the wait deadline");
+    }
   }
   return status_;
 }
 
 bool Work::IsCompleted() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return done_;
 }
 
@@ -79,10 +79,10 @@ class Communicator::Impl {
         send_seq_(size, 0), recv_seq_(size, 0) {}
   ~Impl() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       stopping_ = true;
     }
-    queue_cv_.notify_all();
+    queue_cv_.SignalAll();
     if (worker_.joinable()) worker_.join();
   }
 
@@ -137,25 +137,25 @@ class Communicator::Impl {
     WorkPtr work;
     size_t recorder_id;
   };
-  void RecordMetrics(const OpDesc& desc, double seconds);
+  void RecordMetrics(const OpDesc& desc, double seconds) COHORT_REQUIRES(runner_mu_);
   // Metrics per OpKind, resolved on first use (Execute runs under runner_mu_).
   struct OpCounters {
     metrics::Counter* operations = nullptr;
     metrics::Counter* bytes = nullptr;
     metrics::Counter* seconds = nullptr;
   };
-  std::array<OpCounters, static_cast<size_t>(OpKind::kSend) + 1> op_counters_{};
+  std::array<OpCounters, static_cast<size_t>(OpKind::kSend) + 1> op_counters_
+      COHORT_GUARDED_BY(runner_mu_){};
   Algo ChooseAllReduce(size_t bytes) const;
   Algo ChooseTcp(size_t bytes, int members) const;
   Status TcpAllReduce(TcpGroup& g, const void* in, void* out, size_t count, DataType t,
                       ReduceOp op, Call& c);
-  void Execute(Pending& p);
-  // Takes the oldest queued operation and executes it; false when none is queued. Caller
-  // holds runner_mu_.
-  bool RunNext();
+  void Execute(Pending& p) COHORT_REQUIRES(runner_mu_);
+  // Takes the oldest queued operation and executes it; false when none is queued.
+  bool RunNext() COHORT_REQUIRES(runner_mu_) COHORT_EXCLUDES(mu_);
   void WorkerLoop();
   Status Broken() {
-    std::lock_guard<std::mutex> lock(status_mu_);
+    MutexLock lock(&status_mu_);
     return broken_;
   }
 
@@ -171,20 +171,20 @@ class Communicator::Impl {
   bool leader_ = true;
   std::string forced_algo_;
   Duration timeout_;
-  // Queue (mu_).
-  std::mutex mu_;
-  std::condition_variable queue_cv_;
-  std::deque<Pending> queue_;
-  uint32_t next_seq_ = 0;
-  std::vector<uint32_t> send_seq_, recv_seq_;
-  bool stopping_ = false;
-  std::thread worker_;
-  // Runner (runner_mu_).
-  std::mutex runner_mu_;
-  std::vector<char> scratch_;
-  // Failure state (status_mu_).
-  std::mutex status_mu_;
-  Status broken_;
+  // The queue. Lock order: runner_mu_ before mu_ (RunNext takes mu_ under runner_mu_).
+  Mutex mu_;
+  CondVar queue_cv_;  // an async operation was queued, or the communicator stops
+  std::deque<Pending> queue_ COHORT_GUARDED_BY(mu_);
+  uint32_t next_seq_ COHORT_GUARDED_BY(mu_) = 0;
+  std::vector<uint32_t> send_seq_ COHORT_GUARDED_BY(mu_), recv_seq_ COHORT_GUARDED_BY(mu_);
+  bool stopping_ COHORT_GUARDED_BY(mu_) = false;
+  std::thread worker_ COHORT_GUARDED_BY(mu_);  // started by the first async Issue
+  // The runner: one thread at a time runs operations.
+  Mutex runner_mu_;
+  std::vector<char> scratch_ COHORT_GUARDED_BY(runner_mu_);
+  // The failure state.
+  Mutex status_mu_;
+  Status broken_ COHORT_GUARDED_BY(status_mu_);
 };
 
 Status Communicator::Impl::Setup(store::Store& store) {
@@ -351,7 +351,7 @@ Communicator::WorkPtr Communicator::Impl::Issue(OpDesc desc, std::function<Statu
                                                 Exec exec, bool p2p_send, int peer) {
   auto work = std::make_shared<Work>();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (desc.kind == OpKind::kSend) {
       desc.seq = p2p_send ? send_seq_[peer]++ : recv_seq_[peer]++;
     } else {
@@ -361,12 +361,12 @@ Communicator::WorkPtr Communicator::Impl::Issue(OpDesc desc, std::function<Statu
     queue_.push_back(Pending{desc, std::move(body), work, id});
     if (exec == Exec::kAsync) {
       if (!worker_.joinable()) worker_ = std::thread([this] { WorkerLoop(); });
-      queue_cv_.notify_one();
+      queue_cv_.Signal();
       return work;
     }
   }
   // Inline: run queued operations (ours is last) on this thread.
-  std::lock_guard<std::mutex> runner(runner_mu_);
+  MutexLock runner(&runner_mu_);
   while (!work->IsCompleted() && RunNext()) {
   }
   return work;
@@ -375,7 +375,7 @@ Communicator::WorkPtr Communicator::Impl::Issue(OpDesc desc, std::function<Statu
 bool Communicator::Impl::RunNext() {
   Pending p;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (queue_.empty()) return false;
     p = std::move(queue_.front());
     queue_.pop_front();
@@ -388,11 +388,11 @@ void Communicator::Impl::WorkerLoop() {
   pthread_setname_np(pthread_self(), "comm-worker");
   for (;;) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      MutexLock lock(&mu_);
+      while (!stopping_ && queue_.empty()) queue_cv_.Wait(&mu_);
       if (stopping_ && queue_.empty()) return;
     }
-    std::lock_guard<std::mutex> runner(runner_mu_);
+    MutexLock runner(&runner_mu_);
     while (RunNext()) {
     }
   }
@@ -417,7 +417,7 @@ void Communicator::Impl::Execute(Pending& p) {
   } else {
     recorder_.Update(p.recorder_id, p.desc.seq, OpState::kFailed, st.message());
     {
-      std::lock_guard<std::mutex> lock(status_mu_);
+      MutexLock lock(&status_mu_);
       if (broken_.ok()) broken_ = st;
     }
     COHORT_LOG_ERROR(kLog, "rank {}: {}", rank_, st.ToString());
@@ -449,7 +449,7 @@ void Communicator::Impl::RecordMetrics(const OpDesc& desc, double seconds) {
 
 void Communicator::Impl::Abort() {
   {
-    std::lock_guard<std::mutex> lock(status_mu_);
+    MutexLock lock(&status_mu_);
     if (broken_.ok()) broken_ = Cancelled("rank {} aborted the communicator", rank_);
   }
   if (mesh_) mesh_->Abort();

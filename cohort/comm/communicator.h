@@ -24,7 +24,6 @@
 // which calls acquire the internal queue lock.
 #pragma once
 
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -33,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "cohort/base/mutex.h"
 #include "cohort/base/status.h"
 #include "cohort/base/time.h"
 #include "cohort/base/worker_env.h"
@@ -70,11 +70,11 @@ class Work {
 
  private:
   friend class Communicator;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  Status status_;
-  void Finish(Status s);
+  mutable Mutex mu_;
+  CondVar cv_;  // signalled once, by Finish
+  bool done_ COHORT_GUARDED_BY(mu_) = false;
+  Status status_ COHORT_GUARDED_BY(mu_);
+  void Finish(Status s) COHORT_EXCLUDES(mu_);
 };
 
 class Communicator {

@@ -29,10 +29,10 @@ std::string_view StateName(OpState s) {
 
 // Process-wide registry of recorders for SIGUSR1.
 struct Dumper {
-  std::mutex mu;
-  std::set<const FlightRecorder*> recorders;
-  int pipe_fds[2] = {-1, -1};
-  bool started = false;
+  Mutex mu;
+  std::set<const FlightRecorder*> recorders COHORT_GUARDED_BY(mu);
+  int pipe_fds[2] = {-1, -1};  // written once, before the thread and the handler exist
+  bool started COHORT_GUARDED_BY(mu) = false;
 };
 
 Dumper& TheDumper() {
@@ -47,7 +47,7 @@ void OnSigusr1(int) {
 
 void Register(const FlightRecorder* r) {
   Dumper& d = TheDumper();
-  std::lock_guard<std::mutex> lock(d.mu);
+  MutexLock lock(&d.mu);
   d.recorders.insert(r);
   if (d.started) return;
   d.started = true;
@@ -65,7 +65,7 @@ void Register(const FlightRecorder* r) {
       char buf[64];
       while (::read(d.pipe_fds[0], buf, sizeof(buf)) > 0) {
       }
-      std::lock_guard<std::mutex> lock(d.mu);
+      MutexLock lock(&d.mu);
       for (const FlightRecorder* r : d.recorders) r->DumpNow("SIGUSR1");
     }
   }).detach();
@@ -73,7 +73,7 @@ void Register(const FlightRecorder* r) {
 
 void Unregister(const FlightRecorder* r) {
   Dumper& d = TheDumper();
-  std::lock_guard<std::mutex> lock(d.mu);
+  MutexLock lock(&d.mu);
   d.recorders.erase(r);
 }
 
@@ -87,7 +87,7 @@ FlightRecorder::FlightRecorder(int rank, size_t capacity, std::string dump_dir)
 FlightRecorder::~FlightRecorder() { Unregister(this); }
 
 size_t FlightRecorder::Record(const OpDesc& desc) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   size_t id = next_;
   ring_[id] = Entry{desc, OpState::kIssued, WallSeconds(), 0, 0, ""};
   next_ = (next_ + 1) % ring_.size();
@@ -96,7 +96,7 @@ size_t FlightRecorder::Record(const OpDesc& desc) {
 }
 
 void FlightRecorder::Update(size_t id, uint32_t seq, OpState state, const std::string& error) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   Entry& e = ring_[id % ring_.size()];
   if (e.desc.seq != seq) return;  // overwritten by newer entries
   e.state = state;
@@ -106,7 +106,7 @@ void FlightRecorder::Update(size_t id, uint32_t seq, OpState state, const std::s
 }
 
 std::string FlightRecorder::Dump() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<FlightRecordEntry> entries;
   size_t first = (next_ + ring_.size() - used_) % ring_.size();
   for (size_t i = 0; i < used_; ++i) {

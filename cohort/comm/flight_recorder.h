@@ -7,10 +7,10 @@
 // signal handler itself only write(2)s.
 #pragma once
 
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "cohort/base/mutex.h"
 #include "cohort/comm/op.h"
 
 namespace cohort::comm {
@@ -40,10 +40,10 @@ class FlightRecorder {
   };
   const int rank_;
   const std::string dump_dir_;
-  mutable std::mutex mu_;
-  std::vector<Entry> ring_;
-  size_t next_ = 0;
-  size_t used_ = 0;
+  mutable Mutex mu_;
+  std::vector<Entry> ring_ COHORT_GUARDED_BY(mu_);
+  size_t next_ COHORT_GUARDED_BY(mu_) = 0;
+  size_t used_ COHORT_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace cohort::comm

@@ -1,17 +1,19 @@
-// Worker metrics export (see exporter.h). Thread-safety: as documented there.
+// Worker metrics export (see exporter.h). Thread-safety: as documented there; g_mu guards
+// g_exporter, and an Exporter's mu_ guards its stop flag. The rest of an Exporter's state
+// (last_history_, stopping_, warned_) is touched only by WriteOnce, on the export thread
+// and then, after it has been joined, by Stop.
 #include "cohort/metrics/exporter.h"
 
 #include <pthread.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <thread>
 
 #include "cohort/base/log.h"
+#include "cohort/base/mutex.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/time.h"
 #include "cohort/base/worker_env.h"
@@ -30,31 +32,37 @@ class Exporter {
   }
   ~Exporter() { Stop(); }
 
-  void Stop() {
+  void Stop() COHORT_EXCLUDES(mu_) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (stop_) return;
       stop_ = true;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     if (thread_.joinable()) thread_.join();
     stopping_ = true;
     WriteOnce();  // the final numbers, in the history too
   }
 
  private:
-  void Loop() {
+  void Loop() COHORT_EXCLUDES(mu_) {
     pthread_setname_np(pthread_self(), "metrics-export");
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!stop_) {
-      lock.unlock();
+    for (;;) {
+      {
+        MutexLock lock(&mu_);
+        if (stop_) return;
+      }
       WriteOnce();
-      lock.lock();
-      cv_.wait_for(lock, interval_, [&] { return stop_; });
+      MutexLock lock(&mu_);
+      const Deadline next = Deadline::After(interval_);
+      while (!stop_) {
+        if (!cv_.WaitUntil(&mu_, next)) break;  // the interval is up
+      }
     }
   }
 
-  void WriteOnce() {
+  // Runs without mu_: on the export thread, or in Stop once that thread has ended.
+  void WriteOnce() COHORT_EXCLUDES(mu_) {
     nlohmann::json snap = {{"time", WallSeconds()}, {"rank", rank_},
                            {"metrics", DefaultRegistry().ToJson()}};
     const std::string base = fmt::format("{}/rank{}", dir_, rank_);
@@ -88,20 +96,20 @@ class Exporter {
   const double history_s_;
   double last_history_ = 0;
   bool stopping_ = false;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
+  Mutex mu_;
+  CondVar cv_;  // signalled by Stop
+  bool stop_ COHORT_GUARDED_BY(mu_) = false;
   bool warned_ = false;
   std::thread thread_;
 };
 
-std::mutex g_mu;
-Exporter* g_exporter = nullptr;
+Mutex g_mu;
+Exporter* g_exporter COHORT_GUARDED_BY(g_mu) = nullptr;
 
 }  // namespace
 
 bool StartWorkerExporter(std::chrono::milliseconds interval) {
-  std::lock_guard<std::mutex> lock(g_mu);
+  MutexLock lock(&g_mu);
   if (g_exporter) return true;
   Result<WorkerEnv> env = ReadWorkerEnv();
   if (!env.ok() || env->metrics_dir.empty()) return false;
@@ -114,7 +122,7 @@ bool StartWorkerExporter(std::chrono::milliseconds interval) {
 }
 
 void StopWorkerExporter() {
-  std::lock_guard<std::mutex> lock(g_mu);
+  MutexLock lock(&g_mu);
   if (!g_exporter) return;
   g_exporter->Stop();
   delete g_exporter;

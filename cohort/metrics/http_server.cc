@@ -88,7 +88,7 @@ void MetricsServer::Stop() {
 std::string MetricsServer::MetricsText() {
   std::vector<WorkerProcess> workers = o_.workers ? o_.workers() : std::vector<WorkerProcess>{};
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     last_system_ = sampler_.Sample(workers, *o_.registry);
   }
   std::vector<Source> sources = {{o_.registry->ToJson(), {}}};
@@ -151,7 +151,7 @@ nlohmann::json MetricsServer::State(uint64_t since) {
   std::vector<WorkerProcess> workers = o_.workers ? o_.workers() : std::vector<WorkerProcess>{};
   nlohmann::json system;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     last_system_ = sampler_.Sample(workers, *o_.registry);
     system = last_system_;
   }

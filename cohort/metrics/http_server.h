@@ -9,16 +9,17 @@
 // message, and the caller (cohort run) goes on without the endpoint.
 //
 // Thread-safety: Start/Stop from the owning thread; handlers run on httplib's pool and
-// take `mu_` around the sampler; providers must be thread-safe.
+// take `mu_`, which guards the sampler and the last system sample; providers must be
+// thread-safe.
 #pragma once
 
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "cohort/base/mutex.h"
 #include "cohort/base/status.h"
 #include "cohort/metrics/registry.h"
 #include "cohort/metrics/system.h"
@@ -47,8 +48,8 @@ class MetricsServer {
   void Stop();
 
   // The bodies of the endpoints (also used by tests without HTTP).
-  std::string MetricsText();
-  nlohmann::json State(uint64_t since);
+  std::string MetricsText() COHORT_EXCLUDES(mu_);
+  nlohmann::json State(uint64_t since) COHORT_EXCLUDES(mu_);
   // Each rank's exported history: [time, samples/s, loss, step] points (/api/history).
   nlohmann::json History();
 
@@ -58,9 +59,9 @@ class MetricsServer {
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   int port_ = 0;
-  std::mutex mu_;
-  SystemSampler sampler_;
-  nlohmann::json last_system_;
+  Mutex mu_;
+  SystemSampler sampler_ COHORT_GUARDED_BY(mu_);
+  nlohmann::json last_system_ COHORT_GUARDED_BY(mu_);
 };
 
 // The dashboard page (HTML + JS, no external resources).

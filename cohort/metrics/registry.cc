@@ -1,5 +1,5 @@
 // Metrics registry and Prometheus rendering (see registry.h).
-// Thread-safety: as documented in the header.
+// Thread-safety: as documented in the header (each class's mu_ guards its maps/state).
 #include "cohort/metrics/registry.h"
 
 #include <fmt/format.h>
@@ -121,14 +121,14 @@ Registry::Family& Registry::FamilyFor(std::string_view name, std::string_view he
 
 Counter& Registry::GetCounter(std::string_view name, std::string_view help,
                               const Labels& labels) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto& slot = FamilyFor(name, help, "counter").counters[labels];
   if (!slot) slot = std::make_unique<Counter>();
   return *slot;
 }
 
 Gauge& Registry::GetGauge(std::string_view name, std::string_view help, const Labels& labels) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto& slot = FamilyFor(name, help, "gauge").gauges[labels];
   if (!slot) slot = std::make_unique<Gauge>();
   return *slot;
@@ -136,16 +136,18 @@ Gauge& Registry::GetGauge(std::string_view name, std::string_view help, const La
 
 Histogram& Registry::GetHistogram(std::string_view name, std::string_view help,
                                   const std::vector<double>& bounds, const Labels& labels) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto& slot = FamilyFor(name, help, "histogram").histograms[labels];
   if (!slot) slot = std::make_unique<Histogram>(bounds);
   return *slot;
 }
 
 nlohmann::json Registry::ToJson() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   nlohmann::json out = nlohmann::json::array();
-  for (const auto& [name, f] : families_) {
+  for (const auto& entry : families_) {
+    const std::string& name = entry.first;  // not a structured binding: the lambda captures it
+    const Family& f = entry.second;
     auto base = [&](const Labels& labels) {
       return nlohmann::json{{"name", name}, {"type", f.type}, {"help", f.help},
                             {"labels", LabelsJson(labels)}};
@@ -231,7 +233,7 @@ std::string RenderPrometheus(const std::vector<Source>& sources) {
 }
 
 void EventLog::Add(nlohmann::json event) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   event["seq"] = next_seq_++;
   event["time"] = WallSeconds();
   events_.push_back(std::move(event));
@@ -239,7 +241,7 @@ void EventLog::Add(nlohmann::json event) {
 }
 
 nlohmann::json EventLog::Since(uint64_t seq) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   nlohmann::json out = nlohmann::json::array();
   for (const auto& e : events_) {
     if (e.value("seq", uint64_t{0}) > seq) out.push_back(e);

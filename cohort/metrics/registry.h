@@ -6,20 +6,23 @@
 // Names follow Prometheus conventions (cohort_<subsystem>_<what>_<unit>, counters end in
 // _total). A metric is identified by name + labels; asking again returns the same object.
 //
-// Thread-safety: registration takes a mutex; Counter/Gauge/Histogram updates are lock-free
-// (atomics) and may come from any thread; rendering takes the registry mutex.
+// Thread-safety: registration takes a mutex (Registry::mu_ guards the family map);
+// Counter/Gauge/Histogram updates are lock-free (atomics) and may come from any thread;
+// rendering takes the registry mutex. StatusBoard and EventLog each guard their contents
+// with their own mutex; all their methods are safe from any thread.
 #pragma once
 
 #include <atomic>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "cohort/base/mutex.h"
 
 namespace cohort::metrics {
 
@@ -68,14 +71,17 @@ std::vector<double> SecondsBuckets();
 
 class Registry {
  public:
-  Counter& GetCounter(std::string_view name, std::string_view help, const Labels& labels = {});
-  Gauge& GetGauge(std::string_view name, std::string_view help, const Labels& labels = {});
+  Counter& GetCounter(std::string_view name, std::string_view help, const Labels& labels = {})
+      COHORT_EXCLUDES(mu_);
+  Gauge& GetGauge(std::string_view name, std::string_view help, const Labels& labels = {})
+      COHORT_EXCLUDES(mu_);
   Histogram& GetHistogram(std::string_view name, std::string_view help,
-                          const std::vector<double>& bounds, const Labels& labels = {});
+                          const std::vector<double>& bounds, const Labels& labels = {})
+      COHORT_EXCLUDES(mu_);
 
   // Every metric as JSON: [{"name","type","help","labels":{...},"value"| "buckets",...}].
-  nlohmann::json ToJson() const;
-  std::string PrometheusText() const;
+  nlohmann::json ToJson() const COHORT_EXCLUDES(mu_);
+  std::string PrometheusText() const COHORT_EXCLUDES(mu_);
 
  private:
   struct Family {
@@ -84,9 +90,10 @@ class Registry {
     std::map<Labels, std::unique_ptr<Gauge>> gauges;
     std::map<Labels, std::unique_ptr<Histogram>> histograms;
   };
-  Family& FamilyFor(std::string_view name, std::string_view help, const char* type);
-  mutable std::mutex mu_;
-  std::map<std::string, Family> families_;
+  Family& FamilyFor(std::string_view name, std::string_view help, const char* type)
+      COHORT_REQUIRES(mu_);
+  mutable Mutex mu_;
+  std::map<std::string, Family> families_ COHORT_GUARDED_BY(mu_);
 };
 
 Registry& DefaultRegistry();
@@ -104,18 +111,18 @@ std::string RenderPrometheus(const std::vector<Source>& sources);
 // replaced whole by its owner, read by the HTTP server.
 class StatusBoard {
  public:
-  void Set(nlohmann::json state) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void Set(nlohmann::json state) COHORT_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     state_ = std::move(state);
   }
-  nlohmann::json Get() const {
-    std::lock_guard<std::mutex> lock(mu_);
+  nlohmann::json Get() const COHORT_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
     return state_;
   }
 
  private:
-  mutable std::mutex mu_;
-  nlohmann::json state_ = nlohmann::json::object();
+  mutable Mutex mu_;
+  nlohmann::json state_ COHORT_GUARDED_BY(mu_) = nlohmann::json::object();
 };
 
 // Recent events for the dashboard (restarts with their causes, log lines): a bounded,
@@ -123,14 +130,16 @@ class StatusBoard {
 class EventLog {
  public:
   explicit EventLog(size_t capacity) : capacity_(capacity) {}
-  void Add(nlohmann::json event);  // adds "seq" and "time" (unix seconds)
-  nlohmann::json Since(uint64_t seq) const;  // events with seq > `seq`, oldest first
+  // Adds "seq" and "time" (unix seconds).
+  void Add(nlohmann::json event) COHORT_EXCLUDES(mu_);
+  // Events with seq > `seq`, oldest first.
+  nlohmann::json Since(uint64_t seq) const COHORT_EXCLUDES(mu_);
 
  private:
   size_t capacity_;
-  mutable std::mutex mu_;
-  std::deque<nlohmann::json> events_;
-  uint64_t next_seq_ = 1;
+  mutable Mutex mu_;
+  std::deque<nlohmann::json> events_ COHORT_GUARDED_BY(mu_);
+  uint64_t next_seq_ COHORT_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace cohort::metrics

@@ -1,6 +1,6 @@
 // The local pipeline executor (see executor.h). Thread-safety: the coordinator owns the
-// RunDb and the step records; step threads share only the event queue (under a mutex) and
-// the two eventfds.
+// RunDb and the step records; step threads share only the event queue (Execution::events_,
+// guarded by Execution::mu_) and the two eventfds.
 #include "cohort/pipeline/executor.h"
 
 #include <poll.h>
@@ -11,7 +11,6 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -19,6 +18,7 @@
 #include "cohort/base/backoff.h"
 #include "cohort/base/event_fd.h"
 #include "cohort/base/file.h"
+#include "cohort/base/mutex.h"
 #include "cohort/base/strings.h"
 #include "cohort/base/subprocess.h"
 #include "cohort/base/sweeper.h"
@@ -272,10 +272,10 @@ class Execution {
     return it->second.at(ref.output);
   }
 
-  void HandleEvents() {
+  void HandleEvents() COHORT_EXCLUDES(mu_) {
     std::deque<Event> events;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       events.swap(events_);
     }
     for (auto& e : events) {
@@ -313,9 +313,9 @@ class Execution {
     }
   }
 
-  void Post(Event e) {
+  void Post(Event e) COHORT_EXCLUDES(mu_) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       events_.push_back(std::move(e));
     }
     events_ready_.Notify();
@@ -549,8 +549,8 @@ class Execution {
   int running_ = 0;
   EventFd events_ready_;  // a step thread has queued an event
   EventFd stop_;    // the run is cancelled: step threads stop their processes
-  std::mutex mu_;
-  std::deque<Event> events_;  // guarded by mu_
+  Mutex mu_;
+  std::deque<Event> events_ COHORT_GUARDED_BY(mu_);  // step threads -> coordinator
 };
 
 uint64_t Fnv1a(const std::string& data, uint64_t h) {

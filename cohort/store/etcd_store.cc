@@ -12,9 +12,7 @@
 
 #include <algorithm>
 #include <array>
-#include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -23,6 +21,7 @@
 
 #include "cohort/base/backoff.h"
 #include "cohort/base/log.h"
+#include "cohort/base/mutex.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
 
@@ -178,23 +177,23 @@ struct EtcdStore::Impl {
   std::atomic<size_t> current{0};
   std::atomic<bool> aborted{false};
 
-  std::mutex pool_mu;
-  std::vector<std::unique_ptr<Conn>> idle;
+  Mutex pool_mu;
+  std::vector<std::unique_ptr<Conn>> idle COHORT_GUARDED_BY(pool_mu);
 
-  std::mutex fds_mu;
-  std::set<int> fds;  // sockets libcurl opened for us
+  Mutex fds_mu;
+  std::set<int> fds COHORT_GUARDED_BY(fds_mu);  // sockets libcurl opened for us
 
-  std::mutex token_mu;
-  std::string token;  // never logged
+  Mutex token_mu;
+  std::string token COHORT_GUARDED_BY(token_mu);  // never logged
 
   std::atomic<int64_t> lease_id{0};
-  std::mutex lease_mu;
-  std::condition_variable lease_cv;
-  bool lease_stop = false;
+  Mutex lease_mu;
+  CondVar lease_cv;  // signalled to stop the keep-alive thread
+  bool lease_stop COHORT_GUARDED_BY(lease_mu) = false;
   std::thread keepalive;
 
-  std::mutex abort_mu;  // for abortable backoff sleeps
-  std::condition_variable abort_cv;
+  Mutex abort_mu;  // for abortable backoff sleeps
+  CondVar abort_cv;
 
   // Connections go first: their cleanup calls CloseSocket, which uses fds.
   ~Impl() { idle.clear(); }
@@ -204,7 +203,7 @@ struct EtcdStore::Impl {
   class ConnRef {
    public:
     explicit ConnRef(Impl* impl) : impl_(impl) {
-      std::lock_guard<std::mutex> lock(impl_->pool_mu);
+      MutexLock lock(&impl_->pool_mu);
       if (!impl_->idle.empty()) {
         conn_ = std::move(impl_->idle.back());
         impl_->idle.pop_back();
@@ -213,7 +212,7 @@ struct EtcdStore::Impl {
     }
     ~ConnRef() {
       if (!conn_) return;
-      std::lock_guard<std::mutex> lock(impl_->pool_mu);
+      MutexLock lock(&impl_->pool_mu);
       if (impl_->idle.size() < kMaxIdleConns) impl_->idle.push_back(std::move(conn_));
     }
     Conn& operator*() { return *conn_; }
@@ -231,14 +230,14 @@ struct EtcdStore::Impl {
     if (self->aborted) return CURL_SOCKET_BAD;
     int fd = ::socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
     if (fd >= 0) {
-      std::lock_guard<std::mutex> lock(self->fds_mu);
+      MutexLock lock(&self->fds_mu);
       self->fds.insert(fd);
     }
     return fd;
   }
   static int CloseSocket(void* clientp, curl_socket_t fd) {
     auto* self = static_cast<Impl*>(clientp);
-    std::lock_guard<std::mutex> lock(self->fds_mu);
+    MutexLock lock(&self->fds_mu);
     self->fds.erase(fd);
     return ::close(fd);
   }
@@ -301,9 +300,10 @@ struct EtcdStore::Impl {
 
   // Sleeps up to `d` (or until the deadline), returning early on Abort().
   void Pause(Duration d, Deadline deadline) {
-    std::unique_lock<std::mutex> lock(abort_mu);
-    abort_cv.wait_until(lock, std::min(SteadyClock::now() + d, deadline.time()),
-                        [&] { return aborted.load(); });
+    const Deadline until = Deadline::After(d).Earlier(deadline);
+    MutexLock lock(&abort_mu);
+    while (!aborted.load() && abort_cv.WaitUntil(&abort_mu, until)) {
+    }
   }
 
   // One HTTP POST on `c` to `url`; fills c.body (unary) or calls c.on_line (stream).
@@ -328,7 +328,7 @@ struct EtcdStore::Impl {
     headers = curl_slist_append(headers, "Expect:");
     if (require_leader) headers = curl_slist_append(headers, "Grpc-Metadata-Hasleader: true");
     if (with_token) {
-      std::lock_guard<std::mutex> lock(token_mu);
+      MutexLock lock(&token_mu);
       if (!token.empty()) headers = curl_slist_append(headers, ("Authorization: " + token).c_str());
     }
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
@@ -489,7 +489,7 @@ struct EtcdStore::Impl {
       return Status(r.status().code(), fmt::format("etcd authentication as '{}' failed: {}",
                                                    options.user, r.status().message()));
     }
-    std::lock_guard<std::mutex> lock(token_mu);
+    MutexLock lock(&token_mu);
     token = r->value("token", std::string());
     return Status::Ok();
   }
@@ -703,11 +703,14 @@ struct EtcdStore::Impl {
     pthread_setname_np(pthread_self(), "etcd-lease");
     const Duration period =
         std::max<Duration>(options.lease_ttl / 3, std::chrono::milliseconds(100));
-    std::unique_lock<std::mutex> lock(lease_mu);
-    while (!lease_stop) {
-      lease_cv.wait_for(lock, period, [&] { return lease_stop; });
-      if (lease_stop) break;
-      lock.unlock();
+    for (;;) {
+      {
+        const Deadline next = Deadline::After(period);
+        MutexLock lock(&lease_mu);
+        while (!lease_stop && lease_cv.WaitUntil(&lease_mu, next)) {
+        }
+        if (lease_stop) break;
+      }
       Deadline d = Deadline::After(std::max<Duration>(period, std::chrono::seconds(1)));
       auto r = Post("/v3/lease/keepalive", {{"ID", std::to_string(lease_id.load())}}, d);
       if (r.ok() && Int(*r, "TTL") <= 0) {
@@ -720,7 +723,6 @@ struct EtcdStore::Impl {
       } else if (!r.ok() && r.status().code() != StatusCode::kCancelled) {
         COHORT_LOG_WARN(kLog, "etcd lease keep-alive failed: {}", r.status().message());
       }
-      lock.lock();
     }
   }
 };
@@ -761,10 +763,10 @@ EtcdStore::~EtcdStore() {
   Impl& i = *impl_;
   if (i.keepalive.joinable()) {
     {
-      std::lock_guard<std::mutex> lock(i.lease_mu);
+      MutexLock lock(&i.lease_mu);
       i.lease_stop = true;
     }
-    i.lease_cv.notify_all();
+    i.lease_cv.SignalAll();
     i.keepalive.join();
   }
   if (int64_t lease = i.lease_id.load(); lease != 0 && !i.aborted) {
@@ -782,9 +784,9 @@ std::string EtcdStore::endpoint() const {
 void EtcdStore::Abort() {
   Impl& i = *impl_;
   i.aborted = true;
-  { std::lock_guard<std::mutex> lock(i.abort_mu); }
-  i.abort_cv.notify_all();
-  std::lock_guard<std::mutex> lock(i.fds_mu);
+  { MutexLock lock(&i.abort_mu); }  // a Pause between its check and its wait sees it
+  i.abort_cv.SignalAll();
+  MutexLock lock(&i.fds_mu);
   for (int fd : i.fds) ::shutdown(fd, SHUT_RDWR);
 }
 

@@ -1,4 +1,5 @@
-// Implements FileStore. Thread-safety: mu_ guards state_, offset_ and file access.
+// Implements FileStore. Thread-safety: mu_ guards state_, offset_, aborted_ and file access;
+// the lambdas run by Mutate carry COHORT_REQUIRES(mu_), which Mutate's call checks.
 #include "cohort/store/file_store.h"
 
 #include <fcntl.h>
@@ -95,7 +96,7 @@ Status FileStore::Append(const std::string& records) {
 
 template <typename Fn>
 auto FileStore::Mutate(Fn fn) -> decltype(fn()) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (aborted_) return Cancelled("store aborted");
   FileLock file_lock(fd_, LOCK_EX);
   if (!file_lock.ok()) return ErrnoStatus("flock store file", errno);
@@ -104,11 +105,12 @@ auto FileStore::Mutate(Fn fn) -> decltype(fn()) {
 }
 
 Status FileStore::Set(std::string_view key, std::string_view value, Deadline) {
-  return Mutate([&]() -> Status { return Append(Record(kRecordSet, key, value)); });
+  return Mutate(
+      [&]() COHORT_REQUIRES(mu_) -> Status { return Append(Record(kRecordSet, key, value)); });
 }
 
 Result<int64_t> FileStore::Add(std::string_view key, int64_t delta, Deadline) {
-  return Mutate([&]() -> Result<int64_t> {
+  return Mutate([&]() COHORT_REQUIRES(mu_) -> Result<int64_t> {
     KvState scratch;
     if (const std::string* v = state_.Find(key)) scratch.Set(key, *v);
     COHORT_ASSIGN_OR_RETURN(int64_t next, scratch.Add(key, delta));
@@ -119,7 +121,7 @@ Result<int64_t> FileStore::Add(std::string_view key, int64_t delta, Deadline) {
 
 Result<std::string> FileStore::CompareSet(std::string_view key, std::string_view expected,
                                           std::string_view desired, Deadline) {
-  return Mutate([&]() -> Result<std::string> {
+  return Mutate([&]() COHORT_REQUIRES(mu_) -> Result<std::string> {
     KvState scratch;
     if (const std::string* v = state_.Find(key)) scratch.Set(key, *v);
     std::string after = scratch.CompareSet(key, expected, desired);
@@ -132,7 +134,7 @@ Result<std::string> FileStore::CompareSet(std::string_view key, std::string_view
 }
 
 Result<bool> FileStore::Delete(std::string_view key, Deadline) {
-  return Mutate([&]() -> Result<bool> {
+  return Mutate([&]() COHORT_REQUIRES(mu_) -> Result<bool> {
     bool existed = state_.Find(key) != nullptr;
     if (existed) COHORT_RETURN_IF_ERROR(Append(Record(kRecordDelete, key, "")));
     return existed;
@@ -144,7 +146,7 @@ Status FileStore::MultiSet(const std::vector<std::string>& keys,
   if (keys.size() != values.size()) {
     return InvalidArgument("MultiSet with {} keys and {} values", keys.size(), values.size());
   }
-  return Mutate([&]() -> Status {
+  return Mutate([&]() COHORT_REQUIRES(mu_) -> Status {
     std::string records;
     for (size_t i = 0; i < keys.size(); ++i) records += Record(kRecordSet, keys[i], values[i]);
     return Append(records);
@@ -152,17 +154,19 @@ Status FileStore::MultiSet(const std::vector<std::string>& keys,
 }
 
 Result<bool> FileStore::Check(const std::vector<std::string>& keys, Deadline) {
-  return Mutate([&]() -> Result<bool> { return state_.ContainsAll(keys); });
+  return Mutate(
+      [&]() COHORT_REQUIRES(mu_) -> Result<bool> { return state_.ContainsAll(keys); });
 }
 
 Result<std::vector<std::optional<std::string>>> FileStore::Peek(
     const std::vector<std::string>& keys, Deadline) {
-  return Mutate(
-      [&]() -> Result<std::vector<std::optional<std::string>>> { return state_.Peek(keys); });
+  return Mutate([&]() COHORT_REQUIRES(mu_) -> Result<std::vector<std::optional<std::string>>> {
+    return state_.Peek(keys);
+  });
 }
 
 Result<int64_t> FileStore::NumKeys(Deadline) {
-  return Mutate([&]() -> Result<int64_t> { return state_.size(); });
+  return Mutate([&]() COHORT_REQUIRES(mu_) -> Result<int64_t> { return state_.size(); });
 }
 
 // Each blocking call watches the file with its own inotify instance, set up before the first
@@ -179,7 +183,7 @@ Status FileStore::WaitFor(const std::vector<std::string>& keys, Deadline deadlin
   }
   for (;;) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (aborted_) return Cancelled("store aborted");
       // Drain our events before looking, so an append after this look wakes us.
       char events[4096];
@@ -199,7 +203,7 @@ Status FileStore::WaitFor(const std::vector<std::string>& keys, Deadline deadlin
 Result<std::string> FileStore::Get(std::string_view key, Deadline deadline) {
   std::vector<std::string> keys{std::string(key)};
   COHORT_RETURN_IF_ERROR(WaitFor(keys, deadline));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const std::string* v = state_.Find(key);
   if (!v) return WaitTimeout(keys);  // deleted between the wait and the read
   return *v;
@@ -212,7 +216,7 @@ Status FileStore::Wait(const std::vector<std::string>& keys, Deadline deadline) 
 Result<std::vector<std::string>> FileStore::MultiGet(const std::vector<std::string>& keys,
                                                      Deadline deadline) {
   COHORT_RETURN_IF_ERROR(WaitFor(keys, deadline));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<std::string> values;
   for (const auto& k : keys) {
     const std::string* v = state_.Find(k);
@@ -223,7 +227,7 @@ Result<std::vector<std::string>> FileStore::MultiGet(const std::vector<std::stri
 }
 
 void FileStore::Abort() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   aborted_ = true;
   uint64_t one = 1;
   [[maybe_unused]] ssize_t n = ::write(abort_fd_, &one, sizeof(one));

@@ -7,13 +7,14 @@
 // same little-endian encoding as the TCP protocol. A torn record at the end (a writer that
 // died mid-write) is ignored until it is complete.
 //
-// Thread-safety: all methods are safe from any thread (a mutex serializes them in-process;
-// each blocking call has its own inotify watch, so concurrent waiters all wake).
+// Thread-safety: all methods are safe from any thread (mu_ serializes them in-process and
+// guards the replayed state, the replay offset and the aborted flag; each blocking call has
+// its own inotify watch, so concurrent waiters all wake).
 #pragma once
 
-#include <mutex>
 #include <string>
 
+#include "cohort/base/mutex.h"
 #include "cohort/store/kv_state.h"
 #include "cohort/store/store.h"
 
@@ -29,20 +30,22 @@ class FileStore final : public Store {
  private:
   FileStore(std::string path, int fd, int abort_fd);
   // Replays records appended since the last read. Caller holds mu_ and a file lock.
-  Status CatchUp();
-  // Runs `fn` with the file locked exclusively, state caught up; appends what fn returns.
+  Status CatchUp() COHORT_REQUIRES(mu_);
+  // Runs `fn` with mu_ held and the file locked exclusively, state caught up; fn appends
+  // what it changes. `fn` is a lambda annotated COHORT_REQUIRES(mu_).
   template <typename Fn>
-  auto Mutate(Fn fn) -> decltype(fn());
-  Status Append(const std::string& records);
-  Status WaitFor(const std::vector<std::string>& keys, Deadline deadline);
+  COHORT_EXCLUDES(mu_) auto Mutate(Fn fn) -> decltype(fn());
+  // Appends `records` and replays them. Caller holds mu_ and the exclusive file lock.
+  Status Append(const std::string& records) COHORT_REQUIRES(mu_);
+  Status WaitFor(const std::vector<std::string>& keys, Deadline deadline) COHORT_EXCLUDES(mu_);
 
   const std::string path_;
   const int fd_;
   const int abort_fd_;  // eventfd written by Abort()
-  std::mutex mu_;
-  KvState state_;
-  uint64_t offset_ = 0;  // bytes of the file replayed into state_
-  bool aborted_ = false;
+  Mutex mu_;
+  KvState state_ COHORT_GUARDED_BY(mu_);
+  uint64_t offset_ COHORT_GUARDED_BY(mu_) = 0;  // bytes of the file replayed into state_
+  bool aborted_ COHORT_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace cohort::store

@@ -4,9 +4,7 @@
 // Thread-safety: all methods are safe from any thread (one mutex guards the state).
 #pragma once
 
-#include <condition_variable>
-#include <mutex>
-
+#include "cohort/base/mutex.h"
 #include "cohort/store/kv_state.h"
 #include "cohort/store/store.h"
 
@@ -17,14 +15,14 @@ class MemoryStore final : public Store {
   COHORT_STORE_METHODS(override);  // the Store interface (store.h)
 
  private:
-  // Waits (mu_ held) until every key exists; kCancelled after Abort().
-  Status WaitLocked(std::unique_lock<std::mutex>& lock, const std::vector<std::string>& keys,
-                    Deadline deadline);
+  // Waits until every key exists; kCancelled after Abort().
+  Status WaitLocked(const std::vector<std::string>& keys, Deadline deadline)
+      COHORT_REQUIRES(mu_);
 
-  std::mutex mu_;
-  std::condition_variable changed_;
-  KvState state_;
-  bool aborted_ = false;
+  Mutex mu_;
+  CondVar changed_;  // signalled on every write and on Abort
+  KvState state_ COHORT_GUARDED_BY(mu_);
+  bool aborted_ COHORT_GUARDED_BY(mu_) = false;
 };
 
 // Shared by stores: the error a wait returns when its deadline passes.

@@ -94,37 +94,25 @@ std::string ErrorResponse(uint64_t id, const Status& status) {
 class StoreServer::Impl {
  public:
   explicit Impl(StoreServerOptions options)
-      : options_(std::move(options)), acceptor_(io_), retry_accept_(io_) {}
+      : options_(std::move(options)) {}
 
   Status Open() {
-    COHORT_RETURN_IF_ERROR(ListenOn(acceptor_, options_.host.empty() ? "0.0.0.0" : options_.host,
-                                    options_.port, "store server"));
-    port_ = acceptor_.local_endpoint().port();
     RaiseFileLimit();
-    Accept();
-    thread_ = std::thread([this] {
-      pthread_setname_np(pthread_self(), "store-server");
-      io_.run();
-    });
-    COHORT_LOG_DEBUG("store", "store server listening on {}:{}", options_.host, port_);
+    COHORT_RETURN_IF_ERROR(server_.Start(
+        options_.host.empty() ? "0.0.0.0" : options_.host, options_.port, "store server",
+        "store-server", [this](tcp::socket socket) { Accept(std::move(socket)); }));
+    COHORT_LOG_DEBUG("store", "store server listening on {}:{}", options_.host, port());
     return Status::Ok();
   }
 
   void Stop() {
-    std::call_once(stop_once_, [this] {
-      asio::post(io_, [this] {
-        asio::error_code ec;
-        acceptor_.close(ec);
-        retry_accept_.cancel();
-        auto conns = connections_;
-        for (auto& c : conns) Close(c, "");
-        io_.stop();
-      });
-      if (thread_.joinable()) thread_.join();
+    server_.Stop([this] {
+      auto conns = connections_;
+      for (auto& c : conns) Close(c, "");
     });
   }
 
-  int port() const { return port_; }
+  int port() const { return server_.port(); }
   StoreServerStats stats() const {
     StoreServerStats s;
     s.connections_accepted = accepted_;
@@ -136,52 +124,38 @@ class StoreServer::Impl {
   }
 
  private:
-  void Accept() {
-    acceptor_.async_accept([this](asio::error_code ec, tcp::socket socket) {
-      if (ec == asio::error::operation_aborted) return;
-      if (ec) {
-        // Typically EMFILE: back off briefly instead of spinning.
-        COHORT_LOG_WARN("store", "accept failed: {}; retrying", ec.message());
-        retry_accept_.expires_after(std::chrono::milliseconds(50));
-        retry_accept_.async_wait([this](asio::error_code e) {
-          if (!e) Accept();
-        });
-        return;
-      }
-      if (unauthenticated_ >= options_.max_unauthenticated) {
-        // Strangers hold every slot: refuse at once (the job's clients retry connecting).
-        ++rejected_;
-        asio::error_code ignored;
-        socket.close(ignored);
-        if (!warned_full_) {
-          COHORT_LOG_WARN("store", "{} connections have not authenticated; refusing new ones "
-                          "until they do or time out", unauthenticated_.load());
-          warned_full_ = true;
-        }
-        Accept();
-        return;
-      }
-      ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);
-      auto conn = std::make_shared<Connection>(std::move(socket));
+  // A new connection (io thread): refused at once while strangers hold every slot, else
+  // given the handshake deadline and read.
+  void Accept(tcp::socket socket) {
+    if (unauthenticated_ >= options_.max_unauthenticated) {
+      // Strangers hold every slot: refuse at once (the job's clients retry connecting).
+      ++rejected_;
       asio::error_code ignored;
-      conn->socket.set_option(tcp::no_delay(true), ignored);
-      auto remote = conn->socket.remote_endpoint(ignored);
-      conn->peer = fmt::format("{}:{}", remote.address().to_string(), remote.port());
-      connections_.insert(conn);
-      ++accepted_;
-      ++open_;
-      ++unauthenticated_;
-      conn->handshake_timer.expires_after(options_.handshake_timeout);
-      conn->handshake_timer.async_wait([this, weak = std::weak_ptr<Connection>(conn)](
-                                           asio::error_code ec) {
-        auto c = weak.lock();
-        if (ec || !c || c->closed || c->authenticated) return;
-        Reject(c, fmt::format("no HELLO within {:.0f} s",
-                              std::chrono::duration<double>(options_.handshake_timeout).count()));
-      });
-      ReadHeader(conn);
-      Accept();
+      socket.close(ignored);
+      if (!warned_full_) {
+        COHORT_LOG_WARN("store", "{} connections have not authenticated; refusing new ones "
+                        "until they do or time out", unauthenticated_.load());
+        warned_full_ = true;
+      }
+      return;
+    }
+    auto conn = std::make_shared<Connection>(std::move(socket));
+    asio::error_code ignored;
+    auto remote = conn->socket.remote_endpoint(ignored);
+    conn->peer = fmt::format("{}:{}", remote.address().to_string(), remote.port());
+    connections_.insert(conn);
+    ++accepted_;
+    ++open_;
+    ++unauthenticated_;
+    conn->handshake_timer.expires_after(options_.handshake_timeout);
+    conn->handshake_timer.async_wait([this, weak = std::weak_ptr<Connection>(conn)](
+                                         asio::error_code ec) {
+      auto c = weak.lock();
+      if (ec || !c || c->closed || c->authenticated) return;
+      Reject(c, fmt::format("no HELLO within {:.0f} s",
+                            std::chrono::duration<double>(options_.handshake_timeout).count()));
     });
+    ReadHeader(conn);
   }
 
   void ReadHeader(const std::shared_ptr<Connection>& conn) {
@@ -377,7 +351,7 @@ class StoreServer::Impl {
     }
     int64_t timeout_ms;
     if (!r.I64(&timeout_ms) || !r.AtEnd() || timeout_ms < -1) return false;
-    auto waiter = std::make_shared<Waiter>(io_, conn, id, op, std::move(keys));
+    auto waiter = std::make_shared<Waiter>(server_.io(), conn, id, op, std::move(keys));
     if (state_.ContainsAll(waiter->keys)) {
       Answer(*waiter, conn);
     } else {
@@ -502,12 +476,7 @@ class StoreServer::Impl {
   }
 
   const StoreServerOptions options_;
-  asio::io_context io_;
-  tcp::acceptor acceptor_;
-  asio::steady_timer retry_accept_;
-  std::thread thread_;
-  std::once_flag stop_once_;
-  std::atomic<int> port_{0};
+  AsioServer server_;  // first in, last out: the connections below use its io_context
   std::atomic<int64_t> accepted_{0}, rejected_{0}, open_{0}, requests_{0}, unauthenticated_{0};
   bool warned_full_ = false;  // event-loop thread
   // Owned by the event-loop thread:

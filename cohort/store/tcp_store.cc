@@ -1,5 +1,6 @@
-// Implements TcpStore. Thread-safety: mu_ serializes calls; Abort() touches only atomics
-// and shutdown(2), which is safe against a concurrent poll on the same descriptor.
+// Implements TcpStore. Thread-safety: mu_ serializes calls (a Call holds it for one request)
+// and guards socket_, next_id_ and reached_peer_; Abort() touches only atomics and
+// shutdown(2), which is safe against a concurrent poll on the same descriptor.
 #include "cohort/store/tcp_store.h"
 
 #include <sys/socket.h>
@@ -29,15 +30,19 @@ Status ParseResponseHead(net::Reader& r, uint64_t* id) {
 
 }  // namespace
 
-// One request: builds the frame, runs the round trip and hands back a payload reader.
-class TcpStore::Call {
+// One request: builds the frame, runs the round trip and hands back a payload reader. It
+// holds store->mu_ from construction to destruction, so the analysis treats it as a lock.
+class COHORT_SCOPED_CAPABILITY TcpStore::Call {
  public:
-  Call(TcpStore* store, Op op) : store_(store), lock_(store->mu_) {
-    id_ = store_->next_id_++;
+  Call(TcpStore* store, Op op) COHORT_ACQUIRE(store->mu_) : store_(store), lock_(&store->mu_) {
+    id_ = store->next_id_++;
     writer_.U8(static_cast<uint8_t>(op)).U64(id_);
   }
+  ~Call() COHORT_RELEASE() {}  // lock_ unlocks
   net::Writer& writer() { return writer_; }
   Status Run(Deadline deadline) {
+    // Held by lock_ since the constructor; the analysis cannot tie store_->mu_ to this object.
+    store_->mu_.AssertHeld();
     if (store_->aborted_) return Cancelled("store client aborted");
     COHORT_RETURN_IF_ERROR(store_->EnsureConnected(deadline));
     Status st = store_->RoundTrip(writer_.Finish(), id_, &body_, deadline);
@@ -51,7 +56,7 @@ class TcpStore::Call {
 
  private:
   TcpStore* store_;
-  std::unique_lock<std::mutex> lock_;
+  MutexLock lock_;
   uint64_t id_;
   net::Writer writer_;
   std::string body_;
@@ -62,7 +67,7 @@ Result<std::unique_ptr<TcpStore>> TcpStore::Connect(const TcpStoreOptions& optio
                                                     Deadline deadline) {
   std::unique_ptr<TcpStore> store(new TcpStore(options));
   {
-    std::lock_guard<std::mutex> lock(store->mu_);
+    MutexLock lock(&store->mu_);
     COHORT_RETURN_IF_ERROR(store->EnsureConnected(deadline));
   }
   return store;
@@ -70,7 +75,7 @@ Result<std::unique_ptr<TcpStore>> TcpStore::Connect(const TcpStoreOptions& optio
 
 TcpStore::ProbeResult TcpStore::Probe(const TcpStoreOptions& options, Deadline deadline) {
   std::unique_ptr<TcpStore> store(new TcpStore(options));
-  std::lock_guard<std::mutex> lock(store->mu_);
+  MutexLock lock(&store->mu_);
   Status st = store->EnsureConnected(deadline);
   if (st.ok()) return {StorePeer::kCohortStore, st};
   if (st.code() == StatusCode::kPermissionDenied) return {StorePeer::kWrongToken, st};

@@ -6,14 +6,15 @@
 // A broken connection is reopened on the next call (within that call's deadline). A
 // response that arrives after its call gave up is recognised by its request id and dropped.
 //
-// Thread-safety: calls are serialized by a mutex (one request in flight per connection);
-// Abort() may be called from any thread and unblocks a call in progress.
+// Thread-safety: calls are serialized by mu_ (one request in flight per connection), which
+// guards the socket, the request ids and reached_peer_; Abort() may be called from any
+// thread and unblocks a call in progress (it touches only atomics).
 #pragma once
 
 #include <atomic>
-#include <mutex>
 #include <string>
 
+#include "cohort/base/mutex.h"
 #include "cohort/net/socket.h"
 #include "cohort/store/protocol.h"
 #include "cohort/store/store.h"
@@ -55,18 +56,20 @@ class TcpStore final : public Store {
 
  private:
   explicit TcpStore(TcpStoreOptions options) : options_(std::move(options)) {}
-  class Call;
-  Status EnsureConnected(Deadline deadline);
+  class Call;  // holds mu_ for one request (a scoped capability)
+  Status EnsureConnected(Deadline deadline) COHORT_REQUIRES(mu_);
   // Sends the request in `frame` (whose id is `id`) and reads its response body into `body`.
-  Status RoundTrip(std::string& frame, uint64_t id, std::string* body, Deadline deadline);
+  Status RoundTrip(std::string& frame, uint64_t id, std::string* body, Deadline deadline)
+      COHORT_REQUIRES(mu_);
 
   const TcpStoreOptions options_;
-  std::mutex mu_;  // serializes calls; guards socket_ and next_id_
-  net::Socket socket_;
-  uint64_t next_id_ = 1;
+  Mutex mu_;  // serializes calls
+  net::Socket socket_ COHORT_GUARDED_BY(mu_);
+  uint64_t next_id_ COHORT_GUARDED_BY(mu_) = 1;
   std::atomic<bool> aborted_{false};
   std::atomic<int> live_fd_{-1};  // for Abort() from another thread
-  bool reached_peer_ = false;  // the last EnsureConnected got a TCP connection (guarded by mu_)
+  // The last EnsureConnected got a TCP connection.
+  bool reached_peer_ COHORT_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace cohort::store

@@ -11,7 +11,7 @@
 //   DELETE_KEY 8 key           -> i64 (keys deleted)
 // Anything else (WATCH_KEY 7, unknown queries, oversized fields) closes the connection.
 //
-// Thread-safety: every member of Impl except port_ and the thread handle is touched only by
+// Thread-safety: every member of Impl except server_ (its Start and Stop) is touched only by
 // the event-loop thread.
 #include "cohort/store/torch_store_server.h"
 
@@ -125,54 +125,23 @@ std::string Byte(uint8_t v) { return std::string(1, static_cast<char>(v)); }
 class TorchStoreServer::Impl {
  public:
   Status Open(const TorchStoreServerOptions& o) {
-    COHORT_RETURN_IF_ERROR(ListenOn(acceptor_, o.host, o.port, "torch store"));
-    port_ = acceptor_.local_endpoint().port();
-    Accept();
-    thread_ = std::thread([this] {
-      pthread_setname_np(pthread_self(), "torch-store");
-      io_.run();
+    return server_.Start(o.host, o.port, "torch store", "torch-store", [this](tcp::socket s) {
+      auto c = std::make_shared<Conn>(std::move(s));
+      conns_.insert(c);
+      Read(c);
     });
-    return Status::Ok();
   }
 
   void Stop() {
-    std::call_once(stop_once_, [this] {
-      asio::post(io_, [this] {
-        asio::error_code ec;
-        acceptor_.close(ec);
-        retry_accept_.cancel();
-        auto conns = conns_;
-        for (auto& c : conns) Close(c);
-        io_.stop();
-      });
-      if (thread_.joinable()) thread_.join();
+    server_.Stop([this] {
+      auto conns = conns_;
+      for (auto& c : conns) Close(c);
     });
   }
 
-  int port() const { return port_; }
+  int port() const { return server_.port(); }
 
  private:
-  void Accept() {
-    acceptor_.async_accept([this](asio::error_code ec, tcp::socket socket) {
-      if (ec == asio::error::operation_aborted) return;
-      if (ec) {
-        // Typically EMFILE: back off briefly instead of spinning on the accept.
-        retry_accept_.expires_after(std::chrono::milliseconds(50));
-        retry_accept_.async_wait([this](asio::error_code e) {
-          if (!e) Accept();
-        });
-        return;
-      }
-      ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);
-      asio::error_code ignored;
-      socket.set_option(tcp::no_delay(true), ignored);
-      auto c = std::make_shared<Conn>(std::move(socket));
-      conns_.insert(c);
-      Read(c);
-      Accept();
-    });
-  }
-
   void Read(const std::shared_ptr<Conn>& c) {
     c->socket.async_read_some(asio::buffer(c->chunk), [this, c](asio::error_code ec, size_t n) {
       if (c->closed) return;
@@ -318,15 +287,10 @@ class TorchStoreServer::Impl {
     conns_.erase(c);
   }
 
-  asio::io_context io_;
-  tcp::acceptor acceptor_{io_};
-  asio::steady_timer retry_accept_{io_};
+  AsioServer server_;  // first in, last out: the connections below use its io_context
   std::unordered_set<std::shared_ptr<Conn>> conns_;
   std::vector<std::shared_ptr<Waiter>> waiters_;
   KvState state_;
-  int port_ = 0;
-  std::thread thread_;
-  std::once_flag stop_once_;
 };
 
 Result<std::unique_ptr<TorchStoreServer>> TorchStoreServer::Start(

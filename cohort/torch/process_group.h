@@ -18,13 +18,13 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
 
+#include "cohort/base/mutex.h"
 #include "cohort/comm/communicator.h"
 
 namespace cohort::torch_backend {
@@ -50,14 +50,14 @@ class Executor {
   void Loop();
   static void Run(Item& item);
   // Runs an item taken from the queue (running_ set), then lets the next one go.
-  void RunTaken(Item& item);
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Item> queue_;  // mu_
-  bool running_ = false;    // mu_: an item is being run (by the worker or a helper)
-  bool stopping_ = false;   // mu_
-  uint64_t issued_ = 0;     // mu_
-  std::thread worker_;
+  void RunTaken(Item& item) COHORT_EXCLUDES(mu_);
+  Mutex mu_;
+  CondVar cv_;  // an item was queued or finished, or the executor stops
+  std::deque<Item> queue_ COHORT_GUARDED_BY(mu_);
+  bool running_ COHORT_GUARDED_BY(mu_) = false;  // an item is being run (worker or helper)
+  bool stopping_ COHORT_GUARDED_BY(mu_) = false;
+  uint64_t issued_ COHORT_GUARDED_BY(mu_) = 0;
+  std::thread worker_;  // started by the constructor, joined by Stop
 };
 
 class CohortWork final : public c10d::Work {

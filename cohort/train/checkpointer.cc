@@ -1,9 +1,11 @@
-// Checkpointer (see checkpointer.h). Thread-safety: one owner.
+// Checkpointer (see checkpointer.h). Thread-safety: one owner; the only locking is of
+// torch's default generator while its state is read or set.
 #include "cohort/train/checkpointer.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <nlohmann/json.hpp>
 
+#include <mutex>
 #include <sstream>
 
 #include "cohort/base/log.h"
@@ -13,6 +15,8 @@ namespace {
 
 using json = nlohmann::json;
 
+// torch's generator hands out its own std::mutex (at::Generator::mutex()), which other
+// torch code locks too, so these two stay std::lock_guard: a cohort::Mutex cannot stand in.
 torch::Tensor GetTorchRngState() {
   auto gen = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(gen.mutex());

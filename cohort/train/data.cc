@@ -1,4 +1,5 @@
-// Data sets and the prefetching loader (see data.h). Thread-safety: see data.h.
+// Data sets and the prefetching loader (see data.h). Thread-safety: see data.h (mu_ guards
+// the loader's queue_, stop_ and done_).
 #include "cohort/train/data.h"
 
 #include <pthread.h>
@@ -116,10 +117,10 @@ PrefetchLoader::PrefetchLoader(const Dataset& dataset, std::vector<std::vector<s
 
 PrefetchLoader::~PrefetchLoader() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
-  changed_.notify_all();
+  changed_.SignalAll();
   thread_.join();
 }
 
@@ -127,32 +128,34 @@ void PrefetchLoader::Run() {
   pthread_setname_np(pthread_self(), "train-loader");
   for (size_t i = 0; i < batches_.size(); ++i) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      changed_.wait(lock, [&] { return stop_ || queue_.size() < depth_; });
+      MutexLock lock(&mu_);
+      while (!stop_ && queue_.size() >= depth_) changed_.Wait(&mu_);
       if (stop_) break;
     }
     auto [x, y] = dataset_.Gather(batches_[i]);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       queue_.push_back(Batch{epoch_, first_index_ + i, std::move(x), std::move(y)});
     }
-    changed_.notify_all();
+    changed_.SignalAll();
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     done_ = true;
   }
-  changed_.notify_all();
+  changed_.SignalAll();
 }
 
 std::optional<Batch> PrefetchLoader::Next() {
-  std::unique_lock<std::mutex> lock(mu_);
-  changed_.wait(lock, [&] { return !queue_.empty() || done_; });
-  if (queue_.empty()) return std::nullopt;
-  Batch b = std::move(queue_.front());
-  queue_.pop_front();
-  lock.unlock();
-  changed_.notify_all();
+  std::optional<Batch> b;
+  {
+    MutexLock lock(&mu_);
+    while (queue_.empty() && !done_) changed_.Wait(&mu_);
+    if (queue_.empty()) return std::nullopt;
+    b = std::move(queue_.front());
+    queue_.pop_front();
+  }
+  changed_.SignalAll();  // a slot is free: the loader may refill it
   return b;
 }
 

@@ -10,19 +10,19 @@
 // blocks on anything but the queue, so the destructor returns promptly.
 //
 // Thread-safety: a Dataset is immutable after loading and may be read from any thread. A
-// PrefetchLoader is used by one consumer thread.
+// PrefetchLoader is used by one consumer thread; its mu_ guards the queue and the stop/done
+// flags it shares with the loader thread.
 #pragma once
 
 #include <torch/torch.h>
 
-#include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "cohort/base/mutex.h"
 #include "cohort/base/status.h"
 #include "cohort/train/models.h"
 
@@ -64,21 +64,21 @@ class PrefetchLoader {
   PrefetchLoader& operator=(const PrefetchLoader&) = delete;
 
   // The next batch, or nullopt after the last one.
-  std::optional<Batch> Next();
+  std::optional<Batch> Next() COHORT_EXCLUDES(mu_);
 
  private:
-  void Run();
+  void Run() COHORT_EXCLUDES(mu_);
 
   const Dataset& dataset_;
   const std::vector<std::vector<size_t>> batches_;
   const int64_t epoch_;
   const size_t first_index_;
   const size_t depth_;
-  std::mutex mu_;
-  std::condition_variable changed_;
-  std::deque<Batch> queue_;
-  bool stop_ = false;
-  bool done_ = false;
+  Mutex mu_;
+  CondVar changed_;  // signalled on every push, pop, stop and done
+  std::deque<Batch> queue_ COHORT_GUARDED_BY(mu_);
+  bool stop_ COHORT_GUARDED_BY(mu_) = false;
+  bool done_ COHORT_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

@@ -215,7 +215,9 @@ TEST(MutationFuzz, CheckpointFiles) {
   for (int i = 0; i < Iterations() * 4; ++i) {
     const std::string mutant = m.Mutate(seed);
     // A damaged checkpoint is never restored: whatever decodes is byte for byte the seed.
-    if (train::DecodeCheckpoint(mutant, "mutant").ok()) ASSERT_EQ(mutant, seed);
+    if (train::DecodeCheckpoint(mutant, "mutant").ok()) {
+      ASSERT_EQ(mutant, seed);
+    }
   }
 }
 
