@@ -68,6 +68,29 @@ Result<JobStatus> Refresh(JobDb& db, JobRecord& job, const launch::BackendOption
   return launch::RefreshJob(db, *backend, job);
 }
 
+// A job of the history, found by id or name, and (when asked) the backend that runs it.
+struct OpenedJob {
+  std::unique_ptr<JobDb> db;
+  JobRecord job;
+  std::unique_ptr<launch::Backend> backend;
+};
+
+// -1 to go on with `out` filled, else the exit code (the error printed for `command`).
+int OpenJob(const Common& c, const std::string& id, const char* command, bool with_backend,
+            OpenedJob* out) {
+  auto db = OpenDb(c);
+  if (!db.ok()) return CommandFailed(command, db.status(), kExitBackend);
+  auto job = (*db)->Find(id);
+  if (!job.ok()) return CommandFailed(command, job.status(), kExitNoSuchJob);
+  out->db = std::move(*db);
+  out->job = std::move(*job);
+  if (!with_backend) return -1;
+  auto backend = launch::MakeBackendForJob(out->job, c.Options());
+  if (!backend.ok()) return CommandFailed(command, backend.status(), kExitBackend);
+  out->backend = std::move(*backend);
+  return -1;
+}
+
 json JobJson(const JobRecord& j, const JobStatus* s) {
   json out = {{"id", j.id},           {"name", j.name},
               {"backend", j.backend}, {"state", j.state},
@@ -354,12 +377,11 @@ int StatusCommand(const std::vector<std::string>& args) {
   app.add_flag("--wait", wait, "wait until the job ends");
   if (int rc = ParseCommandLine(app, args, "status"); rc >= 0) return rc;
   if (id.empty()) return ListCommand(args);
-  auto db = OpenDb(c);
-  if (!db.ok()) return CommandFailed("status", db.status(), kExitBackend);
-  auto job = (*db)->Find(id);
-  if (!job.ok()) return CommandFailed("status", job.status(), kExitNoSuchJob);
-  if (wait) return WaitForEnd(**db, *job, c.Options(), c.json);
-  auto s = Refresh(**db, *job, c.Options());
+  OpenedJob o;
+  if (int rc = OpenJob(c, id, "status", /*with_backend=*/false, &o); rc >= 0) return rc;
+  JobRecord* job = &o.job;
+  if (wait) return WaitForEnd(*o.db, *job, c.Options(), c.json);
+  auto s = Refresh(*o.db, *job, c.Options());
   if (!s.ok()) {
     fmt::print(stderr, "cohort status: job {}: {}\n", job->id, s.status().message());
     return kExitBackend;
@@ -417,18 +439,14 @@ int LogsCommand(const std::vector<std::string>& args) {
   app.add_option("--rank", rank, "one worker's log (default: the whole console)");
   app.add_flag("-f,--follow", follow, "keep printing until the job ends");
   if (int rc = ParseCommandLine(app, args, "logs"); rc >= 0) return rc;
-  auto db = OpenDb(c);
-  if (!db.ok()) return CommandFailed("logs", db.status(), kExitBackend);
-  auto job = (*db)->Find(id);
-  if (!job.ok()) return CommandFailed("logs", job.status(), kExitNoSuchJob);
-  auto backend = launch::MakeBackendForJob(*job, c.Options());
-  if (!backend.ok()) return CommandFailed("logs", backend.status(), kExitBackend);
+  OpenedJob o;
+  if (int rc = OpenJob(c, id, "logs", /*with_backend=*/true, &o); rc >= 0) return rc;
   std::ifstream in;
   std::string path;
-  auto delay = std::chrono::milliseconds(100);
+  Backoff poll(std::chrono::milliseconds(100), std::chrono::milliseconds(500));
   for (;;) {
     if (!in.is_open()) {
-      auto p = (*backend)->LogPath(*job, element, rank);
+      auto p = o.backend->LogPath(o.job, element, rank);
       if (!p.ok() && (!follow || p.status().code() != StatusCode::kNotFound)) {
         fmt::print(stderr, "cohort logs: {}\n", p.status().message());
         return p.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitNoSuchJob;
@@ -454,14 +472,13 @@ int LogsCommand(const std::vector<std::string>& args) {
     in.clear();
     std::fflush(stdout);
     if (!follow) return kExitOk;
-    auto s = launch::RefreshJob(**db, **backend, *job);
+    auto s = launch::RefreshJob(*o.db, *o.backend, o.job);
     if (s.ok() && launch::IsFinalState(s->state)) {
       // One more pass for what the job wrote before it ended.
       while (in.is_open() && std::getline(in, line)) fmt::print("{}\n", line);
       return kExitOk;
     }
-    std::this_thread::sleep_for(delay);  // following a file: poll like tail -f
-    delay = std::min(delay * 2, std::chrono::milliseconds(500));
+    poll.Sleep();  // following a file: poll like tail -f
   }
 }
 
@@ -474,36 +491,33 @@ int CancelCommand(const std::vector<std::string>& args) {
   app.add_option("job", id, "job id or name")->required();
   app.add_option("--timeout", timeout, "seconds to wait for the job to stop");
   if (int rc = ParseCommandLine(app, args, "cancel"); rc >= 0) return rc;
-  auto db = OpenDb(c);
-  if (!db.ok()) return CommandFailed("cancel", db.status(), kExitBackend);
-  auto job = (*db)->Find(id);
-  if (!job.ok()) return CommandFailed("cancel", job.status(), kExitNoSuchJob);
-  auto backend = launch::MakeBackendForJob(*job, c.Options());
-  if (!backend.ok()) return CommandFailed("cancel", backend.status(), kExitBackend);
-  auto before = launch::RefreshJob(**db, **backend, *job);
+  OpenedJob o;
+  if (int rc = OpenJob(c, id, "cancel", /*with_backend=*/true, &o); rc >= 0) return rc;
+  JobRecord* job = &o.job;
+  auto before = launch::RefreshJob(*o.db, *o.backend, *job);
   if (before.ok() && launch::IsFinalState(before->state)) {
     fmt::print(stderr, "cohort cancel: job {} already ended ({})\n", job->id, before->state);
     return kExitInvalidValue;
   }
-  if (Status s = (*backend)->Cancel(*job); !s.ok()) {
+  if (Status s = o.backend->Cancel(*job); !s.ok()) {
     fmt::print(stderr, "cohort cancel: job {}: {}\n", job->id, s.message());
     return kExitBackend;
   }
-  const double deadline = WallSeconds() + timeout;
-  auto delay = std::chrono::milliseconds(50);
+  // Polling the backend for the end, until --timeout.
+  Backoff poll(std::chrono::milliseconds(50), std::chrono::milliseconds(500),
+               Deadline::After(std::chrono::duration_cast<Duration>(
+                   std::chrono::duration<double>(timeout))));
   for (;;) {
-    auto s = launch::RefreshJob(**db, **backend, *job);
+    auto s = launch::RefreshJob(*o.db, *o.backend, *job);
     if (s.ok() && launch::IsFinalState(s->state)) {
       fmt::print("job {}: {}\n", job->id, s->state);
       return kExitOk;
     }
-    if (WallSeconds() > deadline) {
+    if (!poll.Sleep()) {
       fmt::print(stderr, "cohort cancel: job {} asked to stop; still {} after {} s\n", job->id,
                  s.ok() ? s->state : "unknown", timeout);
       return kExitBackend;
     }
-    std::this_thread::sleep_for(delay);  // polling the backend for the end
-    delay = std::min(delay * 2, std::chrono::milliseconds(500));
   }
 }
 

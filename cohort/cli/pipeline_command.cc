@@ -127,20 +127,31 @@ int Execute(const std::string& name, const std::string& home, int parallel,
   return kExitWorkerFailed;
 }
 
+// Where the run history and logs live (--home), and for the reading commands --json.
+struct HistoryFlags {
+  std::string home = launch::DefaultCohortHome();
+  bool json = false;
+  void Add(CLI::App& app, bool with_json) {
+    app.add_option("--home", home, "run history and logs (default $COHORT_HOME or ~/.cohort)");
+    if (with_json) app.add_flag("--json", json, "print JSON");
+  }
+};
+
 int Run(const std::vector<std::string>& args) {
   CLI::App app("Run a pipeline on this machine.", "cohort pipeline run");
-  std::string spec_path, home = launch::DefaultCohortHome();
+  std::string spec_path;
+  HistoryFlags h;
   std::vector<std::string> params;
   int parallel = 2;
   app.add_option("spec", spec_path, "pipeline spec (YAML)")->required();
   app.add_option("-p,--param", params, "parameter KEY=VALUE (repeatable)");
   app.add_option("--parallel", parallel, "steps running at once (default 2)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--home", home, "run history and logs (default $COHORT_HOME or ~/.cohort)");
+  h.Add(app, /*with_json=*/false);
   if (int rc = ParseCommandLine(app, args, "pipeline run"); rc >= 0) return rc;
   Loaded l;
   if (int rc = LoadAndValidate("run", spec_path, params, true, &l); rc >= 0) return rc;
-  return Execute("run", home, parallel, [&](const pipeline::ExecutorOptions& o) {
+  return Execute("run", h.home, parallel, [&](const pipeline::ExecutorOptions& o) {
     return pipeline::ExecuteNew(l.spec, l.path, l.text, l.params, o);
   });
 }
@@ -149,14 +160,14 @@ int ResumeRun(const std::vector<std::string>& args) {
   CLI::App app("Re-run a failed or cancelled run from the steps that did not succeed.",
                "cohort pipeline resume");
   int64_t run_id = 0;
-  std::string home = launch::DefaultCohortHome();
+  HistoryFlags h;
   int parallel = 2;
   app.add_option("run", run_id, "run id")->required();
   app.add_option("--parallel", parallel, "steps running at once (default 2)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--home", home, "run history and logs (default $COHORT_HOME or ~/.cohort)");
+  h.Add(app, /*with_json=*/false);
   if (int rc = ParseCommandLine(app, args, "pipeline resume"); rc >= 0) return rc;
-  return Execute("resume", home, parallel, [&](const pipeline::ExecutorOptions& o) {
+  return Execute("resume", h.home, parallel, [&](const pipeline::ExecutorOptions& o) {
     return pipeline::Resume(run_id, o);
   });
 }
@@ -173,12 +184,12 @@ json RunJson(const pipeline::RunRecord& r) {
 int Status(const std::vector<std::string>& args) {
   CLI::App app("Show a pipeline run and its steps.", "cohort pipeline status");
   int64_t run_id = 0;
-  std::string home = launch::DefaultCohortHome();
-  bool as_json = false;
+  HistoryFlags h;
   app.add_option("run", run_id, "run id")->required();
-  app.add_option("--home", home, "run history (default $COHORT_HOME or ~/.cohort)");
-  app.add_flag("--json", as_json, "print JSON");
+  h.Add(app, /*with_json=*/true);
   if (int rc = ParseCommandLine(app, args, "pipeline status"); rc >= 0) return rc;
+  const std::string& home = h.home;
+  const bool as_json = h.json;
   auto db = pipeline::RunDb::Open(pipeline::RunDbPath(home));
   if (!db.ok()) return CommandFailed("pipeline status", db.status(), kExitBackend);
   auto run = (*db)->GetRun(run_id);
@@ -228,14 +239,13 @@ int Status(const std::vector<std::string>& args) {
 
 int List(const std::vector<std::string>& args) {
   CLI::App app("List recent pipeline runs.", "cohort pipeline list");
-  std::string home = launch::DefaultCohortHome();
-  bool as_json = false;
+  HistoryFlags h;
   int limit = 20;
-  app.add_option("--home", home, "run history (default $COHORT_HOME or ~/.cohort)");
+  h.Add(app, /*with_json=*/true);
   app.add_option("-n,--limit", limit, "at most this many runs (default 20)");
-  app.add_flag("--json", as_json, "print JSON");
   if (int rc = ParseCommandLine(app, args, "pipeline list"); rc >= 0) return rc;
-  auto db = pipeline::RunDb::Open(pipeline::RunDbPath(home));
+  const bool as_json = h.json;
+  auto db = pipeline::RunDb::Open(pipeline::RunDbPath(h.home));
   if (!db.ok()) return CommandFailed("pipeline list", db.status(), kExitBackend);
   auto runs = (*db)->ListRuns(limit);
   if (!runs.ok()) return CommandFailed("pipeline list", runs.status(), kExitBackend);

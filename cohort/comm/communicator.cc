@@ -557,17 +557,6 @@ Communicator::WorkPtr Communicator::ReduceScatter(const void* in, void* out, siz
   }, exec);
 }
 
-Communicator::WorkPtr Communicator::AllGather(const void* in, void* out, size_t count,
-                                              DataType t, Exec exec) {
-  OpDesc d{0, OpKind::kAllGather, t, ReduceOp::kSum, 0, -1, count};
-  Impl* impl = impl_.get();
-  const size_t bytes = count * DataTypeSize(t);
-  return impl_->Issue(d, [=](Call& c) {
-    if (impl->UseShm()) return ShmAllGather(impl->shm(), in, out, bytes, c);
-    return TcpAllGatherRing(impl->all(), in, out, bytes, c);
-  }, exec);
-}
-
 Communicator::WorkPtr Communicator::Broadcast(void* buf, size_t count, DataType t, int root,
                                               Exec exec) {
   if (Status s = ValidRoot(root, size_, "broadcast root"); !s.ok()) return impl_->Failed(s);
@@ -600,22 +589,43 @@ Communicator::WorkPtr Communicator::Reduce(const void* in, void* out, size_t cou
 
 namespace {
 
-// Gather and scatter: the same shape on both transports, the data moving towards or away
-// from the root.
-struct RootedMove {
-  const char* root_name;  // for the error of a bad root
+// The data-movement collectives (all-gather, gather, scatter, all-to-all): the same shape on
+// both transports, a byte count and, for the rooted ones, a root.
+struct Movement {
+  const char* root_name;  // for the error of a bad root; nullptr: the collective has none
   OpKind kind;
-  Status (*shm)(ShmGroup&, const void*, void*, size_t, int, Call);
-  Status (*tcp)(TcpGroup&, const void*, void*, size_t, int, Call);
+  Status (*shm)(ShmGroup&, const void* in, void* out, size_t bytes, int root, Call);
+  Status (*tcp)(TcpGroup&, const void* in, void* out, size_t bytes, int root, Call);
 };
-constexpr RootedMove kGather{"gather root", OpKind::kGather, ShmGather, TcpGather};
-constexpr RootedMove kScatter{"scatter root", OpKind::kScatter, ShmScatter, TcpScatter};
+constexpr Movement kAllGather{
+    nullptr, OpKind::kAllGather,
+    [](ShmGroup& g, const void* in, void* out, size_t bytes, int, Call c) {
+      return ShmAllGather(g, in, out, bytes, c);
+    },
+    [](TcpGroup& g, const void* in, void* out, size_t bytes, int, Call c) {
+      return TcpAllGatherRing(g, in, out, bytes, c);
+    }};
+constexpr Movement kGather{"gather root", OpKind::kGather, ShmGather, TcpGather};
+constexpr Movement kScatter{"scatter root", OpKind::kScatter, ShmScatter, TcpScatter};
+constexpr Movement kAllToAll{
+    nullptr, OpKind::kAllToAll,
+    [](ShmGroup& g, const void* in, void* out, size_t bytes, int, Call c) {
+      return ShmAllToAll(g, in, out, bytes, c);
+    },
+    [](TcpGroup& g, const void* in, void* out, size_t bytes, int, Call c) {
+      if (in != out) return TcpAllToAll(g, in, out, bytes, c);
+      // The pairwise exchange reads blocks it already overwrote: work from a copy.
+      std::vector<char> copy(static_cast<const char*>(in),
+                             static_cast<const char*>(in) + bytes * g.size());
+      return TcpAllToAll(g, copy.data(), out, bytes, c);
+    }};
 
 template <typename Impl>
-Communicator::WorkPtr IssueRooted(Impl& impl, int size, const RootedMove& m, const void* in,
-                                  void* out, size_t count, DataType t, int root,
-                                  Exec exec) {
-  if (Status s = ValidRoot(root, size, m.root_name); !s.ok()) return impl.Failed(s);
+Communicator::WorkPtr IssueMovement(Impl& impl, int size, const Movement& m, const void* in,
+                                    void* out, size_t count, DataType t, int root, Exec exec) {
+  if (m.root_name != nullptr) {
+    if (Status s = ValidRoot(root, size, m.root_name); !s.ok()) return impl.Failed(s);
+  }
   OpDesc d{0, m.kind, t, ReduceOp::kSum, 0, root, count};
   Impl* p = &impl;
   const size_t bytes = count * DataTypeSize(t);
@@ -627,31 +637,24 @@ Communicator::WorkPtr IssueRooted(Impl& impl, int size, const RootedMove& m, con
 
 }  // namespace
 
-Communicator::WorkPtr Communicator::Gather(const void* in, void* out, size_t count, DataType t,
-                                           int root, Exec exec) {
-  return IssueRooted(*impl_, size_, kGather, in, out, count, t, root, exec);
-}
-
-Communicator::WorkPtr Communicator::Scatter(const void* in, void* out, size_t count, DataType t,
-                                            int root, Exec exec) {
-  return IssueRooted(*impl_, size_, kScatter, in, out, count, t, root, exec);
+Communicator::WorkPtr Communicator::AllGather(const void* in, void* out, size_t count,
+                                              DataType t, Exec exec) {
+  return IssueMovement(*impl_, size_, kAllGather, in, out, count, t, -1, exec);
 }
 
 Communicator::WorkPtr Communicator::AllToAll(const void* in, void* out, size_t count,
                                              DataType t, Exec exec) {
-  OpDesc d{0, OpKind::kAllToAll, t, ReduceOp::kSum, 0, -1, count};
-  Impl* impl = impl_.get();
-  const size_t bytes = count * DataTypeSize(t);
-  return impl_->Issue(d, [=](Call& c) {
-    if (impl->UseShm()) return ShmAllToAll(impl->shm(), in, out, bytes, c);
-    if (in == out) {
-      // The pairwise exchange reads blocks it already overwrote: work from a copy.
-      std::vector<char> copy(static_cast<const char*>(in),
-                             static_cast<const char*>(in) + bytes * impl->size());
-      return TcpAllToAll(impl->all(), copy.data(), out, bytes, c);
-    }
-    return TcpAllToAll(impl->all(), in, out, bytes, c);
-  }, exec);
+  return IssueMovement(*impl_, size_, kAllToAll, in, out, count, t, -1, exec);
+}
+
+Communicator::WorkPtr Communicator::Gather(const void* in, void* out, size_t count, DataType t,
+                                           int root, Exec exec) {
+  return IssueMovement(*impl_, size_, kGather, in, out, count, t, root, exec);
+}
+
+Communicator::WorkPtr Communicator::Scatter(const void* in, void* out, size_t count, DataType t,
+                                            int root, Exec exec) {
+  return IssueMovement(*impl_, size_, kScatter, in, out, count, t, root, exec);
 }
 
 Communicator::WorkPtr Communicator::Barrier(Exec exec) {

@@ -26,29 +26,17 @@ std::string FormatValue(double v) {
   return fmt::format("{}", v);
 }
 
-std::string EscapeLabel(const std::string& v) {
+// Prometheus text escapes: backslash and newline in HELP text; label values also escape
+// the double quote that delimits them.
+std::string Escape(const std::string& v, bool label_value) {
   std::string out;
   for (char c : v) {
     if (c == '\\') {
       out += "\\\\";
-    } else if (c == '"') {
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '"' && label_value) {
       out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-std::string EscapeHelp(const std::string& v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '\n') {
-      out += "\\n";
     } else {
       out += c;
     }
@@ -60,7 +48,8 @@ std::string LabelText(const Labels& labels) {
   if (labels.empty()) return "";
   std::string out = "{";
   for (size_t i = 0; i < labels.size(); ++i) {
-    out += fmt::format("{}{}=\"{}\"", i ? "," : "", labels[i].first, EscapeLabel(labels[i].second));
+    out += fmt::format("{}{}=\"{}\"", i ? "," : "", labels[i].first,
+                       Escape(labels[i].second, /*label_value=*/true));
   }
   return out + "}";
 }
@@ -226,7 +215,8 @@ std::string RenderPrometheus(const std::vector<Source>& sources) {
   }
   std::string out;
   for (const auto& [name, f] : families) {
-    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, EscapeHelp(f.help), name, f.type);
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name,
+                       Escape(f.help, /*label_value=*/false), name, f.type);
     for (const auto& l : f.lines) out += l + "\n";
   }
   return out;

@@ -26,39 +26,36 @@ std::string SignalName(int sig) {
 }
 }  // namespace
 
-std::string NodeInfo::ToJson() const {
-  return json{{"host", host}, {"addr", addr}, {"local_world_size", local_world_size},
-              {"boot_id", boot_id}}
-      .dump();
+// The records' JSON: every field by its name; a missing field keeps its default.
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(NodeInfo, host, addr, local_world_size, boot_id)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FailureRecord, rank, host, exit_code, signal,
+                                                message)
+
+namespace {
+
+template <typename Record>
+Result<Record> ParseRecord(std::string_view text, const char* what) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return DataLoss("malformed {}", what);
+  try {
+    return j.get<Record>();
+  } catch (const json::exception&) {  // a field of the wrong type
+    return DataLoss("malformed {}", what);
+  }
 }
+
+}  // namespace
+
+std::string NodeInfo::ToJson() const { return json(*this).dump(); }
 
 Result<NodeInfo> NodeInfo::FromJson(std::string_view text) {
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return DataLoss("malformed node record");
-  NodeInfo n;
-  n.host = j.value("host", "");
-  n.addr = j.value("addr", "");
-  n.local_world_size = j.value("local_world_size", 1);
-  n.boot_id = j.value("boot_id", "");
-  return n;
+  return ParseRecord<NodeInfo>(text, "node record");
 }
 
-std::string FailureRecord::ToJson() const {
-  return json{{"rank", rank}, {"host", host}, {"exit_code", exit_code}, {"signal", signal},
-              {"message", message}}
-      .dump();
-}
+std::string FailureRecord::ToJson() const { return json(*this).dump(); }
 
 Result<FailureRecord> FailureRecord::FromJson(std::string_view text) {
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return DataLoss("malformed failure record");
-  FailureRecord f;
-  f.rank = j.value("rank", -1);
-  f.host = j.value("host", "");
-  f.exit_code = j.value("exit_code", 0);
-  f.signal = j.value("signal", 0);
-  f.message = j.value("message", "");
-  return f;
+  return ParseRecord<FailureRecord>(text, "failure record");
 }
 
 std::string FailureRecord::Describe() const {

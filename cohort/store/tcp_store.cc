@@ -53,6 +53,13 @@ class COHORT_SCOPED_CAPABILITY TcpStore::Call {
     return Status::Ok();
   }
   net::Reader& reader() { return *reader_; }
+  // Runs the request and reads its one-byte yes/no answer (CHECK, DELETE).
+  Result<bool> RunForFlag(Deadline deadline, const char* op_name) {
+    COHORT_RETURN_IF_ERROR(Run(deadline));
+    uint8_t flag;
+    if (!reader_->U8(&flag)) return DataLoss("malformed {} response", op_name);
+    return flag != 0;
+  }
 
  private:
   TcpStore* store_;
@@ -206,10 +213,7 @@ Status TcpStore::Wait(const std::vector<std::string>& keys, Deadline deadline) {
 Result<bool> TcpStore::Check(const std::vector<std::string>& keys, Deadline deadline) {
   Call call(this, Op::kCheck);
   call.writer().StrList(keys);
-  COHORT_RETURN_IF_ERROR(call.Run(deadline));
-  uint8_t present;
-  if (!call.reader().U8(&present)) return DataLoss("malformed CHECK response");
-  return present != 0;
+  return call.RunForFlag(deadline, "CHECK");
 }
 
 Result<std::vector<std::optional<std::string>>> TcpStore::Peek(
@@ -234,10 +238,7 @@ Result<std::vector<std::optional<std::string>>> TcpStore::Peek(
 Result<bool> TcpStore::Delete(std::string_view key, Deadline deadline) {
   Call call(this, Op::kDelete);
   call.writer().Str(key);
-  COHORT_RETURN_IF_ERROR(call.Run(deadline));
-  uint8_t existed;
-  if (!call.reader().U8(&existed)) return DataLoss("malformed DELETE response");
-  return existed != 0;
+  return call.RunForFlag(deadline, "DELETE");  // whether the key existed
 }
 
 Result<int64_t> TcpStore::NumKeys(Deadline deadline) {
