@@ -316,6 +316,130 @@ INSTANTIATE_TEST_SUITE_P(
       return fmt::format("{}_world{}", std::get<0>(info.param), std::get<1>(info.param));
     });
 
+// Live reconfiguration (Communicator::Reform), on each transport: three ranks lose one,
+// the two survivors re-form in their processes and keep their state, then a newcomer joins
+// and receives that state by broadcast instead of from a checkpoint.
+class ReformTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ReformTest, SurvivorsShrinkThenANewcomerGetsTheirState) {
+  const std::string topo = GetParam();
+  // Each membership forms under its own prefix of one store (a new rendezvous round).
+  auto base = std::make_shared<store::MemoryStore>();
+  auto round = [&](int n) {
+    return std::make_shared<store::PrefixStore>(fmt::format("round{}", n), base);
+  };
+  const Deadline deadline = Deadline::AfterMs(60000);
+  std::vector<double> state_after(3, -1);  // each final member's model "state"
+  std::vector<int> world_seen(3, 0);
+  std::thread leaver;
+  auto survivor = [&](int r) {
+    auto comm = Communicator::Create(round(0), r, 3, Options(topo, r, 3));
+    ASSERT_TRUE(comm.ok()) << comm.status().ToString();
+    double x = r + 1;  // 1 + 2 + 3
+    ASSERT_TRUE((*comm)->AllReduce(&x, &x, 1, DataType::kF64, ReduceOp::kSum)->Wait().ok());
+    EXPECT_EQ(x, 6);
+    double state = x;  // identical on every member by construction
+    // Rank 2 is gone: the survivors re-form as ranks 0 and 1 of 2 in the same processes.
+    Status st = (*comm)->Reform(round(1), r, 2, deadline);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    EXPECT_EQ((*comm)->size(), 2);
+    double y = 1;
+    ASSERT_TRUE((*comm)->AllReduce(&y, &y, 1, DataType::kF64, ReduceOp::kSum)->Wait().ok());
+    EXPECT_EQ(y, 2) << "rank " << r;
+    state += y;  // 8 on both survivors
+    // A newcomer joins: three again; it gets the state from rank 0.
+    st = (*comm)->Reform(round(2), r, 3, deadline);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    ASSERT_TRUE((*comm)->Broadcast(&state, 1, DataType::kF64, 0)->Wait().ok());
+    double z = 1;
+    ASSERT_TRUE((*comm)->AllReduce(&z, &z, 1, DataType::kF64, ReduceOp::kSum)->Wait().ok());
+    world_seen[r] = static_cast<int>(z);
+    state_after[r] = state;
+  };
+  std::thread s0(survivor, 0), s1(survivor, 1);
+  leaver = std::thread([&] {
+    auto comm = Communicator::Create(round(0), 2, 3, Options(topo, 2, 3));
+    ASSERT_TRUE(comm.ok()) << comm.status().ToString();
+    double x = 3;
+    ASSERT_TRUE((*comm)->AllReduce(&x, &x, 1, DataType::kF64, ReduceOp::kSum)->Wait().ok());
+    // ... and leaves: its communicator (connections, shared memory) goes away.
+  });
+  leaver.join();
+  std::thread newcomer([&] {
+    auto comm = Communicator::Create(round(2), 2, 3, Options(topo, 2, 3));
+    ASSERT_TRUE(comm.ok()) << comm.status().ToString();
+    double state = -1;
+    ASSERT_TRUE((*comm)->Broadcast(&state, 1, DataType::kF64, 0)->Wait().ok());
+    double z = 1;
+    ASSERT_TRUE((*comm)->AllReduce(&z, &z, 1, DataType::kF64, ReduceOp::kSum)->Wait().ok());
+    world_seen[2] = static_cast<int>(z);
+    state_after[2] = state;
+  });
+  s0.join();
+  s1.join();
+  newcomer.join();
+  EXPECT_EQ(world_seen, (std::vector<int>{3, 3, 3}));
+  EXPECT_EQ(state_after, (std::vector<double>{8, 8, 8}));  // equal on every rank
+}
+
+TEST_P(ReformTest, PendingOperationsFailAsAbortedNotAsFailures) {
+  const std::string topo = GetParam();
+  auto base = std::make_shared<store::MemoryStore>();
+  std::vector<std::unique_ptr<Communicator>> comms(2);
+  {
+    std::thread t1([&] {
+      auto c = Communicator::Create(std::make_shared<store::PrefixStore>("r0", base), 1, 2,
+                                    Options(topo, 1, 2));
+      ASSERT_TRUE(c.ok()) << c.status().ToString();
+      comms[1] = std::move(*c);
+    });
+    auto c = Communicator::Create(std::make_shared<store::PrefixStore>("r0", base), 0, 2,
+                                  Options(topo, 0, 2));
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    comms[0] = std::move(*c);
+    t1.join();
+  }
+  // Rank 0 starts an allreduce rank 1 never joins, then re-forms alone.
+  std::vector<float> buf(1 << 16, 1.0f);
+  auto pending = comms[0]->AllReduce(buf.data(), buf.data(), buf.size(), DataType::kF32,
+                                     ReduceOp::kSum, Exec::kAsync);
+  auto queued = comms[0]->Barrier(Exec::kAsync);
+  Status st = comms[0]->Reform(std::make_shared<store::PrefixStore>("r1", base), 0, 1,
+                               Deadline::AfterMs(30000));
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  Status a = pending->Wait(Deadline::AfterMs(30000));
+  Status b = queued->Wait(Deadline::AfterMs(30000));
+  EXPECT_EQ(a.code(), StatusCode::kAborted) << a.ToString();
+  EXPECT_NE(a.message().find("membership changed"), std::string::npos) << a.ToString();
+  EXPECT_EQ(b.code(), StatusCode::kAborted) << b.ToString();
+  // The re-formed group of one works.
+  float v = 5;
+  ASSERT_TRUE(comms[0]->AllReduce(&v, &v, 1, DataType::kF32, ReduceOp::kSum)->Wait().ok());
+  EXPECT_EQ(v, 5);
+  EXPECT_EQ(comms[0]->size(), 1);
+  comms[1]->Abort();
+}
+
+TEST(ReformErrorTest, AGroupThatDoesNotFormFailsLaterOperationsWithTheReason) {
+  auto store = std::make_shared<store::MemoryStore>();
+  auto comm = Communicator::Create(store, 0, 1, Options("tcp", 0, 1));
+  ASSERT_TRUE(comm.ok());
+  // Nobody else comes to the new round: the deadline passes.
+  Status st = (*comm)->Reform(std::make_shared<store::PrefixStore>("r1", store), 0, 2,
+                              Deadline::AfterMs(300));
+  EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.ToString();
+  float v = 1;
+  Status later = (*comm)->AllReduce(&v, &v, 1, DataType::kF32, ReduceOp::kSum)->Wait();
+  EXPECT_FALSE(later.ok());
+  EXPECT_NE(later.message().find("re-forming as rank 0 of 2"), std::string::npos)
+      << later.ToString();
+  EXPECT_EQ((*comm)->Reform(store, 3, 2, Deadline::AfterMs(100)).code(),
+            StatusCode::kInvalidArgument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, ReformTest, ::testing::Values("shm", "tcp"),
+                         [](const auto& info) { return info.param; });
+
 TEST(CommunicatorTest, TopologyFollowsHostIds) {
   RunRanks(4, "mixed", [](Communicator& c) { EXPECT_EQ(c.topology(), "shm+tcp"); });
   RunRanks(3, "shm", [](Communicator& c) { EXPECT_EQ(c.topology(), "shm"); });

@@ -86,7 +86,8 @@ class Communicator::Impl {
     if (worker_.joinable()) worker_.join();
   }
 
-  Status Setup(store::Store& store);
+  // Forms the group through `store` by `form_by` (default: the operation timeout).
+  Status Setup(store::Store& store, Deadline form_by = Deadline::Infinite());
   // Queues an operation; `p2p_send`/`peer` pick the per-pair sequence of a send or recv.
   WorkPtr Issue(OpDesc desc, std::function<Status(Call&)> body, Exec exec,
                 bool p2p_send = false, int peer = 0);
@@ -96,6 +97,14 @@ class Communicator::Impl {
     return w;
   }
   void Abort();
+  // Fails what is pending with `why` (kAborted) and closes the transports; for Reform.
+  void Interrupt(Status why);
+  // After Setup failed: every operation fails with `why`.
+  void MarkBroken(Status why) {
+    MutexLock lock(&status_mu_);
+    if (broken_.ok()) broken_ = std::move(why);
+  }
+  const CommOptions& options() const { return o_; }
   std::string topology() const {
     if (size_ == 1) return "self";
     if (UseShm()) return "shm";
@@ -187,7 +196,7 @@ class Communicator::Impl {
   Status broken_ COHORT_GUARDED_BY(status_mu_);
 };
 
-Status Communicator::Impl::Setup(store::Store& store) {
+Status Communicator::Impl::Setup(store::Store& store, Deadline form_by) {
   timeout_ = o_.timeout;
   if (timeout_ <= Duration::zero()) {
     const double t = settings::kCommTimeout.Get();
@@ -211,7 +220,7 @@ Status Communicator::Impl::Setup(store::Store& store) {
   size_t slot = o_.shm_slot_bytes;
   if (slot == 0) slot = static_cast<size_t>(std::max<int64_t>(settings::kShmSlotBytes.Get(), 0));
   if (slot == 0) slot = kDefaultSlotBytes;
-  const Deadline deadline = Deadline::After(timeout_);
+  const Deadline deadline = form_by.infinite() ? Deadline::After(timeout_) : form_by;
   const std::string prefix = "comm/" + o_.name;
 
   // Topology: who shares a host with whom.
@@ -418,7 +427,13 @@ void Communicator::Impl::Execute(Pending& p) {
     recorder_.Update(p.recorder_id, p.desc.seq, OpState::kFailed, st.message());
     {
       MutexLock lock(&status_mu_);
-      if (broken_.ok()) broken_ = st;
+      if (broken_.ok()) {
+        broken_ = st;
+      } else if (broken_.code() == StatusCode::kAborted) {
+        // Cut short by a reconfiguration (Interrupt): say so, not how the transport broke.
+        st = Status(StatusCode::kAborted,
+                    fmt::format("{} interrupted: {}", p.desc.ToString(), broken_.message()));
+      }
     }
     COHORT_LOG_ERROR(kLog, "rank {}: {}", rank_, st.ToString());
     if (st.code() == StatusCode::kDeadlineExceeded) recorder_.DumpNow("timeout");
@@ -445,6 +460,12 @@ void Communicator::Impl::RecordMetrics(const OpDesc& desc, double seconds) {
   c.operations->Add();
   c.bytes->Add(static_cast<double>(desc.count * DataTypeSize(desc.dtype)));
   c.seconds->Add(seconds);
+}
+
+void Communicator::Impl::Interrupt(Status why) {
+  MarkBroken(std::move(why));
+  if (mesh_) mesh_->Abort();
+  if (shm_) shm_->Abort();
 }
 
 void Communicator::Impl::Abort() {
@@ -526,6 +547,31 @@ Result<std::unique_ptr<Communicator>> Communicator::FromEnvironment(CommOptions 
 
 std::string Communicator::topology() const { return impl_->topology(); }
 void Communicator::Abort() { impl_->Abort(); }
+
+Status Communicator::Reform(std::shared_ptr<store::Store> store, int rank, int size,
+                            Deadline deadline) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return InvalidArgument("rank {} is not in a world of {} rank(s)", rank, size);
+  }
+  CommOptions options = impl_->options();
+  // 1. The old group: what is pending fails with kAborted; its worker thread drains the
+  // queue and exits, its connections and shared memory close.
+  impl_->Interrupt(Status(StatusCode::kAborted,
+                          fmt::format("membership changed: rank {} of {} re-forms as rank {} "
+                                      "of {}",
+                                      rank_, size_, rank, size)));
+  impl_.reset();
+  // 2. The new group, formed as Create does, by `deadline`.
+  impl_ = std::make_unique<Impl>(rank, size, options);
+  rank_ = rank;
+  size_ = size;
+  Status st = impl_->Setup(*store, deadline);
+  if (!st.ok()) {
+    st = st.WithContext(fmt::format("re-forming as rank {} of {}", rank, size));
+    impl_->MarkBroken(st);
+  }
+  return st;
+}
 std::string Communicator::FlightRecorderDump() const { return impl_->Dump(); }
 
 namespace {

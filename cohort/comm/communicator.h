@@ -128,6 +128,16 @@ class Communicator {
 
   // Fails every pending and future operation with kCancelled and unblocks waits.
   void Abort();
+
+  // Live reconfiguration: re-forms this communicator over a new membership without a new
+  // process. Every operation still pending fails with kAborted ("membership changed"),
+  // distinct from a failure; the old connections and shared memory are closed; then the
+  // group is formed again as rank `rank` of `size` through `store`, which must hold only
+  // the new membership's keys (a new round's prefix: every member, survivors and newcomers
+  // alike, calls Reform or Create there). Operations issued afterwards run in the new
+  // group. Must not race with Issue: the owner calls it between operations. On an error
+  // (the new group did not form by `deadline`) every later operation fails with it.
+  Status Reform(std::shared_ptr<store::Store> store, int rank, int size, Deadline deadline);
   std::string FlightRecorderDump() const;
 
  private:
