@@ -316,7 +316,8 @@ INSTANTIATE_TEST_SUITE_P(
       return fmt::format("{}_world{}", std::get<0>(info.param), std::get<1>(info.param));
     });
 
-// Live reconfiguration (Communicator::Reform), on each transport: three ranks lose one,
+// Live reconfiguration (Communicator::Reform), on each transport and across two "hosts"
+// (mixed: shm+tcp, then one host after the loss): three ranks lose one,
 // the two survivors re-form in their processes and keep their state, then a newcomer joins
 // and receives that state by broadcast instead of from a checkpoint.
 class ReformTest : public ::testing::TestWithParam<std::string> {};
@@ -437,7 +438,7 @@ TEST(ReformErrorTest, AGroupThatDoesNotFormFailsLaterOperationsWithTheReason) {
             StatusCode::kInvalidArgument);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, ReformTest, ::testing::Values("shm", "tcp"),
+INSTANTIATE_TEST_SUITE_P(Transports, ReformTest, ::testing::Values("shm", "tcp", "mixed"),
                          [](const auto& info) { return info.param; });
 
 TEST(CommunicatorTest, TopologyFollowsHostIds) {
