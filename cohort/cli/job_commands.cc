@@ -379,17 +379,17 @@ int StatusCommand(const std::vector<std::string>& args) {
   if (id.empty()) return ListCommand(args);
   OpenedJob o;
   if (int rc = OpenJob(c, id, "status", /*with_backend=*/false, &o); rc >= 0) return rc;
-  JobRecord* job = &o.job;
-  if (wait) return WaitForEnd(*o.db, *job, c.Options(), c.json);
-  auto s = Refresh(*o.db, *job, c.Options());
+  JobRecord& job = o.job;
+  if (wait) return WaitForEnd(*o.db, job, c.Options(), c.json);
+  auto s = Refresh(*o.db, job, c.Options());
   if (!s.ok()) {
-    fmt::print(stderr, "cohort status: job {}: {}\n", job->id, s.status().message());
+    fmt::print(stderr, "cohort status: job {}: {}\n", job.id, s.status().message());
     return kExitBackend;
   }
   if (c.json) {
-    fmt::print("{}\n", JobJson(*job, &*s).dump(1));
+    fmt::print("{}\n", JobJson(job, &*s).dump(1));
   } else {
-    PrintStatus(*job, *s);
+    PrintStatus(job, *s);
   }
   return kExitOk;
 }
@@ -493,14 +493,14 @@ int CancelCommand(const std::vector<std::string>& args) {
   if (int rc = ParseCommandLine(app, args, "cancel"); rc >= 0) return rc;
   OpenedJob o;
   if (int rc = OpenJob(c, id, "cancel", /*with_backend=*/true, &o); rc >= 0) return rc;
-  JobRecord* job = &o.job;
-  auto before = launch::RefreshJob(*o.db, *o.backend, *job);
+  JobRecord& job = o.job;
+  auto before = launch::RefreshJob(*o.db, *o.backend, job);
   if (before.ok() && launch::IsFinalState(before->state)) {
-    fmt::print(stderr, "cohort cancel: job {} already ended ({})\n", job->id, before->state);
+    fmt::print(stderr, "cohort cancel: job {} already ended ({})\n", job.id, before->state);
     return kExitInvalidValue;
   }
-  if (Status s = o.backend->Cancel(*job); !s.ok()) {
-    fmt::print(stderr, "cohort cancel: job {}: {}\n", job->id, s.message());
+  if (Status s = o.backend->Cancel(job); !s.ok()) {
+    fmt::print(stderr, "cohort cancel: job {}: {}\n", job.id, s.message());
     return kExitBackend;
   }
   // Polling the backend for the end, until --timeout.
@@ -508,13 +508,13 @@ int CancelCommand(const std::vector<std::string>& args) {
                Deadline::After(std::chrono::duration_cast<Duration>(
                    std::chrono::duration<double>(timeout))));
   for (;;) {
-    auto s = launch::RefreshJob(*o.db, *o.backend, *job);
+    auto s = launch::RefreshJob(*o.db, *o.backend, job);
     if (s.ok() && launch::IsFinalState(s->state)) {
-      fmt::print("job {}: {}\n", job->id, s->state);
+      fmt::print("job {}: {}\n", job.id, s->state);
       return kExitOk;
     }
     if (!poll.Sleep()) {
-      fmt::print(stderr, "cohort cancel: job {} asked to stop; still {} after {} s\n", job->id,
+      fmt::print(stderr, "cohort cancel: job {} asked to stop; still {} after {} s\n", job.id,
                  s.ok() ? s->state : "unknown", timeout);
       return kExitBackend;
     }

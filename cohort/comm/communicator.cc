@@ -469,12 +469,7 @@ void Communicator::Impl::Interrupt(Status why) {
 }
 
 void Communicator::Impl::Abort() {
-  {
-    MutexLock lock(&status_mu_);
-    if (broken_.ok()) broken_ = Cancelled("rank {} aborted the communicator", rank_);
-  }
-  if (mesh_) mesh_->Abort();
-  if (shm_) shm_->Abort();
+  Interrupt(Cancelled("rank {} aborted the communicator", rank_));
   recorder_.DumpNow("abort");
 }
 
@@ -484,12 +479,19 @@ Communicator::Communicator(std::unique_ptr<Impl> impl, int rank, int size)
     : impl_(std::move(impl)), rank_(rank), size_(size) {}
 Communicator::~Communicator() = default;
 
-Result<std::unique_ptr<Communicator>> Communicator::Create(std::shared_ptr<store::Store> store,
-                                                           int rank, int size,
-                                                           CommOptions options) {
+namespace {
+Status ValidMember(int rank, int size) {
   if (size < 1 || rank < 0 || rank >= size) {
     return InvalidArgument("rank {} is not in a world of {} rank(s)", rank, size);
   }
+  return Status::Ok();
+}
+}  // namespace
+
+Result<std::unique_ptr<Communicator>> Communicator::Create(std::shared_ptr<store::Store> store,
+                                                           int rank, int size,
+                                                           CommOptions options) {
+  COHORT_RETURN_IF_ERROR(ValidMember(rank, size));
   auto impl = std::make_unique<Impl>(rank, size, std::move(options));
   COHORT_RETURN_IF_ERROR(impl->Setup(*store));
   return std::unique_ptr<Communicator>(new Communicator(std::move(impl), rank, size));
@@ -547,12 +549,11 @@ Result<std::unique_ptr<Communicator>> Communicator::FromEnvironment(CommOptions 
 
 std::string Communicator::topology() const { return impl_->topology(); }
 void Communicator::Abort() { impl_->Abort(); }
+std::string Communicator::FlightRecorderDump() const { return impl_->Dump(); }
 
 Status Communicator::Reform(std::shared_ptr<store::Store> store, int rank, int size,
                             Deadline deadline) {
-  if (size < 1 || rank < 0 || rank >= size) {
-    return InvalidArgument("rank {} is not in a world of {} rank(s)", rank, size);
-  }
+  COHORT_RETURN_IF_ERROR(ValidMember(rank, size));
   CommOptions options = impl_->options();
   // 1. The old group: what is pending fails with kAborted; its worker thread drains the
   // queue and exits, its connections and shared memory close.
@@ -572,7 +573,6 @@ Status Communicator::Reform(std::shared_ptr<store::Store> store, int rank, int s
   }
   return st;
 }
-std::string Communicator::FlightRecorderDump() const { return impl_->Dump(); }
 
 namespace {
 Status ValidRoot(int root, int size, std::string_view what) {

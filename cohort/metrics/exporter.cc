@@ -48,16 +48,12 @@ class Exporter {
   void Loop() COHORT_EXCLUDES(mu_) {
     pthread_setname_np(pthread_self(), "metrics-export");
     for (;;) {
-      {
-        MutexLock lock(&mu_);
-        if (stop_) return;
-      }
       WriteOnce();
       MutexLock lock(&mu_);
       const Deadline next = Deadline::After(interval_);
-      while (!stop_) {
-        if (!cv_.WaitUntil(&mu_, next)) break;  // the interval is up
+      while (!stop_ && cv_.WaitUntil(&mu_, next)) {
       }
+      if (stop_) return;  // Stop writes the final numbers
     }
   }
 
