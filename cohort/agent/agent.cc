@@ -24,6 +24,7 @@
 #include "cohort/base/file.h"
 #include "cohort/base/flight_record.h"
 #include "cohort/base/log.h"
+#include "cohort/base/membership_channel.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/subprocess.h"
 #include "cohort/base/sweeper.h"
@@ -91,6 +92,13 @@ class Agent::Impl {
     StopWorkers(SIGKILL);
     if (signal_fd_ >= 0) ::close(signal_fd_);
   }
+  // Offered when the job may span nodes (a membership can change without a failure) and
+  // not switched off.
+  bool LiveOffered() const { return o_.rdzv.max_nodes > 1 && settings::kLiveReconfig.Get(); }
+  Duration ReconfigTimeout() const {
+    return std::chrono::duration_cast<Duration>(
+        std::chrono::duration<double>(std::max(settings::kReconfigTimeout.Get(), 0.1)));
+  }
 
   AgentResult Run();
 
@@ -98,8 +106,9 @@ class Agent::Impl {
   // The steps of Run, in order. Setup opens the signal fd, the store and the zygote; a
   // result is the agent's answer (it could not start).
   std::optional<AgentResult> Setup();
-  // Remembers the round and publishes it (metrics, events, log).
-  void RecordRound(const RendezvousInfo& info, int attempt);
+  // Remembers the round and publishes it (metrics, events, log). `first`: the job's first
+  // round here; `live`: the workers stay and re-form in it.
+  void RecordRound(const RendezvousInfo& info, bool first, bool live);
   // Every local worker succeeded: record it, then serve the store until the job ends when
   // this node hosts it.
   AgentResult Succeeded(const RendezvousInfo& info);
@@ -115,14 +124,31 @@ class Agent::Impl {
     std::unique_ptr<LogSink> out, err;
     std::string error_file;
   };
-  enum class Outcome { kSucceeded, kFailed, kRoundEnded, kSignaled };
+  // kPeerLost: a local worker reported that a peer went away (lost_); kReformTimedOut: the
+  // workers did not re-form in the announced round by the deadline.
+  enum class Outcome { kSucceeded, kFailed, kRoundEnded, kSignaled, kPeerLost, kReformTimedOut };
+
+  // Live reconfiguration (docs/multinode.md). Whether the workers stay through the end of
+  // the round for `why`: a join or a dead node, every local worker alive and ready, and
+  // enough nodes left; otherwise they are stopped and restarted (today's path).
+  bool KeepWorkers(const RoundEnd& why, const RendezvousInfo& info);
+  // Tells each kept worker its place in the new round (notice.L) and sets the deadline by
+  // which they must have re-formed. False when they cannot be kept after all (one exited):
+  // they are stopped and the caller starts the group afresh.
+  bool Announce(const RendezvousInfo& info);
+  // Reads the channel after an inotify event: returns kPeerLost for a lost-peer report of
+  // the current round, and notes when every worker formed in the announced round.
+  std::optional<Outcome> ReadChannel();
+  // Ends the round after a worker's lost-peer report (as a dead node: the others re-form
+  // without it). A result ends the agent.
+  std::optional<AgentResult> EndForLostPeer(const RendezvousInfo& info);
 
   // Runs a blocking store call while a guard thread turns a terminating signal into an
   // abort of the store, so no rendezvous wait ever ignores Ctrl-C.
   template <typename Fn>
   auto Guarded(Fn fn) -> decltype(fn());
   Result<std::pair<std::string, int>> MasterEndpoint(const RendezvousInfo& info);
-  Status StartWorkers(const RendezvousInfo& info, int attempt);
+  Status StartWorkers(const RendezvousInfo& info);
   // OMP_NUM_THREADS for the workers (0: not set).
   int OmpThreadsForWorkers() const;
   // Starts the warm interpreter (WorkerSpec::warm), or says why workers will start fresh.
@@ -155,7 +181,14 @@ class Agent::Impl {
   std::optional<FailureRecord> failure_;  // first failure of the current attempt
   std::unique_ptr<JobSweeper> sweeper_;   // kills what the workers leave behind
   int64_t last_round_ = -1;
+  int starts_ = 0;  // worker-group starts (attempt directories)
   std::string attempt_dir_;
+  // The membership channel of the running group (empty: not offered) and its inotify fd.
+  std::string membership_dir_;
+  int channel_fd_ = -1;
+  std::optional<LostPeerReport> lost_;      // the report that ended the round
+  std::optional<Deadline> reform_deadline_;  // while announced workers have not re-formed
+  SteadyClock::time_point reform_started_;
   // Where rank `rank` dumps its flight record: the user's directory, else its log directory.
   std::string FlightRecordDir(int rank) const {
     return o_.spec.flight_recorder_dir.empty() ? fmt::format("{}/{}", attempt_dir_, rank)
@@ -246,12 +279,30 @@ Result<std::pair<std::string, int>> Agent::Impl::MasterEndpoint(const Rendezvous
   return std::make_pair(addr, static_cast<int>(ParseInt64(port).value_or(0)));
 }
 
-Status Agent::Impl::StartWorkers(const RendezvousInfo& info, int attempt) {
+Status Agent::Impl::StartWorkers(const RendezvousInfo& info) {
   const WorkerSpec& spec = o_.spec;
   COHORT_ASSIGN_OR_RETURN(auto master, MasterEndpoint(info));
   const int world = info.WorldSize();
   const int offset = info.RankOffset();
+  const int attempt = starts_++;
   attempt_dir_ = fmt::format("{}/{}/attempt_{}", spec.log_dir, spec.run_id, attempt);
+  if (LiveOffered()) {
+    // The membership channel: workers that can re-form in place say so there. One per
+    // agent: the agents of several nodes may share the log directory (a shared file system).
+    membership_dir_ = fmt::format("{}/membership.{}.{}", attempt_dir_, o_.self.host, ::getpid());
+    std::error_code ec;
+    fs::create_directories(membership_dir_, ec);
+    channel_fd_ = ec ? -1 : ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+    if (channel_fd_ >= 0 && ::inotify_add_watch(channel_fd_, membership_dir_.c_str(), IN_MOVED_TO) < 0) {
+      ::close(channel_fd_);
+      channel_fd_ = -1;
+    }
+    if (channel_fd_ < 0) {
+      COHORT_LOG_WARN(kLog, "no membership channel in {}: workers will be restarted on a "
+                      "membership change", membership_dir_);
+      membership_dir_.clear();
+    }
+  }
   failure_.reset();
   workers_.clear();
   workers_.reserve(spec.nproc_per_node);
@@ -308,6 +359,7 @@ Status Agent::Impl::StartWorkers(const RendezvousInfo& info, int attempt) {
     we.listen_addr = spec.listen_addr;
     we.flight_recorder_dir = FlightRecordDir(w.rank);
     we.metrics_dir = o_.metrics_dir;
+    we.membership_dir = membership_dir_;
     SpawnOptions so;
     so.argv = spec.argv;
     so.env = WorkerEnvironment(we, spec.extra_env);
@@ -440,6 +492,10 @@ Agent::Impl::Outcome Agent::Impl::Monitor(int watch_fd) {
       fds.push_back({watch_fd, POLLIN, 0});
       owners.push_back(-2);
     }
+    if (channel_fd_ >= 0) {
+      fds.push_back({channel_fd_, POLLIN, 0});
+      owners.push_back(-3);
+    }
     for (size_t i = 0; i < workers_.size(); ++i) {
       const Worker& w = workers_[i];
       if (w.alive) {
@@ -460,6 +516,11 @@ Agent::Impl::Outcome Agent::Impl::Monitor(int watch_fd) {
     for (ConsoleMerger* m : {out_console_.get(), err_console_.get()}) {
       int t = m ? m->PollTimeoutMs() : -1;
       if (t >= 0 && (timeout < 0 || t < timeout)) timeout = t;
+    }
+    if (reform_deadline_) {
+      if (reform_deadline_->expired()) return Outcome::kReformTimedOut;
+      const int t = reform_deadline_->PollTimeoutMs();
+      if (timeout < 0 || t < timeout) timeout = t;
     }
     int rc = ::poll(fds.data(), fds.size(), timeout);
     if (rc < 0) {
@@ -485,6 +546,10 @@ Agent::Impl::Outcome Agent::Impl::Monitor(int watch_fd) {
         continue;
       }
       if (owner == -2) return Outcome::kRoundEnded;
+      if (owner == -3) {
+        if (auto outcome = ReadChannel()) return *outcome;
+        continue;
+      }
       Worker& w = workers_[owner / 3];
       switch (owner % 3) {
         case 0:
@@ -523,7 +588,7 @@ Agent::Impl::Outcome Agent::Impl::Monitor(int watch_fd) {
 // (draining pipes so no worker blocks on a full pipe), then SIGKILL. Finally SIGKILL each
 // worker's process group again so no descendant outlives the attempt.
 void Agent::Impl::StopWorkers(int first_signal) {
-  if (workers_.empty()) return;
+  if (workers_.empty() && channel_fd_ < 0) return;
   for (auto& w : workers_) {
     if (w.alive) SignalGroup(w.child.pid, first_signal);
   }
@@ -571,6 +636,10 @@ void Agent::Impl::StopWorkers(int first_signal) {
   PublishStatus();  // the ranks' last states stay visible until the next attempt
   workers_.clear();
   state_ = WorkerState::kStopped;
+  if (channel_fd_ >= 0) ::close(channel_fd_);
+  channel_fd_ = -1;
+  membership_dir_.clear();
+  reform_deadline_.reset();
 }
 
 void Agent::Impl::PublishWorker(const Worker& w) {
@@ -711,6 +780,10 @@ class RoundWatcher {
         }
         if (ended->has_value()) {
           COHORT_LOG_INFO(kLog, "round {} ended: {}", info.round, (*ended)->Describe());
+          {
+            MutexLock lock(&mu_);
+            why_ = **ended;
+          }
           ended_.Notify();
           return;
         }
@@ -728,8 +801,15 @@ class RoundWatcher {
 
   // The notice's fd, or -1 when nothing watches.
   int fd() const { return thread_.joinable() ? ended_.fd() : -1; }
+  // Why the round ended, once fd() fired (nullopt: the store was lost).
+  std::optional<RoundEnd> why() const {
+    MutexLock lock(&mu_);
+    return why_;
+  }
 
  private:
+  mutable Mutex mu_;
+  std::optional<RoundEnd> why_ COHORT_GUARDED_BY(mu_);
   EventFd ended_;
   std::atomic<bool> stop_{false};
   std::shared_ptr<store::Store> store_;
@@ -752,7 +832,7 @@ std::optional<AgentResult> Agent::Impl::Setup() {
   return std::nullopt;
 }
 
-void Agent::Impl::RecordRound(const RendezvousInfo& info, int attempt) {
+void Agent::Impl::RecordRound(const RendezvousInfo& info, bool first, bool live) {
   last_round_ = info.round;
   info_ = info;
   auto& reg = metrics::DefaultRegistry();
@@ -764,11 +844,18 @@ void Agent::Impl::RecordRound(const RendezvousInfo& info, int attempt) {
       .Set(double(info.restart_count));
   AddEvent({{"type", "round"},
             {"round", info.round},
-            {"cause", attempt == 0 ? std::string("start")
-                                   : fmt::format("world size {}, restart {} of {}",
-                                                 info.WorldSize(), info.restart_count,
-                                                 o_.spec.max_restarts)}});
-  if (attempt > 0) {
+            {"cause", first  ? std::string("start")
+                      : live ? fmt::format("world size {}, workers kept (live reconfiguration)",
+                                           info.WorldSize())
+                             : fmt::format("world size {}, restart {} of {}", info.WorldSize(),
+                                           info.restart_count, o_.spec.max_restarts)}});
+  if (live) {
+    reg.GetCounter("cohort_agent_live_reconfigurations_total",
+                   "Rounds this node's workers joined without a restart")
+        .Add();
+    COHORT_LOG_INFO(kLog, "round {}: keeping the workers, world size {} (live reconfiguration)",
+                    info.round, info.WorldSize());
+  } else if (!first) {
     COHORT_LOG_INFO(kLog, "round {}: restarting the workers (restart {} of {}), world size {}",
                     info.round, info.restart_count, o_.spec.max_restarts, info.WorldSize());
   }
@@ -803,8 +890,10 @@ std::optional<AgentResult> Agent::Impl::Failed(const RendezvousInfo& info) {
   stall_report_ = CollectFlightRecords(f);
   if (!stall_report_.empty()) COHORT_LOG_WARN(kLog, "{}", stall_report_);
   StopWorkers(SIGTERM);
+  // Every node comes back after a failure: the next round closes once they all joined.
   auto ended = rdzv_->EndRound(
-      info.round, RoundEnd{RoundEnd::Kind::kFailure, fmt::format("rank {}", f.rank)}, &f);
+      info.round, RoundEnd{RoundEnd::Kind::kFailure, fmt::format("rank {}", f.rank)}, &f,
+      info.group_world_size);
   if (!ended.ok()) {
     return AgentResult{kExitRendezvous,
                        fmt::format("cohort: {}; and the store is unreachable: {}", f.Describe(),
@@ -813,9 +902,123 @@ std::optional<AgentResult> Agent::Impl::Failed(const RendezvousInfo& info) {
   return std::nullopt;  // next round
 }
 
+bool Agent::Impl::KeepWorkers(const RoundEnd& why, const RendezvousInfo& info) {
+  if (membership_dir_.empty() || workers_.empty()) return false;
+  if (why.kind != RoundEnd::Kind::kJoin && why.kind != RoundEnd::Kind::kDeadNode) return false;
+  // Fewer than MIN nodes left: the job waits for nodes, without workers (as torchrun).
+  if (why.kind == RoundEnd::Kind::kDeadNode && info.group_world_size - 1 < o_.rdzv.min_nodes) {
+    return false;
+  }
+  for (const auto& w : workers_) {
+    if (!w.alive || !membership_channel::IsReady(membership_dir_, w.local_rank)) return false;
+  }
+  return true;
+}
+
+bool Agent::Impl::Announce(const RendezvousInfo& info) {
+  // A worker that exited while the round formed is noticed now, before anything is sent.
+  for (auto& w : workers_) {
+    pollfd p{w.child.pidfd, POLLIN, 0};
+    if (w.alive && ::poll(&p, 1, 0) > 0) OnWorkerExit(w);
+  }
+  bool all_alive = true;
+  for (const auto& w : workers_) all_alive = all_alive && w.alive;
+  // Node 0 serves the round's torch store; the others learn its port (newcomers need it).
+  auto master = all_alive ? MasterEndpoint(info) : Result<std::pair<std::string, int>>(
+                                                       Cancelled("a worker exited"));
+  Status sent = master.status();
+  const int offset = info.RankOffset();
+  for (auto& w : workers_) {
+    if (!sent.ok()) break;
+    // What the worker wrote so far carries its old rank; later lines its new one.
+    if (w.child.out_fd >= 0) w.out->Drain(w.child.out_fd);
+    if (w.child.err_fd >= 0) w.err->Drain(w.child.err_fd);
+    w.rank = offset + w.local_rank;
+    w.out->SetRank(w.rank);
+    w.err->SetRank(w.rank);
+    sent = membership_channel::WriteNotice(
+        membership_dir_, w.local_rank,
+        MembershipNotice{.round = info.round,
+                         .rank = w.rank,
+                         .world_size = info.WorldSize(),
+                         .group_rank = info.group_rank,
+                         .group_world_size = info.group_world_size,
+                         .store_prefix = info.store_prefix,
+                         .restart_count = info.restart_count});
+  }
+  if (!sent.ok()) {
+    COHORT_LOG_WARN(kLog, "round {}: cannot keep the workers ({}); restarting them", info.round,
+                    sent.message());
+    failure_.reset();
+    StopWorkers(SIGTERM);
+    return false;
+  }
+  reform_started_ = SteadyClock::now();
+  reform_deadline_ = Deadline::After(ReconfigTimeout());
+  state_ = WorkerState::kHealthy;
+  for (const auto& w : workers_) PublishWorker(w);
+  PublishStatus();
+  return true;
+}
+
+std::optional<Agent::Impl::Outcome> Agent::Impl::ReadChannel() {
+  alignas(inotify_event) char buf[4096];
+  bool lost = false, formed = false;
+  for (ssize_t n; (n = ::read(channel_fd_, buf, sizeof(buf))) > 0;) {
+    for (ssize_t off = 0; off < n;) {
+      auto* ev = reinterpret_cast<inotify_event*>(buf + off);
+      if (auto file = ev->len > 0 ? membership_channel::FileOf(ev->name) : std::nullopt) {
+        lost |= file->first == membership_channel::File::kLost;
+        formed |= file->first == membership_channel::File::kFormed;
+      }
+      off += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
+    }
+  }
+  for (const auto& w : workers_) {
+    if (!lost) break;
+    auto report = membership_channel::ReadLost(membership_dir_, w.local_rank);
+    // Reports of an earlier round come from a worker that had not yet seen the new one.
+    if (report.ok() && report->round == last_round_) {
+      lost_ = *report;
+      return Outcome::kPeerLost;
+    }
+  }
+  if (formed && reform_deadline_) {
+    bool all = true;
+    for (const auto& w : workers_) {
+      all = all && membership_channel::ReadFormed(membership_dir_, w.local_rank) == last_round_;
+    }
+    if (all) {
+      const double ms = SecondsSince(reform_started_) * 1000;
+      COHORT_LOG_INFO(kLog, "round {}: the workers re-formed in {:.0f} ms", last_round_, ms);
+      AddEvent({{"type", "reconfigured"}, {"round", last_round_}, {"ms", ms}});
+      reform_deadline_.reset();
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<AgentResult> Agent::Impl::EndForLostPeer(const RendezvousInfo& info) {
+  RoundEnd why{RoundEnd::Kind::kDeadNode,
+               fmt::format("rank {} lost a peer: {}", lost_->rank, lost_->reason)};
+  COHORT_LOG_WARN(kLog, "round {}: {}", info.round, why.detail);
+  FailureRecord record;  // no rank failed: the record says who lost whom
+  record.host = o_.self.host;
+  record.message = why.detail;
+  // Without the lost node, most likely: the next round closes once the others joined.
+  auto ended = rdzv_->EndRound(info.round, why, &record, info.group_world_size - 1);
+  if (!ended.ok()) {
+    StopWorkers(SIGTERM);
+    return AgentResult{kExitRendezvous, fmt::format("cohort: {}; and the store is unreachable: {}",
+                                                    why.detail, ended.status().message())};
+  }
+  return std::nullopt;
+}
+
 AgentResult Agent::Impl::Run() {
   if (auto early = Setup()) return *early;
-  for (int attempt = 0;; ++attempt) {
+  bool keep = false;  // the workers stay and are told the next round
+  for (bool first = true;; first = false) {
     auto info = Guarded([&] { return rdzv_->Next(); });
     if (int sig = terminating_signal_.load()) {
       return {128 + sig, fmt::format("cohort: interrupted by {} during rendezvous",
@@ -830,16 +1033,22 @@ AgentResult Agent::Impl::Run() {
       return {kExitRendezvous,
               fmt::format("cohort: rendezvous failed: {}", info.status().message())};
     }
-    RecordRound(*info, attempt);
-    if (Status started = StartWorkers(*info, attempt); !started.ok()) {
-      StopWorkers(SIGKILL);
-      int code = started.code() == StatusCode::kNotFound ? kExitNotFound : kExitInternal;
-      return {code, fmt::format("cohort: cannot start the workers: {}", started.message())};
+    RecordRound(*info, first, keep);
+    if (keep) keep = Announce(*info);
+    if (!keep) {
+      if (Status started = StartWorkers(*info); !started.ok()) {
+        StopWorkers(SIGKILL);
+        int code = started.code() == StatusCode::kNotFound ? kExitNotFound : kExitInternal;
+        return {code, fmt::format("cohort: cannot start the workers: {}", started.message())};
+      }
     }
+    keep = false;
     Outcome outcome;
+    std::optional<RoundEnd> why;
     {
       RoundWatcher watcher(o_, *info);
       outcome = Monitor(watcher.fd());
+      why = watcher.why();
     }
     switch (outcome) {
       case Outcome::kSucceeded:
@@ -851,13 +1060,27 @@ AgentResult Agent::Impl::Run() {
         (void)rdzv_->CloseJob(fmt::format("interrupted by {}", strsignal(sig)));
         return {128 + sig, fmt::format("cohort: stopped by {}", strsignal(sig))};
       }
+      case Outcome::kReformTimedOut:
+        failure_ = FailureRecord{.rank = workers_.empty() ? -1 : workers_.front().rank,
+                                 .host = o_.self.host,
+                                 .message = fmt::format(
+                                     "the workers did not re-form in round {} within {:.0f} s; "
+                                     "restarting them",
+                                     info->round, settings::kReconfigTimeout.Get())};
+        [[fallthrough]];
       case Outcome::kFailed:
         if (auto result = Failed(*info)) return *result;
         break;
+      case Outcome::kPeerLost:
+        if (auto result = EndForLostPeer(*info)) return *result;
+        keep = KeepWorkers(RoundEnd{RoundEnd::Kind::kDeadNode, ""}, *info);
+        if (!keep) StopWorkers(SIGTERM);
+        break;
       case Outcome::kRoundEnded:
-        AddEvent({{"type", "restart"}, {"round", info->round},
-                  {"cause", "the round ended elsewhere (a node failed, left or joined)"}});
-        StopWorkers(SIGTERM);
+        keep = why && KeepWorkers(*why, *info);
+        AddEvent({{"type", keep ? "reconfigure" : "restart"}, {"round", info->round},
+                  {"cause", why ? why->Describe() : std::string("the rendezvous store was lost")}});
+        if (!keep) StopWorkers(SIGTERM);
         break;
     }
   }

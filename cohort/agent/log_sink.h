@@ -33,12 +33,15 @@ class LogSink {
   // The last non-empty line the worker wrote on this stream.
   std::string LastLine() const;
   bool file_ok() const { return file_ != nullptr; }
+  // The rank later lines are labelled with (the worker's rank after a live reconfiguration;
+  // drain first: what is in the pipe was written under the old rank).
+  void SetRank(int rank) { rank_ = rank; }
 
  private:
   void Consume(const char* data, size_t n);
   void EmitLine(std::string_view line);
 
-  const int rank_;
+  int rank_;
   ConsoleMerger* const console_;
   const std::function<void(int, std::string_view)> on_line_;
   FILE* file_ = nullptr;

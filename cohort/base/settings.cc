@@ -87,6 +87,13 @@ const Setting<std::string> kNvmlLibrary{
     "COHORT_NVML_LIBRARY", "libnvidia-ml.so.1", "the NVML library GPU metrics are read with"};
 const Setting<std::string> kPython{
     "COHORT_PYTHON", "python3", "the interpreter `cohort run script.py` starts workers with"};
+const Setting<bool> kLiveReconfig{
+    "COHORT_LIVE_RECONFIG", true,
+    "keep the workers through a node loss or join when they can re-form in place (cohort "
+    "run across nodes; 0: restart the worker group as torchrun does)"};
+const Setting<double> kReconfigTimeout{
+    "COHORT_RECONFIG_TIMEOUT", 60,
+    "seconds workers may take to re-form in a new membership before the agent restarts them"};
 const Setting<std::string> kHome{
     "COHORT_HOME", "",
     "job history, pipeline runs and local job logs (empty: ~/.cohort; --home overrides)"};

@@ -139,6 +139,9 @@ extern const Setting<std::string> kReduceKernel;
 extern const Setting<std::string> kNvmlLibrary;
 // The launcher and the job commands.
 extern const Setting<std::string> kPython;
+// Live reconfiguration (docs/multinode.md).
+extern const Setting<bool> kLiveReconfig;
+extern const Setting<double> kReconfigTimeout;
 extern const Setting<std::string> kHome;
 // cohort-train's fault injection (tests and demos).
 extern const Setting<int64_t> kTrainFaultRank;

@@ -100,6 +100,7 @@ std::vector<std::pair<std::string, std::string>> WriteWorkerEnv(const WorkerEnv&
   add(we::kJobCookie, w.job_cookie);
   add(we::kFlightRecorderDir, w.flight_recorder_dir);
   add(we::kMetricsDir, w.metrics_dir);
+  add(we::kMembershipDir, w.membership_dir);
   add_positive(we::kMetricsHistory, w.metrics_history_s);
   return env;
 }
@@ -112,7 +113,7 @@ const std::vector<std::string>& AgentOwnedVariables() {
       we::kUseAgentStore, we::kToken, we::kStoreAddr, we::kStorePort, we::kStorePrefix,
       we::kEtcdEndpoints, we::kEtcdPrefix, we::kEtcdCaCert, we::kEtcdCert, we::kEtcdKey,
       we::kEtcdUser, we::kEtcdRequestTimeout, we::kCohortRunId, we::kAttempt, we::kRound,
-      we::kJobCookie, we::kListenAddr, we::kFlightRecorderDir};
+      we::kJobCookie, we::kListenAddr, we::kFlightRecorderDir, we::kMembershipDir};
   return kNames;
 }
 
@@ -202,6 +203,7 @@ Result<WorkerEnv> ReadWorkerEnv() {
   w.job_cookie = Get(we::kJobCookie);
   w.flight_recorder_dir = Get(we::kFlightRecorderDir);
   w.metrics_dir = Get(we::kMetricsDir);
+  w.membership_dir = Get(we::kMembershipDir);
   COHORT_RETURN_IF_ERROR(ReadSeconds(we::kMetricsHistory, &w.metrics_history_s));
   return w;
 }

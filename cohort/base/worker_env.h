@@ -70,6 +70,9 @@ inline constexpr char kJobCookie[] = "COHORT_JOB_COOKIE";
 inline constexpr char kListenAddr[] = "COHORT_LISTEN_ADDR";
 inline constexpr char kFlightRecorderDir[] = "COHORT_FLIGHT_RECORDER_DIR";
 inline constexpr char kMetricsDir[] = "COHORT_METRICS_DIR";
+// The membership channel's directory (base/membership_channel.h): set when the agent can
+// keep this worker through a membership change (live reconfiguration).
+inline constexpr char kMembershipDir[] = "COHORT_MEMBERSHIP_DIR";
 inline constexpr char kMetricsHistory[] = "COHORT_METRICS_HISTORY_S";
 
 // The value the launcher process itself was given (e.g. COHORT_TOKEN set by the user
@@ -125,6 +128,7 @@ struct WorkerEnv {
   std::string listen_addr;          // address this node's peers reach its workers at
   std::string flight_recorder_dir;  // where a collective's flight record is dumped
   std::string metrics_dir;          // where the worker exports rank<R>.json for the agent
+  std::string membership_dir;       // live reconfiguration channel; empty: not offered
   double metrics_history_s = 0;     // 0: the exporter's default
 };
 

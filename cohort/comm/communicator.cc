@@ -518,59 +518,94 @@ Result<std::unique_ptr<Communicator>> Communicator::FromEnvironment(CommOptions 
   }
   // Steps: connect to the job's store (60 s to reach it), narrow it to this round's keys,
   // then form the communicator of world_size ranks there (Create).
-  const JobStoreAccess& access = env.store;
-  const Deadline reach = Deadline::AfterMs(60000);
-  std::shared_ptr<store::Store> store;
-  if (access.kind == JobStoreAccess::Kind::kTcp) {
-    store::TcpStoreOptions so{.host = access.addr, .port = access.port, .token = access.token};
-    COHORT_ASSIGN_OR_RETURN(auto tcp, store::TcpStore::Connect(so, reach));
-    store = std::move(tcp);
-  } else {
-    store::EtcdStoreOptions eo;
-    eo.endpoints = access.etcd_endpoints;
-    eo.prefix = access.etcd_prefix;
-    eo.ca_file = access.etcd_ca_file;
-    eo.cert_file = access.etcd_cert_file;
-    eo.key_file = access.etcd_key_file;
-    eo.user = access.etcd_user;
-    eo.password = access.etcd_password;
-    if (access.etcd_request_timeout_s > 0) {
-      eo.request_timeout = std::chrono::duration_cast<Duration>(
-          std::chrono::duration<double>(access.etcd_request_timeout_s));
-    }
-    COHORT_ASSIGN_OR_RETURN(auto etcd, store::EtcdStore::Connect(eo, reach));
-    store = std::move(etcd);
-  }
-  if (!access.round_prefix.empty()) {
-    store = std::make_shared<store::PrefixStore>(access.round_prefix, store);
+  COHORT_ASSIGN_OR_RETURN(std::shared_ptr<store::Store> store,
+                          ConnectJobStore(env.store, Deadline::AfterMs(60000)));
+  if (!env.store.round_prefix.empty()) {
+    store = std::make_shared<store::PrefixStore>(env.store.round_prefix, store);
   }
   return Create(store, env.rank, env.world_size, std::move(options));
 }
 
+Result<std::shared_ptr<store::Store>> ConnectJobStore(const JobStoreAccess& access,
+                                                      Deadline deadline) {
+  if (access.kind == JobStoreAccess::Kind::kTcp) {
+    store::TcpStoreOptions so{.host = access.addr, .port = access.port, .token = access.token};
+    COHORT_ASSIGN_OR_RETURN(auto tcp, store::TcpStore::Connect(so, deadline));
+    return std::shared_ptr<store::Store>(std::move(tcp));
+  }
+  if (access.kind != JobStoreAccess::Kind::kEtcd) {
+    return FailedPrecondition("the worker environment names no job store");
+  }
+  store::EtcdStoreOptions eo;
+  eo.endpoints = access.etcd_endpoints;
+  eo.prefix = access.etcd_prefix;
+  eo.ca_file = access.etcd_ca_file;
+  eo.cert_file = access.etcd_cert_file;
+  eo.key_file = access.etcd_key_file;
+  eo.user = access.etcd_user;
+  eo.password = access.etcd_password;
+  if (access.etcd_request_timeout_s > 0) {
+    eo.request_timeout = std::chrono::duration_cast<Duration>(
+        std::chrono::duration<double>(access.etcd_request_timeout_s));
+  }
+  COHORT_ASSIGN_OR_RETURN(auto etcd, store::EtcdStore::Connect(eo, deadline));
+  return std::shared_ptr<store::Store>(std::move(etcd));
+}
+
 std::string Communicator::topology() const { return impl_->topology(); }
-void Communicator::Abort() { impl_->Abort(); }
+void Communicator::Abort() {
+  MutexLock lock(&impl_mu_);
+  if (forming_) {
+    pending_interrupt_ = Cancelled("rank {} aborted the communicator", rank_);
+    return;
+  }
+  impl_->Abort();
+}
 std::string Communicator::FlightRecorderDump() const { return impl_->Dump(); }
+
+void Communicator::Interrupt(std::string_view why) {
+  Status status(StatusCode::kAborted, fmt::format("membership changed: {}", why));
+  MutexLock lock(&impl_mu_);
+  if (forming_) {
+    pending_interrupt_ = std::move(status);  // applied once the group formed (Reform)
+    return;
+  }
+  impl_->Interrupt(std::move(status));
+}
 
 Status Communicator::Reform(std::shared_ptr<store::Store> store, int rank, int size,
                             Deadline deadline) {
   COHORT_RETURN_IF_ERROR(ValidMember(rank, size));
-  CommOptions options = impl_->options();
-  // 1. The old group: what is pending fails with kAborted; its worker thread drains the
-  // queue and exits, its connections and shared memory close.
-  impl_->Interrupt(Status(StatusCode::kAborted,
-                          fmt::format("membership changed: rank {} of {} re-forms as rank {} "
-                                      "of {}",
-                                      rank_, size_, rank, size)));
-  impl_.reset();
-  // 2. The new group, formed as Create does, by `deadline`.
-  impl_ = std::make_unique<Impl>(rank, size, options);
+  std::unique_ptr<Impl> old;
+  {
+    // 1. The old group: what is pending fails with kAborted; its worker thread drains the
+    // queue and exits, its connections and shared memory close (old's destructor).
+    MutexLock lock(&impl_mu_);
+    CommOptions options = impl_->options();
+    impl_->Interrupt(Status(StatusCode::kAborted,
+                            fmt::format("membership changed: rank {} of {} re-forms as rank {} "
+                                        "of {}",
+                                        rank_, size_, rank, size)));
+    old = std::move(impl_);
+    impl_ = std::make_unique<Impl>(rank, size, options);
+    forming_ = true;
+    pending_interrupt_.reset();
+  }
+  old.reset();
   rank_ = rank;
   size_ = size;
+  // 2. The new group, formed as Create does, by `deadline`. Interrupt and Abort wait
+  // (pending_interrupt_) until it stands: Setup is writing the transports they close.
   Status st = impl_->Setup(*store, deadline);
+  if (!st.ok()) st = st.WithContext(fmt::format("re-forming as rank {} of {}", rank, size));
+  MutexLock lock(&impl_mu_);
+  forming_ = false;
   if (!st.ok()) {
-    st = st.WithContext(fmt::format("re-forming as rank {} of {}", rank, size));
     impl_->MarkBroken(st);
+  } else if (pending_interrupt_) {
+    impl_->Interrupt(*pending_interrupt_);
   }
+  pending_interrupt_.reset();
   return st;
 }
 

@@ -28,6 +28,8 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string_view>
 #include <string>
 #include <thread>
 #include <vector>
@@ -58,6 +60,11 @@ struct CommOptions {
 // this node's peers reach it at (COHORT_LISTEN_ADDR, from `cohort run --local-addr`) and
 // the flight-recorder directory.
 void ApplyWorkerEnv(const WorkerEnv& env, CommOptions& options);
+
+// A new connection to the job's store that the worker environment names (a cohort store or
+// etcd), by `deadline`; not narrowed to a round (wrap it in a PrefixStore for that).
+Result<std::shared_ptr<store::Store>> ConnectJobStore(const JobStoreAccess& access,
+                                                      Deadline deadline);
 
 enum class Exec { kInline, kAsync };
 
@@ -128,6 +135,12 @@ class Communicator {
 
   // Fails every pending and future operation with kCancelled and unblocks waits.
   void Abort();
+  // Live reconfiguration, from any thread (a membership watcher): fails every pending and
+  // future operation with kAborted "membership changed: <why>" and closes the transports,
+  // so an operation blocked on a peer that went away returns at once. The owner then calls
+  // Reform. Called while a Reform is forming the new group, it applies to that group once
+  // formed (a newer membership arrived meanwhile).
+  void Interrupt(std::string_view why);
 
   // Live reconfiguration: re-forms this communicator over a new membership without a new
   // process. Every operation still pending fails with kAborted ("membership changed"),
@@ -136,14 +149,20 @@ class Communicator {
   // the new membership's keys (a new round's prefix: every member, survivors and newcomers
   // alike, calls Reform or Create there). Operations issued afterwards run in the new
   // group. Must not race with Issue: the owner calls it between operations. On an error
-  // (the new group did not form by `deadline`) every later operation fails with it.
+  // (the new group did not form by `deadline`, or `store` was aborted) every later
+  // operation fails with it.
   Status Reform(std::shared_ptr<store::Store> store, int rank, int size, Deadline deadline);
   std::string FlightRecorderDump() const;
 
  private:
   class Impl;
   explicit Communicator(std::unique_ptr<Impl> impl, int rank, int size);
+  // impl_ is replaced only by Reform, on the owner's thread, under impl_mu_; the owner reads
+  // it without the lock, other threads (Interrupt, Abort) only under it.
+  Mutex impl_mu_;
   std::unique_ptr<Impl> impl_;
+  bool forming_ COHORT_GUARDED_BY(impl_mu_) = false;
+  std::optional<Status> pending_interrupt_ COHORT_GUARDED_BY(impl_mu_);
   int rank_, size_;
 };
 

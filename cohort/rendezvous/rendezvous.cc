@@ -59,6 +59,10 @@ Result<FailureRecord> FailureRecord::FromJson(std::string_view text) {
 }
 
 std::string FailureRecord::Describe() const {
+  if (signal == 0 && exit_code == 0 && !message.empty()) {
+    // Not a process's exit: a node that went silent, a group that did not re-form.
+    return rank >= 0 ? fmt::format("rank {} (host {}): {}", rank, host, message) : message;
+  }
   std::string how = signal != 0 ? fmt::format("was killed by {}", SignalName(signal))
                                 : fmt::format("exited with code {}", exit_code);
   if (signal == 0 && exit_code == kExitCannotJoinJob) how += " (it could not join its job)";
@@ -138,7 +142,8 @@ Result<Rendezvous::JobState> Rendezvous::ReadJobState() {
 //     for a re-rendezvous when R has room (N < MAX), wait for R to end, go to 1.
 //  3. Take a slot S = Add(r<R>/slot, 1); publish node<S> and hb<S>.
 //  4. Wait until MIN nodes have joined (node<MIN> exists), bounded by the join timeout.
-//  5. Unless closed already, give late nodes the last-call window (or until node<MAX>).
+//  5. Unless closed already, give late nodes the last-call window, cut short when node<MAX>
+//     joined or the number of nodes the previous round's end expected (r<R>/expect).
 //  6. Close: CompareSet(closed, "", min(slots taken, MAX)); the first writer's N holds.
 //     With MIN = MAX the node taking slot MAX writes closed = MAX with its record (3).
 //  7. S > N: spare or late; ask for a re-rendezvous when N < MAX, wait for the next round.
@@ -215,12 +220,19 @@ Result<int64_t> Rendezvous::CloseRound(int64_t round, Deadline join_deadline) {
   // with MIN = MAX the node that took slot MAX closed the round when it wrote node<MAX>.
   if (config_.min_nodes == config_.max_nodes) return config_.max_nodes;
   bool full = false;
-  COHORT_ASSIGN_OR_RETURN(bool closed, store_->Check({RoundKey(round, "closed")}, CallDeadline()));
-  if (!closed) {
-    Status waited = store_->Wait({RoundKey(round, fmt::format("node{}", config_.max_nodes))},
+  COHORT_ASSIGN_OR_RETURN(auto now, store_->Peek({RoundKey(round, "closed"),
+                                                  RoundKey(round, "expect")},
+                                                 CallDeadline()));
+  if (!now[0]) {
+    // The last call ends early once node<MAX> joined, or as many nodes as the previous
+    // round's end expected (its members but a lost one, or plus a joiner).
+    int64_t awaited = config_.max_nodes;
+    const std::optional<int64_t> expect = now[1] ? ParseInt64(*now[1]) : std::nullopt;
+    if (expect && *expect >= config_.min_nodes && *expect < awaited) awaited = *expect;
+    Status waited = store_->Wait({RoundKey(round, fmt::format("node{}", awaited))},
                                  Deadline::After(config_.last_call).Earlier(join_deadline));
     if (!waited.ok() && !IsTimeout(waited)) return waited;
-    full = waited.ok();
+    full = waited.ok() && awaited == config_.max_nodes;
   }
   // When node<MAX> exists, MAX slots are taken: no need to count them.
   int64_t proposal = config_.max_nodes;
@@ -243,7 +255,8 @@ Status Rendezvous::WaitOutRound(int64_t round, int64_t members, std::string_view
   if (members < config_.max_nodes) {
     COHORT_LOG_INFO(kLog, "round {} {} with room; asking for a re-rendezvous", round, how);
     COHORT_RETURN_IF_ERROR(
-        EndRound(round, RoundEnd{RoundEnd::Kind::kJoin, self_.host}, nullptr).status());
+        EndRound(round, RoundEnd{RoundEnd::Kind::kJoin, self_.host}, nullptr, members + 1)
+            .status());
   } else {
     COHORT_LOG_INFO(kLog, "round {} {} with {} nodes; waiting as a spare", round, how, members);
   }
@@ -305,7 +318,7 @@ std::string RoundEnd::Describe() const {
 // `restarts`, publish the failure record, then `next` (which wakes every watcher) and
 // finally advance the round counter.
 Result<bool> Rendezvous::EndRound(int64_t round, const RoundEnd& why,
-                                  const FailureRecord* failure) {
+                                  const FailureRecord* failure, int64_t expect_next) {
   const std::string reason = why.Encode();
   std::string claim = fmt::format("{}#{}", reason, RandomHex(8));
   COHORT_ASSIGN_OR_RETURN(std::string owner, store_->CompareSet(RoundKey(round, "ended_by"), "",
@@ -318,6 +331,11 @@ Result<bool> Rendezvous::EndRound(int64_t round, const RoundEnd& why,
   }
   if (won && why.CountsAsFailure()) {
     COHORT_RETURN_IF_ERROR(store_->Add(Key("restarts"), 1, CallDeadline()).status());
+  }
+  if (won && expect_next > 0) {
+    // Before `next`: every node that joins the next round sees it.
+    COHORT_RETURN_IF_ERROR(store_->Set(RoundKey(round + 1, "expect"),
+                                       std::to_string(expect_next), CallDeadline()));
   }
   if (won) {
     COHORT_RETURN_IF_ERROR(
@@ -373,7 +391,8 @@ Result<std::optional<RoundEnd>> Rendezvous::WatchStep(const RendezvousInfo& info
         FailureRecord record;
         record.host = info.peers[i].host;
         record.message = dead.detail;
-        COHORT_RETURN_IF_ERROR(EndRound(round, dead, &record).status());
+        COHORT_RETURN_IF_ERROR(
+            EndRound(round, dead, &record, info.group_world_size - 1).status());
         break;
       }
     }

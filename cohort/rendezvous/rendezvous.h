@@ -6,6 +6,8 @@
 //   r<R>/slot        join counter of round R; Add(1) hands out slots 1, 2, ...
 //   r<R>/node<S>     NodeInfo of slot S (JSON);  r<R>/hb<S> its heartbeat counter
 //   r<R>/closed      member count N of round R, set once by CompareSet (first writer wins)
+//   r<R>/expect      how many nodes round R expects (set when R-1 ended): its last call ends
+//                    once they joined
 //   r<R>/next        why round R ends (RoundEnd::Encode), first writer wins
 //   r<R>/master_port the round's MASTER_PORT, published by node 0's agent (MasterPortKey)
 //   r<R>/failure     JSON summary of the failure that ended round R
@@ -108,7 +110,10 @@ class Rendezvous {
 
   // Ends `round` (first caller wins) for `why`. A failure counts against the job-wide
   // restart budget once, however many nodes report it. Returns whether this call won.
-  Result<bool> EndRound(int64_t round, const RoundEnd& why, const FailureRecord* failure);
+  // `expect_next` (0: unknown) is how many nodes the next round should wait for before
+  // closing (r<R+1>/expect): its last call ends once they joined.
+  Result<bool> EndRound(int64_t round, const RoundEnd& why, const FailureRecord* failure,
+                        int64_t expect_next = 0);
   Result<FailureRecord> GetFailure(int64_t round);
 
   // One watcher step: bumps this node's heartbeat (when `beat`), checks peers for silence,

@@ -66,11 +66,21 @@ std::string ModelSignature(torch::nn::Module& model) {
 
 Checkpointer::Checkpointer(std::string dir, std::string model_name, std::string optimizer_name,
                            int keep)
-    : dir_(std::move(dir)), model_name_(std::move(model_name)),
-      optimizer_name_(std::move(optimizer_name)), keep_(keep) {}
+    : dir_(std::move(dir)), codec_(std::move(model_name), std::move(optimizer_name)),
+      keep_(keep) {}
 
 Status Checkpointer::Save(const TrainState& state, torch::nn::Module& model,
                           torch::optim::Optimizer* optimizer) {
+  COHORT_ASSIGN_OR_RETURN(CheckpointBlob blob, codec_.Encode(state, model, optimizer));
+  std::string path = dir_.PathFor(state.global_step);
+  Status st = dir_.Write(state.global_step, blob, keep_);
+  if (!st.ok()) return st.WithContext("saving checkpoint " + path);
+  COHORT_LOG_DEBUG("train", "checkpoint {} written ({} bytes)", path, blob.payload.size());
+  return Status::Ok();
+}
+
+Result<CheckpointBlob> StateCodec::Encode(const TrainState& state, torch::nn::Module& model,
+                                          torch::optim::Optimizer* optimizer) const {
   CheckpointBlob blob;
   json meta = {{"model", model_name_},
                {"optimizer", optimizer_name_},
@@ -101,13 +111,9 @@ Status Checkpointer::Save(const TrainState& state, torch::nn::Module& model,
     archive.save_to(out);
     blob.payload = std::move(out).str();
   } catch (const c10::Error& e) {
-    return Internal("serialising checkpoint: {}", e.what_without_backtrace());
+    return Internal("serialising the training state: {}", e.what_without_backtrace());
   }
-  std::string path = dir_.PathFor(state.global_step);
-  Status st = dir_.Write(state.global_step, blob, keep_);
-  if (!st.ok()) return st.WithContext("saving checkpoint " + path);
-  COHORT_LOG_DEBUG("train", "checkpoint {} written ({} bytes)", path, blob.payload.size());
-  return Status::Ok();
+  return blob;
 }
 
 Result<TrainState> Checkpointer::LoadLatest(torch::nn::Module& model,
@@ -137,6 +143,15 @@ Result<TrainState> Checkpointer::LoadFile(const std::string& path, torch::nn::Mo
                                           bool* wrong_model) {
   COHORT_ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
   COHORT_ASSIGN_OR_RETURN(CheckpointBlob blob, DecodeCheckpoint(bytes, path));
+  return codec_.Decode(std::move(blob), path, model, optimizer, wrong_model);
+}
+
+Result<TrainState> StateCodec::Decode(CheckpointBlob blob, const std::string& path,
+                                      torch::nn::Module& model,
+                                      torch::optim::Optimizer* optimizer,
+                                      bool* wrong_model) const {
+  bool ignored = false;
+  if (wrong_model == nullptr) wrong_model = &ignored;
   json meta;
   TrainState state;
   std::string saved_model, saved_opt, saved_sig;

@@ -36,6 +36,28 @@ struct TrainState {
 // "name:dtype[d0,d1,...]" for every parameter and buffer, ';'-separated.
 std::string ModelSignature(torch::nn::Module& model);
 
+// The training state (model parameters and buffers, optimizer state, position, torch's
+// generator) as a checkpoint's bytes, and back: what a Checkpointer keeps in files, and what
+// a running job sends a newcomer (live reconfiguration). `model_name` and `optimizer_name`
+// ("sgd", "adam") are recorded and checked on decoding.
+class StateCodec {
+ public:
+  StateCodec(std::string model_name, std::string optimizer_name)
+      : model_name_(std::move(model_name)), optimizer_name_(std::move(optimizer_name)) {}
+
+  Result<CheckpointBlob> Encode(const TrainState& state, torch::nn::Module& model,
+                                torch::optim::Optimizer* optimizer) const;
+  // Restores `blob` (named `what` in errors) into the model and optimizer, or leaves them
+  // untouched on an error. kFailedPrecondition (and *wrong_model) when the blob is from
+  // another model or optimizer; kDataLoss when it cannot be read.
+  Result<TrainState> Decode(CheckpointBlob blob, const std::string& what,
+                            torch::nn::Module& model, torch::optim::Optimizer* optimizer,
+                            bool* wrong_model = nullptr) const;
+
+ private:
+  std::string model_name_, optimizer_name_;
+};
+
 class Checkpointer {
  public:
   // `model_name` and `optimizer_name` ("sgd", "adam") are recorded and checked on load.
@@ -55,7 +77,7 @@ class Checkpointer {
                               torch::optim::Optimizer* optimizer, bool* wrong_model);
 
   CheckpointDir dir_;
-  std::string model_name_, optimizer_name_;
+  StateCodec codec_;
   int keep_;
   std::string loaded_path_;
 };

@@ -46,6 +46,7 @@
 #include "cohort/base/time.h"
 #include "cohort/base/worker_env.h"
 #include "cohort/comm/communicator.h"
+#include "cohort/comm/live_membership.h"
 #include "cohort/metrics/exporter.h"
 #include "cohort/metrics/tensorboard.h"
 #include "cohort/train/checkpointer.h"
@@ -113,14 +114,18 @@ std::string Hms(double seconds) {
 }
 
 // CRC32 over the raw bytes of every parameter, in registration order.
-std::string ParamDigest(torch::nn::Module& model) {
+uint32_t ParamCrc(torch::nn::Module& model) {
   uLong crc = crc32(0L, Z_NULL, 0);
   for (auto& p : model.named_parameters(true)) {
     torch::Tensor t = p.value().detach().contiguous();
     crc = crc32(crc, static_cast<const Bytef*>(t.data_ptr()),
                 static_cast<uInt>(t.numel() * t.element_size()));
   }
-  return fmt::format("{:08x}", static_cast<uint32_t>(crc));
+  return static_cast<uint32_t>(crc);
+}
+
+std::string ParamDigest(torch::nn::Module& model) {
+  return fmt::format("{:08x}", ParamCrc(model));
 }
 
 void ConfigureThreads() {
@@ -215,9 +220,11 @@ Dataset LoadOrExit(const Flags& f, bool train) {
 }
 
 // This process's place in the job: the communicator of every rank of WORLD_SIZE, or none
-// for a world of one (run by hand, or one worker: no collectives).
+// for a world of one (run by hand, or one worker: no collectives); and, when the agent
+// offers it, the channel through which the membership changes without a restart.
 struct Membership {
   std::unique_ptr<comm::Communicator> comm;
+  std::unique_ptr<comm::LiveMembership> live;  // after comm: stops watching first
   int rank = 0;
   int world = 1;
   Result<WorkerEnv> launched = Status(StatusCode::kNotFound, "not started by a launcher");
@@ -228,10 +235,17 @@ Membership JoinJob() {
   Membership m;
   auto c = comm::Communicator::FromEnvironment();
   Require(c.status(), kExitCannotJoinJob, "cannot join the job's communicator");
-  if ((*c)->size() > 1) m.comm = std::move(*c);
+  m.launched = ReadWorkerEnv();  // FromEnvironment validated it; not ok when run by hand
+  // A world of one keeps its communicator when it may grow (live reconfiguration).
+  const bool may_change = m.launched.ok() && !m.launched->membership_dir.empty();
+  if ((*c)->size() > 1 || may_change) m.comm = std::move(*c);
+  if (may_change) {
+    auto live = comm::LiveMembership::Start(*m.launched, m.comm.get());
+    Require(live.status(), kExitCannotJoinJob, "cannot watch the membership channel");
+    m.live = std::move(*live);
+  }
   m.rank = m.comm ? m.comm->rank() : 0;
   m.world = m.comm ? m.comm->size() : 1;
-  m.launched = ReadWorkerEnv();  // FromEnvironment validated it; not ok when run by hand
   fmt::print("rank {} of {}: transport {}, round {}\n", m.rank, m.world,
              m.comm ? m.comm->topology() : "self", m.launched.ok() ? m.launched->round : 0);
   std::fflush(stdout);
@@ -263,7 +277,7 @@ DdpOptions DdpOptionsOf(const Flags& f) {
 TrainState Rescaled(TrainState restored, int world, int batch_size) {
   int64_t consumed = restored.batch_in_epoch * restored.batch_size * restored.world_size;
   COHORT_LOG_WARN("train",
-                  "checkpoint from world size {} batch {}; resuming with world size {} "
+                  "training state from world size {} batch {}; continuing with world size {} "
                   "batch {} at batch {} of epoch {} (not bit-identical to either run)",
                   restored.world_size, restored.batch_size, world, batch_size,
                   consumed / (int64_t{batch_size} * world), restored.epoch);
@@ -386,7 +400,8 @@ class Trainer {
         job_(std::move(job)),
         sampler_(train_set_.size(), job_.rank, job_.world, f.batch_size,
                  SamplerOptions{.seed = f.seed}),
-        state_{.seed = f.seed, .world_size = job_.world, .batch_size = f.batch_size} {
+        state_{.seed = f.seed, .world_size = job_.world, .batch_size = f.batch_size},
+        codec_(f.model, f.optimizer) {
     if (!job_.leader()) log::SetLevel("warn");
     torch::manual_seed(f.seed);  // identical initial parameters on every rank
     auto model = MakeModel(f.model, train_set_.shape());
@@ -400,17 +415,11 @@ class Trainer {
   }
 
   int Run() {
-    Resume();
-    auto ddp = DistributedDataParallel::Create(model_, job_.comm.get(), DdpOptionsOf(f_));
-    Require(ddp.status(), kExitComm, "setting up data parallelism");
-    ddp_ = std::move(*ddp);
-    per_epoch_ = static_cast<int64_t>(sampler_.batches_per_epoch());
-    total_steps_ = per_epoch_ * f_.epochs;
-    if (f_.max_steps > 0) total_steps_ = std::min(total_steps_, f_.max_steps);
-    if (state_.batch_in_epoch >= per_epoch_) {
-      ++state_.epoch;
-      state_.batch_in_epoch = 0;
-    }
+    // A newcomer to a running job takes the state the others hold in memory; a job that
+    // starts (or restarts) reads the checkpoint.
+    if (!ShareState(/*has_state=*/false)) Resume();
+    MakeDdp();
+    Repartitioned();
     Announce();
     reporter_ = std::make_unique<Reporter>(f_, job_.leader());
     Train();
@@ -456,6 +465,134 @@ class Trainer {
     }
   }
 
+  void MakeDdp() {
+    auto ddp = DistributedDataParallel::Create(model_, job_.comm.get(), DdpOptionsOf(f_));
+    Require(ddp.status(), kExitComm, "setting up data parallelism");
+    ddp_ = std::move(*ddp);
+  }
+
+  // Steps per epoch and in all for the current world size, from the current position.
+  void Repartitioned() {
+    per_epoch_ = static_cast<int64_t>(sampler_.batches_per_epoch());
+    if (state_.batch_in_epoch >= per_epoch_) {
+      ++state_.epoch;
+      state_.batch_in_epoch = 0;
+    }
+    total_steps_ = state_.global_step + (per_epoch_ - state_.batch_in_epoch) +
+                   per_epoch_ * std::max<int64_t>(f_.epochs - state_.epoch - 1, 0);
+    if (state_.epoch >= f_.epochs) total_steps_ = state_.global_step;
+    if (f_.max_steps > 0) total_steps_ = std::min(total_steps_, f_.max_steps);
+  }
+
+  // Time spent waiting for gradient allreduce, over every DDP this process made.
+  double CommWait() const {
+    return comm_wait_before_ + (ddp_ ? ddp_->stats().comm_wait_seconds : 0);
+  }
+
+  // After joining or re-forming: the ranks that hold the newest training state in memory
+  // give it to the others (newcomers, or survivors that missed the step in flight) by
+  // broadcast from the lowest of them, as checkpoint bytes (checksummed); then every rank
+  // checks that the parameters agree (CRC32). False when no rank holds any state (a job
+  // that starts: the checkpoint decides). Every rank issues the same collectives.
+  bool ShareState(bool has_state) {
+    if (!job_.comm || job_.comm->size() == 1) return has_state;
+    comm::Communicator& c = *job_.comm;
+    const int64_t mine = has_state ? state_.global_step : -1;
+    int64_t range[2] = {mine, -mine};  // max of both: the newest step and the oldest
+    Require(c.AllReduce(range, range, 2, comm::DataType::kI64, comm::ReduceOp::kMax)
+                ->Wait(CommDeadline()),
+            kExitComm, "agreeing on the training state");
+    const int64_t newest = range[0], oldest = -range[1];
+    if (newest < 0) return false;
+    if (oldest != newest) {
+      int64_t source = mine == newest ? job_.rank : job_.world;
+      Require(c.AllReduce(&source, &source, 1, comm::DataType::kI64, comm::ReduceOp::kMin)
+                  ->Wait(CommDeadline()),
+              kExitComm, "choosing the rank that sends the training state");
+      std::string bytes;
+      if (job_.rank == source) {
+        auto blob = codec_.Encode(state_, *model_, optimizer_.get());
+        Require(blob.status(), kExitInternal, "encoding the training state");
+        bytes = EncodeCheckpoint(*blob);
+      }
+      int64_t size = static_cast<int64_t>(bytes.size());
+      Require(c.Broadcast(&size, 1, comm::DataType::kI64, static_cast<int>(source))
+                  ->Wait(CommDeadline()),
+              kExitComm, "sending the training state");
+      bytes.resize(static_cast<size_t>(size));
+      Require(c.Broadcast(bytes.data(), bytes.size(), comm::DataType::kU8,
+                          static_cast<int>(source))
+                  ->Wait(CommDeadline()),
+              kExitComm, "sending the training state");
+      if (job_.rank != source) {
+        const std::string what = fmt::format("the training state from rank {}", source);
+        auto blob = DecodeCheckpoint(bytes, what);
+        Require(blob.status(), kExitComm, "receiving the training state");
+        auto received = codec_.Decode(std::move(*blob), what, *model_, optimizer_.get());
+        Require(received.status(), kExitComm, "receiving the training state");
+        state_ = *received;
+      }
+      if (job_.leader()) {
+        fmt::print("training state of step {} sent by rank {} ({} bytes) to the ranks that "
+                   "did not hold it\n",
+                   newest, source, size);
+      }
+    }
+    const int64_t crc = ParamCrc(*model_);
+    int64_t crcs[2] = {crc, -crc};
+    Require(c.AllReduce(crcs, crcs, 2, comm::DataType::kI64, comm::ReduceOp::kMax)
+                ->Wait(CommDeadline()),
+            kExitComm, "comparing parameters");
+    if (crcs[0] != -crcs[1]) {
+      throw Exit(kExitComm, fmt::format("the ranks' parameters differ after forming the group "
+                                        "(digests {:08x} and {:08x})",
+                                        crcs[0], -crcs[1]));
+    }
+    return true;
+  }
+
+  // Live reconfiguration (docs/multinode.md): the membership changed while this process
+  // trains (`why`: the collective that failed, or the notice). Waits for the agent's new
+  // membership (reporting a lost peer first), re-forms the communicator there, re-partitions
+  // the data from the current position, and agrees on the state with the other ranks (a
+  // newcomer receives it). Without the channel, `why` is fatal as before.
+  void Reconfigure(Status why) {
+    if (!job_.live) Require(why, kExitComm, "collective");
+    const auto started = SteadyClock::now();
+    const Deadline deadline = Deadline::After(std::chrono::duration_cast<Duration>(
+        std::chrono::duration<double>(settings::kReconfigTimeout.Get())));
+    for (;;) {
+      Require(job_.live->AwaitChange(why, deadline).status(), kExitComm,
+              "waiting for the new membership");
+      why = job_.live->Reform(deadline);
+      if (why.ok()) break;
+      COHORT_LOG_WARN("train", "the group did not form: {}", why.message());
+    }
+    reconfigured_ = true;  // ranks moved: the injected fault belonged to the first group
+    comm_wait_before_ = CommWait();
+    ddp_.reset();  // its hooks and buckets belong to the old group
+    const bool was_leader = job_.leader();
+    job_.rank = job_.comm->rank();
+    job_.world = job_.comm->size();
+    if (job_.world != state_.world_size) state_ = Rescaled(state_, job_.world, f_.batch_size);
+    sampler_ = DistributedSampler(train_set_.size(), job_.rank, job_.world, f_.batch_size,
+                                  SamplerOptions{.seed = f_.seed});
+    ShareState(/*has_state=*/true);
+    MakeDdp();
+    Repartitioned();
+    if (was_leader != job_.leader()) {
+      log::SetLevel(job_.leader() ? "info" : "warn");
+      reporter_ = std::make_unique<Reporter>(f_, job_.leader());
+    }
+    fmt::print("rank {} of {}: transport {}, round {}\n", job_.rank, job_.world,
+               job_.comm->topology(), job_.live->round());
+    fmt::print("rank {}: re-formed live in {:.0f} ms at step {} (pid {})\n", job_.rank,
+               SecondsSince(started) * 1000, state_.global_step, ::getpid());
+    std::fflush(stdout);
+    loss_sum_ = 0;
+    loss_count_ = 0;
+  }
+
   void Announce() const {
     if (!job_.leader()) return;
     int64_t num_params = 0;
@@ -475,25 +612,38 @@ class Trainer {
     }
     model_->train();
     t_start_ = t_window_ = SteadyClock::now();
-    window_wait_ = ddp_->stats().comm_wait_seconds;
+    window_wait_ = CommWait();
     first_step_ = state_.global_step;
     while (state_.global_step < total_steps_ && state_.epoch < f_.epochs) {
       sampler_.SetPosition(state_.epoch, static_cast<size_t>(state_.batch_in_epoch));
       PrefetchLoader loader(train_set_, sampler_.Batches(sampler_.position()), state_.epoch,
                             sampler_.position());
       while (state_.global_step < total_steps_) {
+        // A new membership (a node joined or was lost): re-form between steps.
+        if (job_.live && job_.live->Pending()) {
+          Reconfigure(Status(StatusCode::kAborted, "a new membership was announced"));
+          break;  // the loader restarts from the re-partitioned position
+        }
         std::optional<Batch> batch = loader.Next();
         if (!batch) break;
-        if (job_.rank == fault_rank && state_.global_step == fault_step) {
+        if (job_.rank == fault_rank && state_.global_step == fault_step && !reconfigured_) {
           fmt::print("rank {}: injecting SIGKILL at step {}\n", job_.rank, state_.global_step);
           std::fflush(stdout);
           ::kill(::getpid(), SIGKILL);
         }
-        const bool epoch_end = Step(*batch);
+        Result<bool> stepped = Step(*batch);
+        if (!stepped.ok()) {
+          Reconfigure(stepped.status());  // the step in flight is lost, and done again
+          break;
+        }
+        const bool epoch_end = *stepped;
         if (f_.checkpoint_every > 0 && state_.global_step % f_.checkpoint_every == 0) Save();
         if ((f_.log_every > 0 && state_.global_step % f_.log_every == 0) ||
             state_.global_step == total_steps_ || epoch_end) {
-          Report(epoch_end);
+          if (Status reported = Report(epoch_end); !reported.ok()) {
+            Reconfigure(reported);
+            break;
+          }
         }
         if (epoch_end) break;
       }
@@ -503,13 +653,19 @@ class Trainer {
     if (f_.checkpoint_every <= 0 || state_.global_step % f_.checkpoint_every != 0) Save();
   }
 
-  // One optimizer step; true when it ended the epoch.
-  bool Step(const Batch& batch) {
+  // One optimizer step; true when it ended the epoch. A failed gradient allreduce leaves
+  // the parameters as they were; it is returned when the membership may change
+  // (Reconfigure), fatal otherwise.
+  Result<bool> Step(const Batch& batch) {
     optimizer_->zero_grad();
     torch::Tensor loss =
         torch::nn::functional::cross_entropy(model_->forward(batch.x), batch.y);
     loss.backward();
-    Require(ddp_->FinishGradientSync(), kExitComm, "gradient synchronisation");
+    Status synced = ddp_->FinishGradientSync();
+    if (!synced.ok()) {
+      if (!job_.live) Require(synced, kExitComm, "gradient synchronisation");
+      return synced;
+    }
     optimizer_->step();
     ++state_.global_step;
     state_.batch_in_epoch = static_cast<int64_t>(batch.index) + 1;
@@ -522,13 +678,15 @@ class Trainer {
     return true;
   }
 
-  // The window's mean loss over the ranks (every rank takes part), then the reports.
-  void Report(bool epoch_end) {
+  // The window's mean loss over the ranks (every rank takes part), then the reports. The
+  // allreduce's failure is returned when the membership may change, fatal otherwise.
+  Status Report(bool epoch_end) {
     double l[2] = {loss_sum_, static_cast<double>(loss_count_)};
     if (job_.comm) {
-      Require(job_.comm->AllReduce(l, l, 2, comm::DataType::kF64, comm::ReduceOp::kSum)
-                  ->Wait(CommDeadline()),
-              kExitComm, "loss allreduce");
+      Status reduced = job_.comm->AllReduce(l, l, 2, comm::DataType::kF64, comm::ReduceOp::kSum)
+                           ->Wait(CommDeadline());
+      if (!job_.live) Require(reduced, kExitComm, "loss allreduce");
+      if (!reduced.ok()) return reduced;
     }
     loss_sum_ = 0;
     loss_count_ = 0;
@@ -542,14 +700,15 @@ class Trainer {
         .epoch_progress = double(state_.epoch) + double(state_.batch_in_epoch) / per_epoch_,
         .loss = l[0] / std::max(l[1], 1.0),
         .seconds = SecondsSince(t_window_),
-        .comm_wait_seconds = ddp_->stats().comm_wait_seconds - window_wait_,
+        .comm_wait_seconds = CommWait() - window_wait_,
         .elapsed_seconds = elapsed,
         .steps = double(window_steps_),
         .steps_done = double(state_.global_step - first_step_),
         .world = job_.world});
     t_window_ = SteadyClock::now();
     window_steps_ = 0;
-    window_wait_ = ddp_->stats().comm_wait_seconds;
+    window_wait_ = CommWait();
+    return Status::Ok();
   }
 
   void Save() {
@@ -566,7 +725,7 @@ class Trainer {
     const std::string digest = ParamDigest(*model_);
     fmt::print("rank {} param_digest {}\n", job_.rank, digest);
     std::fflush(stdout);
-    const double comm_wait = ddp_->stats().comm_wait_seconds;
+    const double comm_wait = CommWait();
     if (job_.leader()) {
       const int64_t steps_run = state_.global_step - first_step_;
       fmt::print("done: {} steps in {} ({:.0f} samples/s, comm wait {:.1f}%)\n", steps_run,
@@ -595,6 +754,9 @@ class Trainer {
   std::shared_ptr<Classifier> model_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<Checkpointer> checkpointer_;
+  StateCodec codec_;  // the state a newcomer receives
+  double comm_wait_before_ = 0;  // gradient-allreduce wait of the DDPs before this one
+  bool reconfigured_ = false;
   std::unique_ptr<DistributedDataParallel> ddp_;
   std::unique_ptr<Reporter> reporter_;
   int64_t per_epoch_ = 0;

@@ -1,0 +1,102 @@
+// The membership channel's files (see membership_channel.h). Thread-safety: stateless.
+#include "cohort/base/membership_channel.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cohort/base/file.h"
+#include "cohort/base/strings.h"
+
+namespace cohort {
+
+using nlohmann::json;
+
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(MembershipNotice, round, rank, world_size,
+                                                group_rank, group_world_size, store_prefix,
+                                                restart_count)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LostPeerReport, round, rank, reason)
+
+namespace {
+template <typename Record>
+Result<Record> Parse(std::string_view text, const char* what) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return DataLoss("malformed {}: {}", what, text);
+  try {
+    return j.get<Record>();
+  } catch (const json::exception&) {
+    return DataLoss("malformed {}: {}", what, text);
+  }
+}
+
+constexpr const char* kNames[] = {"ready", "notice", "formed", "lost"};
+}  // namespace
+
+std::string MembershipNotice::ToJson() const { return json(*this).dump(); }
+Result<MembershipNotice> MembershipNotice::FromJson(std::string_view text) {
+  return Parse<MembershipNotice>(text, "membership notice");
+}
+std::string LostPeerReport::ToJson() const { return json(*this).dump(); }
+Result<LostPeerReport> LostPeerReport::FromJson(std::string_view text) {
+  return Parse<LostPeerReport>(text, "lost-peer report");
+}
+
+namespace membership_channel {
+
+std::string PathOf(const std::string& dir, File file, int local_rank) {
+  return fmt::format("{}/{}.{}", dir, kNames[static_cast<int>(file)], local_rank);
+}
+
+std::optional<std::pair<File, int>> FileOf(std::string_view name) {
+  const size_t dot = name.find('.');
+  if (dot == std::string_view::npos) return std::nullopt;
+  auto local = ParseInt64(name.substr(dot + 1));
+  if (!local || *local < 0) return std::nullopt;  // "notice.3.tmp.77" is no rank
+  for (int k = 0; k < 4; ++k) {
+    if (name.substr(0, dot) == kNames[k]) {
+      return std::make_pair(static_cast<File>(k), static_cast<int>(*local));
+    }
+  }
+  return std::nullopt;
+}
+
+Status WriteNotice(const std::string& dir, int local_rank, const MembershipNotice& notice) {
+  return ReplaceFile(PathOf(dir, File::kNotice, local_rank), notice.ToJson());
+}
+
+Result<MembershipNotice> ReadNotice(const std::string& dir, int local_rank) {
+  COHORT_ASSIGN_OR_RETURN(std::string text,
+                          ReadFileToString(PathOf(dir, File::kNotice, local_rank)));
+  return MembershipNotice::FromJson(text);
+}
+
+Status MarkReady(const std::string& dir, int local_rank) {
+  return ReplaceFile(PathOf(dir, File::kReady, local_rank), "1\n");
+}
+
+bool IsReady(const std::string& dir, int local_rank) {
+  return ReadFileToString(PathOf(dir, File::kReady, local_rank)).ok();
+}
+
+Status WriteFormed(const std::string& dir, int local_rank, int64_t round) {
+  return ReplaceFile(PathOf(dir, File::kFormed, local_rank), std::to_string(round));
+}
+
+std::optional<int64_t> ReadFormed(const std::string& dir, int local_rank) {
+  auto text = ReadFileToString(PathOf(dir, File::kFormed, local_rank));
+  if (!text.ok()) return std::nullopt;
+  return ParseInt64(Trim(*text));
+}
+
+Status WriteLost(const std::string& dir, int local_rank, const LostPeerReport& report) {
+  return ReplaceFile(PathOf(dir, File::kLost, local_rank), report.ToJson());
+}
+
+Result<LostPeerReport> ReadLost(const std::string& dir, int local_rank) {
+  COHORT_ASSIGN_OR_RETURN(std::string text,
+                          ReadFileToString(PathOf(dir, File::kLost, local_rank)));
+  return LostPeerReport::FromJson(text);
+}
+
+}  // namespace membership_channel
+}  // namespace cohort

@@ -1,0 +1,74 @@
+// The membership channel: how an agent and its workers talk about live reconfiguration
+// (docs/multinode.md, "Live reconfiguration"). Files in one directory per worker group,
+// which the agent names in COHORT_MEMBERSHIP_DIR; per local rank L:
+//
+//   ready.L    the worker re-forms in place when the membership changes (worker, once)
+//   notice.L   the newest membership the agent announces to it (agent; JSON)
+//   formed.L   the round the worker last formed its group in (worker)
+//   lost.L     a collective of the worker failed because a peer went away (worker; JSON)
+//
+// Every file is replaced whole (write beside, rename), so a reader sees one version or the
+// next; each has exactly one writer. A directory watched with inotify (IN_MOVED_TO) sees
+// every change. Absence of ready.L means the worker cannot re-form: it is restarted.
+//
+// Thread-safety: free functions over files; no state.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "cohort/base/status.h"
+
+namespace cohort {
+
+// One worker's place in a newly formed round.
+struct MembershipNotice {
+  int64_t round = 0;
+  int rank = 0;
+  int world_size = 1;
+  int group_rank = 0;
+  int group_world_size = 1;
+  std::string store_prefix;  // the round's key prefix in the job's store (JobStoreAccess)
+  int64_t restart_count = 0;
+
+  std::string ToJson() const;
+  static Result<MembershipNotice> FromJson(std::string_view text);
+};
+
+// A worker's report that a peer went away during a collective of `round`.
+struct LostPeerReport {
+  int64_t round = 0;
+  int rank = 0;
+  std::string reason;  // the collective's error
+
+  std::string ToJson() const;
+  static Result<LostPeerReport> FromJson(std::string_view text);
+};
+
+namespace membership_channel {
+
+enum class File { kReady, kNotice, kFormed, kLost };
+
+// <dir>/<name>.<local_rank>; the name alone ("notice") for inotify events: FileOf parses it.
+std::string PathOf(const std::string& dir, File file, int local_rank);
+// Which file an entry name ("lost.3") is, and its local rank; nullopt for anything else
+// (temporary files included).
+std::optional<std::pair<File, int>> FileOf(std::string_view name);
+
+Status WriteNotice(const std::string& dir, int local_rank, const MembershipNotice& notice);
+// kNotFound when the agent announced nothing yet.
+Result<MembershipNotice> ReadNotice(const std::string& dir, int local_rank);
+
+Status MarkReady(const std::string& dir, int local_rank);
+bool IsReady(const std::string& dir, int local_rank);
+
+Status WriteFormed(const std::string& dir, int local_rank, int64_t round);
+// The round the worker formed last, nullopt before its first re-form.
+std::optional<int64_t> ReadFormed(const std::string& dir, int local_rank);
+
+Status WriteLost(const std::string& dir, int local_rank, const LostPeerReport& report);
+Result<LostPeerReport> ReadLost(const std::string& dir, int local_rank);
+
+}  // namespace membership_channel
+}  // namespace cohort

@@ -1,0 +1,150 @@
+// LiveMembership (see live_membership.h): the channel's worker side and its watcher thread.
+#include "cohort/comm/live_membership.h"
+
+#include <poll.h>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#include "cohort/base/log.h"
+
+namespace cohort::comm {
+
+namespace mc = membership_channel;
+
+namespace {
+constexpr const char* kLog = "live";
+}
+
+LiveMembership::LiveMembership(WorkerEnv env, Communicator* comm)
+    : env_(std::move(env)), comm_(comm), round_(env_.round) {}
+
+Result<std::unique_ptr<LiveMembership>> LiveMembership::Start(const WorkerEnv& env,
+                                                               Communicator* comm) {
+  if (env.membership_dir.empty() || comm == nullptr) return std::unique_ptr<LiveMembership>();
+  int fd = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  if (fd < 0) return Internal("inotify_init1: {}", std::strerror(errno));
+  if (::inotify_add_watch(fd, env.membership_dir.c_str(), IN_MOVED_TO) < 0) {
+    const int err = errno;
+    ::close(fd);
+    return Internal("cannot watch the membership channel {}: {}", env.membership_dir,
+                    std::strerror(err));
+  }
+  std::unique_ptr<LiveMembership> live(new LiveMembership(env, comm));
+  live->OnNotice();  // one written before the watch began
+  COHORT_RETURN_IF_ERROR(mc::MarkReady(env.membership_dir, env.local_rank));
+  live->watcher_ = std::thread([raw = live.get(), fd] { raw->Watch(fd); });
+  return live;
+}
+
+LiveMembership::~LiveMembership() {
+  if (!watcher_.joinable()) return;
+  stop_.Notify();
+  watcher_.join();
+}
+
+void LiveMembership::Watch(int inotify_fd) {
+  pthread_setname_np(pthread_self(), "live-watch");
+  for (;;) {
+    pollfd fds[2] = {{inotify_fd, POLLIN, 0}, {stop_.fd(), POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0 && errno != EINTR) break;
+    if (fds[1].revents) break;
+    alignas(inotify_event) char buf[4096];
+    bool notice = false;
+    for (ssize_t n; (n = ::read(inotify_fd, buf, sizeof(buf))) > 0;) {
+      for (ssize_t off = 0; off < n;) {
+        auto* ev = reinterpret_cast<inotify_event*>(buf + off);
+        auto file = ev->len > 0 ? mc::FileOf(ev->name) : std::nullopt;
+        notice |= file && file->first == mc::File::kNotice && file->second == env_.local_rank;
+        off += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
+      }
+    }
+    if (notice) OnNotice();
+  }
+  ::close(inotify_fd);
+}
+
+void LiveMembership::OnNotice() {
+  Result<MembershipNotice> n = mc::ReadNotice(env_.membership_dir, env_.local_rank);
+  if (!n.ok()) {
+    if (n.status().code() != StatusCode::kNotFound) {
+      COHORT_LOG_WARN(kLog, "ignoring the membership notice: {}", n.status().message());
+    }
+    return;
+  }
+  std::shared_ptr<store::Store> stale_formation;
+  {
+    MutexLock lock(&mu_);
+    const int64_t seen = newest_ ? newest_->round : env_.round;
+    if (n->round <= seen) return;
+    newest_ = *n;
+    if (forming_store_ && forming_round_ < n->round) stale_formation = forming_store_;
+    changed_.SignalAll();
+  }
+  COHORT_LOG_INFO(kLog, "round {}: this worker becomes rank {} of {}", n->round, n->rank,
+                  n->world_size);
+  comm_->Interrupt(fmt::format("round {} has {} rank(s)", n->round, n->world_size));
+  if (stale_formation) stale_formation->Abort();
+}
+
+std::optional<MembershipNotice> LiveMembership::Pending() const {
+  MutexLock lock(&mu_);
+  if (newest_ && newest_->round > round_) return newest_;
+  return std::nullopt;
+}
+
+Result<MembershipNotice> LiveMembership::AwaitChange(const Status& why, Deadline deadline) {
+  if (auto pending = Pending()) return *pending;
+  if (!why.ok() && why.code() != StatusCode::kAborted) {
+    // A transport failure without a notice: a peer went away. The agent ends the round so
+    // that the survivors form a new one.
+    COHORT_LOG_WARN(kLog, "round {}: {}; asking the agent for a new membership", round_,
+                    why.message());
+    COHORT_RETURN_IF_ERROR(mc::WriteLost(
+        env_.membership_dir, env_.local_rank,
+        LostPeerReport{.round = round_, .rank = comm_->rank(), .reason = why.message()}));
+  }
+  MutexLock lock(&mu_);
+  while (!(newest_ && newest_->round > round_)) {
+    if (!changed_.WaitUntil(&mu_, deadline)) {
+      return DeadlineExceeded("no new membership announced by the agent after: {}",
+                              why.ok() ? std::string("a notice") : why.message());
+    }
+  }
+  return *newest_;
+}
+
+Status LiveMembership::Reform(Deadline deadline) {
+  for (;;) {
+    std::optional<MembershipNotice> target = Pending();
+    if (!target) return FailedPrecondition("no new membership to re-form in");
+    // A connection of its own per formation: a newer notice aborts it (OnNotice).
+    COHORT_ASSIGN_OR_RETURN(std::shared_ptr<store::Store> connection,
+                            ConnectJobStore(env_.store, deadline));
+    {
+      MutexLock lock(&mu_);
+      forming_store_ = connection;
+      forming_round_ = target->round;
+      if (newest_->round > target->round) continue;  // superseded before it began
+    }
+    auto scoped = std::make_shared<store::PrefixStore>(target->store_prefix, connection);
+    Status st = comm_->Reform(scoped, target->rank, target->world_size, deadline);
+    bool superseded;
+    {
+      MutexLock lock(&mu_);
+      forming_store_.reset();
+      superseded = newest_->round > target->round;
+    }
+    if (superseded) {
+      COHORT_LOG_INFO(kLog, "round {} was superseded while forming; re-forming in the newer",
+                      target->round);
+      continue;
+    }
+    // On a failure too the group of round() is the one that did not form: AwaitChange then
+    // reports it to the agent, which ends that round.
+    round_ = target->round;
+    if (!st.ok()) return st;
+    return mc::WriteFormed(env_.membership_dir, env_.local_rank, round_);
+  }
+}
+
+}  // namespace cohort::comm
