@@ -944,7 +944,9 @@ bool Agent::Impl::Announce(const RendezvousInfo& info) {
                          .group_rank = info.group_rank,
                          .group_world_size = info.group_world_size,
                          .store_prefix = info.store_prefix,
-                         .restart_count = info.restart_count});
+                         .restart_count = info.restart_count,
+                         .master_addr = master->first,
+                         .master_port = master->second});
   }
   if (!sent.ok()) {
     COHORT_LOG_WARN(kLog, "round {}: cannot keep the workers ({}); restarting them", info.round,
@@ -1034,19 +1036,21 @@ AgentResult Agent::Impl::Run() {
               fmt::format("cohort: rendezvous failed: {}", info.status().message())};
     }
     RecordRound(*info, first, keep);
-    if (keep) keep = Announce(*info);
-    if (!keep) {
-      if (Status started = StartWorkers(*info); !started.ok()) {
-        StopWorkers(SIGKILL);
-        int code = started.code() == StatusCode::kNotFound ? kExitNotFound : kExitInternal;
-        return {code, fmt::format("cohort: cannot start the workers: {}", started.message())};
-      }
-    }
-    keep = false;
     Outcome outcome;
     std::optional<RoundEnd> why;
     {
+      // Heartbeats from now on: starting workers can take seconds (a warm interpreter that
+      // is still importing torch), and the other nodes must not take this one for dead.
       RoundWatcher watcher(o_, *info);
+      if (keep) keep = Announce(*info);
+      if (!keep) {
+        if (Status started = StartWorkers(*info); !started.ok()) {
+          StopWorkers(SIGKILL);
+          int code = started.code() == StatusCode::kNotFound ? kExitNotFound : kExitInternal;
+          return {code, fmt::format("cohort: cannot start the workers: {}", started.message())};
+        }
+      }
+      keep = false;
       outcome = Monitor(watcher.fd());
       why = watcher.why();
     }

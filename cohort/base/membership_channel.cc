@@ -14,7 +14,7 @@ using nlohmann::json;
 
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(MembershipNotice, round, rank, world_size,
                                                 group_rank, group_world_size, store_prefix,
-                                                restart_count)
+                                                restart_count, master_addr, master_port)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LostPeerReport, round, rank, reason)
 
 namespace {

@@ -31,6 +31,8 @@ struct MembershipNotice {
   int group_world_size = 1;
   std::string store_prefix;  // the round's key prefix in the job's store (JobStoreAccess)
   int64_t restart_count = 0;
+  std::string master_addr;   // the round's MASTER_ADDR/PORT (torch's store, served by node 0)
+  int master_port = 0;
 
   std::string ToJson() const;
   static Result<MembershipNotice> FromJson(std::string_view text);

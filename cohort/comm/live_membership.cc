@@ -71,19 +71,17 @@ void LiveMembership::OnNotice() {
     }
     return;
   }
-  std::shared_ptr<store::Store> stale_formation;
-  {
-    MutexLock lock(&mu_);
-    const int64_t seen = newest_ ? newest_->round : env_.round;
-    if (n->round <= seen) return;
-    newest_ = *n;
-    if (forming_store_ && forming_round_ < n->round) stale_formation = forming_store_;
-    changed_.SignalAll();
-  }
   COHORT_LOG_INFO(kLog, "round {}: this worker becomes rank {} of {}", n->round, n->rank,
                   n->world_size);
+  MutexLock lock(&mu_);
+  const int64_t seen = newest_ ? newest_->round : env_.round;
+  if (n->round <= seen) return;
+  // Under mu_, before the owner can see the notice: the interrupt hits the group formed
+  // (or forming) before it, never the one the owner then forms for it.
   comm_->Interrupt(fmt::format("round {} has {} rank(s)", n->round, n->world_size));
-  if (stale_formation) stale_formation->Abort();
+  if (forming_store_ && forming_round_ < n->round) forming_store_->Abort();
+  newest_ = *n;
+  changed_.SignalAll();
 }
 
 std::optional<MembershipNotice> LiveMembership::Pending() const {

@@ -252,3 +252,32 @@ TEST(RendezvousTest, ClosedJobRefusesJoinsAndWakesSpares) {
 
 }  // namespace
 }  // namespace cohort::rendezvous
+
+namespace cohort::rendezvous {
+namespace {
+
+// A round ended for a lost node expects the others: the next round closes as soon as they
+// joined, not after the last call (here a minute, longer than the test's own deadline).
+TEST(RendezvousTest, TheNextRoundClosesOnceTheExpectedNodesJoined) {
+  auto store = std::make_shared<store::MemoryStore>();
+  RendezvousConfig c = Config(3, 3);  // the first round: all three, closed at once
+  c.last_call = std::chrono::seconds(60);
+  auto first = JoinAll(store, c, 3);
+  for (auto& r : first) ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Rendezvous ender(store, c, Node(0));
+  ASSERT_TRUE(ender.EndRound(0, RoundEnd{RoundEnd::Kind::kDeadNode, "node 2 lost"}, nullptr,
+                             /*expect_next=*/2)
+                  .ok());
+  c.min_nodes = 2;
+  const auto start = SteadyClock::now();
+  auto second = JoinAll(store, c, 2);
+  for (auto& r : second) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->round, 1);
+    EXPECT_EQ(r->group_world_size, 2);
+  }
+  EXPECT_LT(SecondsSince(start), 30.0);
+}
+
+}  // namespace
+}  // namespace cohort::rendezvous

@@ -7,9 +7,69 @@
 #include <pybind11/pybind11.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "cohort/base/membership_channel.h"
 #include "cohort/torch/process_group.h"
 
 namespace py = pybind11;
+
+namespace {
+
+cohort::torch_backend::CohortProcessGroup& CohortGroup(
+    const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+  auto* cohort = dynamic_cast<cohort::torch_backend::CohortProcessGroup*>(pg.get());
+  if (!cohort) throw py::value_error("not a process group of the cohort backend");
+  return *cohort;
+}
+
+void Check(const cohort::Status& st) {
+  if (!st.ok()) throw std::runtime_error(st.ToString());
+}
+
+// The membership channel (base/membership_channel.h) for cohort_torch/live.py: the same
+// files and format as the agent and libcohort use.
+void BindChannel(py::module_& m) {
+  namespace mc = cohort::membership_channel;
+  m.def(
+      "read_notice",
+      [](const std::string& dir, int local_rank) -> py::object {
+        auto n = mc::ReadNotice(dir, local_rank);
+        if (!n.ok()) {
+          if (n.status().code() == cohort::StatusCode::kNotFound) return py::none();
+          throw std::runtime_error(n.status().ToString());
+        }
+        py::dict d;
+        d["round"] = n->round;
+        d["rank"] = n->rank;
+        d["world_size"] = n->world_size;
+        d["group_rank"] = n->group_rank;
+        d["group_world_size"] = n->group_world_size;
+        d["store_prefix"] = n->store_prefix;
+        d["restart_count"] = n->restart_count;
+        d["master_addr"] = n->master_addr;
+        d["master_port"] = n->master_port;
+        return d;
+      },
+      py::arg("dir"), py::arg("local_rank"),
+      "The agent's newest membership notice for this worker, or None.");
+  m.def("mark_ready", [](const std::string& dir, int local) { Check(mc::MarkReady(dir, local)); },
+        py::arg("dir"), py::arg("local_rank"), "Declares that this worker re-forms in place.");
+  m.def(
+      "write_formed",
+      [](const std::string& dir, int local, int64_t round) {
+        Check(mc::WriteFormed(dir, local, round));
+      },
+      py::arg("dir"), py::arg("local_rank"), py::arg("round"),
+      "Tells the agent the worker formed its group in `round`.");
+  m.def(
+      "write_lost",
+      [](const std::string& dir, int local, int64_t round, int rank, const std::string& why) {
+        Check(mc::WriteLost(dir, local, cohort::LostPeerReport{round, rank, why}));
+      },
+      py::arg("dir"), py::arg("local_rank"), py::arg("round"), py::arg("rank"),
+      py::arg("reason"), "Tells the agent a collective of `round` failed: a peer went away.");
+}
+
+}  // namespace
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "libcohort collectives as the torch.distributed backend 'cohort'";
@@ -21,9 +81,16 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "topology",
       [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg) -> std::string {
-        auto* cohort = dynamic_cast<cohort::torch_backend::CohortProcessGroup*>(pg.get());
-        if (!cohort) throw py::value_error("not a process group of the cohort backend");
-        return cohort->topology();
+        return CohortGroup(pg).topology();
       },
       py::arg("group"), "How the group's ranks reach each other: shm, tcp or shm+tcp.");
+  m.def(
+      "interrupt",
+      [](const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const std::string& why) {
+        CohortGroup(pg).Interrupt(why);
+      },
+      py::arg("group"), py::arg("why"), py::call_guard<py::gil_scoped_release>(),
+      "Fails the group's pending operations ('membership changed: <why>') and closes its "
+      "connections: a rank blocked on a peer that left returns at once.");
+  BindChannel(m);
 }

@@ -87,6 +87,9 @@ class CohortProcessGroup final : public c10d::ProcessGroup {
   const std::string getBackendName() const override { return "cohort"; }
   // "shm", "tcp" or "shm+tcp".
   std::string topology() const { return comm_->topology(); }
+  // Live reconfiguration: fails what is pending with "membership changed: <why>" and
+  // closes the group's connections (Communicator::Interrupt); any thread.
+  void Interrupt(std::string_view why) { comm_->Interrupt(why); }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;

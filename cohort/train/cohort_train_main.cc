@@ -559,8 +559,10 @@ class Trainer {
   void Reconfigure(Status why) {
     if (!job_.live) Require(why, kExitComm, "collective");
     const auto started = SteadyClock::now();
+    // Twice the agent's deadline: the agent decides whether the group restarts (and says
+    // why); this only bounds the wait when the agent itself is gone.
     const Deadline deadline = Deadline::After(std::chrono::duration_cast<Duration>(
-        std::chrono::duration<double>(settings::kReconfigTimeout.Get())));
+        std::chrono::duration<double>(2 * settings::kReconfigTimeout.Get())));
     for (;;) {
       Require(job_.live->AwaitChange(why, deadline).status(), kExitComm,
               "waiting for the new membership");

@@ -76,6 +76,22 @@ class Proc:
         except ProcessLookupError:
             pass
 
+    def worker_pids(self, program="cohort-train"):
+        """PIDs of the agent's direct children running `program` (its workers)."""
+        pids = []
+        try:
+            children = Path("/proc/%d/task/%d/children" % (self.p.pid, self.p.pid)).read_text()
+        except OSError:
+            return pids
+        for pid in children.split():
+            try:
+                argv = Path("/proc/%s/cmdline" % pid).read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv and argv[0].decode(errors="replace").endswith(program):
+                pids.append(int(pid))
+        return sorted(pids)
+
     def describe(self):
         return "--- %s rc=%s\nstdout (tail):\n%s\nstderr (tail):\n%s" % (
             self.name, self.p.poll(), self.stdout[-3000:], self.stderr[-3000:])

@@ -5,7 +5,8 @@
 
 Under `cohort run` this package is on the workers' PYTHONPATH; elsewhere (torchrun, a
 plain script) add the directory that holds it, e.g.
-PYTHONPATH=build/dev/cohort/cli/python. See docs/torch-backend.md.
+PYTHONPATH=build/dev/cohort/cli/python. See docs/torch-backend.md; for keeping the workers
+through a node loss or join, cohort_torch.live (docs/multinode.md).
 """
 import torch.distributed as _dist
 

@@ -1,0 +1,191 @@
+"""Live reconfiguration for PyTorch training loops (docs/multinode.md, "Live
+reconfiguration"): under `cohort run` across nodes, a worker that uses this module keeps its
+process, model and optimizer through a node loss or join; it re-forms the "cohort" process
+group at the new rank and world size between steps, and a newcomer receives the state from
+the others instead of reading a checkpoint.
+
+    import cohort_torch.live
+    dist.init_process_group("cohort")
+    live = cohort_torch.live.start()          # None when the agent offers nothing
+    state, step = live.share(None, -1) if live else (None, -1)   # a newcomer gets the state
+    ...
+    while step < steps:
+        if live and live.pending():           # a node joined or was lost
+            live.reform()
+            state, step = live.share(my_state, step)   # then rebuild DDP, re-shard the data
+        try:
+            one_step()
+        except RuntimeError as error:         # a peer went away, or a notice interrupted it
+            if live is None:
+                raise
+            live.reform(error)
+            ...
+
+examples/torch_live_reconfig.py is a complete loop. Under torchrun, or with
+COHORT_LIVE_RECONFIG=0, start() returns None and the script restarts from its checkpoint as
+any elastic script does.
+
+Thread-safety: the methods are for the training thread; a watcher thread of the object's
+own interrupts the current group when a newer membership is announced (under a lock that
+reform() holds while it replaces the group).
+"""
+import datetime
+import io
+import os
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+from . import _C
+
+__all__ = ["Live", "start"]
+
+
+def _seconds(name, default):
+    try:
+        return float(os.environ.get(name, "") or default)
+    except ValueError:
+        return default
+
+
+class Live:
+    """This worker's side of the membership channel (cohort/base/membership_channel.h)."""
+
+    def __init__(self, directory, local_rank, round_):
+        self.directory = directory
+        self.local_rank = local_rank
+        self.round = round_  # the round the current group was formed in
+        self.timeout = _seconds("COHORT_RECONFIG_TIMEOUT", 60.0)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        _C.mark_ready(directory, local_rank)
+        self._watcher = threading.Thread(target=self._watch, name="cohort-live-watch",
+                                         daemon=True)
+        self._watcher.start()
+
+    def pending(self):
+        """The agent's membership notice (a dict) when it is newer than the current group."""
+        notice = _C.read_notice(self.directory, self.local_rank)
+        return notice if notice is not None and notice["round"] > self.round else None
+
+    def _watch(self):
+        interrupted = self.round
+        while not self._stop.wait(0.02):
+            notice = self.pending()
+            if notice is None or notice["round"] <= interrupted:
+                continue
+            with self._lock:  # never the group reform() forms for this notice
+                if notice["round"] > self.round and dist.is_initialized():
+                    try:
+                        _C.interrupt(dist.distributed_c10d._get_default_group(),
+                                     "round %d has %d rank(s)" % (notice["round"],
+                                                                  notice["world_size"]))
+                    except (RuntimeError, ValueError):
+                        pass  # not a cohort group: its peers' closing connections tell it
+            interrupted = notice["round"]
+
+    def reform(self, error=None):
+        """Waits for the new membership (after `error`, a failed collective, telling the agent
+        that a peer went away unless a notice explains it), then replaces the default process
+        group with one at the new rank and world size. A group that does not form (its round
+        ended meanwhile) is reported like a failed collective and the next one is formed.
+        Returns the notice of the round formed."""
+        deadline = time.monotonic() + 2 * self.timeout  # the agent decides; this bounds it
+        while True:
+            notice = self._await(error, deadline)
+            with self._lock:
+                self._drop_group("re-forming in round %d" % notice["round"])
+                # Newcomers of this round start with exactly these variables (env://).
+                os.environ.update({
+                    "RANK": str(notice["rank"]), "WORLD_SIZE": str(notice["world_size"]),
+                    "GROUP_RANK": str(notice["group_rank"]),
+                    "GROUP_WORLD_SIZE": str(notice["group_world_size"]),
+                    "ROLE_RANK": str(notice["rank"]),
+                    "ROLE_WORLD_SIZE": str(notice["world_size"]),
+                    "MASTER_ADDR": notice["master_addr"],
+                    "MASTER_PORT": str(notice["master_port"]),
+                    "COHORT_STORE_PREFIX": notice["store_prefix"],
+                    "COHORT_ROUND": str(notice["round"])})
+                # torch 1.13 counts groups even when creating one failed, and the default
+                # group's store barrier is keyed by that count: keep it a newcomer's.
+                dist.distributed_c10d._group_count = 0
+                try:
+                    dist.init_process_group(
+                        "cohort", init_method="env://",
+                        timeout=datetime.timedelta(seconds=2 * self.timeout))
+                except RuntimeError as failed:
+                    self.round = notice["round"]  # the round that did not form
+                    error = failed
+                    continue
+                self.round = notice["round"]
+            _C.write_formed(self.directory, self.local_rank, self.round)
+            return notice
+
+    def _await(self, error, deadline):
+        notice = self.pending()
+        if notice is None and error is not None:
+            rank = dist.get_rank() if dist.is_initialized() else -1
+            text = str(error).strip().splitlines()[0][:1000] if str(error).strip() else "error"
+            _C.write_lost(self.directory, self.local_rank, self.round, rank, text)
+        while notice is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError("cohort: no new membership announced after: %s" % error)
+            time.sleep(0.01)
+            notice = self.pending()
+        return notice
+
+    def _drop_group(self, why):
+        """Closes the current group's connections at once (peers blocked on it see an error)
+        and forgets it; its torch objects (a DDP wrapper) may outlive it."""
+        if not dist.is_initialized():
+            return
+        try:
+            _C.interrupt(dist.distributed_c10d._get_default_group(), why)
+        except (RuntimeError, ValueError):
+            pass  # not a cohort group
+        dist.destroy_process_group()
+
+    def share(self, state, step):
+        """After forming a group: the newest training state any rank holds. Ranks that hold
+        none (newcomers: state None, step -1) or an older step receive the state of the
+        lowest rank with the newest step, by broadcast. Returns (state, step); (None, -1)
+        on every rank when no rank held any (a job that starts: read the checkpoint)."""
+        mine = step if state is not None else -1
+        span = torch.tensor([mine, -mine], dtype=torch.int64)
+        dist.all_reduce(span, op=dist.ReduceOp.MAX)
+        newest, oldest = int(span[0]), -int(span[1])
+        if newest < 0 or oldest == newest:
+            return state, step
+        source = torch.tensor([dist.get_rank() if mine == newest else dist.get_world_size()],
+                              dtype=torch.int64)
+        dist.all_reduce(source, op=dist.ReduceOp.MIN)
+        source = int(source[0])
+        payload = torch.empty(0, dtype=torch.uint8)
+        if dist.get_rank() == source:
+            buf = io.BytesIO()
+            torch.save(state, buf)
+            payload = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
+        size = torch.tensor([payload.numel()], dtype=torch.int64)
+        dist.broadcast(size, src=source)
+        if dist.get_rank() != source:
+            payload = torch.empty(int(size[0]), dtype=torch.uint8)
+        dist.broadcast(payload, src=source)
+        if dist.get_rank() != source:
+            state = torch.load(io.BytesIO(payload.numpy().tobytes()))
+        return state, newest
+
+    def close(self):
+        self._stop.set()
+        self._watcher.join()
+
+
+def start():
+    """The membership channel `cohort run` offers this worker (COHORT_MEMBERSHIP_DIR), as a
+    Live object that has declared support; None when there is none."""
+    directory = os.environ.get("COHORT_MEMBERSHIP_DIR")
+    if not directory:
+        return None
+    return Live(directory, int(os.environ.get("LOCAL_RANK", "0")),
+                int(os.environ.get("COHORT_ROUND", "0") or 0))
