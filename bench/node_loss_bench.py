@@ -1,19 +1,32 @@
 #!/usr/bin/env python3
-"""Time to recover after a node loss: cohort run vs torchrun, the same scenario.
+"""Recovery from a node loss, and a node's join, three ways on the same PyTorch job:
+cohort run with live reconfiguration (the workers stay), cohort run restarting the worker
+group (COHORT_LIVE_RECONFIG=0, as before issue 17), and torchrun.
 
 Three network-namespace hosts (tests/cluster/netns.py; root), one launcher per host with
---nnodes 2:3, each running the same PyTorch DDP script (tests/e2e/ddp_train.py, gloo,
-checkpoint every step on the shared file system). Once training runs on 3 nodes, host 2's
-launcher and worker are SIGKILLed; the time to recover is from the kill to rank 0's first
-training step of the next attempt (the script's BENCH_TIMES_FILE events). torchrun uses the
-c10d rendezvous on node0 with --monitor_interval 0.1 and last_call_timeout=1 (its default
-of 30 s would dominate). Each host gets its own name (node<i>) so torchrun's agents, which
-publish their hostname, can reach each other. Medians of --reps runs, alternating.
+--nnodes 2:3, each running examples/torch_live_reconfig.py (the cohort torch backend for
+all three, checkpoint every step on the shared file system; under torchrun and with
+COHORT_LIVE_RECONFIG=0 the script restarts from the checkpoint, under cohort it re-forms in
+place). Events come from the script's BENCH_TIMES_FILE (a "first_step" line per rank after
+the first step of each group it forms).
+
+- loss: 3 nodes train; host 2's launcher and worker are SIGKILLed; time from the kill to
+  the first completed step of the survivors' next group. "redone" is how many steps the
+  survivors did again (rank 0's last printed step at the kill, minus the step the next
+  group started from).
+- join: 2 nodes train; a launcher starts on host 2; time from its start to the first
+  completed step of a group of 3 (the newcomer's first step).
+
+torchrun uses the c10d rendezvous on node0 with --monitor_interval 0.1 and
+last_call_timeout=1 (its default of 30 s would dominate); cohort uses last_call_timeout=1
+and a 3 s dead-node timeout. Each host gets its own name (node<i>). Medians of --reps runs,
+the kinds alternating.
 
     /usr/bin/python3 bench/node_loss_bench.py --reps 3
 """
 import argparse
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -27,15 +40,16 @@ import e2e_util as U  # noqa: E402
 import netns  # noqa: E402
 
 COHORT = REPO / "build/dev/cohort/cli/cohort"
-DDP = REPO / "tests/e2e/ddp_train.py"
+SCRIPT = REPO / "examples/torch_live_reconfig.py"
 PY = "/usr/bin/python3"
 TORCHRUN = "/usr/bin/torchrun"
+KINDS = ("cohort-live", "cohort-restart", "torchrun")
 
 
 def launcher_argv(kind, c, i, work, steps):
-    script = [str(DDP), "--steps", str(steps), "--ckpt-dir", str(work / "ckpt"),
-              "--step-sleep", "0.01"]
-    if kind == "cohort":
+    script = [str(SCRIPT), "--steps", str(steps), "--ckpt-dir", str(work / "ckpt"),
+              "--ckpt-every", "1", "--step-sleep", "0.01"]
+    if kind.startswith("cohort"):
         inner = [str(COHORT), "run", "--nnodes", "2:3", "--nproc-per-node", "1",
                  "--rdzv-endpoint", "%s:29400" % c.addr(0), "--rdzv-id", "bench",
                  "--local-addr", c.addr(i), "--max-restarts", "3",
@@ -50,7 +64,18 @@ def launcher_argv(kind, c, i, work, steps):
     return ["unshare", "--uts", "sh", "-c", 'hostname node%d && exec "$@"' % i, "sh", *inner]
 
 
-def one_run(kind, steps):
+def first_step_after(times, t0, world=None):
+    evs = [e for e in U.read_json_lines(times) if e.get("event") == "first_step"
+           and e.get("t", 0) > t0 and (world is None or e.get("world") == world)]
+    return min(evs, key=lambda e: e["t"]) if evs else None
+
+
+def last_step(text):
+    steps = [int(s) for s in re.findall(r"step (\d+) loss", text)]
+    return max(steps) if steps else -1
+
+
+def one_run(kind, scenario, steps):
     with tempfile.TemporaryDirectory(prefix="nodeloss-") as d:
         work = Path(d)
         c = netns.Cluster(3, work)
@@ -58,26 +83,39 @@ def one_run(kind, steps):
             c.name_hosts()
             times = work / "times.jsonl"
             env = dict(os.environ, BENCH_TIMES_FILE=str(times), COHORT_TOKEN="bench-token",
-                       COHORT_PYTHON=PY, OMP_NUM_THREADS="1", COHORT_COMM_TIMEOUT="10")
+                       COHORT_PYTHON=PY, OMP_NUM_THREADS="1", COHORT_COMM_TIMEOUT="10",
+                       PYTHONPATH=str(REPO / "build/dev/cohort/cli/python"))
+            if kind == "cohort-restart":
+                env["COHORT_LIVE_RECONFIG"] = "0"
             for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
                 env.pop(k, None)
-            procs = [c.start(i, launcher_argv(kind, c, i, work, steps),
-                             dict(env, COHORT_HOST_ID="host%d" % i), "%s%d" % (kind, i))
-                     for i in range(3)]
-            # Training on 3 nodes: a first_step event, then some more steps.
-            netns.wait_for(lambda: any(e.get("event") == "first_step" for e in U.read_json_lines(times)),
-                           120, "%s: the first training step" % kind)
-            time.sleep(2.0)  # let the job run a little before the fault (not synchronisation)
-            t_kill = time.time()
-            procs[2].kill()
-            def recovered():
-                evs = [e for e in U.read_json_lines(times) if e.get("event") == "first_step"
-                       and e.get("t", 0) > t_kill]
-                return evs[0] if evs else None
-            ev = netns.wait_for(recovered, 180, "%s: a training step after the node loss" % kind)
-            for p in procs[:2]:
+            start = lambda i: c.start(i, launcher_argv(kind, c, i, work, steps),  # noqa: E731
+                                      dict(env, COHORT_HOST_ID="host%d" % i), "%s%d" % (kind, i))
+            first = 3 if scenario == "loss" else 2
+            procs = [start(i) for i in range(first)]
+            try:
+                netns.wait_for(lambda: first_step_after(times, 0, world=first), 120,
+                               "%s: training on %d nodes" % (kind, first))
+            except AssertionError as e:
+                raise AssertionError("%s\n%s" % (e, procs[0].describe())) from None
+            time.sleep(2.0)  # let the job run a little before the change (not synchronisation)
+            redone = None
+            if scenario == "loss":
+                t0 = time.time()
+                before = last_step("".join(p.stdout for p in procs[:2]))
+                procs[2].kill()
+                ev = netns.wait_for(lambda: first_step_after(times, t0), 180,
+                                    "%s: a step after the node loss" % kind)
+                redone = max(before - (ev["step"] - 1), 0)
+            else:
+                t0 = time.time()
+                procs.append(start(2))
+                ev = netns.wait_for(lambda: first_step_after(times, t0, world=3), 180,
+                                    "%s: a step on 3 nodes" % kind)
+            survivors = procs[:2] if scenario == "loss" else procs
+            for p in survivors:
                 p.wait(300)
-            return ev["t"] - t_kill, [p.p.returncode for p in procs[:2]]
+            return ev["t"] - t0, redone, [p.p.returncode for p in survivors]
         finally:
             c.close()
 
@@ -85,27 +123,43 @@ def one_run(kind, steps):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--scenarios", default="loss,join")
+    ap.add_argument("--kinds", default=",".join(KINDS))
     args = ap.parse_args()
     if netns.available():
         sys.exit("node_loss_bench: " + netns.available())
-    results = {"cohort": [], "torchrun": []}
-    for rep in range(args.reps):
-        order = ["cohort", "torchrun"] if rep % 2 == 0 else ["torchrun", "cohort"]
-        for kind in order:
-            try:
-                secs, rcs = one_run(kind, args.steps)
-                print("rep %d %-8s recovery %.2f s, survivors exit %s" % (rep + 1, kind, secs, rcs))
-                results[kind].append(secs)
-            except AssertionError as e:
-                print("rep %d %-8s FAILED: %s" % (rep + 1, kind, str(e).splitlines()[0]))
-    med = {k: statistics.median(v) if v else float("nan") for k, v in results.items()}
-    print("\n| launcher | recovery after a node loss (median of %d) |" % args.reps)
-    print("|---|---|")
-    for k in ("cohort", "torchrun"):
-        print("| %s | %.2f s |" % (k, med[k]))
-    if results["cohort"] and results["torchrun"]:
-        print("ratio cohort/torchrun: %.2fx" % (med["cohort"] / med["torchrun"]))
+    kinds = args.kinds.split(",")
+    results = {(s, k): [] for s in args.scenarios.split(",") for k in kinds}
+    redone = {k: [] for k in kinds}
+    for scenario in args.scenarios.split(","):
+        for rep in range(args.reps):
+            order = kinds[rep % len(kinds):] + kinds[:rep % len(kinds)]
+            for kind in order:
+                try:
+                    secs, again, rcs = one_run(kind, scenario, args.steps)
+                    print("%s rep %d %-14s %.2f s%s, exit %s" % (
+                        scenario, rep + 1, kind, secs,
+                        "" if again is None else ", %d step(s) redone" % again, rcs), flush=True)
+                    results[(scenario, kind)].append(secs)
+                    if again is not None:
+                        redone[kind].append(again)
+                except AssertionError as e:
+                    print("%s rep %d %-14s FAILED: %s" % (scenario, rep + 1, kind,
+                                                         str(e).splitlines()[0]), flush=True)
+    med = {key: statistics.median(v) if v else float("nan") for key, v in results.items()}
+    print("\n| scenario | %s |" % " | ".join(kinds))
+    print("|---|%s" % ("---|" * len(kinds)))
+    for scenario in args.scenarios.split(","):
+        what = ("node SIGKILL -> next step" if scenario == "loss"
+                else "node start -> first step on 3 nodes")
+        print("| %s (median of %d) | %s |" % (what, args.reps, " | ".join(
+            "%.2f s" % med[(scenario, k)] for k in kinds)))
+    if any(redone.values()):
+        print("| steps redone after the loss (max) | %s |" % " | ".join(
+            str(max(redone[k])) if redone[k] else "-" for k in kinds))
+    print("\nruns: " + "; ".join("%s %s: %s" % (s, k, ", ".join("%.2f" % x for x in v))
+                                 for (s, k), v in results.items()))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@
 #include "cohort/base/flight_record.h"
 #include "cohort/base/log.h"
 #include "cohort/base/membership_channel.h"
+#include "cohort/base/mutex.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/subprocess.h"
 #include "cohort/base/sweeper.h"

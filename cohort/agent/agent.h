@@ -2,10 +2,14 @@
 // with the torchrun environment, watches them (exits are noticed through pidfds at once),
 // and on a failure stops the group (SIGTERM, grace period, SIGKILL), ends the round and
 // rejoins while the job-wide restart budget lasts. Membership changes from other nodes end
-// the round without spending the budget. Signals to the agent are forwarded to the workers.
+// the round without spending the budget; workers that declared they re-form in place are
+// kept through them and told their new rank (live reconfiguration: the membership channel,
+// base/membership_channel.h; docs/multinode.md). Signals to the agent are forwarded to the
+// workers.
 //
 // Threads: Run() executes on the calling thread (the "monitor" thread), which owns every
-// worker, pipe and log sink. For multi-node rounds a "rdzv-watch" thread sends heartbeats
+// worker, pipe, log sink and the membership channel. For multi-node rounds a "rdzv-watch"
+// thread (started before the workers) sends heartbeats
 // and waits for the round to end on its own store connection; it reports through an
 // eventfd. Call BlockAgentSignals() at the start of main(), before any thread exists.
 #pragma once

@@ -17,6 +17,13 @@
 // all parameters>` and rank 0 also `param_digest <crc32>`. With --tensorboard-dir, rank 0 also writes
 // TensorBoard scalars (docs/tensorboard.md).
 //
+// Under `cohort run` across nodes it keeps its process through a node loss or join (live
+// reconfiguration, docs/multinode.md): the step in flight is dropped, the communicator
+// re-forms at the new rank and world size, the sampler is re-partitioned from the current
+// position, and the ranks agree on the newest in-memory state (a newcomer receives it by
+// broadcast, not from the checkpoint); every rank then prints its `rank R of W` line again
+// and `rank R: re-formed live in N ms at step S (pid P)`.
+//
 // Exit codes (cohort/base/exit_codes.h): 0 ok, 2 usage (unknown flag, model, data set or
 // optimizer), 10 could not join the job (worker_env.h), 11 data set missing or malformed,
 // 12 checkpoint from another model/optimizer/seed, 13 communication failure, 70 internal
