@@ -150,6 +150,9 @@ class Agent::Impl {
   auto Guarded(Fn fn) -> decltype(fn());
   Result<std::pair<std::string, int>> MasterEndpoint(const RendezvousInfo& info);
   Status StartWorkers(const RendezvousInfo& info);
+  // The membership channel of a new worker group (in its attempt directory), watched with
+  // inotify; on an error the workers are not offered one (they restart on any change).
+  void OpenChannel();
   // OMP_NUM_THREADS for the workers (0: not set).
   int OmpThreadsForWorkers() const;
   // Starts the warm interpreter (WorkerSpec::warm), or says why workers will start fresh.
@@ -287,23 +290,7 @@ Status Agent::Impl::StartWorkers(const RendezvousInfo& info) {
   const int offset = info.RankOffset();
   const int attempt = starts_++;
   attempt_dir_ = fmt::format("{}/{}/attempt_{}", spec.log_dir, spec.run_id, attempt);
-  if (LiveOffered()) {
-    // The membership channel: workers that can re-form in place say so there. One per
-    // agent: the agents of several nodes may share the log directory (a shared file system).
-    membership_dir_ = fmt::format("{}/membership.{}.{}", attempt_dir_, o_.self.host, ::getpid());
-    std::error_code ec;
-    fs::create_directories(membership_dir_, ec);
-    channel_fd_ = ec ? -1 : ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-    if (channel_fd_ >= 0 && ::inotify_add_watch(channel_fd_, membership_dir_.c_str(), IN_MOVED_TO) < 0) {
-      ::close(channel_fd_);
-      channel_fd_ = -1;
-    }
-    if (channel_fd_ < 0) {
-      COHORT_LOG_WARN(kLog, "no membership channel in {}: workers will be restarted on a "
-                      "membership change", membership_dir_);
-      membership_dir_.clear();
-    }
-  }
+  if (LiveOffered()) OpenChannel();
   failure_.reset();
   workers_.clear();
   workers_.reserve(spec.nproc_per_node);
@@ -386,6 +373,29 @@ Status Agent::Impl::StartWorkers(const RendezvousInfo& info) {
   COHORT_LOG_DEBUG(kLog, "attempt {}: started {} worker(s), ranks {}..{} of {}", attempt,
                    spec.nproc_per_node, offset, offset + spec.nproc_per_node - 1, world);
   return Status::Ok();
+}
+
+void Agent::Impl::OpenChannel() {
+  // In the temporary directory (only this machine's processes use it), one per agent and
+  // worker group; removed with the group (StopWorkers).
+  std::error_code ec;
+  fs::path tmp = fs::temp_directory_path(ec);
+  if (ec) tmp = "/tmp";
+  membership_dir_ =
+      (tmp / fmt::format("cohort-membership-{}-{}-{}", o_.spec.run_id, ::getpid(), starts_))
+          .string();
+  fs::create_directories(membership_dir_, ec);
+  channel_fd_ = ec ? -1 : ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  if (channel_fd_ >= 0 &&
+      ::inotify_add_watch(channel_fd_, membership_dir_.c_str(), IN_MOVED_TO) < 0) {
+    ::close(channel_fd_);
+    channel_fd_ = -1;
+  }
+  if (channel_fd_ < 0) {
+    COHORT_LOG_WARN(kLog, "no membership channel in {}: workers will be restarted on a "
+                    "membership change", membership_dir_);
+    membership_dir_.clear();
+  }
 }
 
 int Agent::Impl::OmpThreadsForWorkers() const {
@@ -639,6 +649,10 @@ void Agent::Impl::StopWorkers(int first_signal) {
   state_ = WorkerState::kStopped;
   if (channel_fd_ >= 0) ::close(channel_fd_);
   channel_fd_ = -1;
+  if (!membership_dir_.empty()) {
+    std::error_code ec;
+    fs::remove_all(membership_dir_, ec);
+  }
   membership_dir_.clear();
   reform_deadline_.reset();
 }

@@ -338,6 +338,32 @@ def test_pytorch_loop_keeps_its_processes_through_a_join_and_a_loss(cluster, tmp
     assert len({d for _, d in digests}) == 1, digests
 
 
+def test_a_script_without_support_is_restarted_after_a_node_loss(cluster, tmp_path):
+    """A torchrun-style script (gloo, no cohort_torch.live) never declares that it re-forms
+    in place: after a node loss the survivors' workers are restarted and resume from the
+    checkpoint, as under torchrun."""
+    c = cluster(3)
+    ckpt = tmp_path / "ckpt"
+    script = REPO / "tests/e2e/ddp_train.py"
+    nodes = []
+    for i in range(3):
+        argv = node_argv(c, i, ckpt, "2:3", 0)
+        argv[argv.index("--") + 1:] = [str(script), "--steps", "300", "--ckpt-dir", str(ckpt),
+                                       "--step-sleep", "0.02"]
+        env = dict(node_env(c, i), COHORT_PYTHON="/usr/bin/python3", GLOO_SOCKET_IFNAME="eth0")
+        nodes.append(c.start(i, argv, env, "node%d" % i))
+    netns.wait_for(lambda: re.search(r"step [2-9]\d loss", all_out(nodes)), 120,
+                   "the script training on 3 nodes")
+    nodes[2].kill()
+    for p in nodes[:2]:
+        assert p.wait(JOB_TIMEOUT) == 0, p.describe()
+    out, err = all_out(nodes[:2]), "".join(p.stderr for p in nodes[:2])
+    assert "restarting the workers" in err, err[-3000:]
+    assert "keeping the workers" not in err, err[-3000:]
+    assert re.search(r"resumed at step \d+ \(restart [1-9]", out), out[-3000:]
+    assert "final_loss" in out
+
+
 def test_killing_the_store_host_is_a_clear_error(cluster, tmp_path):
     c = cluster(3)
     ckpt = tmp_path / "ckpt"
