@@ -172,7 +172,7 @@ def test_node_loss_survivors_keep_their_processes(cluster, tmp_path):
         time.monotonic() - t_fault))
     assert [n.worker_pids() for n in nodes[:2]] == pids, "a survivor's worker was restarted"
     out = all_out(nodes[:2])
-    assert out.count("re-formed live") == 2, out[-3000:]
+    assert out.count("re-formed live") >= 2, out[-3000:]
     assert_finished(nodes[:2], nodes)
     assert_one_job(nodes[:2], 2)
     assert "restarting the workers" not in "".join(p.stderr for p in nodes[:2])
