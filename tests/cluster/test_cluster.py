@@ -159,7 +159,7 @@ def test_node_loss_survivors_keep_their_processes(cluster, tmp_path):
     their processes; they re-form as 2 ranks and finish with equal parameters."""
     c = cluster(3)
     ckpt = tmp_path / "ckpt"
-    nodes = [c.start(i, node_argv(c, i, ckpt, "2:3", 1000), node_env(c, i), "node%d" % i)
+    nodes = [c.start(i, node_argv(c, i, ckpt, "2:3", 400), node_env(c, i), "node%d" % i)
              for i in range(3)]
     wait_progress(nodes, 50, 90, "training on 3 nodes")
     assert latest_world(nodes) == 3
@@ -184,14 +184,14 @@ def test_node_join_newcomer_receives_the_state(cluster, tmp_path):
     without spending the restart budget."""
     c = cluster(3)
     ckpt = tmp_path / "ckpt"
-    nodes = [c.start(i, node_argv(c, i, ckpt, "2:3", 1000), node_env(c, i), "node%d" % i)
+    nodes = [c.start(i, node_argv(c, i, ckpt, "2:3", 400), node_env(c, i), "node%d" % i)
              for i in range(2)]
     wait_progress(nodes, 50, 90, "training on 2 nodes")
     assert latest_world(nodes) == 2
     pids = [wait_for_workers(n) for n in nodes]
     before = latest_round(nodes)
     t_join = time.monotonic()
-    nodes.append(c.start(2, node_argv(c, 2, ckpt, "2:3", 1000), node_env(c, 2), "node2"))
+    nodes.append(c.start(2, node_argv(c, 2, ckpt, "2:3", 400), node_env(c, 2), "node2"))
     wait_new_attempt(nodes, before, 3, 60)
     print("\nnode start -> training on 3 ranks (live): %.2f s" % (time.monotonic() - t_join))
     assert [n.worker_pids() for n in nodes[:2]] == pids, "a running worker was restarted"
@@ -209,7 +209,7 @@ def test_loss_below_min_waits_then_restarts_from_the_checkpoint(cluster, tmp_pat
     torchrun); a new node brings it back to MIN and both resume from the checkpoint."""
     c = cluster(3)
     ckpt = tmp_path / "ckpt"
-    nodes = [c.start(i, node_argv(c, i, ckpt, "2:3", 600), node_env(c, i), "node%d" % i)
+    nodes = [c.start(i, node_argv(c, i, ckpt, "2:3", 300), node_env(c, i), "node%d" % i)
              for i in range(2)]
     wait_progress(nodes, 30, 90, "training on 2 nodes")
     old = wait_for_workers(nodes[0])
@@ -217,7 +217,7 @@ def test_loss_below_min_waits_then_restarts_from_the_checkpoint(cluster, tmp_pat
     netns.wait_for(lambda: not nodes[0].worker_pids(), 60,
                    "the survivor to stop its worker below MIN")
     before = latest_round(nodes)
-    nodes.append(c.start(2, node_argv(c, 2, ckpt, "2:3", 600), node_env(c, 2), "node2"))
+    nodes.append(c.start(2, node_argv(c, 2, ckpt, "2:3", 300), node_env(c, 2), "node2"))
     wait_new_attempt([nodes[0], nodes[2]], before, 2, 60)
     assert nodes[0].worker_pids() not in ([], old)
     assert "resumed from" in all_out([nodes[0], nodes[2]])
@@ -230,7 +230,7 @@ def test_second_loss_during_reconfiguration(cluster, tmp_path):
     the group that cannot form and re-forms again, alone (--nnodes 1:3), same process."""
     c = cluster(3)
     ckpt = tmp_path / "ckpt"
-    nodes = [c.start(i, node_argv(c, i, ckpt, "1:3", 600), node_env(c, i), "node%d" % i)
+    nodes = [c.start(i, node_argv(c, i, ckpt, "1:3", 300), node_env(c, i), "node%d" % i)
              for i in range(3)]
     wait_progress(nodes, 30, 90, "training on 3 nodes")
     pid = wait_for_workers(nodes[0])
@@ -262,7 +262,7 @@ def test_hung_survivor_falls_back_to_restart(cluster, tmp_path):
     c = cluster(3)
     ckpt = tmp_path / "ckpt"
     env = lambda i: dict(node_env(c, i), COHORT_RECONFIG_TIMEOUT="4")  # noqa: E731
-    nodes = [c.start(i, node_argv(c, i, ckpt, "2:3", 600), env(i), "node%d" % i)
+    nodes = [c.start(i, node_argv(c, i, ckpt, "2:3", 300), env(i), "node%d" % i)
              for i in range(3)]
     wait_progress(nodes, 30, 90, "training on 3 nodes")
     old = wait_for_workers(nodes[0])
