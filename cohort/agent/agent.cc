@@ -160,6 +160,9 @@ class Agent::Impl {
   // A worker from the warm interpreter when there is one, else a fresh process.
   Result<Child> SpawnWorker(const SpawnOptions& so);
   Outcome Monitor(int watch_fd);
+  // How long Monitor's poll may sleep: until console lines are due to be merged or the
+  // re-formation deadline; -1 (only events) when neither.
+  int MonitorTimeoutMs() const;
   void OnWorkerExit(Worker& w);
   void StopWorkers(int first_signal);
   void ForwardSignal(int sig);
@@ -484,6 +487,18 @@ void Agent::Impl::OnWorkerExit(Worker& w) {
   }
 }
 
+int Agent::Impl::MonitorTimeoutMs() const {
+  int timeout = -1;
+  auto sooner = [&](int t) {
+    if (t >= 0 && (timeout < 0 || t < timeout)) timeout = t;
+  };
+  for (ConsoleMerger* m : {out_console_.get(), err_console_.get()}) {
+    if (m) sooner(m->PollTimeoutMs());
+  }
+  if (reform_deadline_) sooner(reform_deadline_->PollTimeoutMs());
+  return timeout;
+}
+
 void Agent::Impl::ForwardSignal(int sig) {
   for (auto& w : workers_) {
     if (w.alive) SignalGroup(w.child.pid, sig);
@@ -522,18 +537,8 @@ Agent::Impl::Outcome Agent::Impl::Monitor(int watch_fd) {
         owners.push_back(static_cast<int>(i) * 3 + 2);
       }
     }
-    // Wake for console lines waiting to be merged, else only on events.
-    int timeout = -1;
-    for (ConsoleMerger* m : {out_console_.get(), err_console_.get()}) {
-      int t = m ? m->PollTimeoutMs() : -1;
-      if (t >= 0 && (timeout < 0 || t < timeout)) timeout = t;
-    }
-    if (reform_deadline_) {
-      if (reform_deadline_->expired()) return Outcome::kReformTimedOut;
-      const int t = reform_deadline_->PollTimeoutMs();
-      if (timeout < 0 || t < timeout) timeout = t;
-    }
-    int rc = ::poll(fds.data(), fds.size(), timeout);
+    if (reform_deadline_ && reform_deadline_->expired()) return Outcome::kReformTimedOut;
+    int rc = ::poll(fds.data(), fds.size(), MonitorTimeoutMs());
     if (rc < 0) {
       if (errno == EINTR) continue;
       COHORT_LOG_ERROR(kLog, "poll failed: {}", std::strerror(errno));
