@@ -192,7 +192,7 @@ class Agent::Impl {
   std::string attempt_dir_;
   // The membership channel of the running group (empty: not offered) and its inotify fd.
   std::string membership_dir_;
-  int channel_fd_ = -1;
+  std::unique_ptr<membership_channel::ChannelWatch> channel_;
   std::optional<LostPeerReport> lost_;      // the report that ended the round
   std::optional<Deadline> reform_deadline_;  // while announced workers have not re-formed
   SteadyClock::time_point reform_started_;
@@ -388,17 +388,16 @@ void Agent::Impl::OpenChannel() {
       (tmp / fmt::format("cohort-membership-{}-{}-{}", o_.spec.run_id, ::getpid(), starts_))
           .string();
   fs::create_directories(membership_dir_, ec);
-  channel_fd_ = ec ? -1 : ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-  if (channel_fd_ >= 0 &&
-      ::inotify_add_watch(channel_fd_, membership_dir_.c_str(), IN_MOVED_TO) < 0) {
-    ::close(channel_fd_);
-    channel_fd_ = -1;
-  }
-  if (channel_fd_ < 0) {
-    COHORT_LOG_WARN(kLog, "no membership channel in {}: workers will be restarted on a "
-                    "membership change", membership_dir_);
+  auto watch = ec ? Result<std::unique_ptr<membership_channel::ChannelWatch>>(
+                         Internal("cannot create {}: {}", membership_dir_, ec.message()))
+                  : membership_channel::ChannelWatch::Open(membership_dir_);
+  if (!watch.ok()) {
+    COHORT_LOG_WARN(kLog, "no membership channel ({}): workers will be restarted on a "
+                    "membership change", watch.status().message());
     membership_dir_.clear();
+    return;
   }
+  channel_ = std::move(*watch);
 }
 
 int Agent::Impl::OmpThreadsForWorkers() const {
@@ -518,8 +517,8 @@ Agent::Impl::Outcome Agent::Impl::Monitor(int watch_fd) {
       fds.push_back({watch_fd, POLLIN, 0});
       owners.push_back(-2);
     }
-    if (channel_fd_ >= 0) {
-      fds.push_back({channel_fd_, POLLIN, 0});
+    if (channel_) {
+      fds.push_back({channel_->fd(), POLLIN, 0});
       owners.push_back(-3);
     }
     for (size_t i = 0; i < workers_.size(); ++i) {
@@ -604,7 +603,7 @@ Agent::Impl::Outcome Agent::Impl::Monitor(int watch_fd) {
 // (draining pipes so no worker blocks on a full pipe), then SIGKILL. Finally SIGKILL each
 // worker's process group again so no descendant outlives the attempt.
 void Agent::Impl::StopWorkers(int first_signal) {
-  if (workers_.empty() && channel_fd_ < 0) return;
+  if (workers_.empty() && !channel_) return;
   for (auto& w : workers_) {
     if (w.alive) SignalGroup(w.child.pid, first_signal);
   }
@@ -652,8 +651,7 @@ void Agent::Impl::StopWorkers(int first_signal) {
   PublishStatus();  // the ranks' last states stay visible until the next attempt
   workers_.clear();
   state_ = WorkerState::kStopped;
-  if (channel_fd_ >= 0) ::close(channel_fd_);
-  channel_fd_ = -1;
+  channel_.reset();
   if (!membership_dir_.empty()) {
     std::error_code ec;
     fs::remove_all(membership_dir_, ec);
@@ -984,17 +982,10 @@ bool Agent::Impl::Announce(const RendezvousInfo& info) {
 }
 
 std::optional<Agent::Impl::Outcome> Agent::Impl::ReadChannel() {
-  alignas(inotify_event) char buf[4096];
   bool lost = false, formed = false;
-  for (ssize_t n; (n = ::read(channel_fd_, buf, sizeof(buf))) > 0;) {
-    for (ssize_t off = 0; off < n;) {
-      auto* ev = reinterpret_cast<inotify_event*>(buf + off);
-      if (auto file = ev->len > 0 ? membership_channel::FileOf(ev->name) : std::nullopt) {
-        lost |= file->first == membership_channel::File::kLost;
-        formed |= file->first == membership_channel::File::kFormed;
-      }
-      off += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
-    }
+  for (const auto& [file, local] : channel_->Changed()) {
+    lost |= file == membership_channel::File::kLost;
+    formed |= file == membership_channel::File::kFormed;
   }
   for (const auto& w : workers_) {
     if (!lost) break;

@@ -2,6 +2,11 @@
 #include "cohort/base/membership_channel.h"
 
 #include <fmt/format.h>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <nlohmann/json.hpp>
 
@@ -58,6 +63,33 @@ std::optional<std::pair<File, int>> FileOf(std::string_view name) {
     }
   }
   return std::nullopt;
+}
+
+Result<std::unique_ptr<ChannelWatch>> ChannelWatch::Open(const std::string& dir) {
+  const int fd = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  if (fd < 0) return Internal("inotify_init1: {}", std::strerror(errno));
+  // Every file is replaced by rename: one IN_MOVED_TO per update.
+  if (::inotify_add_watch(fd, dir.c_str(), IN_MOVED_TO) < 0) {
+    const int err = errno;
+    ::close(fd);
+    return Internal("cannot watch the membership channel {}: {}", dir, std::strerror(err));
+  }
+  return std::unique_ptr<ChannelWatch>(new ChannelWatch(fd));
+}
+
+ChannelWatch::~ChannelWatch() { ::close(fd_); }
+
+std::vector<std::pair<File, int>> ChannelWatch::Changed() {
+  std::vector<std::pair<File, int>> changed;
+  alignas(inotify_event) char buf[4096];
+  for (ssize_t n; (n = ::read(fd_, buf, sizeof(buf))) > 0;) {
+    for (ssize_t off = 0; off < n;) {
+      auto* ev = reinterpret_cast<inotify_event*>(buf + off);
+      if (auto file = ev->len > 0 ? FileOf(ev->name) : std::nullopt) changed.push_back(*file);
+      off += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
+    }
+  }
+  return changed;
 }
 
 Status WriteNotice(const std::string& dir, int local_rank, const MembershipNotice& notice) {

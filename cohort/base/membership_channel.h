@@ -15,8 +15,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cohort/base/status.h"
 
@@ -57,6 +60,23 @@ std::string PathOf(const std::string& dir, File file, int local_rank);
 // Which file an entry name ("lost.3") is, and its local rank; nullopt for anything else
 // (temporary files included).
 std::optional<std::pair<File, int>> FileOf(std::string_view name);
+
+// A channel directory watched with inotify, for the agent's monitor and a worker's watcher
+// thread: fd() becomes readable when a file is replaced; Changed() reads what is pending
+// and says which files those were. One owner thread.
+class ChannelWatch {
+ public:
+  static Result<std::unique_ptr<ChannelWatch>> Open(const std::string& dir);
+  ~ChannelWatch();
+  ChannelWatch(const ChannelWatch&) = delete;
+  ChannelWatch& operator=(const ChannelWatch&) = delete;
+  int fd() const { return fd_; }
+  std::vector<std::pair<File, int>> Changed();
+
+ private:
+  explicit ChannelWatch(int fd) : fd_(fd) {}
+  const int fd_;
+};
 
 Status WriteNotice(const std::string& dir, int local_rank, const MembershipNotice& notice);
 // kNotFound when the agent announced nothing yet.

@@ -2,7 +2,6 @@
 #include "cohort/comm/live_membership.h"
 
 #include <poll.h>
-#include <sys/inotify.h>
 #include <unistd.h>
 
 #include "cohort/base/log.h"
@@ -21,18 +20,13 @@ LiveMembership::LiveMembership(WorkerEnv env, Communicator* comm)
 Result<std::unique_ptr<LiveMembership>> LiveMembership::Start(const WorkerEnv& env,
                                                                Communicator* comm) {
   if (env.membership_dir.empty() || comm == nullptr) return std::unique_ptr<LiveMembership>();
-  int fd = ::inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-  if (fd < 0) return Internal("inotify_init1: {}", std::strerror(errno));
-  if (::inotify_add_watch(fd, env.membership_dir.c_str(), IN_MOVED_TO) < 0) {
-    const int err = errno;
-    ::close(fd);
-    return Internal("cannot watch the membership channel {}: {}", env.membership_dir,
-                    std::strerror(err));
-  }
+  COHORT_ASSIGN_OR_RETURN(std::unique_ptr<mc::ChannelWatch> channel,
+                          mc::ChannelWatch::Open(env.membership_dir));
   std::unique_ptr<LiveMembership> live(new LiveMembership(env, comm));
   live->OnNotice();  // one written before the watch began
   COHORT_RETURN_IF_ERROR(mc::MarkReady(env.membership_dir, env.local_rank));
-  live->watcher_ = std::thread([raw = live.get(), fd] { raw->Watch(fd); });
+  live->watcher_ = std::thread(
+      [raw = live.get(), ch = std::move(channel)]() mutable { raw->Watch(std::move(ch)); });
   return live;
 }
 
@@ -42,25 +36,18 @@ LiveMembership::~LiveMembership() {
   watcher_.join();
 }
 
-void LiveMembership::Watch(int inotify_fd) {
+void LiveMembership::Watch(std::unique_ptr<mc::ChannelWatch> channel) {
   pthread_setname_np(pthread_self(), "live-watch");
   for (;;) {
-    pollfd fds[2] = {{inotify_fd, POLLIN, 0}, {stop_.fd(), POLLIN, 0}};
+    pollfd fds[2] = {{channel->fd(), POLLIN, 0}, {stop_.fd(), POLLIN, 0}};
     if (::poll(fds, 2, -1) < 0 && errno != EINTR) break;
     if (fds[1].revents) break;
-    alignas(inotify_event) char buf[4096];
     bool notice = false;
-    for (ssize_t n; (n = ::read(inotify_fd, buf, sizeof(buf))) > 0;) {
-      for (ssize_t off = 0; off < n;) {
-        auto* ev = reinterpret_cast<inotify_event*>(buf + off);
-        auto file = ev->len > 0 ? mc::FileOf(ev->name) : std::nullopt;
-        notice |= file && file->first == mc::File::kNotice && file->second == env_.local_rank;
-        off += static_cast<ssize_t>(sizeof(inotify_event) + ev->len);
-      }
+    for (const auto& [file, local] : channel->Changed()) {
+      notice |= file == mc::File::kNotice && local == env_.local_rank;
     }
     if (notice) OnNotice();
   }
-  ::close(inotify_fd);
 }
 
 void LiveMembership::OnNotice() {
@@ -71,11 +58,11 @@ void LiveMembership::OnNotice() {
     }
     return;
   }
-  COHORT_LOG_INFO(kLog, "round {}: this worker becomes rank {} of {}", n->round, n->rank,
-                  n->world_size);
   MutexLock lock(&mu_);
   const int64_t seen = newest_ ? newest_->round : env_.round;
   if (n->round <= seen) return;
+  COHORT_LOG_INFO(kLog, "round {}: this worker becomes rank {} of {}", n->round, n->rank,
+                  n->world_size);
   // Under mu_, before the owner can see the notice: the interrupt hits the group formed
   // (or forming) before it, never the one the owner then forms for it.
   comm_->Interrupt(fmt::format("round {} has {} rank(s)", n->round, n->world_size));

@@ -58,7 +58,7 @@ class LiveMembership {
 
  private:
   LiveMembership(WorkerEnv env, Communicator* comm);
-  void Watch(int inotify_fd);
+  void Watch(std::unique_ptr<membership_channel::ChannelWatch> channel);
   // Reads notice.L; records it and interrupts when it is newer than what was seen.
   void OnNotice();
 

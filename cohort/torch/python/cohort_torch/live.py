@@ -60,22 +60,25 @@ class Live:
         self.timeout = _seconds("COHORT_RECONFIG_TIMEOUT", 60.0)
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._newest = _C.read_notice(directory, local_rank)  # the watcher keeps it current
         _C.mark_ready(directory, local_rank)
         self._watcher = threading.Thread(target=self._watch, name="cohort-live-watch",
                                          daemon=True)
         self._watcher.start()
 
     def pending(self):
-        """The agent's membership notice (a dict) when it is newer than the current group."""
-        notice = _C.read_notice(self.directory, self.local_rank)
+        """The agent's membership notice (a dict) when it is newer than the current group.
+        Cheap enough for every step: the watcher thread reads the file, this does not."""
+        notice = self._newest
         return notice if notice is not None and notice["round"] > self.round else None
 
     def _watch(self):
         interrupted = self.round
         while not self._stop.wait(0.02):
-            notice = self.pending()
+            notice = _C.read_notice(self.directory, self.local_rank)
             if notice is None or notice["round"] <= interrupted:
                 continue
+            self._newest = notice
             with self._lock:  # never the group reform() forms for this notice
                 if notice["round"] > self.round and dist.is_initialized():
                     try:
