@@ -248,7 +248,7 @@ Result<std::pair<std::string, int>> Agent::Impl::MasterEndpoint(const Rendezvous
   const WorkerSpec& spec = o_.spec;
   std::string addr = !spec.master_addr.empty() ? spec.master_addr
                      : info.group_world_size == 1 ? std::string("127.0.0.1")
-                                                  : info.peers[0].addr;
+                                                  : info.master.addr;
   // The round's MASTER_PORT: on node 0 the agent serves torch's TCPStore there, fresh for
   // every round, before any worker starts (TORCHELASTIC_USE_AGENT_STORE=True: every rank is
   // a client, none races to start the server). The other nodes wait until it is published

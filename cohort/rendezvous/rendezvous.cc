@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <random>
+
 #include "cohort/base/log.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
@@ -17,8 +19,19 @@ namespace {
 constexpr const char* kLog = "rdzv";
 // Per-call deadline for non-blocking store calls.
 constexpr auto kCallTimeout = std::chrono::seconds(30);
+// When the peer a watcher watches has finished, the watcher reads this many following
+// slots at once to find the next one still running.
+constexpr int kWatchWindow = 64;
+// How long a watcher's step waits when it only reads a suspect peer's counter.
+constexpr auto kLookNow = std::chrono::milliseconds(50);
 
 bool IsTimeout(const Status& s) { return s.code() == StatusCode::kDeadlineExceeded; }
+
+// Uniform in [0, 1), from a per-thread engine.
+double RandomUnit() {
+  thread_local std::mt19937_64 engine{std::random_device{}()};
+  return std::uniform_real_distribution<double>(0.0, 1.0)(engine);
+}
 
 std::string SignalName(int sig) {
   const char* name = sigabbrev_np(sig);
@@ -71,17 +84,63 @@ std::string FailureRecord::Describe() const {
   return text;
 }
 
-int RendezvousInfo::RankOffset() const {
-  int offset = 0;
-  for (int i = 0; i < group_rank; ++i) offset += peers[i].local_world_size;
+RoundLayout RoundLayout::FromNodes(const std::vector<NodeInfo>& nodes) {
+  RoundLayout layout;
+  layout.members = static_cast<int>(nodes.size());
+  for (const auto& n : nodes) {
+    if (layout.runs.empty() || layout.runs.back().local_world_size != n.local_world_size) {
+      layout.runs.push_back({n.local_world_size, 0});
+    }
+    ++layout.runs.back().count;
+  }
+  return layout;
+}
+
+std::string RoundLayout::Encode() const {
+  std::string text = fmt::format("{}:", members);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    text += fmt::format("{}{}x{}", i ? "," : "", runs[i].local_world_size, runs[i].count);
+  }
+  return text;
+}
+
+Result<RoundLayout> RoundLayout::Decode(std::string_view text) {
+  auto bad = [&] { return DataLoss("malformed round layout '{}'", text.substr(0, 64)); };
+  const size_t colon = text.find(':');
+  if (colon == std::string_view::npos) return bad();
+  RoundLayout layout;
+  auto members = ParseInt64(text.substr(0, colon));
+  if (!members || *members < 1) return bad();
+  layout.members = static_cast<int>(*members);
+  int64_t counted = 0;
+  for (std::string_view rest = text.substr(colon + 1); !rest.empty();) {
+    const size_t comma = rest.find(',');
+    std::string_view run = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    const size_t x = run.find('x');
+    if (x == std::string_view::npos) return bad();
+    auto size = ParseInt64(run.substr(0, x));
+    auto count = ParseInt64(run.substr(x + 1));
+    if (!size || !count || *size < 1 || *count < 1) return bad();
+    layout.runs.push_back({static_cast<int>(*size), static_cast<int>(*count)});
+    counted += *count;
+  }
+  if (counted != layout.members) return bad();
+  return layout;
+}
+
+int RoundLayout::RankOffset(int group_rank) const {
+  int offset = 0, before = group_rank;
+  for (const auto& run : runs) {
+    const int n = std::min(before, run.count);
+    offset += n * run.local_world_size;
+    before -= n;
+    if (before == 0) break;
+  }
   return offset;
 }
 
-int RendezvousInfo::WorldSize() const {
-  int n = 0;
-  for (const auto& p : peers) n += p.local_world_size;
-  return n;
-}
+int RoundLayout::WorldSize() const { return RankOffset(members); }
 
 Rendezvous::Rendezvous(std::shared_ptr<store::Store> store, RendezvousConfig config,
                        NodeInfo self)
@@ -147,7 +206,8 @@ Result<Rendezvous::JobState> Rendezvous::ReadJobState() {
 //  6. Close: CompareSet(closed, "", min(slots taken, MAX)); the first writer's N holds.
 //     With MIN = MAX the node taking slot MAX writes closed = MAX with its record (3).
 //  7. S > N: spare or late; ask for a re-rendezvous when N < MAX, wait for the next round.
-//  8. Read the N node records in one MultiGet; this node's group rank is S - 1.
+//  8. Slot 1 reads the N node records and publishes the layout (run-length local world
+//     sizes); the others read it and node 1's record. Group rank = S - 1.
 Result<RendezvousInfo> Rendezvous::Next() {
   const Deadline join_deadline = Deadline::After(config_.join_timeout);
   for (;;) {
@@ -263,26 +323,65 @@ Status Rendezvous::WaitOutRound(int64_t round, int64_t members, std::string_view
   return WaitForNextRound(round, Deadline::Infinite());
 }
 
-// Step 8: the N node records in one MultiGet; this node's group rank is S - 1.
+// Step 8: slot 1 reads the N node records once and publishes the round's layout; every
+// other node reads the layout and node 1's record (two keys, whatever N). Should slot 1
+// not publish within layout_grace (it died after joining), any node publishes it.
 Result<RendezvousInfo> Rendezvous::ReadMembers(int64_t round, int64_t slot, int64_t members,
                                                int64_t restarts, Deadline join_deadline) {
-  std::vector<std::string> keys;
-  for (int64_t s = 1; s <= members; ++s) keys.push_back(RoundKey(round, fmt::format("node{}", s)));
-  COHORT_ASSIGN_OR_RETURN(std::vector<std::string> records,
-                          store_->MultiGet(keys, join_deadline.Earlier(CallDeadline())));
+  std::pair<std::string, NodeInfo> published;
+  if (slot == 1) {
+    COHORT_ASSIGN_OR_RETURN(published, PublishLayout(round, members, join_deadline));
+  } else {
+    auto read = store_->MultiGet({RoundKey(round, "layout"), RoundKey(round, "node1")},
+                                 join_deadline.Earlier(Deadline::After(config_.layout_grace)));
+    if (read.ok()) {
+      COHORT_ASSIGN_OR_RETURN(NodeInfo master, NodeInfo::FromJson((*read)[1]));
+      published = {std::move((*read)[0]), std::move(master)};
+    } else if (IsTimeout(read.status()) && !join_deadline.expired()) {
+      COHORT_LOG_WARN(kLog, "round {}: node 1 did not publish the layout; publishing it", round);
+      COHORT_ASSIGN_OR_RETURN(published, PublishLayout(round, members, join_deadline));
+    } else {
+      return read.status();
+    }
+  }
+  COHORT_ASSIGN_OR_RETURN(RoundLayout layout, RoundLayout::Decode(published.first));
+  if (layout.members != members) {
+    return DataLoss("round {} layout has {} members, the round closed with {}", round,
+                    layout.members, members);
+  }
   RendezvousInfo info;
   info.round = round;
   info.slot = static_cast<int>(slot);
   info.group_rank = static_cast<int>(slot - 1);
   info.group_world_size = static_cast<int>(members);
+  info.master = std::move(published.second);
+  info.rank_offset = layout.RankOffset(info.group_rank);
+  info.world_size = layout.WorldSize();
   info.restart_count = restarts;
   info.store_prefix = fmt::format("rdzv/{}/r{}/w", config_.run_id, round);
-  for (const auto& r : records) {
-    COHORT_ASSIGN_OR_RETURN(NodeInfo node, NodeInfo::FromJson(r));
-    info.peers.push_back(std::move(node));
-  }
   COHORT_LOG_DEBUG(kLog, "round {}: node {} of {}", round, info.group_rank, members);
   return info;
+}
+
+Result<std::pair<std::string, NodeInfo>> Rendezvous::PublishLayout(int64_t round,
+                                                                   int64_t members,
+                                                                   Deadline deadline) {
+  std::vector<std::string> keys;
+  keys.reserve(members);
+  for (int64_t s = 1; s <= members; ++s) keys.push_back(RoundKey(round, fmt::format("node{}", s)));
+  COHORT_ASSIGN_OR_RETURN(std::vector<std::string> records,
+                          store_->MultiGet(keys, deadline.Earlier(CallDeadline())));
+  std::vector<NodeInfo> nodes;
+  nodes.reserve(records.size());
+  for (const auto& r : records) {
+    COHORT_ASSIGN_OR_RETURN(NodeInfo node, NodeInfo::FromJson(r));
+    nodes.push_back(std::move(node));
+  }
+  COHORT_ASSIGN_OR_RETURN(std::string layout,
+                          store_->CompareSet(RoundKey(round, "layout"), "",
+                                             RoundLayout::FromNodes(nodes).Encode(),
+                                             CallDeadline()));
+  return std::pair<std::string, NodeInfo>(std::move(layout), std::move(nodes[0]));
 }
 
 std::string RoundEnd::Encode() const {
@@ -358,51 +457,110 @@ Result<FailureRecord> Rendezvous::GetFailure(int64_t round) {
   return FailureRecord::FromJson(text);
 }
 
+// Liveness is a ring over the round's slots: each node watches one peer, its successor,
+// and when that peer has finished, the next one still running (kWatchWindow slots read at
+// once). Any silent node is watched by its nearest running predecessor. A step is one
+// store call (Store::Beat: bump this node's counter, read the watched one's, wait for the
+// round's end), so a heartbeat period costs the store one request per node.
 Result<std::optional<RoundEnd>> Rendezvous::WatchStep(const RendezvousInfo& info, bool beat) {
   const int64_t round = info.round;
-  if (beat) {
-    COHORT_RETURN_IF_ERROR(
-        store_->Add(RoundKey(round, fmt::format("hb{}", info.slot)), 1, CallDeadline()).status());
+  const bool watching = info.group_world_size > 1 && StartWatching(info);
+  const auto now = SteadyClock::now();
+  Deadline wake = Deadline::After(config_.heartbeat_interval);
+  if (first_step_round_ != round) {
+    // Every node starts watching when the round closes: spread their beats over the period
+    // (the first step waits a random half to whole period) so that the store is not asked
+    // by all of them in the same milliseconds every period.
+    first_step_round_ = round;
+    wake = Deadline::After(std::chrono::duration_cast<Duration>(
+        config_.heartbeat_interval * (0.5 + 0.5 * RandomUnit())));
   }
-  if (info.group_world_size > 1) {
-    if (watched_round_ != round) {
-      watched_round_ = round;
-      last_beats_.assign(info.group_world_size, -1);
-      last_change_.assign(info.group_world_size, SteadyClock::now());
-    }
-    std::vector<std::string> keys;
-    for (int s = 1; s <= info.group_world_size; ++s) {
-      keys.push_back(RoundKey(round, fmt::format("hb{}", s)));
-    }
-    COHORT_ASSIGN_OR_RETURN(std::vector<std::string> beats,
-                            store_->MultiGet(keys, CallDeadline()));
-    auto now = SteadyClock::now();
-    for (int i = 0; i < info.group_world_size; ++i) {
-      if (i + 1 == info.slot || beats[i] == "finished") continue;
-      int64_t beat = ParseInt64(beats[i]).value_or(-1);
-      if (beat != last_beats_[i]) {
-        last_beats_[i] = beat;
-        last_change_[i] = now;
-      } else if (now - last_change_[i] > config_.dead_timeout) {
-        RoundEnd dead{RoundEnd::Kind::kDeadNode,
-                      fmt::format("node {} ({}) stopped sending heartbeats", i,
-                                  info.peers[i].host)};
-        COHORT_LOG_WARN(kLog, "round {}: {}", round, dead.detail);
-        FailureRecord record;
-        record.host = info.peers[i].host;
-        record.message = dead.detail;
-        COHORT_RETURN_IF_ERROR(
-            EndRound(round, dead, &record, info.group_world_size - 1).status());
-        break;
-      }
-    }
+  std::vector<std::string> peek;
+  if (watching) {
+    peek.push_back(RoundKey(round, fmt::format("hb{}", watched_slot_)));
+    // Past the watched peer's deadline: look at once (its counter read by this call
+    // decides); else wake when the deadline comes, if that is before the next beat.
+    // (Never less than kLookNow: the store's answer must come before the call's deadline.)
+    const auto due = watched_change_ + config_.dead_timeout;
+    wake = wake.Earlier(Deadline::At(std::max(due + std::chrono::milliseconds(1), now + kLookNow)));
   }
-  Status ended = store_->Wait({RoundKey(round, "next")},
-                              Deadline::After(config_.heartbeat_interval));
-  if (IsTimeout(ended)) return std::optional<RoundEnd>();
-  COHORT_RETURN_IF_ERROR(ended);
+  auto beat_result =
+      store_->Beat(beat ? RoundKey(round, fmt::format("hb{}", info.slot)) : std::string(), peek,
+                   RoundKey(round, "next"), wake);
+  // An answer that came after the step's deadline (a loaded store or client) tells nothing
+  // about the peer: judge it at the next step.
+  if (IsTimeout(beat_result.status())) return std::optional<RoundEnd>();
+  COHORT_ASSIGN_OR_RETURN(store::Store::BeatResult step, std::move(beat_result));
+  if (step.waited) return std::optional<RoundEnd>(RoundEnd::Decode(*step.waited));
+  if (!watching) return std::optional<RoundEnd>();
+  COHORT_ASSIGN_OR_RETURN(int silent, JudgeWatchedPeer(info, step.peeked[0], now));
+  if (silent == 0) return std::optional<RoundEnd>();
+  const std::string host = PeerHost(round, silent);
+  RoundEnd dead{RoundEnd::Kind::kDeadNode,
+                fmt::format("node {} ({}) stopped sending heartbeats", silent - 1, host)};
+  COHORT_LOG_WARN(kLog, "round {}: {}", round, dead.detail);
+  FailureRecord record;
+  record.host = host;
+  record.message = dead.detail;
+  COHORT_RETURN_IF_ERROR(EndRound(round, dead, &record, info.group_world_size - 1).status());
   COHORT_ASSIGN_OR_RETURN(std::string next, store_->Get(RoundKey(round, "next"), CallDeadline()));
   return std::optional<RoundEnd>(RoundEnd::Decode(next));
+}
+
+// Sets up the watch of a new round (the successor); false once nobody is left to watch.
+bool Rendezvous::StartWatching(const RendezvousInfo& info) {
+  if (watched_round_ != info.round) {
+    watched_round_ = info.round;
+    watched_slot_ = info.slot % info.group_world_size + 1;
+    watched_beat_.clear();
+    watched_change_ = SteadyClock::now();
+  }
+  return watched_slot_ > 0;
+}
+
+// Judges the watched peer's counter as read at `seen`: the peer's slot when it has not
+// moved for the dead timeout, else 0. A finished peer hands the watch to the next one
+// still running.
+Result<int> Rendezvous::JudgeWatchedPeer(const RendezvousInfo& info,
+                                         const std::optional<std::string>& beat,
+                                         SteadyClock::time_point seen) {
+  const int n = info.group_world_size;
+  auto after = [n](int slot) { return slot % n + 1; };
+  if (beat == "finished") {
+    // Move on to the next peer still running: read the following slots in one call.
+    std::vector<int> slots;
+    std::vector<std::string> keys;
+    for (int s = after(watched_slot_);
+         s != info.slot && static_cast<int>(slots.size()) < kWatchWindow; s = after(s)) {
+      slots.push_back(s);
+      keys.push_back(RoundKey(info.round, fmt::format("hb{}", s)));
+    }
+    watched_slot_ = 0;
+    watched_change_ = seen;
+    watched_beat_.clear();
+    if (keys.empty()) return 0;  // every other node finished
+    COHORT_ASSIGN_OR_RETURN(auto beats, store_->Peek(keys, CallDeadline()));
+    size_t i = 0;
+    while (i < beats.size() && beats[i] == "finished") ++i;
+    // All finished: continue after the window next time (the ring wraps to this node).
+    watched_slot_ = i < beats.size() ? slots[i] : slots.back();
+    if (i < beats.size()) watched_beat_ = beats[i].value_or("");
+    return 0;
+  }
+  const std::string value = beat.value_or("");
+  if (value != watched_beat_) {
+    watched_beat_ = value;
+    watched_change_ = seen;
+    return 0;
+  }
+  return seen - watched_change_ > config_.dead_timeout ? watched_slot_ : 0;
+}
+
+std::string Rendezvous::PeerHost(int64_t round, int slot) {
+  auto record = store_->Peek({RoundKey(round, fmt::format("node{}", slot))}, CallDeadline());
+  if (!record.ok() || !(*record)[0]) return "unknown host";
+  auto node = NodeInfo::FromJson(*(*record)[0]);
+  return node.ok() ? node->host : "unknown host";
 }
 
 // The last member of the round to finish closes the job, which wakes a store host that

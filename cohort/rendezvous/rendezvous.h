@@ -5,6 +5,8 @@
 //   round            the current round number (advanced by CompareSet only)
 //   r<R>/slot        join counter of round R; Add(1) hands out slots 1, 2, ...
 //   r<R>/node<S>     NodeInfo of slot S (JSON);  r<R>/hb<S> its heartbeat counter
+//   r<R>/layout      the closed round's member count and local world sizes, run-length
+//                    encoded ("N:8x9999,4x1"); written once by slot 1, read by every node
 //   r<R>/closed      member count N of round R, set once by CompareSet (first writer wins)
 //   r<R>/expect      how many nodes round R expects (set when R-1 ended): its last call ends
 //                    once they joined
@@ -14,7 +16,10 @@
 //   r<R>/finished<S> slot S finished successfully (not a dead node)
 //   restarts         job-wide count of rounds ended by a failure
 //   done             the job is over ("succeeded" or "failed: ...")
-// A join is a constant number of store round trips per node, whatever the node count.
+// A join is a constant number of store round trips per node, whatever the node count, and
+// reads O(1) bytes per node (the layout is one run when all nodes run as many workers); only
+// slot 1 reads the N node records. Liveness is a ring: each node watches one peer (its
+// successor), so a heartbeat period costs the store O(N) requests in all (docs/scale.md).
 //
 // Thread-safety: a Rendezvous is used by one thread (the agent's); Watch runs on the
 // watcher's own Rendezvous object over its own store connection.
@@ -23,6 +28,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cohort/base/status.h"
@@ -50,20 +56,41 @@ struct RendezvousConfig {
   Duration heartbeat_interval = std::chrono::seconds(1);
   Duration dead_timeout = std::chrono::seconds(10);
   int64_t max_restarts = 0;  // Next() refuses to start a round once `restarts` exceeds it
+  // How long nodes wait for slot 1 to publish a closed round's layout before one of them
+  // does (slot 1 died between joining and publishing).
+  Duration layout_grace = std::chrono::seconds(30);
+};
+
+// How a closed round's global ranks fall on its nodes: the local world sizes of group
+// ranks 0..N-1 as runs of equal sizes. On the wire (r<R>/layout): "N:LxC,LxC,...".
+struct RoundLayout {
+  struct Run {
+    int local_world_size = 0;
+    int count = 0;
+  };
+  int members = 0;
+  std::vector<Run> runs;
+
+  static RoundLayout FromNodes(const std::vector<NodeInfo>& nodes);
+  std::string Encode() const;
+  static Result<RoundLayout> Decode(std::string_view text);
+  int RankOffset(int group_rank) const;  // sum of lower nodes' local world sizes
+  int WorldSize() const;
 };
 
 struct RendezvousInfo {
   int64_t round = 0;
   int group_rank = 0;        // this node's rank among the round's nodes
   int group_world_size = 0;  // nodes in the round
-  std::vector<NodeInfo> peers;
+  NodeInfo master;           // the node of group rank 0 (it serves MASTER_ADDR:PORT)
+  int rank_offset = 0;       // global rank of this node's local rank 0
+  int world_size = 0;        // workers in the job (all nodes)
   int64_t restart_count = 0;  // job-wide rounds ended by a failure so far
   std::string store_prefix;   // per-round namespace for workers ("rdzv/<id>/r<R>/w")
   int slot = 0;               // join slot (1-based) in this round
 
-  // Global rank of local rank 0 of this node (sum of lower nodes' local world sizes).
-  int RankOffset() const;
-  int WorldSize() const;
+  int RankOffset() const { return rank_offset; }
+  int WorldSize() const { return world_size; }
 };
 
 struct FailureRecord {
@@ -116,9 +143,10 @@ class Rendezvous {
                         int64_t expect_next = 0);
   Result<FailureRecord> GetFailure(int64_t round);
 
-  // One watcher step: bumps this node's heartbeat (when `beat`), checks peers for silence,
-  // and waits up to one heartbeat interval for the round to end. Returns why it ended, or
-  // nullopt while the round is still running.
+  // One watcher step: bumps this node's heartbeat (when `beat`), checks the peer it watches
+  // (its successor in slot order, skipping finished nodes) for silence, and waits up to
+  // one heartbeat interval (or until that peer's deadline) for the round to end. Returns
+  // why it ended, or nullopt while the round is still running.
   Result<std::optional<RoundEnd>> WatchStep(const RendezvousInfo& info, bool beat = true);
   // Records that this node's workers all succeeded; the last member closes the job.
   Status MarkFinished(const RendezvousInfo& info);
@@ -155,14 +183,25 @@ class Rendezvous {
   Status WaitOutRound(int64_t round, int64_t members, std::string_view how);
   Result<RendezvousInfo> ReadMembers(int64_t round, int64_t slot, int64_t members,
                                      int64_t restarts, Deadline join_deadline);
+  // Reads the N node records and writes r<R>/layout (first writer wins); returns the
+  // layout that holds and node 1's record.
+  Result<std::pair<std::string, NodeInfo>> PublishLayout(int64_t round, int64_t members,
+                                                         Deadline deadline);
+  // The watcher's ring (WatchStep): which peer to watch, and whether it went silent.
+  bool StartWatching(const RendezvousInfo& info);
+  Result<int> JudgeWatchedPeer(const RendezvousInfo& info, const std::optional<std::string>& beat,
+                               SteadyClock::time_point seen);
+  std::string PeerHost(int64_t round, int slot);
 
   std::shared_ptr<store::Store> store_;
   RendezvousConfig config_;
   NodeInfo self_;
-  // Dead-node detection state (watcher thread only).
-  std::vector<int64_t> last_beats_;
-  std::vector<SteadyClock::time_point> last_change_;
+  // Dead-node detection state (watcher thread only): the one peer this node watches.
+  int64_t first_step_round_ = -1;  // the round whose first watch step was taken
   int64_t watched_round_ = -1;
+  int watched_slot_ = 0;       // 0: nobody left to watch (every other node finished)
+  std::string watched_beat_;   // its counter as last read
+  SteadyClock::time_point watched_change_;  // when that counter last moved (as seen here)
   int64_t last_round_ = 0;  // the round seen last: ReadJobState reads its `closed` too
 };
 

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <set>
 #include <thread>
@@ -70,6 +71,77 @@ TEST(RendezvousTest, TwoHundredFiftySixAgentsJoinAtOnce) {
   EXPECT_EQ(*ranks.begin(), 0);
   EXPECT_EQ(*ranks.rbegin(), kAgents - 1);
   EXPECT_LT(SecondsSince(start), 10.0);
+}
+
+TEST(RendezvousTest, MixedLocalWorldSizesGetDenseRanks) {
+  auto store = std::make_shared<store::MemoryStore>();
+  constexpr int kAgents = 7;
+  auto config = Config(kAgents, kAgents);
+  std::vector<std::optional<Result<RendezvousInfo>>> results(kAgents);
+  std::vector<int> sizes(kAgents);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kAgents; ++i) {
+    sizes[i] = i % 3 + 1;
+    threads.emplace_back([&, i] {
+      NodeInfo self = Node(i);
+      self.local_world_size = sizes[i];
+      results[i] = Rendezvous(store, config, self).Next();
+    });
+  }
+  for (auto& t : threads) t.join();
+  // Every global rank 0..world-1 belongs to exactly one node, in group-rank order.
+  std::vector<int> owner(1 + 2 + 3 + 1 + 2 + 3 + 1, -1);
+  std::vector<int> offset_by_group_rank(kAgents, -1);
+  for (int i = 0; i < kAgents; ++i) {
+    ASSERT_TRUE(results[i]->ok()) << results[i]->status().ToString();
+    const RendezvousInfo& info = **results[i];
+    EXPECT_EQ(info.WorldSize(), static_cast<int>(owner.size()));
+    EXPECT_EQ(info.master.host, "host" + std::to_string(
+        std::find_if(results.begin(), results.end(), [](auto& r) { return (*r)->group_rank == 0; }) -
+        results.begin()));
+    offset_by_group_rank[info.group_rank] = info.RankOffset();
+    for (int k = 0; k < sizes[i]; ++k) {
+      ASSERT_LT(info.RankOffset() + k, static_cast<int>(owner.size()));
+      EXPECT_EQ(owner[info.RankOffset() + k], -1) << "rank given twice";
+      owner[info.RankOffset() + k] = i;
+    }
+  }
+  for (int o : owner) EXPECT_NE(o, -1);
+  EXPECT_TRUE(std::is_sorted(offset_by_group_rank.begin(), offset_by_group_rank.end()));
+}
+
+TEST(RendezvousTest, RoundLayoutRoundTripsAndRefusesGarbage) {
+  std::vector<NodeInfo> nodes(5);
+  for (int i = 0; i < 5; ++i) nodes[i].local_world_size = i < 3 ? 8 : 4;
+  RoundLayout layout = RoundLayout::FromNodes(nodes);
+  EXPECT_EQ(layout.Encode(), "5:8x3,4x2");
+  auto back = RoundLayout::Decode(layout.Encode());
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->WorldSize(), 32);
+  EXPECT_EQ(back->RankOffset(0), 0);
+  EXPECT_EQ(back->RankOffset(3), 24);
+  EXPECT_EQ(back->RankOffset(4), 28);
+  for (const char* bad : {"", "5", "5:", "5:8x3", "x:8x5", "5:8x3,4", "5:0x5", "2:8x3"}) {
+    EXPECT_FALSE(RoundLayout::Decode(bad).ok()) << bad;
+  }
+}
+
+TEST(RendezvousTest, OthersPublishTheLayoutWhenSlotOneStalls) {
+  auto store = std::make_shared<store::MemoryStore>();
+  auto config = Config(3, 3);
+  config.layout_grace = 200ms;
+  // Slot 1 joins (ticket and record) and then never gets further.
+  const Deadline d = Deadline::AfterMs(5000);
+  ASSERT_EQ(*store->TakeTicket("rdzv/test/r0/slot", d), 1);
+  ASSERT_TRUE(store->MultiSet({"rdzv/test/r0/node1", "rdzv/test/r0/hb1"},
+                              {Node(9).ToJson(), "0"}, d).ok());
+  auto results = JoinAll(store, config, 2);
+  for (auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->WorldSize(), 6);
+    EXPECT_EQ(r->master.host, "host9");
+    EXPECT_EQ(r->RankOffset(), 2 * r->group_rank);
+  }
 }
 
 TEST(RendezvousTest, ElasticRoundClosesAfterLastCall) {
@@ -172,6 +244,33 @@ TEST(RendezvousTest, FinishedNodeIsNotDead) {
     ASSERT_TRUE(step.ok());
     ASSERT_FALSE(step->has_value()) << (*step)->Encode();
   }
+}
+
+TEST(RendezvousTest, SilentNodeBehindFinishedNodesIsFound) {
+  auto store = std::make_shared<store::MemoryStore>();
+  auto config = Config(5, 5);
+  auto infos = JoinAll(store, config, 5);
+  std::vector<const RendezvousInfo*> by_slot(6, nullptr);
+  for (auto& r : infos) {
+    ASSERT_TRUE(r.ok());
+    by_slot[r->slot] = &*r;
+  }
+  // Slots 2 and 3 finished; slot 4 is silent; slot 1 watches (its successor is slot 2).
+  for (int slot : {2, 3}) {
+    ASSERT_TRUE(Rendezvous(store, config, Node(slot)).MarkFinished(*by_slot[slot]).ok());
+  }
+  Rendezvous r(store, config, Node(0));
+  auto start = SteadyClock::now();
+  std::optional<RoundEnd> ended;
+  while (!ended) {
+    auto step = r.WatchStep(*by_slot[1]);
+    ASSERT_TRUE(step.ok()) << step.status().ToString();
+    ended = *step;
+    ASSERT_LT(SecondsSince(start), 10.0) << "silent node not detected";
+  }
+  EXPECT_EQ(ended->kind, RoundEnd::Kind::kDeadNode);
+  EXPECT_NE(ended->detail.find("node 3 ("), std::string::npos) << ended->detail;
+  EXPECT_GE(SecondsSince(start), 0.3);
 }
 
 TEST(RendezvousTest, FailuresSpendTheJobWideBudgetOnce) {

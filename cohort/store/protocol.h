@@ -33,6 +33,7 @@ enum class Op : uint8_t {
   kMultiSet = 11,
   kPing = 12,
   kPeek = 13,
+  kBeat = 14,
 };
 
 inline std::string_view OpName(Op op) {
@@ -50,6 +51,7 @@ inline std::string_view OpName(Op op) {
     case Op::kMultiSet: return "MULTI_SET";
     case Op::kPing: return "PING";
     case Op::kPeek: return "PEEK";
+    case Op::kBeat: return "BEAT";
   }
   return "UNKNOWN";
 }

@@ -86,6 +86,26 @@ TEST_P(StoreContract, GetTimesOutAtDeadline) {
   EXPECT_EQ(*store_->Get("k", Soon()), "v");
 }
 
+TEST_P(StoreContract, BeatAddsPeeksAndWaits) {
+  ASSERT_TRUE(store_->Set("peer", "7", Soon()).ok());
+  auto start = SteadyClock::now();
+  auto r = store_->Beat("me", {"peer", "absent"}, "next", Deadline::AfterMs(150));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(r->waited) << "the wait key does not exist: the deadline is not an error";
+  EXPECT_GE(SecondsSince(start), 0.1);
+  ASSERT_EQ(r->peeked.size(), 2u);
+  EXPECT_EQ(r->peeked[0], "7");
+  EXPECT_FALSE(r->peeked[1]);
+  EXPECT_EQ(*store_->Add("me", 0, Soon()), 1);
+  // A waiting beat is woken by another client's write; an empty beat key adds nothing.
+  std::thread writer([&] { ASSERT_TRUE(factory_->Make()->Set("next", "over", Soon()).ok()); });
+  auto woken = store_->Beat("", {}, "next", Deadline::AfterMs(20000));
+  writer.join();
+  ASSERT_TRUE(woken.ok()) << woken.status().ToString();
+  EXPECT_EQ(woken->waited, "over");
+  EXPECT_EQ(*store_->Add("me", 0, Soon()), 1);
+}
+
 TEST_P(StoreContract, AddIsAtomicAcrossClients) {
   constexpr int kClients = 4, kShared = 2, kAdds = 100;
   std::vector<std::thread> threads;

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <deque>
 #include <mutex>
+#include <queue>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -38,16 +39,39 @@ namespace {
 struct Connection;
 
 struct Waiter {
-  Waiter(asio::io_context& io, std::weak_ptr<Connection> c, uint64_t request_id, Op request_op,
+  Waiter(std::weak_ptr<Connection> c, uint64_t request_id, Op request_op,
          std::vector<std::string> wanted)
-      : conn(std::move(c)), id(request_id), op(request_op), keys(std::move(wanted)), timer(io) {}
+      : conn(std::move(c)), id(request_id), op(request_op), keys(std::move(wanted)) {}
   std::weak_ptr<Connection> conn;
   uint64_t id;
   Op op;
   std::vector<std::string> keys;
-  asio::steady_timer timer;
+  std::vector<std::string> parked_on;  // the keys it was missing when parked
+  std::vector<std::optional<std::string>> peeked;  // BEAT: the values read when it came
   bool done = false;
 };
+
+// The waiters parked on one key. Finished waiters stay until they are the majority, then
+// the list is compacted: finishing a waiter costs O(1) amortized however many wait on the
+// key (ten thousand watchers of one round's `next` time out every heartbeat).
+struct WaitList {
+  std::vector<std::shared_ptr<Waiter>> waiters;
+  size_t finished = 0;
+};
+
+// When a parked request times out. Expiries are kept in a heap and served by one timer,
+// rounded up to kExpiryTick so that the many that fall close together fire as one.
+struct Expiry {
+  SteadyClock::time_point at;
+  std::weak_ptr<Waiter> waiter;
+  bool operator>(const Expiry& o) const { return at > o.at; }
+};
+constexpr auto kExpiryTick = std::chrono::milliseconds(2);
+
+// Reads land in the connection's buffer this many bytes at a time (more when a frame
+// being read is larger); a buffer left larger than kMaxIdleBuffer is freed once empty.
+constexpr size_t kReadChunk = 1024;
+constexpr size_t kMaxIdleBuffer = 64 * 1024;
 
 struct Connection {
   explicit Connection(tcp::socket s)
@@ -58,8 +82,8 @@ struct Connection {
   bool authenticated = false;
   bool closed = false;
   bool close_after_write = false;
-  char header[4];
-  std::string body;
+  std::string in;    // bytes read, not yet handled (a partial frame at most)
+  size_t need = 0;   // bytes the partial frame in `in` still lacks
   std::deque<std::string> out;
   size_t out_bytes = 0;  // queued in `out`
   bool writing = false;
@@ -155,44 +179,58 @@ class StoreServer::Impl {
       Reject(c, fmt::format("no HELLO within {:.0f} s",
                             std::chrono::duration<double>(options_.handshake_timeout).count()));
     });
-    ReadHeader(conn);
+    Read(conn);
   }
 
-  void ReadHeader(const std::shared_ptr<Connection>& conn) {
-    asio::async_read(conn->socket, asio::buffer(conn->header, 4),
-                     [this, conn](asio::error_code ec, size_t) {
-                       if (conn->closed) return;
-                       if (ec) {
-                         Close(conn, "");
-                         return;
-                       }
-                       uint32_t n = net::DecodeFrameLength(conn->header);
-                       // A stranger gets no more than a HELLO's worth of memory.
-                       const uint32_t limit =
-                           conn->authenticated ? options_.max_frame : protocol::kMaxHelloFrame;
-                       if (n > limit) {
-                         Reject(conn, fmt::format("frame of {} bytes exceeds the limit of {}{}",
-                                                  n, limit,
-                                                  conn->authenticated ? "" : " before HELLO"));
-                         return;
-                       }
-                       conn->body.resize(n);
-                       ReadBody(conn);
-                     });
+  // Reads what the client sent (into the connection's buffer) and handles every complete
+  // frame in it: one read per batch of requests, not one per header and body.
+  void Read(const std::shared_ptr<Connection>& conn) {
+    const size_t old = conn->in.size();
+    conn->in.resize(old + std::max(kReadChunk, conn->need));
+    conn->socket.async_read_some(
+        asio::buffer(conn->in.data() + old, conn->in.size() - old),
+        [this, conn, old](asio::error_code ec, size_t n) {
+          if (conn->closed) return;
+          conn->in.resize(old + (ec ? 0 : n));
+          if (ec) {
+            Close(conn, "");
+            return;
+          }
+          if (HandleFrames(conn)) Read(conn);
+        });
   }
 
-  void ReadBody(const std::shared_ptr<Connection>& conn) {
-    asio::async_read(conn->socket, asio::buffer(conn->body),
-                     [this, conn](asio::error_code ec, size_t) {
-                       if (conn->closed) return;
-                       if (ec) {
-                         Close(conn, "");
-                         return;
-                       }
-                       ++requests_;
-                       Handle(conn);
-                       if (!conn->closed) ReadHeader(conn);
-                     });
+  // Handles the complete frames in conn->in; false when the connection was closed.
+  bool HandleFrames(const std::shared_ptr<Connection>& conn) {
+    std::string& in = conn->in;
+    size_t at = 0;
+    conn->need = 0;
+    for (;;) {
+      const size_t avail = in.size() - at;
+      if (avail < 4) {
+        conn->need = 4 - avail;
+        break;
+      }
+      const uint32_t n = net::DecodeFrameLength(in.data() + at);
+      // A stranger gets no more than a HELLO's worth of memory.
+      const uint32_t limit = conn->authenticated ? options_.max_frame : protocol::kMaxHelloFrame;
+      if (n > limit) {
+        Reject(conn, fmt::format("frame of {} bytes exceeds the limit of {}{}", n, limit,
+                                 conn->authenticated ? "" : " before HELLO"));
+        return false;
+      }
+      if (avail - 4 < n) {
+        conn->need = n + 4 - avail;
+        break;
+      }
+      ++requests_;
+      Handle(conn, std::string_view(in).substr(at + 4, n));
+      if (conn->closed) return false;
+      at += 4 + n;
+    }
+    in.erase(0, at);
+    if (in.empty() && in.capacity() > kMaxIdleBuffer) std::string().swap(in);
+    return true;
   }
 
   void Reject(const std::shared_ptr<Connection>& conn, const std::string& reason) {
@@ -251,8 +289,8 @@ class StoreServer::Impl {
   }
 
   // Handles one request body. Protocol steps are in docs/store-protocol.md.
-  void Handle(const std::shared_ptr<Connection>& conn) {
-    net::Reader r(conn->body);
+  void Handle(const std::shared_ptr<Connection>& conn, std::string_view body) {
+    net::Reader r(body);
     uint8_t raw_op;
     uint64_t id;
     if (!r.U8(&raw_op) || !r.U64(&id)) {
@@ -332,6 +370,9 @@ class StoreServer::Impl {
         Send(conn, PeekResponse(id, keys));
         return;
       }
+      case Op::kBeat:
+        if (!HandleBeat(conn, r, id)) return malformed();
+        return;
       case Op::kHello:
         return Reject(conn, "second HELLO on an open connection");
     }
@@ -351,7 +392,7 @@ class StoreServer::Impl {
     }
     int64_t timeout_ms;
     if (!r.I64(&timeout_ms) || !r.AtEnd() || timeout_ms < -1) return false;
-    auto waiter = std::make_shared<Waiter>(server_.io(), conn, id, op, std::move(keys));
+    auto waiter = std::make_shared<Waiter>(conn, id, op, std::move(keys));
     if (state_.ContainsAll(waiter->keys)) {
       Answer(*waiter, conn);
     } else {
@@ -363,13 +404,55 @@ class StoreServer::Impl {
   // PEEK: each key's value if it exists, without waiting.
   std::string PeekResponse(uint64_t id, const std::vector<std::string>& keys) {
     auto response = OkResponse(id);
-    response.U32(static_cast<uint32_t>(keys.size()));
+    WritePeeked(response, Values(keys));
+    return std::move(response.Finish());
+  }
+
+  std::vector<std::optional<std::string>> Values(const std::vector<std::string>& keys) {
+    std::vector<std::optional<std::string>> values;
+    values.reserve(keys.size());
     for (const auto& k : keys) {
       const std::string* v = state_.Find(k);
-      response.U8(v ? 1 : 0);
-      if (v) response.Str(*v);
+      values.push_back(v ? std::optional<std::string>(*v) : std::nullopt);
     }
-    return std::move(response.Finish());
+    return values;
+  }
+
+  static void WritePeeked(net::Writer& w, const std::vector<std::optional<std::string>>& values) {
+    w.U32(static_cast<uint32_t>(values.size()));
+    for (const auto& v : values) {
+      w.U8(v ? 1 : 0);
+      if (v) w.Str(*v);
+    }
+  }
+
+  // BEAT: ADD 1 to the beat key (unless empty), read the peek keys now, then answer like a
+  // GET of the wait key, except that its timeout is an ordinary answer ("not there").
+  bool HandleBeat(const std::shared_ptr<Connection>& conn, net::Reader& r, uint64_t id) {
+    std::string beat_key, wait_key;
+    std::vector<std::string> peek_keys;
+    int64_t timeout_ms;
+    if (!r.Str(&beat_key) || !r.StrList(&peek_keys, protocol::kMaxKeysPerRequest) ||
+        !r.Str(&wait_key) || !r.I64(&timeout_ms) || !r.AtEnd() || timeout_ms < -1) {
+      return false;
+    }
+    if (!beat_key.empty()) {
+      auto added = state_.Add(beat_key, 1);
+      if (!added.ok()) {
+        Send(conn, ErrorResponse(id, added.status()));
+        return true;
+      }
+      Notify(beat_key);
+    }
+    auto waiter = std::make_shared<Waiter>(conn, id, Op::kBeat,
+                                           std::vector<std::string>{std::move(wait_key)});
+    waiter->peeked = Values(peek_keys);
+    if (state_.ContainsAll(waiter->keys)) {
+      Answer(*waiter, conn);
+    } else {
+      Park(conn, waiter, std::min(timeout_ms, protocol::kMaxWaitMs));
+    }
+    return true;
   }
 
   // Step 1 of every connection: HELLO(magic, version, token). Anything else is refused.
@@ -410,27 +493,63 @@ class StoreServer::Impl {
   void Park(const std::shared_ptr<Connection>& conn, const std::shared_ptr<Waiter>& waiter,
             int64_t timeout_ms) {
     for (const auto& k : waiter->keys) {
-      if (!state_.Find(k)) waiting_[k].push_back(waiter);
+      if (!state_.Find(k)) {
+        waiting_[k].waiters.push_back(waiter);
+        waiter->parked_on.push_back(k);
+      }
     }
     conn->waiters.push_back(waiter);
     if (timeout_ms >= 0) {
-      waiter->timer.expires_after(std::chrono::milliseconds(timeout_ms));
-      waiter->timer.async_wait([this, waiter](asio::error_code ec) {
-        if (ec || waiter->done) return;
-        auto c = waiter->conn.lock();
-        Finish(waiter);
-        if (c) {
-          Send(c, ErrorResponse(waiter->id, WaitTimeout(waiter->keys)));
-          ForgetWaiter(*c, waiter);
-        }
-      });
+      const auto since = (SteadyClock::now() + std::chrono::milliseconds(timeout_ms))
+                             .time_since_epoch();
+      const auto ticks = (since + kExpiryTick - Duration(1)) / kExpiryTick;  // rounded up
+      expiries_.push(Expiry{SteadyClock::time_point(ticks * kExpiryTick), waiter});
+      ArmExpiryTimer();
     }
+  }
+
+  // Keeps the one expiry timer set for the earliest pending expiry.
+  void ArmExpiryTimer() {
+    if (expiries_.empty() || expiries_.top().at >= armed_for_) return;
+    armed_for_ = expiries_.top().at;
+    expiry_timer_.expires_at(armed_for_);
+    expiry_timer_.async_wait([this](asio::error_code ec) {
+      if (ec) return;  // re-armed earlier, or stopping
+      armed_for_ = SteadyClock::time_point::max();
+      ExpireWaiters();
+    });
+  }
+
+  // Answers every parked request whose time is up with a timeout.
+  void ExpireWaiters() {
+    const auto now = SteadyClock::now();
+    while (!expiries_.empty() && expiries_.top().at <= now) {
+      auto waiter = expiries_.top().waiter.lock();
+      expiries_.pop();
+      if (!waiter || waiter->done) continue;
+      auto c = waiter->conn.lock();
+      Finish(waiter);
+      if (c) {
+        if (waiter->op == Op::kBeat) {
+          net::Writer w = OkResponse(waiter->id);
+          WritePeeked(w, waiter->peeked);
+          Send(c, std::move(w.U8(0).Finish()));
+        } else {
+          Send(c, ErrorResponse(waiter->id, WaitTimeout(waiter->keys)));
+        }
+        ForgetWaiter(*c, waiter);
+      }
+    }
+    ArmExpiryTimer();
   }
 
   // Answers a waiter whose keys all exist.
   void Answer(Waiter& waiter, const std::shared_ptr<Connection>& conn) {
     net::Writer w = OkResponse(waiter.id);
-    if (waiter.op == Op::kGet) {
+    if (waiter.op == Op::kBeat) {
+      WritePeeked(w, waiter.peeked);
+      w.U8(1).Str(*state_.Find(waiter.keys[0]));
+    } else if (waiter.op == Op::kGet) {
       w.Str(*state_.Find(waiter.keys[0]));
     } else if (waiter.op == Op::kMultiGet) {
       w.U32(static_cast<uint32_t>(waiter.keys.size()));
@@ -439,17 +558,18 @@ class StoreServer::Impl {
     Send(conn, std::move(w.Finish()));
   }
 
-  // Marks a waiter done and removes it from every key's list.
+  // Marks a waiter done and takes it off the keys it was parked on.
   void Finish(const std::shared_ptr<Waiter>& waiter) {
     if (waiter->done) return;
     waiter->done = true;
-    waiter->timer.cancel();
-    for (const auto& k : waiter->keys) {
+    for (const auto& k : waiter->parked_on) {
       auto it = waiting_.find(k);
       if (it == waiting_.end()) continue;
-      auto& list = it->second;
-      list.erase(std::remove(list.begin(), list.end(), waiter), list.end());
-      if (list.empty()) waiting_.erase(it);
+      WaitList& list = it->second;
+      if (2 * ++list.finished < list.waiters.size()) continue;
+      std::erase_if(list.waiters, [](const auto& w) { return w->done; });
+      list.finished = 0;
+      if (list.waiters.empty()) waiting_.erase(it);
     }
   }
 
@@ -463,8 +583,8 @@ class StoreServer::Impl {
     auto it = waiting_.find(key);
     if (it == waiting_.end()) return;
     std::vector<std::shared_ptr<Waiter>> ready;
-    for (const auto& w : it->second) {
-      if (state_.ContainsAll(w->keys)) ready.push_back(w);
+    for (const auto& w : it->second.waiters) {
+      if (!w->done && state_.ContainsAll(w->keys)) ready.push_back(w);
     }
     for (const auto& w : ready) {
       Finish(w);
@@ -482,7 +602,10 @@ class StoreServer::Impl {
   // Owned by the event-loop thread:
   KvState state_;
   std::unordered_set<std::shared_ptr<Connection>> connections_;
-  std::unordered_map<std::string, std::vector<std::shared_ptr<Waiter>>> waiting_;
+  std::unordered_map<std::string, WaitList> waiting_;
+  std::priority_queue<Expiry, std::vector<Expiry>, std::greater<>> expiries_;
+  asio::steady_timer expiry_timer_{server_.io()};
+  SteadyClock::time_point armed_for_ = SteadyClock::time_point::max();
 };
 
 StoreServer::StoreServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

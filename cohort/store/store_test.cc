@@ -238,6 +238,51 @@ TEST_F(StoreServerTest, WaitTimeoutsAreBounded) {
   EXPECT_EQ(value, "now");
 }
 
+TEST_F(StoreServerTest, BeatsAndTimedOutWaitsKeepTheirConnection) {
+  auto c = Client(token_);
+  ASSERT_TRUE(c.ok());
+  for (int i = 1; i <= 20; ++i) {
+    auto r = (*c)->Beat("hb", {"hb"}, "next", Deadline::AfterMs(30));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->peeked[0], std::to_string(i));
+    EXPECT_FALSE(r->waited);
+    EXPECT_EQ((*c)->Wait({"absent"}, Deadline::AfterMs(30)).code(),
+              StatusCode::kDeadlineExceeded);
+  }
+  // The server's timeout answers came before the client's deadlines: no reconnection.
+  EXPECT_EQ(server_->stats().connections_accepted, 1);
+}
+
+TEST_F(StoreServerTest, ManyWaitersOnOneKeyTimeOutOrWake) {
+  RaiseFileLimit();
+  constexpr int kEach = 60;
+  std::vector<std::unique_ptr<TcpStore>> clients;
+  for (int i = 0; i < 2 * kEach; ++i) {
+    auto c = Client(token_);
+    ASSERT_TRUE(c.ok());
+    clients.push_back(std::move(c).value());
+  }
+  std::vector<Status> results(2 * kEach);
+  std::vector<std::thread> short_waits, long_waits;
+  for (int i = 0; i < kEach; ++i) {
+    short_waits.emplace_back(
+        [&, i] { results[i] = clients[i]->Wait({"key"}, Deadline::AfterMs(100)); });
+    long_waits.emplace_back([&, i] {
+      results[kEach + i] = clients[kEach + i]->Wait({"key"}, Deadline::AfterMs(60000));
+    });
+  }
+  for (auto& t : short_waits) t.join();
+  // The short waits timed out (and left the key's list) while the long ones stay parked.
+  auto setter = Client(token_);
+  ASSERT_TRUE(setter.ok());
+  ASSERT_TRUE((*setter)->Set("key", "v", Soon()).ok());
+  for (auto& t : long_waits) t.join();
+  for (int i = 0; i < kEach; ++i) {
+    EXPECT_EQ(results[i].code(), StatusCode::kDeadlineExceeded) << i;
+    EXPECT_TRUE(results[kEach + i].ok()) << results[kEach + i].ToString();
+  }
+}
+
 TEST_F(StoreServerTest, ServesOneThousandConcurrentClients) {
   RaiseFileLimit();
   constexpr int kClients = 1000;

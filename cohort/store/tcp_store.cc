@@ -5,6 +5,8 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
+
 #include "cohort/base/log.h"
 #include "cohort/net/codec.h"
 
@@ -14,8 +16,15 @@ using protocol::Op;
 
 namespace {
 
+// The wait a blocking request (GET, WAIT, MULTI_GET) asks the server for: a little less
+// than the caller's time, so that the server's "timed out" answer arrives before the
+// caller's deadline. A call that gives up with its request still in flight must drop the
+// connection (its answer could arrive mid-frame later); without the margin a watcher that
+// waits one heartbeat at a time reconnected after about every third wait.
 int64_t TimeoutMs(Deadline deadline) {
-  return deadline.infinite() ? -1 : deadline.RemainingMs();
+  if (deadline.infinite()) return -1;
+  const int64_t ms = deadline.RemainingMs();
+  return std::max<int64_t>(0, ms - std::clamp<int64_t>(ms / 20, 5, 100));
 }
 
 // Splits a response body into (code, payload reader); error responses become a Status.
@@ -40,11 +49,16 @@ class COHORT_SCOPED_CAPABILITY TcpStore::Call {
   }
   ~Call() COHORT_RELEASE() {}  // lock_ unlocks
   net::Writer& writer() { return writer_; }
-  Status Run(Deadline deadline) {
+  Status Run(Deadline deadline) { return Run(deadline, /*blocking=*/false); }
+  // For GET, WAIT, MULTI_GET and BEAT: appends the server-side wait (their last field) once
+  // connected, so that time spent reconnecting is not added to the server's wait.
+  Status RunBlocking(Deadline deadline) { return Run(deadline, /*blocking=*/true); }
+  Status Run(Deadline deadline, bool blocking) {
     // Held by lock_ since the constructor; the analysis cannot tie store_->mu_ to this object.
     store_->mu_.AssertHeld();
     if (store_->aborted_) return Cancelled("store client aborted");
     COHORT_RETURN_IF_ERROR(store_->EnsureConnected(deadline));
+    if (blocking) writer_.I64(TimeoutMs(deadline));
     Status st = store_->RoundTrip(writer_.Finish(), id_, &body_, deadline);
     if (!st.ok()) return st;
     reader_.emplace(body_);
@@ -178,8 +192,8 @@ Status TcpStore::Set(std::string_view key, std::string_view value, Deadline dead
 
 Result<std::string> TcpStore::Get(std::string_view key, Deadline deadline) {
   Call call(this, Op::kGet);
-  call.writer().Str(key).I64(TimeoutMs(deadline));
-  COHORT_RETURN_IF_ERROR(call.Run(deadline));
+  call.writer().Str(key);
+  COHORT_RETURN_IF_ERROR(call.RunBlocking(deadline));
   std::string value;
   if (!call.reader().Str(&value)) return DataLoss("malformed GET response");
   return value;
@@ -206,8 +220,8 @@ Result<std::string> TcpStore::CompareSet(std::string_view key, std::string_view 
 
 Status TcpStore::Wait(const std::vector<std::string>& keys, Deadline deadline) {
   Call call(this, Op::kWait);
-  call.writer().StrList(keys).I64(TimeoutMs(deadline));
-  return call.Run(deadline);
+  call.writer().StrList(keys);
+  return call.RunBlocking(deadline);
 }
 
 Result<bool> TcpStore::Check(const std::vector<std::string>& keys, Deadline deadline) {
@@ -216,21 +230,51 @@ Result<bool> TcpStore::Check(const std::vector<std::string>& keys, Deadline dead
   return call.RunForFlag(deadline, "CHECK");
 }
 
+namespace {
+
+// Reads "u32 n, then per key: u8 present, str value if present" (PEEK and BEAT answers).
+bool ReadPeeked(net::Reader& r, size_t expected, std::vector<std::optional<std::string>>* out) {
+  uint32_t n;
+  if (!r.U32(&n) || n != expected) return false;
+  out->assign(n, std::nullopt);
+  for (auto& slot : *out) {
+    uint8_t present;
+    if (!r.U8(&present)) return false;
+    if (!present) continue;
+    std::string v;
+    if (!r.Str(&v)) return false;
+    slot = std::move(v);
+  }
+  return true;
+}
+
+}  // namespace
+
 Result<std::vector<std::optional<std::string>>> TcpStore::Peek(
     const std::vector<std::string>& keys, Deadline deadline) {
   Call call(this, Op::kPeek);
   call.writer().StrList(keys);
   COHORT_RETURN_IF_ERROR(call.Run(deadline));
-  uint32_t n;
-  if (!call.reader().U32(&n) || n != keys.size()) return DataLoss("malformed PEEK response");
-  std::vector<std::optional<std::string>> out(n);
-  for (auto& slot : out) {
-    uint8_t present;
-    if (!call.reader().U8(&present)) return DataLoss("malformed PEEK response");
-    if (!present) continue;
+  std::vector<std::optional<std::string>> out;
+  if (!ReadPeeked(call.reader(), keys.size(), &out)) return DataLoss("malformed PEEK response");
+  return out;
+}
+
+Result<Store::BeatResult> TcpStore::Beat(std::string_view beat_key,
+                                         const std::vector<std::string>& peek_keys,
+                                         std::string_view wait_key, Deadline deadline) {
+  Call call(this, Op::kBeat);
+  call.writer().Str(beat_key).StrList(peek_keys).Str(wait_key);
+  COHORT_RETURN_IF_ERROR(call.RunBlocking(deadline));
+  BeatResult out;
+  uint8_t present;
+  if (!ReadPeeked(call.reader(), peek_keys.size(), &out.peeked) || !call.reader().U8(&present)) {
+    return DataLoss("malformed BEAT response");
+  }
+  if (present) {
     std::string v;
-    if (!call.reader().Str(&v)) return DataLoss("malformed PEEK response");
-    slot = std::move(v);
+    if (!call.reader().Str(&v)) return DataLoss("malformed BEAT response");
+    out.waited = std::move(v);
   }
   return out;
 }
@@ -252,8 +296,8 @@ Result<int64_t> TcpStore::NumKeys(Deadline deadline) {
 Result<std::vector<std::string>> TcpStore::MultiGet(const std::vector<std::string>& keys,
                                                     Deadline deadline) {
   Call call(this, Op::kMultiGet);
-  call.writer().StrList(keys).I64(TimeoutMs(deadline));
-  COHORT_RETURN_IF_ERROR(call.Run(deadline));
+  call.writer().StrList(keys);
+  COHORT_RETURN_IF_ERROR(call.RunBlocking(deadline));
   std::vector<std::string> values;
   if (!call.reader().StrList(&values, protocol::kMaxKeysPerRequest)) {
     return DataLoss("malformed MULTI_GET response");

@@ -50,6 +50,8 @@ class TcpStore final : public Store {
   ~TcpStore() override;
 
   COHORT_STORE_METHODS(override);  // the Store interface (store.h)
+  Result<BeatResult> Beat(std::string_view beat_key, const std::vector<std::string>& peek_keys,
+                          std::string_view wait_key, Deadline deadline) override;
   Status Ping(Deadline deadline);
 
   std::string endpoint() const;

@@ -1,0 +1,404 @@
+#!/usr/bin/python3
+"""Rendezvous at scale: thousands of simulated nodes against a real store (issue 18).
+
+    python3 bench/rdzv_scale.py [--nodes 1000,2000,5000,10000]
+                                [--backends embedded,etcd1,etcd3] [--dead-ms 10000]
+
+Each simulated node is a thread of build/dev/bench/rdzv_sim running the agent's real
+rendezvous code (rendezvous::Rendezvous: Next, then WatchStep until the round ends, then
+Next again) over its own store connection; up to 2,500 nodes per process. The store is a
+separate process: `rdzv_sim serve` (cohort's embedded StoreServer), or etcd (/usr/bin/etcd,
+one member or three, data in a temporary directory, SIGKILLed at the end).
+
+For each backend and node count N, two jobs:
+  static  (--nnodes N:N)  time from `go` to every node holding round 0; store requests per
+          node for that join (server's count: StoreServer stats, etcd's
+          grpc_server_started_total); then heartbeats only for --steady-s seconds: store
+          requests per node per heartbeat period, store CPU (% of one core, utime+stime of
+          the store processes over the window) and resident memory.
+  elastic (--nnodes N-20:N+10) round 0 (includes the 1 s last call, MIN < MAX); then
+          one node killed (its thread stops, its connection closes): time from its heartbeat
+          deadline (its last beat + --dead-ms) to every survivor holding the next round;
+          then 10 nodes killed at once, the same; then one node joining the running job:
+          time from its start to every node holding the round that includes it.
+Every round's ranks are checked: group ranks 0..n-1 each once, global rank offsets dense
+(each node runs --local-world-size workers), one world size. A failed check fails the run.
+
+--check (CI): one backend, small sizes, the rank checks only; no times are asserted.
+Times are CLOCK_MONOTONIC, shared by the processes of this machine.
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+ETCD = "/usr/bin/etcd"
+PER_PROCESS = 2500
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid):
+    """utime + stime of a process, in seconds."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid, field="VmRSS"):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024.0
+    return 0.0
+
+
+class Line:
+    """A child process spoken to in JSON lines on stdin/stdout."""
+
+    def __init__(self, argv, name):
+        self.name = name
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=None,
+                                     text=True, bufsize=1)
+
+    def send(self, command):
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+
+    def read(self):
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError("%s (pid %d) ended: exit %s" % (self.name, self.proc.pid,
+                                                               self.proc.poll()))
+        return json.loads(line)
+
+    def ask(self, command):
+        self.send(command)
+        return self.read()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            try:
+                self.send("quit")
+                self.proc.wait(timeout=60)
+            except (BrokenPipeError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+
+
+class EmbeddedStore:
+    name = "embedded"
+
+    def __init__(self, sim):
+        self.token = os.urandom(8).hex()
+        self.server = Line([sim, "serve", "--token", self.token], "store")
+        self.port = self.server.read()["port"]
+        self.pids = [self.server.proc.pid]
+
+    def agent_flags(self, job):
+        return ["--store", "127.0.0.1:%d" % self.port, "--token", self.token]
+
+    def requests(self):
+        return self.server.ask("stats")["requests"]
+
+    def stop(self):
+        self.server.stop()
+
+
+class EtcdStore:
+    """etcd members on loopback (data in a temporary directory), stopped by PID."""
+
+    def __init__(self, members):
+        self.name = "etcd%d" % members
+        self.dir = tempfile.mkdtemp(prefix="rdzv_scale-etcd-")
+        ports = [(free_port(), free_port()) for _ in range(members)]
+        cluster = ",".join("m%d=http://127.0.0.1:%d" % (i, p) for i, (_, p) in enumerate(ports))
+        self.procs, self.endpoints = [], []
+        for i, (client, peer) in enumerate(ports):
+            c, p = "http://127.0.0.1:%d" % client, "http://127.0.0.1:%d" % peer
+            log = open(os.path.join(self.dir, "m%d.log" % i), "wb")
+            self.procs.append(subprocess.Popen(
+                [ETCD, "--name", "m%d" % i, "--data-dir", os.path.join(self.dir, "m%d" % i),
+                 "--listen-client-urls", c, "--advertise-client-urls", c,
+                 "--listen-peer-urls", p, "--initial-advertise-peer-urls", p,
+                 "--initial-cluster", cluster, "--initial-cluster-state", "new",
+                 "--quota-backend-bytes", str(8 << 30)],
+                stdout=log, stderr=log))
+            self.endpoints.append("127.0.0.1:%d" % client)
+        self.pids = [p.pid for p in self.procs]
+        deadline = time.monotonic() + 30
+        for ep in self.endpoints:
+            while True:
+                try:
+                    with urllib.request.urlopen("http://%s/health" % ep, timeout=1) as r:
+                        if b"true" in r.read():
+                            break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError("etcd did not become healthy (logs in %s)" % self.dir)
+                time.sleep(0.1)
+
+    def agent_flags(self, job):
+        return ["--etcd", ",".join(self.endpoints), "--prefix", "%s-%s" % (job, os.urandom(4).hex())]
+
+    def requests(self):
+        total = 0
+        for ep in self.endpoints:
+            with urllib.request.urlopen("http://%s/metrics" % ep, timeout=10) as r:
+                for line in r.read().decode().splitlines():
+                    if line.startswith("grpc_server_started_total{"):
+                        total += float(line.rsplit(" ", 1)[1])
+        return int(total)
+
+    def stop(self):
+        for p in self.procs:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Job:
+    """N simulated nodes in processes of up to PER_PROCESS each."""
+
+    def __init__(self, sim, store, n, nnodes, args, run_id):
+        self.sim, self.store, self.args, self.run_id = sim, store, args, run_id
+        self.nnodes, self.store_flags = nnodes, store.agent_flags(run_id)
+        self.groups = []  # (first index, count, Line)
+        first = 0
+        while first < n:
+            count = min(PER_PROCESS, n - first)
+            self.add(first, count)
+            first += count
+        for _, _, line in self.groups:
+            line.read()  # {"ready": count}
+        self.n = n
+        self.live = list(range(n))
+
+    def add(self, first, count):
+        argv = [self.sim, "agents", "--first", str(first), "--count", str(count),
+                "--nodes", self.nnodes, "--run-id", self.run_id,
+                "--local-world-size", str(self.args.local_world_size),
+                "--heartbeat-ms", str(self.args.heartbeat_ms),
+                "--dead-ms", str(self.args.dead_ms)] + self.store_flags
+        line = Line(argv, "agents")
+        self.groups.append((first, count, line))
+        return line
+
+    def go(self, groups=None):
+        t0 = time.monotonic()
+        for _, _, line in groups or self.groups:
+            line.send("go")
+        for _, _, line in groups or self.groups:
+            line.read()
+        return t0
+
+    def wait_round(self, round_, timeout=300.0):
+        """Every live node holds `round_`: returns (first, last) times it got there."""
+        replies = []
+        for first, count, line in self.groups:
+            live = sum(1 for i in self.live if first <= i < first + count)
+            line.send("wait %d %d %f" % (round_, live, timeout))
+        for first, count, line in self.groups:
+            r = line.read()
+            live = sum(1 for i in self.live if first <= i < first + count)
+            if r["errors"]:
+                raise RuntimeError("%s: %s" % (self.run_id, r["errors"][:3]))
+            if r["done"] != live:
+                raise RuntimeError("%s: %d of %d nodes of processes from %d hold round %d "
+                                   "(%d reached a later one)" % (self.run_id, r["done"], live,
+                                                                 first, round_, r["reached"]))
+            replies.append(r)
+        return min(r["first"] for r in replies), max(r["last"] for r in replies)
+
+    def check_ranks(self, round_):
+        ranks = []
+        for _, _, line in self.groups:
+            ranks += line.ask("ranks %d" % round_)["ranks"]
+        n, lws = len(self.live), self.args.local_world_size
+        group_ranks = sorted(r[0] for r in ranks)
+        if group_ranks != list(range(n)):
+            raise RuntimeError("round %d: group ranks are not 0..%d each once" % (round_, n - 1))
+        for g, offset, world, gws in ranks:
+            if offset != g * lws or world != n * lws or gws != n:
+                raise RuntimeError("round %d: node %d has rank offset %d, world %d, %d nodes; "
+                                   "expected %d, %d, %d" % (round_, g, offset, world, gws,
+                                                            g * lws, n * lws, n))
+        return n
+
+    def kill(self, indices):
+        beats = []
+        for first, count, line in self.groups:
+            mine = [i for i in indices if first <= i < first + count]
+            if mine:
+                beats += line.ask("kill " + " ".join(map(str, mine)))["last_beat"]
+        self.live = [i for i in self.live if i not in indices]
+        return max(beats)
+
+    def stop(self):
+        for _, _, line in self.groups:
+            line.stop()
+
+
+def static_job(sim, store, n, args, out):
+    job = Job(sim, store, n, "%d:%d" % (n, n), args, "static%d" % n)
+    try:
+        req0 = store.requests()
+        t0 = job.go()
+        _, last = job.wait_round(0)
+        out["round_s"] = last - t0
+        out["req_per_join"] = (store.requests() - req0) / n
+        job.check_ranks(0)
+        if args.check:
+            return
+        time.sleep(2 * args.heartbeat_ms / 1000.0)  # every node is past its first watch step
+        cpu0 = sum(cpu_seconds(p) for p in store.pids)
+        req0, w0 = store.requests(), time.monotonic()
+        time.sleep(args.steady_s)
+        wall = time.monotonic() - w0
+        cpu = sum(cpu_seconds(p) for p in store.pids) - cpu0
+        reqs = store.requests() - req0
+        out["hb_req_per_node_period"] = reqs / wall * (args.heartbeat_ms / 1000.0) / n
+        out["steady_cpu_pct"] = 100.0 * cpu / wall
+        out["store_rss_mb"] = sum(rss_mb(p) for p in store.pids)
+        out["store_peak_mb"] = sum(rss_mb(p, "VmHWM") for p in store.pids)
+        job.wait_round(0)  # no round ended during the steady state
+    finally:
+        job.stop()
+
+
+def elastic_job(sim, store, n, args, out):
+    lo, hi = max(1, n - 20), n + 10
+    job = Job(sim, store, n, "%d:%d" % (lo, hi), args, "elastic%d" % n)
+    dead = args.dead_ms / 1000.0
+    try:
+        t0 = job.go()
+        _, last = job.wait_round(0)
+        out["elastic_round0_s"] = last - t0
+        job.check_ranks(0)
+        last_beat = job.kill([n // 2])
+        _, last = job.wait_round(1)
+        out["loss1_s"] = last - (last_beat + dead)
+        job.check_ranks(1)
+        victims = [n // 3 + 7 * k for k in range(10)] if n >= 100 else []
+        if victims:
+            last_beat = job.kill(victims)
+            _, last = job.wait_round(2)
+            out["loss10_s"] = last - (last_beat + dead)
+            job.check_ranks(2)
+        round_ = 3 if victims else 2
+        line = job.add(n, 1)
+        line.read()
+        job.live.append(n)
+        t0 = job.go([job.groups[-1]])
+        _, last = job.wait_round(round_)
+        out["join_s"] = last - t0
+        job.check_ranks(round_)
+    finally:
+        job.stop()
+
+
+def make_store(name, sim):
+    if name == "embedded":
+        return EmbeddedStore(sim)
+    if name in ("etcd1", "etcd3"):
+        if not os.path.exists(ETCD):
+            raise RuntimeError("%s missing (apt-get install etcd-server)" % ETCD)
+        return EtcdStore(int(name[-1]))
+    raise ValueError("unknown backend %r" % name)
+
+
+def fit_exponent(points):
+    """Least-squares slope of log(t) against log(n)."""
+    pts = [(math.log(n), math.log(t)) for n, t in points if t and t > 0]
+    if len(pts) < 2:
+        return None
+    mx = sum(x for x, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    return sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx else None
+
+
+def cell(v, fmt="%.2f"):
+    return "-" if v is None else fmt % v
+
+
+def print_table(results, args):
+    print()
+    print("rendezvous at scale: heartbeat %d ms, dead after %d ms, %d workers per node"
+          % (args.heartbeat_ms, args.dead_ms, args.local_world_size))
+    cols = [("backend", "backend", "%s"), ("nodes", "n", "%d"), ("round s", "round_s", "%.3f"),
+            ("req/join", "req_per_join", "%.1f"),
+            ("hb req/node/period", "hb_req_per_node_period", "%.2f"),
+            ("store CPU % (steady)", "steady_cpu_pct", "%.1f"),
+            ("store RSS MB", "store_rss_mb", "%.0f"),
+            ("elastic round 0 s", "elastic_round0_s", "%.3f"),
+            ("1 lost: closed after deadline s", "loss1_s", "%.3f"),
+            ("10 lost: closed after deadline s", "loss10_s", "%.3f"),
+            ("1 joins: round s", "join_s", "%.3f")]
+    print("| " + " | ".join(c[0] for c in cols) + " |")
+    print("|" + "---|" * len(cols))
+    for r in results:
+        print("| " + " | ".join(cell(r.get(k), f) for _, k, f in cols) + " |")
+    for backend in dict.fromkeys(r["backend"] for r in results):
+        pts = [(r["n"], r.get("round_s")) for r in results if r["backend"] == backend]
+        e = fit_exponent(pts)
+        if e is not None:
+            print("%s: round time grows as N^%.2f (least squares over N = %s)"
+                  % (backend, e, ",".join(str(n) for n, _ in pts)))
+    sys.stdout.flush()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--nodes", default="1000,2000,5000,10000")
+    ap.add_argument("--backends", default="embedded,etcd1,etcd3")
+    ap.add_argument("--sim", default=str(REPO / "build/dev/bench/rdzv_sim"))
+    ap.add_argument("--local-world-size", type=int, default=8)
+    ap.add_argument("--heartbeat-ms", type=int, default=1000)
+    ap.add_argument("--dead-ms", type=int, default=10000)
+    ap.add_argument("--steady-s", type=float, default=10.0)
+    ap.add_argument("--jobs", default="static,elastic")
+    ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--check", action="store_true",
+                    help="correctness only (CI): rank checks, no steady-state window")
+    args = ap.parse_args()
+    if not os.path.exists(args.sim):
+        sys.exit("rdzv_scale: %s not built (ninja -C build/dev)" % args.sim)
+    results = []
+    for backend in args.backends.split(","):
+        for n in map(int, args.nodes.split(",")):
+            out = {"backend": backend, "n": n}
+            store = make_store(backend, args.sim)
+            try:
+                print("%s, %d nodes ..." % (backend, n), flush=True)
+                if "static" in args.jobs:
+                    static_job(args.sim, store, n, args, out)
+                if "elastic" in args.jobs:
+                    elastic_job(args.sim, store, n, args, out)
+            finally:
+                store.stop()
+            print("  " + json.dumps(out), flush=True)
+            results.append(out)
+    print_table(results, args)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,406 @@
+// rdzv_sim: the simulated nodes of the rendezvous scale harness (bench/rdzv_scale.py,
+// docs/scale.md). Each simulated node is a thread running the agent's real rendezvous code
+// (rendezvous::Rendezvous: Next, then WatchStep until the round ends, then Next again) over
+// its own store connection; one process holds many of them. A driver (rdzv_scale.py) speaks
+// to it on stdin/stdout, one JSON line per reply. Times are CLOCK_MONOTONIC seconds, the
+// clock every process on the machine shares.
+//
+//   rdzv_sim serve [--token T]
+//       An embedded StoreServer on 127.0.0.1 (kernel-chosen port); prints {"port": P}.
+//       stdin "stats" -> {"requests": .., "connections_open": ..}; "quit" or EOF: exit.
+//   rdzv_sim agents --first I --count K --nodes MIN:MAX
+//                   (--store HOST:PORT --token T | --etcd HOST:PORT,... --prefix P)
+//                   [--run-id R] [--local-world-size L] [--heartbeat-ms H] [--dead-ms D]
+//                   [--last-call-ms C] [--join-timeout-s S]
+//       Agents I..I+K-1 connect (each its own connection), then it prints {"ready": K}.
+//       stdin commands, each answered by one line:
+//         go                every agent starts its loop
+//         wait R C SEC      once C live agents here hold round >= R (or SEC passed):
+//                           {"round": R, "done": n, "first": t, "last": t, "errors": [...]}
+//                           (first/last: when the first/last of them got round R)
+//         ranks R           {"round": R, "ranks": [[group_rank, rank_offset, world_size,
+//                           group_world_size], ...]} for the agents here that got round R
+//         kill I [I ...]    those agents stop (no more heartbeats) and close their store
+//                           connection: {"killed": [...], "last_beat": [t, ...]}
+//         quit              every agent stops; the process exits
+//
+// Thread-safety: each agent thread owns its Rendezvous and store; the shared records are
+// guarded by one mutex (mu); the main thread reads commands and answers them.
+#include <fmt/format.h>
+#include <pthread.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cohort/base/mutex.h"
+#include "cohort/base/strings.h"
+#include "cohort/rendezvous/rendezvous.h"
+#include "cohort/store/etcd_store.h"
+#include "cohort/store/store_server.h"
+#include "cohort/store/tcp_store.h"
+
+using namespace cohort;
+
+namespace {
+
+double Now() { return std::chrono::duration<double>(SteadyClock::now().time_since_epoch()).count(); }
+
+struct Options {
+  int first = 0, count = 1, min_nodes = 1, max_nodes = 1, local_world_size = 8;
+  std::string store, token, etcd, prefix = "rdzvsim", run_id = "sim";
+  int heartbeat_ms = 1000, dead_ms = 10000, last_call_ms = 1000;
+  double join_timeout_s = 600;
+};
+
+// What one agent got for one round.
+struct RoundRecord {
+  double at = 0;  // when Next() returned it
+  int group_rank = 0, rank_offset = 0, world_size = 0, group_world_size = 0;
+};
+
+struct Agent {
+  int index = 0;
+  std::shared_ptr<store::Store> store;
+  std::atomic<bool> stop{false};
+  pthread_t thread{};
+  bool started = false;
+};
+
+class Sim {
+ public:
+  explicit Sim(Options o) : o_(std::move(o)) {}
+
+  Status Connect() {
+    for (int i = 0; i < o_.count; ++i) {
+      auto agent = std::make_unique<Agent>();
+      agent->index = o_.first + i;
+      COHORT_ASSIGN_OR_RETURN(agent->store, OpenStore(agent->index));
+      agents_.push_back(std::move(agent));
+    }
+    return Status::Ok();
+  }
+
+  // Starts every agent thread with a small stack (tens of thousands fit in memory).
+  Status Go() {
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    for (auto& a : agents_) {
+      auto* arg = new std::pair<Sim*, Agent*>(this, a.get());
+      int rc = pthread_create(&a->thread, &attr, &Sim::Trampoline, arg);
+      if (rc != 0) {
+        delete arg;
+        pthread_attr_destroy(&attr);
+        return Internal("pthread_create: {}", strerror(rc));
+      }
+      a->started = true;
+    }
+    pthread_attr_destroy(&attr);
+    return Status::Ok();
+  }
+
+  std::string Wait(int64_t round, int wanted, double seconds) {
+    const Deadline deadline = Deadline::After(std::chrono::duration_cast<Duration>(
+        std::chrono::duration<double>(seconds)));
+    MutexLock lock(&mu_);
+    auto reached = [&]() COHORT_REQUIRES(mu_) {
+      int n = 0;
+      for (auto& [index, rounds] : records_) {
+        if (!rounds.empty() && rounds.rbegin()->first >= round) ++n;
+      }
+      return n;
+    };
+    while (reached() < wanted && errors_.size() < 10 && !deadline.expired()) {
+      cv_.WaitUntil(&mu_, deadline);
+    }
+    double first = 0, last = 0;
+    int done = 0;
+    for (auto& [index, rounds] : records_) {
+      auto it = rounds.find(round);
+      if (it == rounds.end()) continue;
+      first = done == 0 ? it->second.at : std::min(first, it->second.at);
+      last = std::max(last, it->second.at);
+      ++done;
+    }
+    std::string errors;
+    for (size_t i = 0; i < errors_.size(); ++i) {
+      errors += fmt::format("{}\"{}\"", i ? ", " : "", JsonEscape(errors_[i]));
+    }
+    return fmt::format(
+        "{{\"round\": {}, \"done\": {}, \"reached\": {}, \"first\": {:.6f}, \"last\": {:.6f}, "
+        "\"errors\": [{}]}}",
+        round, done, reached(), first, last, errors);
+  }
+
+  std::string Ranks(int64_t round) {
+    MutexLock lock(&mu_);
+    std::string out;
+    for (auto& [index, rounds] : records_) {
+      auto it = rounds.find(round);
+      if (it == rounds.end()) continue;
+      const RoundRecord& r = it->second;
+      out += fmt::format("{}[{}, {}, {}, {}]", out.empty() ? "" : ", ", r.group_rank,
+                         r.rank_offset, r.world_size, r.group_world_size);
+    }
+    return fmt::format("{{\"round\": {}, \"ranks\": [{}]}}", round, out);
+  }
+
+  std::string Kill(const std::vector<int>& indices) {
+    std::string killed, beats;
+    for (int index : indices) {
+      Agent* a = Find(index);
+      if (a == nullptr || a->stop) continue;
+      Stop(*a);
+      double beat = 0;
+      {
+        MutexLock lock(&mu_);
+        beat = last_beat_[index];
+        records_.erase(index);  // a dead node no longer counts among the live ones
+      }
+      killed += fmt::format("{}{}", killed.empty() ? "" : ", ", index);
+      beats += fmt::format("{}{:.6f}", beats.empty() ? "" : ", ", beat);
+    }
+    return fmt::format("{{\"killed\": [{}], \"last_beat\": [{}]}}", killed, beats);
+  }
+
+  void StopAll() {
+    for (auto& a : agents_) a->stop = true;
+    for (auto& a : agents_) a->store->Abort();
+    for (auto& a : agents_) Stop(*a);
+  }
+
+ private:
+  Result<std::shared_ptr<store::Store>> OpenStore(int index) {
+    const Deadline deadline = Deadline::AfterMs(60000);
+    if (!o_.etcd.empty()) {
+      COHORT_ASSIGN_OR_RETURN(auto endpoints, store::ParseEtcdEndpoints(o_.etcd));
+      // Nodes spread over the members, as etcd's own clients balance over endpoints.
+      std::rotate(endpoints.begin(), endpoints.begin() + index % endpoints.size(),
+                  endpoints.end());
+      store::EtcdStoreOptions options;
+      options.endpoints = std::move(endpoints);
+      options.prefix = o_.prefix;
+      options.request_timeout = std::chrono::seconds(30);
+      COHORT_ASSIGN_OR_RETURN(auto s, store::EtcdStore::Connect(options, deadline));
+      return std::shared_ptr<store::Store>(std::move(s));
+    }
+    const size_t colon = o_.store.rfind(':');
+    store::TcpStoreOptions options{.host = o_.store.substr(0, colon),
+                                   .port = std::atoi(o_.store.c_str() + colon + 1),
+                                   .token = o_.token};
+    COHORT_ASSIGN_OR_RETURN(auto s, store::TcpStore::Connect(options, deadline));
+    return std::shared_ptr<store::Store>(std::move(s));
+  }
+
+  static void* Trampoline(void* arg) {
+    auto* p = static_cast<std::pair<Sim*, Agent*>*>(arg);
+    Sim* sim = p->first;
+    Agent* agent = p->second;
+    delete p;
+    sim->RunAgent(*agent);
+    return nullptr;
+  }
+
+  // The agent's rendezvous loop: join a round, watch it until it ends, join the next.
+  void RunAgent(Agent& a) {
+    rendezvous::RendezvousConfig c;
+    c.run_id = o_.run_id;
+    c.min_nodes = o_.min_nodes;
+    c.max_nodes = o_.max_nodes;
+    c.join_timeout = std::chrono::duration_cast<Duration>(
+        std::chrono::duration<double>(o_.join_timeout_s));
+    c.last_call = std::chrono::milliseconds(o_.last_call_ms);
+    c.heartbeat_interval = std::chrono::milliseconds(o_.heartbeat_ms);
+    c.dead_timeout = std::chrono::milliseconds(o_.dead_ms);
+    c.max_restarts = 1000;
+    rendezvous::NodeInfo self{fmt::format("node{}", a.index), "127.0.0.1", o_.local_world_size,
+                              ""};
+    rendezvous::Rendezvous r(a.store, c, self);
+    while (!a.stop) {
+      auto info = r.Next();
+      if (!info.ok()) return Fail(a, info.status());
+      Record(a.index, *info);
+      for (;;) {
+        if (a.stop) return;
+        {
+          MutexLock lock(&mu_);
+          last_beat_[a.index] = Now();  // the beat is the step's first call
+        }
+        auto step = r.WatchStep(*info);
+        if (!step.ok()) return Fail(a, step.status());
+        if (*step) break;
+      }
+    }
+  }
+
+  void Record(int index, const rendezvous::RendezvousInfo& info) {
+    MutexLock lock(&mu_);
+    records_[index][info.round] = RoundRecord{Now(), info.group_rank, info.RankOffset(),
+                                              info.WorldSize(), info.group_world_size};
+    cv_.SignalAll();
+  }
+
+  void Fail(Agent& a, const Status& s) {
+    if (a.stop) return;  // killed: its calls are cancelled on purpose
+    MutexLock lock(&mu_);
+    errors_.push_back(fmt::format("node {}: {}", a.index, s.ToString()));
+    cv_.SignalAll();
+  }
+
+  Agent* Find(int index) {
+    const int i = index - o_.first;
+    return i >= 0 && i < static_cast<int>(agents_.size()) ? agents_[i].get() : nullptr;
+  }
+
+  // Stops one agent: its pending call is cancelled, its thread ends, its connection closes.
+  void Stop(Agent& a) {
+    a.stop = true;
+    a.store->Abort();
+    if (a.started) {
+      pthread_join(a.thread, nullptr);
+      a.started = false;
+    }
+    a.store.reset();
+  }
+
+  static std::string JsonEscape(std::string_view s) {
+    std::string out;
+    for (char c : s) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c == '\n' ? ' ' : c;
+    }
+    return out;
+  }
+
+  Options o_;
+  std::vector<std::unique_ptr<Agent>> agents_;  // main thread
+  Mutex mu_;
+  CondVar cv_;
+  std::map<int, std::map<int64_t, RoundRecord>> records_ COHORT_GUARDED_BY(mu_);
+  std::map<int, double> last_beat_ COHORT_GUARDED_BY(mu_);
+  std::vector<std::string> errors_ COHORT_GUARDED_BY(mu_);
+};
+
+int Serve(const std::string& token) {
+  auto server = store::StoreServer::Start({.host = "127.0.0.1", .port = 0, .token = token});
+  if (!server.ok()) {
+    fmt::print(stderr, "rdzv_sim: {}\n", server.status().ToString());
+    return 1;
+  }
+  fmt::print("{{\"port\": {}}}\n", (*server)->port());
+  std::fflush(stdout);
+  std::string line;
+  while (std::getline(std::cin, line) && line != "quit") {
+    if (line == "stats") {
+      auto s = (*server)->stats();
+      fmt::print("{{\"requests\": {}, \"connections_open\": {}, \"connections_accepted\": {}}}\n",
+                 s.requests, s.connections_open, s.connections_accepted);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+int Usage() {
+  fmt::print(stderr,
+             "usage: rdzv_sim serve [--token T]\n"
+             "       rdzv_sim agents --first I --count K --nodes MIN:MAX (--store HOST:PORT "
+             "--token T | --etcd EP,... --prefix P)\n"
+             "                [--run-id R] [--local-world-size L] [--heartbeat-ms H] "
+             "[--dead-ms D] [--last-call-ms C] [--join-timeout-s S]\n");
+  return 2;
+}
+
+bool ParseAgentFlags(int argc, char** argv, Options* o) {
+  for (int i = 2; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], v = argv[i + 1];
+    if (flag == "--first") o->first = std::atoi(v.c_str());
+    else if (flag == "--count") o->count = std::atoi(v.c_str());
+    else if (flag == "--nodes") {
+      const size_t colon = v.find(':');
+      o->min_nodes = std::atoi(v.c_str());
+      o->max_nodes = colon == std::string::npos ? o->min_nodes : std::atoi(v.c_str() + colon + 1);
+    } else if (flag == "--store") o->store = v;
+    else if (flag == "--token") o->token = v;
+    else if (flag == "--etcd") o->etcd = v;
+    else if (flag == "--prefix") o->prefix = v;
+    else if (flag == "--run-id") o->run_id = v;
+    else if (flag == "--local-world-size") o->local_world_size = std::atoi(v.c_str());
+    else if (flag == "--heartbeat-ms") o->heartbeat_ms = std::atoi(v.c_str());
+    else if (flag == "--dead-ms") o->dead_ms = std::atoi(v.c_str());
+    else if (flag == "--last-call-ms") o->last_call_ms = std::atoi(v.c_str());
+    else if (flag == "--join-timeout-s") o->join_timeout_s = std::atof(v.c_str());
+    else return false;
+  }
+  return o->count >= 1 && o->min_nodes >= 1 && o->max_nodes >= o->min_nodes &&
+         (o->store.empty() != o->etcd.empty());
+}
+
+int RunAgents(const Options& o) {
+  store::RaiseFileLimit();
+  Sim sim(o);
+  if (Status s = sim.Connect(); !s.ok()) {
+    fmt::print(stderr, "rdzv_sim: connecting: {}\n", s.ToString());
+    return 1;
+  }
+  fmt::print("{{\"ready\": {}}}\n", o.count);
+  std::fflush(stdout);
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    std::istringstream in(line);
+    std::string command;
+    in >> command;
+    std::string reply;
+    if (command == "go") {
+      Status s = sim.Go();
+      reply = s.ok() ? "{\"started\": true}" : fmt::format("{{\"error\": \"{}\"}}", s.message());
+    } else if (command == "wait") {
+      int64_t round = 0;
+      int wanted = 0;
+      double seconds = 0;
+      in >> round >> wanted >> seconds;
+      reply = sim.Wait(round, wanted, seconds);
+    } else if (command == "ranks") {
+      int64_t round = 0;
+      in >> round;
+      reply = sim.Ranks(round);
+    } else if (command == "kill") {
+      std::vector<int> indices;
+      for (int i; in >> i;) indices.push_back(i);
+      reply = sim.Kill(indices);
+    } else if (command == "quit") {
+      break;
+    } else {
+      reply = fmt::format("{{\"error\": \"unknown command '{}'\"}}", command);
+    }
+    fmt::print("{}\n", reply);
+    std::fflush(stdout);
+  }
+  sim.StopAll();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return Usage();
+  const std::string mode = argv[1];
+  if (mode == "serve") {
+    std::string token;
+    if (argc == 4 && std::string(argv[2]) == "--token") token = argv[3];
+    else if (argc != 2) return Usage();
+    return Serve(token);
+  }
+  if (mode != "agents") return Usage();
+  Options o;
+  if (!ParseAgentFlags(argc, argv, &o)) return Usage();
+  return RunAgents(o);
+}
