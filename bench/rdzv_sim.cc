@@ -7,12 +7,14 @@
 //
 //   rdzv_sim serve [--token T]
 //       An embedded StoreServer on 127.0.0.1 (kernel-chosen port); prints {"port": P}.
-//       stdin "stats" -> {"requests": .., "connections_open": ..}; "quit" or EOF: exit.
+//       stdin "stats" -> {"requests": .., "beats": .., "connections_open": ..,
+//       "connections_accepted": ..}; "quit" or EOF: exit.
 //   rdzv_sim agents --first I --count K --nodes MIN:MAX
 //                   (--store HOST:PORT --token T | --etcd HOST:PORT,... --prefix P)
 //                   [--run-id R] [--local-world-size L] [--heartbeat-ms H] [--dead-ms D]
 //                   [--last-call-ms C] [--join-timeout-s S]
-//       Agents I..I+K-1 connect (each its own connection), then it prints {"ready": K}.
+//       Agents I..I+K-1 connect (each its own connection) and start their threads, which
+//       wait for `go`; then it prints {"ready": K}.
 //       stdin commands, each answered by one line:
 //         go                every agent starts its loop
 //         wait R C SEC      once C live agents here hold round >= R (or SEC passed):
@@ -88,8 +90,9 @@ class Sim {
     return Status::Ok();
   }
 
-  // Starts every agent thread with a small stack (tens of thousands fit in memory).
-  Status Go() {
+  // Starts every agent thread with a small stack (tens of thousands fit in memory); they
+  // wait for Go(), so that starting threads is not part of what is measured.
+  Status Start() {
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 256 * 1024);
@@ -107,15 +110,19 @@ class Sim {
     return Status::Ok();
   }
 
+  void Go() {
+    MutexLock lock(&mu_);
+    go_ = true;
+    cv_.SignalAll();
+  }
+
   std::string Wait(int64_t round, int wanted, double seconds) {
     const Deadline deadline = Deadline::After(std::chrono::duration_cast<Duration>(
         std::chrono::duration<double>(seconds)));
     MutexLock lock(&mu_);
     auto reached = [&]() COHORT_REQUIRES(mu_) {
       int n = 0;
-      for (auto& [index, rounds] : records_) {
-        if (!rounds.empty() && rounds.rbegin()->first >= round) ++n;
-      }
+      for (auto it = at_round_.lower_bound(round); it != at_round_.end(); ++it) n += it->second;
       return n;
     };
     while (reached() < wanted && errors_.size() < 10 && !deadline.expired()) {
@@ -163,6 +170,8 @@ class Sim {
       {
         MutexLock lock(&mu_);
         beat = last_beat_[index];
+        auto& rounds = records_[index];
+        if (!rounds.empty()) --at_round_[rounds.rbegin()->first];
         records_.erase(index);  // a dead node no longer counts among the live ones
       }
       killed += fmt::format("{}{}", killed.empty() ? "" : ", ", index);
@@ -173,6 +182,7 @@ class Sim {
 
   void StopAll() {
     for (auto& a : agents_) a->stop = true;
+    Go();  // agents still at the gate see `stop`
     for (auto& a : agents_) a->store->Abort();
     for (auto& a : agents_) Stop(*a);
   }
@@ -224,6 +234,10 @@ class Sim {
     rendezvous::NodeInfo self{fmt::format("node{}", a.index), "127.0.0.1", o_.local_world_size,
                               ""};
     rendezvous::Rendezvous r(a.store, c, self);
+    {
+      MutexLock lock(&mu_);
+      while (!go_) cv_.Wait(&mu_);
+    }
     while (!a.stop) {
       auto info = r.Next();
       if (!info.ok()) return Fail(a, info.status());
@@ -243,8 +257,11 @@ class Sim {
 
   void Record(int index, const rendezvous::RendezvousInfo& info) {
     MutexLock lock(&mu_);
-    records_[index][info.round] = RoundRecord{Now(), info.group_rank, info.RankOffset(),
-                                              info.WorldSize(), info.group_world_size};
+    auto& rounds = records_[index];
+    if (!rounds.empty()) --at_round_[rounds.rbegin()->first];
+    ++at_round_[info.round];
+    rounds[info.round] = RoundRecord{Now(), info.group_rank, info.RankOffset(), info.WorldSize(),
+                                     info.group_world_size};
     cv_.SignalAll();
   }
 
@@ -285,8 +302,10 @@ class Sim {
   Mutex mu_;
   CondVar cv_;
   std::map<int, std::map<int64_t, RoundRecord>> records_ COHORT_GUARDED_BY(mu_);
+  std::map<int64_t, int> at_round_ COHORT_GUARDED_BY(mu_);  // live agents by latest round
   std::map<int, double> last_beat_ COHORT_GUARDED_BY(mu_);
   std::vector<std::string> errors_ COHORT_GUARDED_BY(mu_);
+  bool go_ COHORT_GUARDED_BY(mu_) = false;
 };
 
 int Serve(const std::string& token) {
@@ -301,8 +320,9 @@ int Serve(const std::string& token) {
   while (std::getline(std::cin, line) && line != "quit") {
     if (line == "stats") {
       auto s = (*server)->stats();
-      fmt::print("{{\"requests\": {}, \"connections_open\": {}, \"connections_accepted\": {}}}\n",
-                 s.requests, s.connections_open, s.connections_accepted);
+      fmt::print("{{\"requests\": {}, \"beats\": {}, \"connections_open\": {}, "
+                 "\"connections_accepted\": {}}}\n",
+                 s.requests, s.beats, s.connections_open, s.connections_accepted);
       std::fflush(stdout);
     }
   }
@@ -347,8 +367,11 @@ bool ParseAgentFlags(int argc, char** argv, Options* o) {
 int RunAgents(const Options& o) {
   store::RaiseFileLimit();
   Sim sim(o);
-  if (Status s = sim.Connect(); !s.ok()) {
-    fmt::print(stderr, "rdzv_sim: connecting: {}\n", s.ToString());
+  Status ready = sim.Connect();
+  if (ready.ok()) ready = sim.Start();
+  if (!ready.ok()) {
+    fmt::print(stderr, "rdzv_sim: {}\n", ready.ToString());
+    sim.StopAll();
     return 1;
   }
   fmt::print("{{\"ready\": {}}}\n", o.count);
@@ -360,8 +383,8 @@ int RunAgents(const Options& o) {
     in >> command;
     std::string reply;
     if (command == "go") {
-      Status s = sim.Go();
-      reply = s.ok() ? "{\"started\": true}" : fmt::format("{{\"error\": \"{}\"}}", s.message());
+      sim.Go();
+      reply = "{\"started\": true}";
     } else if (command == "wait") {
       int64_t round = 0;
       int wanted = 0;

@@ -4,7 +4,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <random>
+#include <thread>
 
 #include "cohort/base/log.h"
 #include "cohort/base/settings.h"
@@ -27,9 +29,12 @@ constexpr auto kLookNow = std::chrono::milliseconds(50);
 
 bool IsTimeout(const Status& s) { return s.code() == StatusCode::kDeadlineExceeded; }
 
-// Uniform in [0, 1), from a per-thread engine.
+// Uniform in [0, 1), from a per-thread engine (seeded from the clock and the thread: the
+// jitter it draws needs no cryptographic seed, and thousands of threads start at once).
 double RandomUnit() {
-  thread_local std::mt19937_64 engine{std::random_device{}()};
+  thread_local std::mt19937_64 engine{
+      static_cast<uint64_t>(SteadyClock::now().time_since_epoch().count()) ^
+      std::hash<std::thread::id>()(std::this_thread::get_id())};
   return std::uniform_real_distribution<double>(0.0, 1.0)(engine);
 }
 
@@ -469,11 +474,11 @@ Result<std::optional<RoundEnd>> Rendezvous::WatchStep(const RendezvousInfo& info
   Deadline wake = Deadline::After(config_.heartbeat_interval);
   if (first_step_round_ != round) {
     // Every node starts watching when the round closes: spread their beats over the period
-    // (the first step waits a random half to whole period) so that the store is not asked
-    // by all of them in the same milliseconds every period.
+    // (the first step waits a random 10-100% of it) so that the store is not asked by all
+    // of them in the same milliseconds every period.
     first_step_round_ = round;
     wake = Deadline::After(std::chrono::duration_cast<Duration>(
-        config_.heartbeat_interval * (0.5 + 0.5 * RandomUnit())));
+        config_.heartbeat_interval * (0.1 + 0.9 * RandomUnit())));
   }
   std::vector<std::string> peek;
   if (watching) {

@@ -144,6 +144,7 @@ class StoreServer::Impl {
     s.connections_open = open_;
     s.connections_unauthenticated = unauthenticated_;
     s.requests = requests_;
+    s.beats = beats_;
     return s;
   }
 
@@ -371,6 +372,7 @@ class StoreServer::Impl {
         return;
       }
       case Op::kBeat:
+        ++beats_;
         if (!HandleBeat(conn, r, id)) return malformed();
         return;
       case Op::kHello:
@@ -597,7 +599,8 @@ class StoreServer::Impl {
 
   const StoreServerOptions options_;
   AsioServer server_;  // first in, last out: the connections below use its io_context
-  std::atomic<int64_t> accepted_{0}, rejected_{0}, open_{0}, requests_{0}, unauthenticated_{0};
+  std::atomic<int64_t> accepted_{0}, rejected_{0}, open_{0}, requests_{0}, unauthenticated_{0},
+      beats_{0};
   bool warned_full_ = false;  // event-loop thread
   // Owned by the event-loop thread:
   KvState state_;

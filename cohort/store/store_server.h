@@ -41,6 +41,7 @@ struct StoreServerStats {
   int64_t connections_open = 0;
   int64_t connections_unauthenticated = 0;  // open, HELLO not yet accepted
   int64_t requests = 0;
+  int64_t beats = 0;  // of which BEAT (rendezvous heartbeats)
 };
 
 class StoreServer {

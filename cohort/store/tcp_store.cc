@@ -21,6 +21,9 @@ namespace {
 // caller's deadline. A call that gives up with its request still in flight must drop the
 // connection (its answer could arrive mid-frame later); without the margin a watcher that
 // waits one heartbeat at a time reconnected after about every third wait.
+// How long the rest of an answer may take once its first bytes arrived.
+constexpr auto kFrameGrace = std::chrono::seconds(5);
+
 int64_t TimeoutMs(Deadline deadline) {
   if (deadline.infinite()) return -1;
   const int64_t ms = deadline.RemainingMs();
@@ -117,6 +120,7 @@ Status TcpStore::EnsureConnected(Deadline deadline) {
     return sock.status().WithContext(fmt::format("store at {}", endpoint()));
   }
   socket_ = std::move(sock).value();
+  received_.clear();
   live_fd_ = socket_.fd();
   reached_peer_ = true;
   if (aborted_) {
@@ -152,7 +156,22 @@ Status TcpStore::RoundTrip(std::string& frame, uint64_t id, std::string* body,
                            Deadline deadline) {
   Status st = socket_.SendAll(frame.data(), frame.size(), deadline);
   while (st.ok()) {
-    st = net::ReadFrame(socket_, body, options_.max_frame, deadline);
+    // Until the answer begins, giving up leaves the stream whole: the connection stays and
+    // the late answer is skipped by its id on a later call (a reconnection per late answer
+    // turned a loaded store's slowness into a storm of reconnections). Once it begins, the
+    // rest of the frame gets a few seconds more if needed: a partial frame cannot be left.
+    auto ready = socket_.WaitReadable(deadline);
+    if (!ready.ok()) {
+      st = ready.status();
+      break;
+    }
+    if (!*ready) {
+      if (aborted_) break;  // closed below
+      return DeadlineExceeded("no answer from the store at {} before the deadline", endpoint());
+    }
+    const Deadline rest = deadline.remaining() > kFrameGrace ? deadline
+                                                             : Deadline::After(kFrameGrace);
+    st = ReadAnswer(body, rest);
     if (!st.ok()) break;
     net::Reader r(*body);
     uint64_t got = 0;
@@ -176,6 +195,36 @@ Status TcpStore::RoundTrip(std::string& frame, uint64_t id, std::string* body,
     return Unavailable("lost the store at {}: {}", endpoint(), st.message());
   }
   return st;
+}
+
+// Reads one answer frame: whatever the socket holds is read at once (one recv for a whole
+// small answer, not one for its header and one for its body); bytes beyond the frame stay
+// in received_ for the next.
+Status TcpStore::ReadAnswer(std::string* body, Deadline deadline) {
+  for (;;) {
+    if (received_.size() >= 4) {
+      const uint32_t n = net::DecodeFrameLength(received_.data());
+      if (n > options_.max_frame) {
+        return DataLoss("frame of {} bytes exceeds the limit of {}", n, options_.max_frame);
+      }
+      if (received_.size() >= 4 + size_t{n}) {
+        body->assign(received_, 4, n);
+        received_.erase(0, 4 + size_t{n});
+        return Status::Ok();
+      }
+    }
+    char chunk[16384];
+    const ssize_t got = ::recv(socket_.fd(), chunk, sizeof(chunk), MSG_DONTWAIT);
+    if (got > 0) {
+      received_.append(chunk, static_cast<size_t>(got));
+      continue;
+    }
+    if (got == 0) return Unavailable("the store closed the connection");
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return ErrnoStatus("recv from the store", errno);
+    COHORT_ASSIGN_OR_RETURN(bool ready, socket_.WaitReadable(deadline));
+    if (!ready) return DeadlineExceeded("receive from the store at {} timed out", endpoint());
+  }
 }
 
 void TcpStore::Abort() {

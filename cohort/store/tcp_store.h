@@ -63,11 +63,13 @@ class TcpStore final : public Store {
   // Sends the request in `frame` (whose id is `id`) and reads its response body into `body`.
   Status RoundTrip(std::string& frame, uint64_t id, std::string* body, Deadline deadline)
       COHORT_REQUIRES(mu_);
+  Status ReadAnswer(std::string* body, Deadline deadline) COHORT_REQUIRES(mu_);
 
   const TcpStoreOptions options_;
   Mutex mu_;  // serializes calls
   net::Socket socket_ COHORT_GUARDED_BY(mu_);
   uint64_t next_id_ COHORT_GUARDED_BY(mu_) = 1;
+  std::string received_ COHORT_GUARDED_BY(mu_);  // bytes read past the last answer
   std::atomic<bool> aborted_{false};
   std::atomic<int> live_fd_{-1};  // for Abort() from another thread
   // The last EnsureConnected got a TCP connection.
