@@ -1,6 +1,7 @@
 // Store tests: one suite run against every Store implementation, then StoreServer-specific
 // robustness tests (token, malformed and oversized frames, 1,000 concurrent clients).
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -148,6 +149,54 @@ TEST_F(StoreServerTest, ProbeTellsWhoIsAtTheEndpoint) {
   ASSERT_TRUE(reserved.ok());
   auto nothing = at(*reserved->LocalPort(), token_, 300);
   EXPECT_EQ(nothing.peer, StorePeer::kNothing) << nothing.status.ToString();
+}
+
+// A scripted server: the answer to a request the client gave up on arrives together with
+// the answer to its next request (one segment). The client must skip the first and return
+// the second at once, on the same connection.
+TEST(TcpStoreTest, LateAnswerAndNextAnswerInOneSegment) {
+  auto listener = net::Listen({.host = "127.0.0.1", .port = 0});
+  ASSERT_TRUE(listener.ok());
+  std::atomic<int> accepted{0};
+  std::thread server([&] {
+    pollfd p{listener->fd(), POLLIN, 0};
+    if (::poll(&p, 1, 10000) != 1) return;
+    net::Socket conn(::accept4(listener->fd(), nullptr, nullptr, SOCK_CLOEXEC));
+    ++accepted;
+    auto id_of = [&](std::string* body) {
+      EXPECT_TRUE(net::ReadFrame(conn, body, 1 << 20, Soon()).ok());
+      net::Reader r(*body);
+      uint8_t op = 0;
+      uint64_t id = 0;
+      EXPECT_TRUE(r.U8(&op) && r.U64(&id));
+      return id;
+    };
+    std::string body;
+    net::Writer hello;
+    const std::string ok_hello = hello.U64(id_of(&body)).U8(0).Finish();
+    ASSERT_TRUE(conn.SendAll(ok_hello.data(), ok_hello.size(), Soon()).ok());
+    const uint64_t first = id_of(&body);   // not answered in time
+    const uint64_t second = id_of(&body);  // sent once the client gave up on the first
+    net::Writer late, answer;
+    std::string both = late.U64(first).U8(0).Str("late").Finish();
+    both += answer.U64(second).U8(0).Str("v2").Finish();
+    ASSERT_TRUE(conn.SendAll(both.data(), both.size(), Soon()).ok());
+    char byte;
+    (void)conn.RecvAll(&byte, 1, Deadline::AfterMs(5000));  // until the client closes
+  });
+  auto client = TcpStore::Connect(
+      {.host = "127.0.0.1", .port = *listener->LocalPort(), .token = ""}, Soon());
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_EQ((*client)->Get("k1", Deadline::AfterMs(200)).status().code(),
+            StatusCode::kDeadlineExceeded);
+  auto start = SteadyClock::now();
+  auto second = (*client)->Get("k2", Deadline::AfterMs(4000));
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(*second, "v2");
+  EXPECT_LT(SecondsSince(start), 2.0) << "the answer sat in the client's buffer";
+  client->reset();
+  server.join();
+  EXPECT_EQ(accepted, 1);
 }
 
 TEST_F(StoreServerTest, RequestsBeforeHelloAreRefused) {

@@ -160,7 +160,8 @@ Status TcpStore::RoundTrip(std::string& frame, uint64_t id, std::string* body,
     // the late answer is skipped by its id on a later call (a reconnection per late answer
     // turned a loaded store's slowness into a storm of reconnections). Once it begins, the
     // rest of the frame gets a few seconds more if needed: a partial frame cannot be left.
-    auto ready = socket_.WaitReadable(deadline);
+    // (Bytes already read past a skipped late answer may hold this one: no waiting then.)
+    auto ready = received_.empty() ? socket_.WaitReadable(deadline) : Result<bool>(true);
     if (!ready.ok()) {
       st = ready.status();
       break;
