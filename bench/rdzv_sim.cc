@@ -29,6 +29,7 @@
 // Thread-safety: each agent thread owns its Rendezvous and store; the shared records are
 // guarded by one mutex (mu); the main thread reads commands and answers them.
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <pthread.h>
 
 #include <algorithm>
@@ -139,7 +140,7 @@ class Sim {
     }
     std::string errors;
     for (size_t i = 0; i < errors_.size(); ++i) {
-      errors += fmt::format("{}\"{}\"", i ? ", " : "", JsonEscape(errors_[i]));
+      errors += fmt::format("{}{}", i ? ", " : "", nlohmann::json(errors_[i]).dump());
     }
     return fmt::format(
         "{{\"round\": {}, \"done\": {}, \"reached\": {}, \"first\": {:.6f}, \"last\": {:.6f}, "
@@ -286,15 +287,6 @@ class Sim {
       a.started = false;
     }
     a.store.reset();
-  }
-
-  static std::string JsonEscape(std::string_view s) {
-    std::string out;
-    for (char c : s) {
-      if (c == '"' || c == '\\') out += '\\';
-      out += c == '\n' ? ' ' : c;
-    }
-    return out;
   }
 
   Options o_;

@@ -395,11 +395,7 @@ class StoreServer::Impl {
     int64_t timeout_ms;
     if (!r.I64(&timeout_ms) || !r.AtEnd() || timeout_ms < -1) return false;
     auto waiter = std::make_shared<Waiter>(conn, id, op, std::move(keys));
-    if (state_.ContainsAll(waiter->keys)) {
-      Answer(*waiter, conn);
-    } else {
-      Park(conn, waiter, std::min(timeout_ms, protocol::kMaxWaitMs));
-    }
+    AnswerOrPark(conn, waiter, timeout_ms);
     return true;
   }
 
@@ -449,11 +445,7 @@ class StoreServer::Impl {
     auto waiter = std::make_shared<Waiter>(conn, id, Op::kBeat,
                                            std::vector<std::string>{std::move(wait_key)});
     waiter->peeked = Values(peek_keys);
-    if (state_.ContainsAll(waiter->keys)) {
-      Answer(*waiter, conn);
-    } else {
-      Park(conn, waiter, std::min(timeout_ms, protocol::kMaxWaitMs));
-    }
+    AnswerOrPark(conn, waiter, timeout_ms);
     return true;
   }
 
@@ -490,6 +482,17 @@ class StoreServer::Impl {
     --unauthenticated_;
     conn->handshake_timer.cancel();
     Send(conn, std::move(OkResponse(id).Finish()));
+  }
+
+  // Answers at once when the waiter's keys all exist, else parks it until they do or its
+  // timeout (capped at kMaxWaitMs; -1: none).
+  void AnswerOrPark(const std::shared_ptr<Connection>& conn,
+                    const std::shared_ptr<Waiter>& waiter, int64_t timeout_ms) {
+    if (state_.ContainsAll(waiter->keys)) {
+      Answer(*waiter, conn);
+    } else {
+      Park(conn, waiter, std::min(timeout_ms, protocol::kMaxWaitMs));
+    }
   }
 
   void Park(const std::shared_ptr<Connection>& conn, const std::shared_ptr<Waiter>& waiter,
@@ -533,9 +536,7 @@ class StoreServer::Impl {
       Finish(waiter);
       if (c) {
         if (waiter->op == Op::kBeat) {
-          net::Writer w = OkResponse(waiter->id);
-          WritePeeked(w, waiter->peeked);
-          Send(c, std::move(w.U8(0).Finish()));
+          Send(c, BeatAnswer(*waiter, nullptr));  // a BEAT's timeout is an ordinary answer
         } else {
           Send(c, ErrorResponse(waiter->id, WaitTimeout(waiter->keys)));
         }
@@ -545,13 +546,24 @@ class StoreServer::Impl {
     ArmExpiryTimer();
   }
 
+  // A BEAT's answer: the values read when it came, then the wait key's value (null: the
+  // wait timed out).
+  std::string BeatAnswer(const Waiter& waiter, const std::string* waited) {
+    net::Writer w = OkResponse(waiter.id);
+    WritePeeked(w, waiter.peeked);
+    w.U8(waited ? 1 : 0);
+    if (waited) w.Str(*waited);
+    return std::move(w.Finish());
+  }
+
   // Answers a waiter whose keys all exist.
   void Answer(Waiter& waiter, const std::shared_ptr<Connection>& conn) {
-    net::Writer w = OkResponse(waiter.id);
     if (waiter.op == Op::kBeat) {
-      WritePeeked(w, waiter.peeked);
-      w.U8(1).Str(*state_.Find(waiter.keys[0]));
-    } else if (waiter.op == Op::kGet) {
+      Send(conn, BeatAnswer(waiter, state_.Find(waiter.keys[0])));
+      return;
+    }
+    net::Writer w = OkResponse(waiter.id);
+    if (waiter.op == Op::kGet) {
       w.Str(*state_.Find(waiter.keys[0]));
     } else if (waiter.op == Op::kMultiGet) {
       w.U32(static_cast<uint32_t>(waiter.keys.size()));
