@@ -18,6 +18,7 @@
 #include <optional>
 #include <thread>
 
+#include "cohort/agent/job_directory.h"
 #include "cohort/agent/log_sink.h"
 #include "cohort/agent/zygote.h"
 #include "cohort/base/event_fd.h"
@@ -101,10 +102,16 @@ class Agent::Impl {
         std::chrono::duration<double>(std::max(settings::kReconfigTimeout.Get(), 0.1)));
   }
 
+  // Runs the rounds, then records how this agent ended in the job's directory.
   AgentResult Run();
 
  private:
-  // The steps of Run, in order. Setup opens the signal fd, the store and the zygote; a
+  AgentResult RunRounds();
+  // The job's directory (job_directory.h), when this agent serves a metrics endpoint.
+  void PublishEndpoint();
+  void PublishEnd(const AgentResult& result);
+  int directory_index_ = 0;  // this agent's entry; 0: not published
+  // The steps of RunRounds, in order. Setup opens the signal fd, the store and the zygote; a
   // result is the agent's answer (it could not start).
   std::optional<AgentResult> Setup();
   // Remembers the round and publishes it (metrics, events, log). `first`: the job's first
@@ -685,6 +692,8 @@ void Agent::Impl::PublishStatus() {
   }
   nlohmann::json s = {{"run_id", o_.spec.run_id},
                       {"host", o_.self.host},
+                      {"addr", o_.self.addr},
+                      {"pid", ::getpid()},
                       {"state", std::string(WorkerStateName(state_))},
                       {"round", last_round_},
                       {"max_restarts", o_.spec.max_restarts},
@@ -1028,7 +1037,40 @@ std::optional<AgentResult> Agent::Impl::EndForLostPeer(const RendezvousInfo& inf
   return std::nullopt;
 }
 
+// The job's directory of monitoring endpoints (job_directory.h): best effort, bounded; a
+// store that does not answer costs the job nothing but its job-wide view.
+void Agent::Impl::PublishEndpoint() {
+  if (o_.metrics_url.empty() || directory_index_ > 0) return;
+  nlohmann::json record = {{"url", o_.metrics_url}, {"host", o_.self.host},
+                           {"addr", o_.self.addr}, {"pid", ::getpid()},
+                           {"started", WallSeconds()}};
+  auto index = agent::PublishEndpoint(*store_, o_.spec.run_id, record, Deadline::AfterMs(3000));
+  if (index.ok()) {
+    directory_index_ = *index;
+  } else {
+    COHORT_LOG_WARN(kLog, "could not publish the metrics endpoint in the job's store: {}",
+                    index.status().message());
+  }
+}
+
+void Agent::Impl::PublishEnd(const AgentResult& result) {
+  if (directory_index_ <= 0 || !store_) return;
+  const int code = result.exit_code;
+  const std::string state = code == kExitOk ? "SUCCEEDED" : code > 128 ? "STOPPED" : "FAILED";
+  nlohmann::json end = {{"state", state}, {"exit_code", code},
+                        {"summary", result.summary.substr(0, 600)}, {"time", WallSeconds()}};
+  Status s = agent::PublishEnd(*store_, o_.spec.run_id, directory_index_, end,
+                               Deadline::AfterMs(2000));
+  if (!s.ok()) COHORT_LOG_DEBUG(kLog, "could not record the end in the job's directory: {}", s.message());
+}
+
 AgentResult Agent::Impl::Run() {
+  AgentResult result = RunRounds();
+  PublishEnd(result);
+  return result;
+}
+
+AgentResult Agent::Impl::RunRounds() {
   if (auto early = Setup()) return *early;
   bool keep = false;  // the workers stay and are told the next round
   for (bool first = true;; first = false) {
@@ -1047,6 +1089,7 @@ AgentResult Agent::Impl::Run() {
               fmt::format("cohort: rendezvous failed: {}", info.status().message())};
     }
     RecordRound(*info, first, keep);
+    if (first) PublishEndpoint();
     Outcome outcome;
     std::optional<RoundEnd> why;
     {

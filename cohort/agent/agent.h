@@ -102,6 +102,10 @@ struct AgentOptions {
   std::string metrics_dir;
   metrics::StatusBoard* status = nullptr;
   metrics::EventLog* events = nullptr;
+  // Where other hosts reach this agent's metrics endpoint ("http://addr:port/"; empty:
+  // none): published in the job's directory (job_directory.h) once the agent has joined,
+  // with an end record when it stops, so that any agent's /job page shows the whole job.
+  std::string metrics_url;
 };
 
 struct AgentResult {

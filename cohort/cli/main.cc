@@ -10,6 +10,7 @@
 #include "cohort/cli/scaling_command.h"
 #include "cohort/cli/run_command.h"
 #include "cohort/cli/store_command.h"
+#include "cohort/cli/top_command.h"
 #include "cohort/cli/exec_sibling.h"
 
 namespace {
@@ -22,6 +23,7 @@ constexpr const char* kUsage =
     "Commands:\n"
     "  run     launch workers on this node (torchrun-compatible flags)\n"
     "  store   serve the rendezvous store for multi-node jobs\n"
+    "  top     the whole job in a terminal: every node and rank, restarts, logs\n"
     "  submit  submit a job spec (YAML) to a backend: local, slurm, kubernetes\n"
     "  status  a job's state; list recent jobs\n"
     "  logs    a job's log (--rank, --element, --follow)\n"
@@ -29,7 +31,8 @@ constexpr const char* kUsage =
     "  list    recent jobs\n"
     "  pipeline  multi-step workflows: run, resume, status, list, export (Argo)\n"
     "  bench   nccl-tests-style collective benchmarks (runs cohort-bench);\n"
-    "          bench scaling -- <cmd>: a training command at 1..N workers\n"
+    "          bench scaling -- <cmd>: a training command at 1..N workers,\n"
+    "          or (--nodes 1,2,3) on 1..N hosts\n"
     "\n"
     "Run 'cohort <command> --help' for a command's options.\n";
 
@@ -48,6 +51,7 @@ int main(int argc, char** argv) {
   args.erase(args.begin());
   if (command == "run") return cohort::cli::RunCommand(args);
   if (command == "store") return cohort::cli::StoreCommand(args);
+  if (command == "top") return cohort::cli::TopCommand(args);
   if (command == "bench" && !args.empty() && args[0] == "scaling") {
     return cohort::cli::ScalingCommand(std::vector<std::string>(args.begin() + 1, args.end()));
   }

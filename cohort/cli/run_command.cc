@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "cohort/agent/agent.h"
+#include "cohort/agent/job_directory.h"
 #include "cohort/base/exit_codes.h"
 #include "cohort/base/log.h"
 #include "cohort/base/settings.h"
@@ -21,6 +22,7 @@
 #include "cohort/cli/cli_util.h"
 #include "cohort/cli/exec_sibling.h"
 #include "cohort/metrics/http_server.h"
+#include "cohort/metrics/job_view.h"
 #include "cohort/net/socket.h"
 #include "cohort/store/etcd_store.h"
 #include "cohort/store/store_server.h"
@@ -470,11 +472,34 @@ int CheckValues(const RunFlags& f, int nproc, CheckedValues* out) {
   return -1;
 }
 
+// Opens a connection to the job's store within a deadline.
+using StoreConnector = std::function<Result<std::shared_ptr<store::Store>>(Deadline)>;
+
+// Reads the job's directory of metrics endpoints (job_directory.h) over a store connection
+// of its own, made on first use and again after a failure. Called only by JobView, which
+// serializes its calls.
+std::function<Result<std::vector<metrics::EndpointEntry>>()> JobDirectoryReader(
+    StoreConnector connect, std::string run_id) {
+  return [connect = std::move(connect), run_id = std::move(run_id),
+          store = std::shared_ptr<store::Store>()]() mutable
+         -> Result<std::vector<metrics::EndpointEntry>> {
+    const Deadline deadline = Deadline::AfterMs(2000);
+    if (!store) {
+      COHORT_ASSIGN_OR_RETURN(store, connect(deadline));
+    }
+    auto entries = agent::ReadDirectory(*store, run_id, deadline);
+    if (!entries.ok()) store.reset();
+    return entries;
+  };
+}
+
 // The agent's /metrics endpoint and dashboard (--metrics-port): wires `status` and `events`
 // into the agent's options; nullptr (with a warning) when it cannot listen.
 std::unique_ptr<metrics::MetricsServer> StartMetrics(const RunFlags& f, const std::string& run_id,
                                                      metrics::StatusBoard& status,
                                                      metrics::EventLog& events,
+                                                     const StoreConnector& connect_within,
+                                                     std::unique_ptr<metrics::JobView>* job_view,
                                                      agent::AgentOptions& o) {
   std::unique_ptr<metrics::MetricsServer> metrics_server;
   // Per agent process: two agents of one job on one machine share the log directory.
@@ -499,9 +524,15 @@ std::unique_ptr<metrics::MetricsServer> StartMetrics(const RunFlags& f, const st
     }
     return out;
   };
+  *job_view = std::make_unique<metrics::JobView>(metrics::JobViewOptions{
+      .list = JobDirectoryReader(connect_within, run_id)});
+  mo.job = [view = job_view->get()] { return view->Snapshot(); };
   auto started = metrics::MetricsServer::Start(mo);
   if (started.ok()) {
     metrics_server = std::move(*started);
+    o.metrics_url = fmt::format("http://{}:{}/", f.metrics_host == "0.0.0.0" ? o.self.addr
+                                                                              : f.metrics_host,
+                                metrics_server->port());
     fmt::print(stderr, "cohort: metrics on http://{}:{}/metrics, dashboard on http://{}:{}/\n",
                f.metrics_host == "0.0.0.0" ? o.self.addr : f.metrics_host,
                metrics_server->port(),
@@ -569,7 +600,7 @@ int ServeOrJoinStore(StorePlan& plan, const rendezvous::RendezvousConfig& rdzv, 
 // where this agent serves a loopback store for its own workers.
 void WireJobStore(const StorePlan& plan, const std::string& store_addr, bool use_etcd,
                   bool serving, const store::EtcdStoreOptions& etcd, const std::string& run_id,
-                  Duration join_timeout, agent::AgentOptions& o) {
+                  Duration join_timeout, agent::AgentOptions& o, StoreConnector* connect_within) {
   if (use_etcd && !serving) {
     o.spec.store_access.kind = JobStoreAccess::Kind::kEtcd;
     o.spec.store_access.etcd_endpoints = etcd.endpoints;
@@ -586,12 +617,9 @@ void WireJobStore(const StorePlan& plan, const std::string& store_addr, bool use
     o.spec.store_access.port = plan.port;
     o.spec.store_access.token = plan.token;
   }
-  const Deadline connect_deadline = Deadline::After(join_timeout);
   const store::TcpStoreOptions store_options{
       .host = store_addr, .port = plan.port, .token = plan.token};
-  o.connect_store = [store_options, connect_deadline]()
-      -> Result<std::shared_ptr<store::Store>> {
-    Deadline d = connect_deadline.expired() ? Deadline::AfterMs(5000) : connect_deadline;
+  *connect_within = [store_options](Deadline d) -> Result<std::shared_ptr<store::Store>> {
     COHORT_ASSIGN_OR_RETURN(auto s, store::TcpStore::Connect(store_options, d));
     return std::shared_ptr<store::Store>(std::move(s));
   };
@@ -599,12 +627,15 @@ void WireJobStore(const StorePlan& plan, const std::string& store_addr, bool use
     // Each connection is its own EtcdStore (the agent's and the watcher's), keys under
     // "/cohort/<run id>/" (etcd.prefix). Connect gives up after the request timeout when no
     // member answers.
-    o.connect_store = [etcd, connect_deadline]() -> Result<std::shared_ptr<store::Store>> {
-      Deadline d = connect_deadline.expired() ? Deadline::AfterMs(5000) : connect_deadline;
+    *connect_within = [etcd](Deadline d) -> Result<std::shared_ptr<store::Store>> {
       COHORT_ASSIGN_OR_RETURN(auto s, store::EtcdStore::Connect(etcd, d));
       return std::shared_ptr<store::Store>(std::move(s));
     };
   }
+  const Deadline connect_deadline = Deadline::After(join_timeout);
+  o.connect_store = [connect = *connect_within, connect_deadline] {
+    return connect(connect_deadline.expired() ? Deadline::AfterMs(5000) : connect_deadline);
+  };
 }
 
 // Where the store is: embedded on a free loopback port for one node without an endpoint,
@@ -786,7 +817,7 @@ int Resolve(ResolvedRun* r) {
 // The agent's options: the worker group, this node, the rendezvous and the job's store
 // (reached at `store_addr`; `serving`: this agent's server holds it).
 agent::AgentOptions AgentOptionsFor(const ResolvedRun& r, const std::string& store_addr,
-                                    bool serving) {
+                                    bool serving, StoreConnector* connect_within) {
   const RunFlags& f = r.f;
   agent::AgentOptions o;
   o.spec.argv = r.argv;
@@ -819,7 +850,7 @@ agent::AgentOptions AgentOptionsFor(const ResolvedRun& r, const std::string& sto
   o.spec.flight_recorder_dir =
       worker_env::Inherited(worker_env::kFlightRecorderDir).value_or("");
   WireJobStore(r.plan, store_addr, r.use_etcd, serving, r.etcd,
-               r.rdzv.run_id, r.rdzv.join_timeout, o);
+               r.rdzv.run_id, r.rdzv.join_timeout, o, connect_within);
   o.serves_store = serving && !r.use_etcd;
   return o;
 }
@@ -856,12 +887,16 @@ int RunCommand(const std::vector<std::string>& args) {
   // 3. The agent, and its monitoring: workers export their metrics under the run's log
   // directory; the endpoint serves them with the agent's own. A failure there never stops
   // the job.
-  agent::AgentOptions o =
-      AgentOptionsFor(r, r.plan.serve ? local_store_addr : r.plan.host, server != nullptr);
+  StoreConnector connect_within;
+  agent::AgentOptions o = AgentOptionsFor(r, r.plan.serve ? local_store_addr : r.plan.host,
+                                          server != nullptr, &connect_within);
   metrics::StatusBoard status;
   metrics::EventLog events(2000);
+  std::unique_ptr<metrics::JobView> job_view;
   std::unique_ptr<metrics::MetricsServer> metrics_server =
-      r.f.metrics_port >= 0 ? StartMetrics(r.f, r.rdzv.run_id, status, events, o) : nullptr;
+      r.f.metrics_port >= 0
+          ? StartMetrics(r.f, r.rdzv.run_id, status, events, connect_within, &job_view, o)
+          : nullptr;
 
   // 4. Run until the job ends here.
   agent::AgentResult result = agent::Agent(std::move(o)).Run();

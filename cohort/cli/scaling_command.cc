@@ -4,6 +4,11 @@
 // of samples/s, epoch time, speed-up and efficiency against linear scaling; writes the
 // table as JSON and a plot as SVG into DIR.
 //
+// `--nodes 1,2,3` varies hosts instead: for each count N, N network-namespace hosts
+// (netns_hosts.h, root) each run one agent (`cohort run --nnodes N --nproc-per-node P`)
+// that meet through the store served by the first; every rank of every host exports its
+// metrics into one directory. The efficiency is then per node.
+//
 // Throughput is the sum over ranks of each rank's mean cohort_train_samples_per_second over
 // its snapshots after the first quarter of the run (start-up excluded); epoch time comes
 // from rank 0's cohort_train_epoch over the same span. A command that exports no such
@@ -28,6 +33,7 @@
 #include "cohort/base/subprocess.h"
 #include "cohort/base/worker_env.h"
 #include "cohort/cli/cli_util.h"
+#include "cohort/cli/netns_hosts.h"
 
 namespace cohort::cli {
 namespace {
@@ -36,7 +42,7 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 struct Row {
-  int workers = 0;
+  int workers = 0;  // the count varied: workers, or nodes with --nodes
   int exit_code = 0;
   double wall_s = 0;
   double samples_per_s = -1;  // -1: not reported
@@ -90,7 +96,7 @@ void ReadRun(const std::string& dir, Row* row) {
   if (any) row->samples_per_s = total;
 }
 
-std::string Svg(const std::vector<Row>& rows) {
+std::string Svg(const std::vector<Row>& rows, const std::string& unit) {
   const double w = 560, h = 360, left = 60, bottom = 310, top = 30, right = 530;
   int max_k = 1;
   double max_v = 1;
@@ -108,16 +114,16 @@ std::string Svg(const std::vector<Row>& rows) {
   std::string out = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
       "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" "
-      "fill=\"white\"/>\n<text x=\"{}\" y=\"18\" font-size=\"14\">samples/s against workers "
+      "fill=\"white\"/>\n<text x=\"{}\" y=\"18\" font-size=\"14\">samples/s against {} "
       "(dashed: linear)</text>\n<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#333\"/>\n"
       "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#333\"/>\n",
-      w, h, left, left, bottom, right, bottom, left, bottom, left, top);
+      w, h, left, unit, left, bottom, right, bottom, left, bottom, left, top);
   for (const auto& r : rows) {
     out += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
                        x(r.workers), bottom + 18, r.workers);
   }
-  out += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">workers</text>\n",
-                     (left + right) / 2, bottom + 40);
+  out += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
+                     (left + right) / 2, bottom + 40, unit);
   for (int i = 0; i <= 4; ++i) {
     double v = max_v * i / 4;
     out += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{:.0f}</text>\n",
@@ -159,47 +165,118 @@ std::optional<std::vector<int>> ParseCounts(const std::string& text) {
   return counts;
 }
 
-// Runs `command` under `cohort run --nproc-per-node k` with its own log and metrics
+// Waits for every process of one run (bounded by `timeout`; then SIGTERM, and SIGKILL
+// after 10 s) and reaps them; the first failure (or the last exit) is the run's.
+ExitStatus WaitAll(std::vector<Child>& children, double timeout, const std::string& what) {
+  const Deadline deadline = Deadline::After(std::chrono::duration_cast<Duration>(
+      std::chrono::duration<double>(timeout)));
+  std::vector<bool> done(children.size(), false);
+  ExitStatus result;
+  bool failed = false, stopped = false;
+  for (size_t left = children.size(); left > 0;) {
+    std::vector<pollfd> fds;
+    std::vector<size_t> idx;
+    for (size_t i = 0; i < children.size(); ++i) {
+      if (!done[i]) {
+        fds.push_back({children[i].pidfd, POLLIN, 0});
+        idx.push_back(i);
+      }
+    }
+    const int wait_ms = deadline.expired() ? 10000 : deadline.PollTimeoutMs();
+    if (::poll(fds.data(), fds.size(), wait_ms) == 0) {
+      const int sig = stopped ? SIGKILL : SIGTERM;
+      if (!stopped) {
+        fmt::print(stderr, "cohort bench scaling: {} ran past --timeout {} s; stopped\n", what,
+                   timeout);
+      }
+      stopped = true;
+      for (size_t i : idx) SignalGroup(children[i].pid, sig);
+      continue;
+    }
+    for (size_t k = 0; k < fds.size(); ++k) {
+      if (!fds[k].revents) continue;
+      Child& c = children[idx[k]];
+      ExitStatus st = Reap(c.pid);
+      ::close(c.pidfd);
+      done[idx[k]] = true;
+      --left;
+      if (!failed) result = st;
+      failed = failed || !st.success();
+    }
+  }
+  return result;
+}
+
+// Runs `command` under `cohort run --nproc-per-node k` (or, with `hosts`, on hosts.size()
+// network-namespace hosts with `nproc` workers each) with its own log and metrics
 // directories under `out`; an error only when the run could not start.
 Result<Row> RunAtCount(int k, const std::vector<std::string>& command, const std::string& out,
-                       double timeout) {
+                       double timeout, const NetnsHosts* hosts, int nproc) {
   Row row;
   row.workers = k;
-  const std::string run_dir = fmt::format("{}/workers{}", out, k);
+  const std::string run_dir = fmt::format("{}/{}{}", out, hosts ? "nodes" : "workers", k);
   std::error_code ec;
   fs::remove_all(run_dir, ec);
   fs::create_directories(run_dir + "/metrics", ec);
-  SpawnOptions so;
-  so.argv = {SelfExe(), "run", "--nproc-per-node", std::to_string(k), "--log-dir",
-             run_dir + "/logs", "--"};
-  so.argv.insert(so.argv.end(), command.begin(), command.end());
   // The workers of that run inherit these (worker_env.h) and export their metrics there.
-  so.env = MergeEnvironment({{worker_env::kMetricsDir, run_dir + "/metrics"},
-                             {worker_env::kMetricsHistory, "1"}});
-  so.output_file = run_dir + "/output.log";
-  fmt::print(stderr, "cohort bench scaling: {} worker(s)...\n", k);
-  const auto start = SteadyClock::now();
-  COHORT_ASSIGN_OR_RETURN(Child child, Spawn(so));
-  pollfd p{child.pidfd, POLLIN, 0};
-  if (::poll(&p, 1, static_cast<int>(timeout * 1000)) == 0) {
-    SignalGroup(child.pid, SIGTERM);
-    fmt::print(stderr, "cohort bench scaling: {} worker(s) ran past --timeout {} s; stopped\n",
-               k, timeout);
+  std::vector<std::pair<std::string, std::string>> env = {
+      {worker_env::kMetricsDir, run_dir + "/metrics"}, {worker_env::kMetricsHistory, "1"}};
+  std::vector<SpawnOptions> runs;
+  if (!hosts) {
+    SpawnOptions so;
+    so.argv = {SelfExe(), "run", "--nproc-per-node", std::to_string(k), "--log-dir",
+               run_dir + "/logs", "--"};
+    so.argv.insert(so.argv.end(), command.begin(), command.end());
+    so.output_file = run_dir + "/output.log";
+    runs.push_back(so);
+    fmt::print(stderr, "cohort bench scaling: {} worker(s)...\n", k);
+  } else {
+    // One agent per host; the first host's agent serves the store (its address is the
+    // endpoint), the job's token is shared through the environment.
+    env.emplace_back(worker_env::kToken, RandomHex(16));
+    const std::string endpoint = hosts->addr(0) + ":29400";
+    const std::string id = fmt::format("scaling-{}-{}", k, RandomHex(4));
+    for (int i = 0; i < k; ++i) {
+      SpawnOptions so;
+      std::vector<std::string> argv = {
+          SelfExe(), "run", "--nnodes", std::to_string(k), "--nproc-per-node",
+          std::to_string(nproc), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
+          "--rdzv-id", id, "--local-addr", hosts->addr(i), "--log-dir",
+          fmt::format("{}/logs/node{}", run_dir, i), "--"};
+      argv.insert(argv.end(), command.begin(), command.end());
+      so.argv = hosts->On(i, argv);
+      so.output_file = fmt::format("{}/output-node{}.log", run_dir, i);
+      runs.push_back(so);
+    }
+    fmt::print(stderr, "cohort bench scaling: {} node(s) x {} worker(s)...\n", k, nproc);
   }
-  ExitStatus st = Reap(child.pid);
-  ::close(child.pidfd);
+  const auto start = SteadyClock::now();
+  std::vector<Child> children;
+  for (auto& so : runs) {
+    so.env = MergeEnvironment(env);
+    so.new_session = true;  // its own process group: stopped as a whole at the timeout
+    auto child = Spawn(so);
+    if (!child.ok()) {
+      for (auto& c : children) SignalGroup(c.pid, SIGKILL);
+      WaitAll(children, 30, "the run");
+      return child.status();
+    }
+    children.push_back(*child);
+  }
+  const std::string what = hosts ? fmt::format("{} node(s)", k) : fmt::format("{} worker(s)", k);
+  ExitStatus st = WaitAll(children, timeout, what);
   row.wall_s = SecondsSince(start);
   row.exit_code = st.exited ? st.code : 128 + st.signal;
   ReadRun(run_dir + "/metrics", &row);
   if (!st.success()) {
-    fmt::print(stderr, "cohort bench scaling: {} worker(s) failed ({}); see {}/output.log\n", k,
+    fmt::print(stderr, "cohort bench scaling: {} failed ({}); see {}/output*.log\n", what,
                st.Describe(), run_dir);
   }
   return row;
 }
 
 // The table on stdout, scaling.json and scaling.svg in `out`.
-void Report(const std::vector<Row>& rows, const std::string& out) {
+void Report(const std::vector<Row>& rows, const std::string& out, const std::string& unit) {
   const Row* first = nullptr;
   for (const auto& r : rows) {
     if (r.samples_per_s > 0) {
@@ -208,7 +285,7 @@ void Report(const std::vector<Row>& rows, const std::string& out) {
     }
   }
   json table = json::array();
-  fmt::print("{:>8} {:>12} {:>10} {:>9} {:>11} {:>8}  {}\n", "workers", "samples/s", "epoch s",
+  fmt::print("{:>8} {:>12} {:>10} {:>9} {:>11} {:>8}  {}\n", unit, "samples/s", "epoch s",
              "speed-up", "efficiency", "wall s", "exit");
   auto or_null = [](double v) { return v < 0 ? json(nullptr) : json(v); };
   for (const auto& r : rows) {
@@ -221,7 +298,7 @@ void Report(const std::vector<Row>& rows, const std::string& out) {
                num(r.samples_per_s, 0), num(r.epoch_s, 2), num(speedup, 2),
                eff < 0 ? std::string("-") : fmt::format("{:.0f}%", 100 * eff), r.wall_s,
                r.exit_code);
-    table.push_back({{"workers", r.workers},
+    table.push_back({{unit, r.workers},
                      {"samples_per_s", or_null(r.samples_per_s)},
                      {"epoch_s", or_null(r.epoch_s)},
                      {"speedup", or_null(speedup)},
@@ -230,10 +307,11 @@ void Report(const std::vector<Row>& rows, const std::string& out) {
                      {"exit_code", r.exit_code}});
   }
   std::ofstream(out + "/scaling.json") << table.dump(1) << "\n";
-  std::ofstream(out + "/scaling.svg") << Svg(rows);
-  fmt::print("# efficiency: samples/s per worker against the {}-worker run; table in "
+  std::ofstream(out + "/scaling.svg") << Svg(rows, unit);
+  fmt::print("# efficiency: samples/s per {} against the {}-{} run; table in "
              "{}/scaling.json, plot in {}/scaling.svg\n",
-             first ? first->workers : 1, out, out);
+             unit == "nodes" ? "node" : "worker", first ? first->workers : 1,
+             unit == "nodes" ? "node" : "worker", out, out);
 }
 
 }  // namespace
@@ -252,6 +330,12 @@ int ScalingCommand(const std::vector<std::string>& args) {
   app.add_option("--max-workers", max_workers, "run 1..N workers")->check(CLI::PositiveNumber);
   app.add_option("--out", out_dir, "directory for scaling.json, scaling.svg and the logs");
   app.add_option("--timeout", timeout, "seconds each run may take");
+  std::string nodes_text;
+  int nproc = 1;
+  app.add_option("--nodes", nodes_text,
+                 "node counts, e.g. 1,2,3: one agent per network-namespace host (root)");
+  app.add_option("--nproc-per-node", nproc, "workers per node with --nodes")
+      ->check(CLI::Range(1, 1024));
   app.footer("Usage: cohort bench scaling [options] -- <training command>");
   if (int rc = ParseCommandLine(app, ours, "bench scaling"); rc >= 0) return rc;
   if (command.empty()) {
@@ -260,7 +344,16 @@ int ScalingCommand(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   std::vector<int> counts;
-  if (!workers_text.empty()) {
+  if (!nodes_text.empty()) {
+    auto parsed = ParseCounts(nodes_text);
+    if (!parsed || !workers_text.empty()) {
+      fmt::print(stderr, "cohort bench scaling: --nodes '{}' is not a list of node counts such "
+                         "as 1,2,3 (and does not go with --workers)\n",
+                 nodes_text);
+      return kExitInvalidValue;
+    }
+    counts = *parsed;
+  } else if (!workers_text.empty()) {
     auto parsed = ParseCounts(workers_text);
     if (!parsed) {
       fmt::print(stderr, "cohort bench scaling: --workers '{}' is not a list of counts "
@@ -281,11 +374,21 @@ int ScalingCommand(const std::vector<std::string>& args) {
   const std::string out = fs::absolute(out_dir).string();
   std::vector<Row> rows;
   for (int k : counts) {
-    auto row = RunAtCount(k, command, out, timeout);
+    std::unique_ptr<NetnsHosts> hosts;
+    if (!nodes_text.empty()) {
+      auto made = NetnsHosts::Create(k);
+      if (!made.ok()) {
+        const bool root = made.status().code() == StatusCode::kFailedPrecondition;
+        return CommandFailed("bench scaling", made.status(),
+                             root ? kExitInvalidValue : kExitInternal);
+      }
+      hosts = std::move(*made);
+    }
+    auto row = RunAtCount(k, command, out, timeout, hosts.get(), nproc);
     if (!row.ok()) return CommandFailed("bench scaling", row.status(), kExitInternal);
     rows.push_back(*row);
   }
-  Report(rows, out);
+  Report(rows, out, nodes_text.empty() ? "workers" : "nodes");
   bool all_ok =
       std::all_of(rows.begin(), rows.end(), [](const Row& r) { return r.exit_code == 0; });
   return all_ok ? kExitOk : kExitWorkerFailed;

@@ -46,8 +46,20 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(ServerOptions option
     res.set_header("Cache-Control", "no-store");
     res.set_content(self->History().dump(), "application/json");
   });
+  s->server_->Get("/api/job", [self](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Cache-Control", "no-store");
+    if (!self->o_.job) {
+      res.status = 404;
+      res.set_content(R"({"error":"this endpoint has no job view"})", "application/json");
+      return;
+    }
+    res.set_content(self->o_.job().dump(), "application/json");
+  });
   s->server_->Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(kDashboardPage, "text/html; charset=utf-8");
+  });
+  s->server_->Get("/job", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(kJobPage, "text/html; charset=utf-8");
   });
   const std::string& host = s->o_.host;
   if (s->o_.port == 0) {

@@ -4,7 +4,10 @@
 //   GET /api/state    JSON for the dashboard: the agent's state (from the provider), each
 //                     rank's latest metrics, utilisation, recent events (?since=<seq>)
 //   GET /api/history  each rank's samples/s, loss and step over time (the chart)
+//   GET /api/job      the whole job (every agent of the job's directory, job_view.h), when
+//                     the server was given `job`
 //   GET /             the live dashboard (dashboard_page.cc), which polls /api/state
+//   GET /job          the job-wide page (job_page.cc), which polls /api/job
 // Monitoring never fails the job: a port in use is an error from Start() with a clear
 // message, and the caller (cohort run) goes on without the endpoint.
 //
@@ -38,6 +41,7 @@ struct ServerOptions {
   EventLog* events = nullptr;         // restarts, failures, log lines
   std::function<nlohmann::json()> state;                     // the agent's own state
   std::function<std::vector<WorkerProcess>()> workers;        // live worker processes
+  std::function<nlohmann::json()> job;                        // the job-wide view (/api/job)
 };
 
 class MetricsServer {
@@ -64,7 +68,8 @@ class MetricsServer {
   nlohmann::json last_system_ COHORT_GUARDED_BY(mu_);
 };
 
-// The dashboard page (HTML + JS, no external resources).
+// The dashboard page and the job-wide page (HTML + JS, no external resources).
 extern const char kDashboardPage[];
+extern const char kJobPage[];
 
 }  // namespace cohort::metrics

@@ -565,7 +565,10 @@ std::string Rendezvous::PeerHost(int64_t round, int slot) {
   auto record = store_->Peek({RoundKey(round, fmt::format("node{}", slot))}, CallDeadline());
   if (!record.ok() || !(*record)[0]) return "unknown host";
   auto node = NodeInfo::FromJson(*(*record)[0]);
-  return node.ok() ? node->host : "unknown host";
+  if (!node.ok()) return "unknown host";
+  // Several nodes may share a host name (containers, network namespaces): the address too.
+  return node->addr.empty() || node->addr == node->host ? node->host
+                                                        : node->host + " at " + node->addr;
 }
 
 // The last member of the round to finish closes the job, which wakes a store host that

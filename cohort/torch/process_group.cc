@@ -11,6 +11,8 @@
 #include <stdexcept>
 
 #include "cohort/base/strings.h"
+#include "cohort/metrics/exporter.h"
+#include "cohort/metrics/registry.h"
 
 namespace cohort::torch_backend {
 
@@ -291,6 +293,7 @@ void Executor::Push(c10::intrusive_ptr<CohortWork> work, Task task) {
     MutexLock lock(&mu_);
     TORCH_CHECK(!stopping_, "cohort backend: the process group is being destroyed");
     ++issued_;
+    last_push_ = SteadyClock::now();
     queue_.emplace_back(std::move(work), std::move(task));
   }
   cv_.SignalAll();
@@ -316,8 +319,28 @@ void Executor::RunTaken(Item& item) {
   {
     MutexLock lock(&mu_);
     running_ = false;
+    if (queue_.empty()) RecordDrain();
   }
   cv_.SignalAll();
+}
+
+void Executor::RecordDrain() {
+  static metrics::Counter& total = metrics::DefaultRegistry().GetCounter(
+      "cohort_comm_wait_seconds_total",
+      "Time from the last collective issued until the backend had finished them all");
+  static metrics::Gauge& fraction = metrics::DefaultRegistry().GetGauge(
+      "cohort_comm_wait_fraction",
+      "Share of wall time spent waiting for issued collectives to finish (last 2 s or more)");
+  const auto now = SteadyClock::now();
+  const double wait = std::chrono::duration<double>(now - last_push_).count();
+  total.Add(wait);
+  window_wait_s_ += wait;
+  const double window = std::chrono::duration<double>(now - window_start_).count();
+  if (window >= 2.0) {
+    fraction.Set(std::min(1.0, window_wait_s_ / window));
+    window_start_ = now;
+    window_wait_s_ = 0;
+  }
 }
 
 void Executor::Loop() {
@@ -396,6 +419,9 @@ CohortProcessGroup::CohortProcessGroup(const c10::intrusive_ptr<c10d::Store>& st
   }
   comm_ = std::move(*comm);
   executor_ = std::make_shared<Executor>();
+  // Under `cohort run --metrics-port`: the collectives' counts, bytes, time and wait go to
+  // the agent's /metrics and dashboard like cohort-train's (no-op without a metrics dir).
+  metrics::StartWorkerExporter();
   init();
 }
 

@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "cohort/base/mutex.h"
+#include "cohort/base/time.h"
 #include "cohort/comm/communicator.h"
 
 namespace cohort::torch_backend {
@@ -55,6 +56,13 @@ class Executor {
   CondVar cv_;  // an item was queued or finished, or the executor stops
   std::deque<Item> queue_ COHORT_GUARDED_BY(mu_);
   bool running_ COHORT_GUARDED_BY(mu_) = false;  // an item is being run (worker or helper)
+  // Communication wait, for /metrics and the dashboard: each time the queue drains, the
+  // time since the last operation was issued (what a caller that waits for its last
+  // collective, as DDP does at the end of backward, or a synchronous call, waits).
+  void RecordDrain() COHORT_REQUIRES(mu_);
+  SteadyClock::time_point last_push_ COHORT_GUARDED_BY(mu_);
+  SteadyClock::time_point window_start_ COHORT_GUARDED_BY(mu_) = SteadyClock::now();
+  double window_wait_s_ COHORT_GUARDED_BY(mu_) = 0;
   bool stopping_ COHORT_GUARDED_BY(mu_) = false;
   uint64_t issued_ COHORT_GUARDED_BY(mu_) = 0;
   std::thread worker_;  // started by the constructor, joined by Stop

@@ -5,6 +5,7 @@ Fashion-MNIST with the loss trajectory of gloo; new_group; a peer killed mid-col
 same checks under torchrun. Each run asserts the world size every rank saw.
 """
 import os
+import json
 import re
 from pathlib import Path
 
@@ -25,12 +26,34 @@ def rank_results(text, world):
     return got
 
 
+def metric(snapshot, name, **labels):
+    """The value of `name` with exactly `labels` in a rank<R>.json snapshot (None if absent)."""
+    for m in snapshot["metrics"]:
+        if m["name"] == name and m.get("labels", {}) == {k: str(v) for k, v in labels.items()}:
+            return m.get("value")
+    return None
+
+
 @pytest.mark.parametrize("world", [2, 3])
 def test_every_collective_under_cohort_run(cohort, need_torch, launcher, tmp_path, world):
+    metrics_dir = tmp_path / "metrics"
     p = launcher.run([cohort, "run", "--nproc-per-node", world, "--log-dir", tmp_path / "logs",
-                      WORKER, launcher.marker], timeout=600)
+                      WORKER, launcher.marker], timeout=600,
+                     env=U.clean_env(COHORT_METRICS_DIR=str(metrics_dir)))
     assert p.p.returncode == 0, p.describe()
     out = p.stdout
+    # Every rank exported what its collectives did, as cohort-train's do (the agent serves
+    # these files on /metrics and the dashboards).
+    for r in range(world):
+        snap = json.loads((metrics_dir / ("rank%d.json" % r)).read_text())
+        assert snap["rank"] == r
+        ops = metric(snap, "cohort_comm_operations_total", op="allreduce")
+        assert ops is not None and ops >= 20, (r, ops)
+        assert metric(snap, "cohort_comm_bytes_total", op="allreduce") > 0
+        assert metric(snap, "cohort_comm_seconds_total", op="allreduce") > 0
+        assert metric(snap, "cohort_comm_operations_total", op="broadcast") >= 1
+        wait = metric(snap, "cohort_comm_wait_seconds_total")
+        assert wait is not None and wait > 0, (r, wait)
     for r in range(world):
         assert re.search(rf"rank {r} of {world}: backend cohort over shm", out), out[-2000:]
     for r, (checks, failures) in rank_results(out, world).items():

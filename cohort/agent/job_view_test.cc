@@ -1,0 +1,153 @@
+// The job-wide view end to end below the command line: agents' records in a real store
+// (MemoryStore), real MetricsServers answering /api/state on loopback, and JobView merging
+// them: a running node with its ranks, a node that ended cleanly, a killed node shown as
+// LOST with the cause its survivors recorded, and an endpoint answered by another agent.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "cohort/agent/job_directory.h"
+#include "cohort/base/temp_dir.h"
+#include "cohort/metrics/http_server.h"
+#include "cohort/metrics/job_view.h"
+#include "cohort/net/socket.h"
+#include "cohort/store/memory_store.h"
+
+namespace cohort::agent {
+namespace {
+
+using json = nlohmann::json;
+
+// An agent's endpoint: `agent` as its state, the ranks' exported snapshots in `metrics_dir`,
+// rank 1's process is this test's.
+std::unique_ptr<metrics::MetricsServer> Agent(json agent, metrics::EventLog* events,
+                                              std::string metrics_dir = "") {
+  metrics::ServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.events = events;
+  o.metrics_dir = metrics_dir;
+  o.state = [agent] { return agent; };
+  o.workers = [] { return std::vector<metrics::WorkerProcess>{{1, 1, ::getpid()}}; };
+  auto s = metrics::MetricsServer::Start(o);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return std::move(*s);
+}
+
+std::string Url(int port) { return fmt::format("http://127.0.0.1:{}/", port); }
+
+// A port nobody listens on (bound, then closed).
+int DeadPort() {
+  auto l = net::Listen({.host = "127.0.0.1", .port = 0});
+  EXPECT_TRUE(l.ok());
+  return *l->LocalPort();
+}
+
+TEST(JobDirectoryTest, PublishReadAndEnd) {
+  store::MemoryStore store;
+  const Deadline d = Deadline::AfterMs(5000);
+  EXPECT_FALSE(PublishEndpoint(store, "job", json{{"host", "a"}}, d).ok());  // no url
+  auto first = PublishEndpoint(store, "job", {{"url", "http://a:1/"}, {"addr", "10.0.0.1"}}, d);
+  auto second = PublishEndpoint(store, "job", {{"url", "http://b:1/"}, {"addr", "10.0.0.2"}}, d);
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(*first, 1);
+  EXPECT_EQ(*second, 2);
+  ASSERT_TRUE(PublishEnd(store, "job", 2, {{"state", "SUCCEEDED"}, {"exit_code", 0}}, d).ok());
+  ASSERT_TRUE(store.Set("metrics/job/node3", "not json", d).ok());  // skipped, not fatal
+  ASSERT_TRUE(store.Add("metrics/job/node", 1, d).ok());
+  auto entries = ReadDirectory(store, "job", d);
+  ASSERT_TRUE(entries.ok()) << entries.status().ToString();
+  ASSERT_EQ(entries->size(), 2u);
+  EXPECT_EQ((*entries)[0].record["addr"], "10.0.0.1");
+  EXPECT_FALSE((*entries)[0].end.has_value());
+  EXPECT_EQ((*entries)[1].end->at("state"), "SUCCEEDED");
+  // Another job's directory is its own.
+  EXPECT_TRUE(ReadDirectory(store, "other", d)->empty());
+}
+
+TEST(JobViewTest, RunningFinishedLostAndImpostor) {
+  store::MemoryStore store;
+  const Deadline d = Deadline::AfterMs(5000);
+  // Node 1 runs two ranks and recorded that the job went on without 10.9.0.3.
+  metrics::EventLog events(100);
+  events.Add({{"type", "round"}, {"round", 0}, {"cause", "start"}});
+  events.Add({{"type", "log"}, {"rank", 1}, {"line", "epoch 1 done"}});
+  json agent1 = json::parse(R"({
+    "run_id": "job", "host": "h", "state": "HEALTHY", "round": 1, "world_size": 2,
+    "group_rank": 0, "restarts": 1,
+    "ranks": [{"rank": 0, "state": "HEALTHY"}, {"rank": 1, "state": "HEALTHY"}]})");
+  agent1["pid"] = ::getpid();
+  TempDir dir("job-view-test-");
+  auto gauge = [](const char* name, double v, json labels = json::object()) {
+    return json{{"name", name}, {"type", "gauge"}, {"help", ""}, {"labels", labels},
+                {"value", v}};
+  };
+  std::ofstream(dir.path() + "/rank0.json")
+      << json{{"rank", 0}, {"time", 1.0},
+               {"metrics", {gauge("cohort_train_step", 40),
+                            gauge("cohort_train_samples_per_second", 100),
+                            gauge("cohort_comm_bytes_total", 2e6, {{"op", "allreduce"}}),
+                            gauge("cohort_comm_wait_fraction", 0.25)}}};
+  std::ofstream(dir.path() + "/rank1.json")
+      << json{{"rank", 1}, {"time", 1.0},
+               {"metrics", {gauge("cohort_train_step", 40),
+                            gauge("cohort_train_samples_per_second", 50)}}};
+  auto a1 = Agent(agent1, &events, dir.path());
+  // Node 4: its URL is answered by an agent that is not the one that published it.
+  json other = {{"host", "h"}, {"pid", ::getpid() + 1}, {"state", "HEALTHY"}};
+  auto impostor = Agent(other, nullptr);
+  const int dead = DeadPort();
+  for (auto [url, addr, pid] : {std::tuple{Url(a1->port()), "10.9.0.1", int(::getpid())},
+                                std::tuple{Url(DeadPort()), "10.9.0.2", 7},
+                                std::tuple{Url(dead), "10.9.0.3", 8},
+                                std::tuple{Url(impostor->port()), "10.9.0.4", int(::getpid())}}) {
+    ASSERT_TRUE(PublishEndpoint(store, "job", {{"url", url}, {"addr", addr}, {"host", "h"},
+                                               {"pid", pid}}, d).ok());
+  }
+  ASSERT_TRUE(PublishEnd(store, "job", 2, {{"state", "SUCCEEDED"}, {"exit_code", 0}}, d).ok());
+  events.Add({{"type", "restart"}, {"round", 1},
+              {"cause", "node 2 (h at 10.9.0.3) stopped sending heartbeats"}});
+
+  metrics::JobView view({.list = [&store] { return ReadDirectory(store, "job", Deadline::AfterMs(2000)); },
+                         .reuse = Duration::zero()});
+  json job = view.Snapshot();
+  ASSERT_EQ(job["nodes"].size(), 4u) << job.dump(1);
+  const json& n1 = job["nodes"][0];
+  EXPECT_EQ(n1["state"], "HEALTHY");
+  ASSERT_EQ(n1["ranks"].size(), 2u);
+  EXPECT_EQ(n1["ranks"][0]["step"], 40);
+  EXPECT_EQ(n1["ranks"][0]["comm_bytes"], 2e6);
+  EXPECT_EQ(n1["ranks"][0]["comm_wait"], 0.25);
+  // Rank 1's process (this one) is sampled from /proc; rank 0 has none.
+  EXPECT_GT(n1["ranks"][1]["rss_bytes"].get<double>(), 1e6) << n1["ranks"][1];
+  EXPECT_TRUE(n1["ranks"][0]["rss_bytes"].is_null());
+  EXPECT_EQ(job["nodes"][1]["state"], "SUCCEEDED");
+  const json& lost = job["nodes"][2];
+  EXPECT_EQ(lost["state"], "LOST");
+  EXPECT_NE(lost["cause"].get<std::string>().find("stopped sending heartbeats"), std::string::npos)
+      << lost["cause"];
+  const json& n4 = job["nodes"][3];
+  EXPECT_EQ(n4["state"], "LOST");
+  EXPECT_NE(n4["cause"].get<std::string>().find("another agent answers"), std::string::npos)
+      << n4["cause"];
+  EXPECT_EQ(job["summary"]["running"], 1);
+  EXPECT_EQ(job["summary"]["lost"], 2);
+  EXPECT_EQ(job["summary"]["finished"], 1);
+  EXPECT_EQ(job["summary"]["ranks"], 2);
+  EXPECT_EQ(job["summary"]["samples_per_s"], 150.0);
+  ASSERT_EQ(job["logs"].size(), 1u);
+  EXPECT_EQ(job["logs"][0]["line"], "epoch 1 done");
+  EXPECT_EQ(job["logs"][0]["addr"], "10.9.0.1");
+
+  // The agent that was running stops answering: still listed, LOST, its ranks kept.
+  a1->Stop();
+  job = view.Snapshot();
+  EXPECT_EQ(job["nodes"][0]["state"], "LOST");
+  ASSERT_EQ(job["nodes"][0]["ranks"].size(), 2u);
+  EXPECT_EQ(job["nodes"][0]["ranks"][0]["state"], "LOST");
+  EXPECT_EQ(job["logs"].size(), 1u);
+}
+
+}  // namespace
+}  // namespace cohort::agent

@@ -1,0 +1,72 @@
+// NetnsHosts (see netns_hosts.h). Thread-safety: as documented there.
+#include "cohort/cli/netns_hosts.h"
+
+#include <unistd.h>
+
+#include "cohort/base/subprocess.h"
+
+namespace cohort::cli {
+namespace {
+
+Status Ip(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"ip"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  COHORT_ASSIGN_OR_RETURN(CapturedOutput out, RunAndCapture(argv, {}, "", Deadline::AfterMs(30000)));
+  if (!out.status.success()) {
+    std::string cmd;
+    for (const auto& a : argv) cmd += (cmd.empty() ? "" : " ") + a;
+    return Internal("`{}` failed: {}", cmd, out.err.empty() ? out.status.Describe() : out.err);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<NetnsHosts>> NetnsHosts::Create(int hosts) {
+  if (::geteuid() != 0) {
+    return FailedPrecondition("network-namespace hosts need root (ip netns); run as root, or "
+                              "inside a Slurm allocation with --hosts slurm");
+  }
+  std::unique_ptr<NetnsHosts> h(new NetnsHosts());
+  h->tag_ = fmt::format("cs{}", ::getpid() % 100000);
+  h->subnet_ = 1 + ::getpid() % 250;
+  const std::string bridge = h->tag_ + "br";
+  COHORT_RETURN_IF_ERROR(Ip({"netns", "add", bridge}));
+  h->namespaces_.push_back(bridge);
+  COHORT_RETURN_IF_ERROR(Ip({"-n", bridge, "link", "add", "br0", "type", "bridge"}));
+  COHORT_RETURN_IF_ERROR(Ip({"-n", bridge, "link", "set", "br0", "up"}));
+  for (int i = 0; i < hosts; ++i) {
+    const std::string ns = fmt::format("{}h{}", h->tag_, i);
+    const std::string host_end = fmt::format("{}v{}", h->tag_, i);
+    const std::string bridge_end = fmt::format("{}p{}", h->tag_, i);
+    COHORT_RETURN_IF_ERROR(Ip({"netns", "add", ns}));
+    h->namespaces_.push_back(ns);
+    h->hosts_.push_back(ns);
+    COHORT_RETURN_IF_ERROR(Ip({"link", "add", host_end, "type", "veth", "peer", "name", bridge_end}));
+    COHORT_RETURN_IF_ERROR(Ip({"link", "set", host_end, "netns", ns}));
+    COHORT_RETURN_IF_ERROR(Ip({"link", "set", bridge_end, "netns", bridge}));
+    COHORT_RETURN_IF_ERROR(Ip({"-n", ns, "link", "set", host_end, "name", "eth0"}));
+    COHORT_RETURN_IF_ERROR(Ip({"-n", ns, "addr", "add", h->addr(i) + "/24", "dev", "eth0"}));
+    COHORT_RETURN_IF_ERROR(Ip({"-n", ns, "link", "set", "eth0", "up"}));
+    COHORT_RETURN_IF_ERROR(Ip({"-n", ns, "link", "set", "lo", "up"}));
+    COHORT_RETURN_IF_ERROR(Ip({"-n", bridge, "link", "set", bridge_end, "master", "br0"}));
+    COHORT_RETURN_IF_ERROR(Ip({"-n", bridge, "link", "set", bridge_end, "up"}));
+  }
+  return h;
+}
+
+NetnsHosts::~NetnsHosts() {
+  for (auto it = namespaces_.rbegin(); it != namespaces_.rend(); ++it) {
+    (void)Ip({"netns", "del", *it});
+  }
+}
+
+std::string NetnsHosts::addr(int i) const { return fmt::format("10.233.{}.{}", subnet_, i + 1); }
+
+std::vector<std::string> NetnsHosts::On(int i, const std::vector<std::string>& argv) const {
+  std::vector<std::string> out = {"ip", "netns", "exec", hosts_[i]};
+  out.insert(out.end(), argv.begin(), argv.end());
+  return out;
+}
+
+}  // namespace cohort::cli

@@ -1,0 +1,246 @@
+// `cohort top ENDPOINT` | `cohort top --rdzv-endpoint HOST:PORT --rdzv-id ID [--rdzv-backend
+// c10d|etcd]`: the whole job in a terminal, redrawn every --interval seconds (or once with
+// --once): the job's totals, one line per node (state, round, restarts, CPU, and why a node
+// that left is gone), one line per rank (state, step, loss, samples/s, communication wait
+// and volume, CPU, RSS), the latest restarts with their causes and the last log lines.
+//
+// ENDPOINT is any agent's metrics endpoint (`cohort run --metrics-port`): its /api/job is
+// the job-wide view (metrics/job_view.h). With the job's store instead, `cohort top` reads
+// the job's directory of endpoints itself (agent/job_directory.h) and asks every agent.
+//
+// Thread-safety: main thread only (JobView asks the agents from its own short-lived threads).
+#include "cohort/cli/top_command.h"
+
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+#include "cohort/agent/job_directory.h"
+#include "cohort/base/exit_codes.h"
+#include "cohort/base/strings.h"
+#include "cohort/base/worker_env.h"
+#include "cohort/cli/cli_util.h"
+#include "cohort/metrics/job_view.h"
+#include "cohort/store/etcd_store.h"
+#include "cohort/store/tcp_store.h"
+
+namespace cohort::cli {
+namespace {
+
+using json = nlohmann::json;
+
+std::string Num(const json& v, int digits, double scale = 1) {
+  if (!v.is_number()) return "-";
+  return fmt::format("{:.{}f}", v.get<double>() * scale, digits);
+}
+
+std::string Clock(double t) {
+  const time_t secs = static_cast<time_t>(t);
+  std::tm tm{};
+  localtime_r(&secs, &tm);
+  char buf[16];
+  std::strftime(buf, sizeof(buf), "%H:%M:%S", &tm);
+  return buf;
+}
+
+std::string Cut(std::string s, size_t width) {
+  if (s.size() > width) s = s.substr(0, width > 3 ? width - 3 : 0) + "...";
+  return s;
+}
+
+std::string NodeName(const json& n) {
+  const std::string addr = n.value("addr", ""), host = n.value("host", "");
+  return addr.empty() || addr == host ? host : host + " " + addr;
+}
+
+// One frame of the view, for a terminal `width` columns wide.
+std::string Render(const json& job, const std::string& source, size_t width, int log_lines) {
+  const json& s = job["summary"];
+  std::string out = fmt::format(
+      "cohort top  job {}  {}  from {}\n"
+      "nodes {} (running {}, lost {}, finished {}, failed {})  ranks {}  world size {}  "
+      "samples/s {}\n",
+      job.value("run_id", json("?")).is_string() ? job["run_id"].get<std::string>() : "?",
+      Clock(job.value("time", 0.0)), source, s.value("nodes", 0), s.value("running", 0),
+      s.value("lost", 0), s.value("finished", 0), s.value("failed", 0), s.value("ranks", 0),
+      s.value("world_size", 0), Num(s["samples_per_s"], 0));
+  if (!job.value("directory_error", "").empty()) {
+    out += "the job's store did not answer: " + job["directory_error"].get<std::string>() + "\n";
+  }
+  out += fmt::format("\n{:>4}  {:<28} {:<10} {:>5} {:>5} {:>8} {:>5}  {}\n", "NODE", "HOST",
+                     "STATE", "ROUND", "RANK", "RESTARTS", "CPU%", "CAUSE / GPUS");
+  for (const auto& n : job["nodes"]) {
+    const std::string state = n.value("state", "?");
+    std::string tail = n.value("cause", "");
+    if (tail.empty()) tail = n.value("gpus", "");
+    std::string line = fmt::format("{:>4}  {:<28} {:<10} {:>5} {:>5} {:>8} {:>5}  {}",
+                                   n.value("index", 0), Cut(NodeName(n), 28), state,
+                                   Num(n["round"], 0), Num(n["group_rank"], 0),
+                                   Num(n["restarts"], 0), Num(n["cpu_percent"], 0), tail);
+    out += Cut(line, width) + "\n";
+  }
+  out += fmt::format("\n{:>5}  {:<22} {:<10} {:>8} {:>9} {:>10} {:>9} {:>9} {:>5} {:>8}\n",
+                     "RANK", "NODE", "STATE", "STEP", "LOSS", "SAMPLES/S", "COMM WAIT",
+                     "COMM MB", "CPU%", "RSS MiB");
+  for (const auto& n : job["nodes"]) {
+    for (const auto& r : n["ranks"]) {
+      const std::string wait = r["comm_wait"].is_number() ? Num(r["comm_wait"], 1, 100) + "%" : "-";
+      out += Cut(fmt::format("{:>5}  {:<22} {:<10} {:>8} {:>9} {:>10} {:>9} {:>9} {:>5} {:>8}",
+                             r.value("rank", -1), Cut(NodeName(n), 22),
+                             Cut(r.value("state", "-"), 10), Num(r["step"], 0), Num(r["loss"], 4),
+                             Num(r["samples_per_s"], 0), wait, Num(r["comm_bytes"], 1, 1e-6),
+                             Num(r["cpu_percent"], 0), Num(r["rss_bytes"], 0, 1.0 / 1048576)),
+                 width) + "\n";
+    }
+  }
+  std::vector<std::pair<double, std::string>> events;
+  for (const auto& n : job["nodes"]) {
+    for (const auto& e : n["events"]) {
+      if (e.value("cause", "") == "start") continue;
+      events.emplace_back(e.value("time", 0.0),
+                          fmt::format("{} {} {} (round {}): {}", Clock(e.value("time", 0.0)),
+                                      NodeName(n), e.value("type", ""), e.value("round", -1),
+                                      e.value("cause", "")));
+    }
+  }
+  std::sort(events.begin(), events.end());
+  if (!events.empty()) {
+    out += "\nRESTARTS AND FAILURES\n";
+    for (size_t i = events.size() > 6 ? events.size() - 6 : 0; i < events.size(); ++i) {
+      out += Cut(events[i].second, width) + "\n";
+    }
+  }
+  const json& logs = job["logs"];
+  if (log_lines > 0 && !logs.empty()) {
+    out += "\nLOGS\n";
+    const size_t from = logs.size() > size_t(log_lines) ? logs.size() - log_lines : 0;
+    for (size_t i = from; i < logs.size(); ++i) {
+      const json& l = logs[i];
+      out += Cut(fmt::format("[{} rank{}] {}", l.value("addr", l.value("host", "")),
+                             l.value("rank", -1), l.value("line", "")),
+                 width) + "\n";
+    }
+  }
+  return out;
+}
+
+size_t TerminalWidth() {
+  if (const char* c = std::getenv("COLUMNS")) {
+    if (auto n = ParseInt64(c); n && *n > 20) return static_cast<size_t>(*n);
+  }
+  return 160;
+}
+
+}  // namespace
+
+int TopCommand(const std::vector<std::string>& args) {
+  CLI::App app("The whole job in a terminal: every node and rank, restarts, recent logs.",
+               "cohort top");
+  std::string endpoint, rdzv_endpoint, rdzv_id = "none", backend = "c10d";
+  double interval = 2;
+  bool once = false;
+  int log_lines = 8;
+  app.add_option("endpoint", endpoint,
+                 "any agent's metrics endpoint (cohort run --metrics-port): http://host:port/ "
+                 "or host:port");
+  app.add_option("--rdzv-endpoint", rdzv_endpoint,
+                 "instead of an endpoint: the job's store (the --rdzv-endpoint of cohort run; "
+                 "COHORT_TOKEN for a cohort store)");
+  app.add_option("--rdzv-id", rdzv_id, "the job's --rdzv-id (with --rdzv-endpoint)");
+  app.add_option("--rdzv-backend", backend, "c10d (a cohort store) or etcd")
+      ->check(CLI::IsMember({"c10d", "static", "etcd", "etcd-v2"}));
+  app.add_option("--interval", interval, "seconds between refreshes")
+      ->check(CLI::Range(0.2, 3600.0));
+  app.add_flag("--once", once, "print one view and exit (for scripts)");
+  app.add_option("--logs", log_lines, "log lines to show")->check(CLI::Range(0, 1000));
+  if (int rc = ParseCommandLine(app, args, "top", kExitInvalidValue); rc >= 0) return rc;
+  if (endpoint.empty() == rdzv_endpoint.empty()) {
+    fmt::print(stderr, "cohort top: give one agent's metrics endpoint (cohort top "
+                       "http://host:port/) or the job's store (--rdzv-endpoint HOST:PORT "
+                       "--rdzv-id ID); see cohort top --help\n");
+    return kExitUsage;
+  }
+
+  // Where the view comes from: an agent's /api/job, or a JobView of our own over the store.
+  std::function<Result<json>()> fetch;
+  std::string source;
+  std::unique_ptr<metrics::JobView> view;
+  if (!endpoint.empty()) {
+    std::string url = endpoint.find("://") == std::string::npos ? "http://" + endpoint : endpoint;
+    if (url.back() != '/') url += '/';
+    source = url;
+    fetch = [url] { return metrics::FetchJson(url + "api/job", std::chrono::seconds(10)); };
+  } else {
+    std::function<Result<std::shared_ptr<store::Store>>()> connect;
+    if (backend == "etcd" || backend == "etcd-v2") {
+      auto endpoints = store::ParseEtcdEndpoints(rdzv_endpoint);
+      if (!endpoints.ok()) return CommandFailed("top", endpoints.status(), kExitInvalidValue);
+      store::EtcdStoreOptions eo;
+      eo.endpoints = *endpoints;
+      eo.prefix = rdzv_id;
+      connect = [eo]() -> Result<std::shared_ptr<store::Store>> {
+        COHORT_ASSIGN_OR_RETURN(auto s, store::EtcdStore::Connect(eo, Deadline::AfterMs(5000)));
+        return std::shared_ptr<store::Store>(std::move(s));
+      };
+    } else {
+      auto hp = ParseHostPort(rdzv_endpoint, 29400);
+      if (!hp) {
+        fmt::print(stderr, "cohort top: --rdzv-endpoint '{}' is not HOST:PORT\n", rdzv_endpoint);
+        return kExitInvalidValue;
+      }
+      const std::string token = worker_env::Inherited(worker_env::kToken).value_or("");
+      if (token.empty()) {
+        fmt::print(stderr, "cohort top: a cohort store needs the job's token: set COHORT_TOKEN "
+                           "as for cohort run\n");
+        return kExitInvalidValue;
+      }
+      store::TcpStoreOptions to{.host = hp->first, .port = hp->second, .token = token};
+      connect = [to]() -> Result<std::shared_ptr<store::Store>> {
+        COHORT_ASSIGN_OR_RETURN(auto s, store::TcpStore::Connect(to, Deadline::AfterMs(5000)));
+        return std::shared_ptr<store::Store>(std::move(s));
+      };
+    }
+    auto store = connect();
+    if (!store.ok()) return CommandFailed("top", store.status(), kExitRendezvous);
+    source = rdzv_endpoint;
+    view = std::make_unique<metrics::JobView>(metrics::JobViewOptions{
+        .list = [store = *store, rdzv_id] {
+          return agent::ReadDirectory(*store, rdzv_id, Deadline::AfterMs(5000));
+        }});
+    fetch = [v = view.get()]() -> Result<json> { return v->Snapshot(); };
+  }
+
+  // The launcher blocks the agent's signals at start: here Ctrl-C simply ends the view.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGHUP);
+  ::pthread_sigmask(SIG_UNBLOCK, &stop, nullptr);
+  const bool tty = ::isatty(STDOUT_FILENO);
+  for (bool first = true;; first = false) {
+    auto job = fetch();
+    if (!job.ok() && first) {
+      return CommandFailed("top",
+                           Unavailable("{} (is the job running, with --metrics-port on its "
+                                       "agents?)",
+                                       job.status().message()),
+                           kExitRendezvous);
+    }
+    std::string frame = job.ok() ? Render(*job, source, TerminalWidth(), log_lines)
+                                 : fmt::format("cohort top: {} (retrying)\n", job.status().message());
+    if (tty && !once) frame = "\x1b[H\x1b[2J" + frame;
+    fmt::print("{}", frame);
+    std::fflush(stdout);
+    if (once) return job.ok() ? kExitOk : kExitRendezvous;
+    // The refresh period; Ctrl-C (the default SIGINT action) ends it.
+    ::poll(nullptr, 0, static_cast<int>(interval * 1000));
+  }
+}
+
+}  // namespace cohort::cli

@@ -1,0 +1,79 @@
+// JobView: the whole job on one page. Given the job's directory of agent endpoints (see
+// cohort/agent/job_directory.h), it asks every agent for its /api/state (in parallel, each
+// with a deadline), remembers what each said last, and merges it into one JSON document:
+// per node its state, round, restarts with their causes, CPU/RSS/GPU, and one row per rank
+// (state, step, loss, samples/s, communication wait and bytes, CPU, RSS); the job's totals;
+// and the recent log lines of every rank. A node that stops answering is not dropped: with
+// an end record it is shown as finished (or failed, with its summary); without one as LOST,
+// with the cause the survivors recorded when the job re-formed without it (or, when they
+// recorded none, since when and why it does not answer). Served by the agent at /api/job
+// and drawn by its /job page and `cohort top`.
+//
+// Thread-safety: Snapshot() may be called from any thread; calls are serialized by mu_
+// (one poll of the job at a time), and a snapshot younger than `reuse` is returned again.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cohort/base/mutex.h"
+#include "cohort/base/status.h"
+#include "cohort/base/time.h"
+
+namespace cohort::metrics {
+
+// One entry of the job's directory.
+struct EndpointEntry {
+  int index = 0;                       // 1-based, in publishing order
+  nlohmann::json record;               // {"url", "host", "addr", "pid", "started"}
+  std::optional<nlohmann::json> end;   // {"state", "exit_code", "summary", "time"}
+};
+
+struct JobViewOptions {
+  // Reads the directory (from the job's store); called once per snapshot.
+  std::function<Result<std::vector<EndpointEntry>>()> list;
+  Duration fetch_timeout = std::chrono::milliseconds(1500);  // per agent
+  Duration reuse = std::chrono::milliseconds(400);
+  size_t log_lines = 200;  // merged recent log lines kept in a snapshot
+};
+
+class JobView {
+ public:
+  explicit JobView(JobViewOptions options) : o_(std::move(options)) {}
+  nlohmann::json Snapshot() COHORT_EXCLUDES(mu_);
+
+ private:
+  struct Known {
+    nlohmann::json record;
+    std::optional<nlohmann::json> end;
+    nlohmann::json state;       // the last /api/state answer, events removed
+    double last_seen = 0;       // unix seconds of the last answer (0: never)
+    uint64_t since = 0;         // the highest event seq received
+    std::string error;          // why the last ask failed ("" when it answered)
+    std::deque<nlohmann::json> logs;     // {"time","rank","line"}
+    std::deque<nlohmann::json> history;  // rounds, restarts, failures
+  };
+  void Absorb(Known& k, Result<nlohmann::json> answer, double now);
+  nlohmann::json Build(double now) COHORT_REQUIRES(mu_);
+
+  const JobViewOptions o_;
+  Mutex mu_;
+  std::map<int, Known> known_ COHORT_GUARDED_BY(mu_);  // by directory index
+  std::string directory_error_ COHORT_GUARDED_BY(mu_);
+  nlohmann::json last_ COHORT_GUARDED_BY(mu_);
+  std::optional<Deadline> fresh_until_ COHORT_GUARDED_BY(mu_);
+};
+
+// GET `url` (http://host:port/path) within `timeout`, parsed as JSON.
+Result<nlohmann::json> FetchJson(const std::string& url, Duration timeout);
+
+// One rank's row from an agent's /api/state: its state, step, loss, samples/s, comm wait
+// fraction, comm bytes/seconds/operations, CPU % and RSS (absent values are null).
+nlohmann::json RankRows(const nlohmann::json& state);
+
+}  // namespace cohort::metrics
