@@ -252,8 +252,13 @@ Result<Row> RunAtCount(int k, const std::vector<std::string>& command, const std
   }
   const auto start = SteadyClock::now();
   std::vector<Child> children;
-  for (auto& so : runs) {
-    so.env = MergeEnvironment(env);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    SpawnOptions& so = runs[i];
+    auto run_env = env;
+    // The namespaces share this machine's boot id: each is told it is a host of its own,
+    // so that its ranks reach the others over the network, as separate machines would.
+    if (hosts) run_env.emplace_back("COHORT_HOST_ID", hosts->name(static_cast<int>(i)));
+    so.env = MergeEnvironment(run_env);
     so.new_session = true;  // its own process group: stopped as a whole at the timeout
     auto child = Spawn(so);
     if (!child.ok()) {

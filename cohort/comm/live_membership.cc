@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "cohort/base/log.h"
+#include "cohort/metrics/exporter.h"
 
 namespace cohort::comm {
 
@@ -128,6 +129,7 @@ Status LiveMembership::Reform(Deadline deadline) {
     // reports it to the agent, which ends that round.
     round_ = target->round;
     if (!st.ok()) return st;
+    metrics::SetExportedRank(target->rank);  // the worker's snapshots follow its new rank
     return mc::WriteFormed(env_.membership_dir, env_.local_rank, round_);
   }
 }

@@ -27,10 +27,12 @@ constexpr const char* kLog = "metrics";
 class Exporter {
  public:
   Exporter(std::string dir, int rank, std::chrono::milliseconds interval, double history_s)
-      : dir_(std::move(dir)), rank_(rank), interval_(interval), history_s_(history_s) {
+      : dir_(std::move(dir)), rank_(rank), written_rank_(rank), interval_(interval),
+        history_s_(history_s) {
     thread_ = std::thread([this] { Loop(); });
   }
   ~Exporter() { Stop(); }
+  void SetRank(int rank) { rank_.store(rank); }
 
   void Stop() COHORT_EXCLUDES(mu_) {
     {
@@ -59,9 +61,10 @@ class Exporter {
 
   // Runs without mu_: on the export thread, or in Stop once that thread has ended.
   void WriteOnce() COHORT_EXCLUDES(mu_) {
-    nlohmann::json snap = {{"time", WallSeconds()}, {"rank", rank_},
+    const int rank = rank_.load();
+    nlohmann::json snap = {{"time", WallSeconds()}, {"rank", rank},
                            {"metrics", DefaultRegistry().ToJson()}};
-    const std::string base = fmt::format("{}/rank{}", dir_, rank_);
+    const std::string base = fmt::format("{}/rank{}", dir_, rank);
     const std::string line = snap.dump();
     bool ok = true;
     {
@@ -72,6 +75,10 @@ class Exporter {
     std::error_code ec;
     if (ok) std::filesystem::rename(base + ".json.tmp", base + ".json", ec);
     ok = ok && !ec;
+    if (ok && rank != written_rank_) {
+      std::filesystem::remove(fmt::format("{}/rank{}.json", dir_, written_rank_), ec);
+      written_rank_ = rank;
+    }
     const double now = snap["time"].get<double>();
     if (now - last_history_ >= history_s_ || stopping_) {
       last_history_ = now;
@@ -87,7 +94,8 @@ class Exporter {
   }
 
   const std::string dir_;
-  const int rank_;
+  std::atomic<int> rank_;  // SetRank (any thread), read by WriteOnce
+  int written_rank_;       // the rank of the last snapshot file written
   const std::chrono::milliseconds interval_;
   const double history_s_;
   double last_history_ = 0;
@@ -115,6 +123,11 @@ bool StartWorkerExporter(std::chrono::milliseconds interval) {
   g_exporter = new Exporter(env->metrics_dir, env->rank, interval, history_s);
   std::atexit([] { StopWorkerExporter(); });
   return true;
+}
+
+void SetExportedRank(int rank) {
+  MutexLock lock(&g_mu);
+  if (g_exporter) g_exporter->SetRank(rank);
 }
 
 void StopWorkerExporter() {

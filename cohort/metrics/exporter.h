@@ -23,6 +23,9 @@ namespace cohort::metrics {
 bool StartWorkerExporter(std::chrono::milliseconds interval = std::chrono::seconds(1));
 // Writes a final snapshot and stops the thread (call before exit; also run at exit).
 void StopWorkerExporter();
+// The worker's rank changed (live reconfiguration): later snapshots are rank<rank>.json and
+// say so; the file of the old rank is removed. No-op without a running exporter.
+void SetExportedRank(int rank);
 
 struct RankSnapshot {
   int rank = -1;

@@ -68,7 +68,8 @@ async function tick() {
     '<tr class="node ' + esc(n.state) + '" data-node="' + n.index + '" data-addr="' + esc(n.addr) + '" data-state="' + esc(n.state) + '">' +
     '<td>' + n.index + '</td><td class="l">' + esc(n.host) + '</td><td class="l"><a href="' + esc(n.url) + '">' + esc(n.addr) + '</a></td>' +
     '<td class="l ' + esc(n.state) + '">' + esc(n.state) + '</td><td>' + fmt(n.round, 0) + '</td><td>' + fmt(n.group_rank, 0) +
-    '</td><td>' + fmt(n.restarts, 0) + '</td><td>' + fmt(n.cpu_percent, 0) + '</td><td class="l">' + esc(n.gpus) +
+    '</td><td>' + fmt(n.restarts, 0) + '</td><td>' + fmt(n.cpu_percent, 0) + '</td><td class="l" title="' + esc(n.gpus) + '">' +
+    esc(String(n.gpus ?? '').split(' (')[0]) +
     '</td><td class="l cause">' + esc(n.cause) + '</td></tr>').join('');
   const rows = [];
   for (const n of nodes) for (const r of (n.ranks || [])) rows.push(

@@ -258,7 +258,7 @@ json JobView::Build(double now) {
                      {"group_rank", At(agent, "group_rank")},
                      {"restarts", At(agent, "restarts")},
                      {"max_restarts", At(agent, "max_restarts")},
-                     {"cpu_percent", At(At(sys, "node"), "cpu_percent")},
+                     {"cpu_percent", running ? At(At(sys, "node"), "cpu_percent") : json()},
                      {"gpus", GpuSummary(At(sys, "gpus"))},
                      {"ranks", ranks},
                      {"events", history}});

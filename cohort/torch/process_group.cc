@@ -422,6 +422,9 @@ CohortProcessGroup::CohortProcessGroup(const c10::intrusive_ptr<c10d::Store>& st
   // Under `cohort run --metrics-port`: the collectives' counts, bytes, time and wait go to
   // the agent's /metrics and dashboard like cohort-train's (no-op without a metrics dir).
   metrics::StartWorkerExporter();
+  // cohort_torch.live re-forms the default group at the rank the agent announced (and sets
+  // RANK to it first): the snapshots follow.
+  if (Result<WorkerEnv> env = ReadWorkerEnv(); env.ok()) metrics::SetExportedRank(env->rank);
   init();
 }
 

@@ -68,8 +68,10 @@ class Tmux:
 
 
 def node_rows(screen):
-    """{addr: state} of the node lines of a `cohort top` screen."""
-    return dict(re.findall(r"^\s+\d+\s+\S+ (10\.[0-9.]+)\s+(\S+)", screen, re.M))
+    """{addr: state} of the node lines of a `cohort top` screen (between the NODE and the
+    RANK headers)."""
+    m = re.search(r"^\s+NODE .*?$(.*?)^\s+RANK ", screen, re.M | re.S)
+    return dict(re.findall(r"^\s+\d+\s+\S+ (10\.[0-9.]+)\s+(\S+)", m.group(1), re.M)) if m else {}
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")
@@ -157,6 +159,7 @@ def test_job_page_and_top_show_every_host_and_a_killed_one_as_lost(cluster, tmp_
                         "--rdzv-endpoint", "%s:29400" % addrs[0], "--rdzv-id", c.tag],
                        capture_output=True, text=True, timeout=60, env=env)
     assert p.returncode == 0, p.stderr
+    print(p.stdout)
     assert node_rows(p.stdout) == {addrs[0]: "HEALTHY", addrs[1]: "HEALTHY",
                                    addrs[2]: "LOST"}, p.stdout
 

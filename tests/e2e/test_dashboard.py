@@ -90,6 +90,17 @@ def test_metrics_and_dashboard_show_the_running_job(cohort, need_train, tmp_path
             assert needle in text, (needle, text[:3000])
         assert text.count("# TYPE cohort_train_loss gauge") == 1
 
+        # The job-wide view of a one-node job: this agent, both ranks, from the store's
+        # directory; `cohort top --once` prints the same.
+        job = json.loads(get(url + "api/job"))
+        assert [n["state"] for n in job["nodes"]] == ["HEALTHY"], job["nodes"]
+        assert [r["rank"] for r in job["nodes"][0]["ranks"]] == [0, 1], job["nodes"]
+        assert job["summary"]["ranks"] == 2 and job["summary"]["samples_per_s"] > 0
+        top = subprocess.run([cohort, "top", url, "--once"], capture_output=True, text=True,
+                             timeout=60, env=U.clean_env())
+        assert top.returncode == 0, top.stderr
+        assert "nodes 1 (running 1" in top.stdout and "world size 2" in top.stdout, top.stdout
+
         browser = chromium()
         if browser is None:
             pytest.skip("chromium not installed (apt-get install chromium)")
@@ -206,3 +217,22 @@ def test_slow_clients_do_not_lock_out_the_dashboard(cohort, tmp_path):
         for c in slow:
             c.close()
         stop(proc, marker)
+
+
+def test_top_refuses_bad_input_clearly(cohort, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]  # closed again: nothing listens there
+    p = subprocess.run([cohort, "top", "http://127.0.0.1:%d/" % dead, "--once"],
+                       capture_output=True, text=True, timeout=60, env=U.clean_env())
+    assert p.returncode == 4, (p.returncode, p.stderr)
+    assert "no answer" in p.stderr and "--metrics-port" in p.stderr, p.stderr
+    p = subprocess.run([cohort, "top"], capture_output=True, text=True, timeout=60,
+                       env=U.clean_env())
+    assert p.returncode == 2 and "--rdzv-endpoint" in p.stderr, p.stderr
+    p = subprocess.run([cohort, "top", "--rdzv-endpoint", "127.0.0.1:%d" % dead, "--once"],
+                       capture_output=True, text=True, timeout=60, env=U.clean_env())
+    assert p.returncode == 3 and "COHORT_TOKEN" in p.stderr, p.stderr
+    p = subprocess.run([cohort, "top", "x:1", "--interval", "0"], capture_output=True,
+                       text=True, timeout=60, env=U.clean_env())
+    assert p.returncode == 3, p.stderr
