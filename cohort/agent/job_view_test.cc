@@ -139,6 +139,14 @@ TEST(JobViewTest, RunningFinishedLostAndImpostor) {
   ASSERT_EQ(job["logs"].size(), 1u);
   EXPECT_EQ(job["logs"][0]["line"], "epoch 1 done");
   EXPECT_EQ(job["logs"][0]["addr"], "10.9.0.1");
+  // One rank's lines on request, however many the others print.
+  for (int i = 0; i < 300; ++i) events.Add({{"type", "log"}, {"rank", 0}, {"line", "noise"}});
+  job = view.Snapshot();
+  EXPECT_EQ(job["logs"].size(), 101u);  // the last 100 of rank 0 and rank 1's one
+  EXPECT_EQ(job["logs"].back()["line"], "noise");
+  job = view.Snapshot(1);
+  ASSERT_EQ(job["logs"].size(), 1u) << job["logs"].dump();
+  EXPECT_EQ(job["logs"][0]["line"], "epoch 1 done");
 
   // The agent that was running stops answering: still listed, LOST, its ranks kept.
   a1->Stop();
@@ -146,7 +154,7 @@ TEST(JobViewTest, RunningFinishedLostAndImpostor) {
   EXPECT_EQ(job["nodes"][0]["state"], "LOST");
   ASSERT_EQ(job["nodes"][0]["ranks"].size(), 2u);
   EXPECT_EQ(job["nodes"][0]["ranks"][0]["state"], "LOST");
-  EXPECT_EQ(job["logs"].size(), 1u);
+  EXPECT_EQ(job["logs"].size(), 101u);  // its lines too
 }
 
 }  // namespace

@@ -526,7 +526,7 @@ std::unique_ptr<metrics::MetricsServer> StartMetrics(const RunFlags& f, const st
   };
   *job_view = std::make_unique<metrics::JobView>(metrics::JobViewOptions{
       .list = JobDirectoryReader(connect_within, run_id)});
-  mo.job = [view = job_view->get()] { return view->Snapshot(); };
+  mo.job = [view = job_view->get()](int rank) { return view->Snapshot(rank); };
   auto started = metrics::MetricsServer::Start(mo);
   if (started.ok()) {
     metrics_server = std::move(*started);

@@ -4,10 +4,13 @@
 // of samples/s, epoch time, speed-up and efficiency against linear scaling; writes the
 // table as JSON and a plot as SVG into DIR.
 //
-// `--nodes 1,2,3` varies hosts instead: for each count N, N network-namespace hosts
-// (netns_hosts.h, root) each run one agent (`cohort run --nnodes N --nproc-per-node P`)
-// that meet through the store served by the first; every rank of every host exports its
-// metrics into one directory. The efficiency is then per node.
+// `--nodes 1,2,3` varies hosts instead: for each count N, N hosts each run one agent
+// (`cohort run --nnodes N --nproc-per-node P`) that meet through the store served by the
+// first; every rank of every host exports its metrics into one directory (on a shared file
+// system, as checkpoints are). The efficiency is then per node. The hosts are
+// network-namespace hosts of this machine (`--hosts netns`, netns_hosts.h, root), or the
+// nodes of the Slurm allocation the command runs in (`--hosts slurm`, the default inside
+// one: one `srun --nodes=N --ntasks-per-node=1` step per count).
 //
 // Throughput is the sum over ranks of each rank's mean cohort_train_samples_per_second over
 // its snapshots after the first quarter of the run (start-up excluded); epoch time comes
@@ -34,6 +37,7 @@
 #include "cohort/base/worker_env.h"
 #include "cohort/cli/cli_util.h"
 #include "cohort/cli/netns_hosts.h"
+#include "cohort/net/socket.h"
 
 namespace cohort::cli {
 namespace {
@@ -207,14 +211,52 @@ ExitStatus WaitAll(std::vector<Child>& children, double timeout, const std::stri
   return result;
 }
 
-// Runs `command` under `cohort run --nproc-per-node k` (or, with `hosts`, on hosts.size()
-// network-namespace hosts with `nproc` workers each) with its own log and metrics
-// directories under `out`; an error only when the run could not start.
+// Where the runs of `--nodes` go (nothing: `--workers` on this node).
+struct Placement {
+  const NetnsHosts* netns = nullptr;  // network-namespace hosts of this machine
+  bool slurm = false;                 // the nodes of this Slurm allocation
+  int nproc = 1;                      // workers per node
+  bool nodes() const { return netns || slurm; }
+};
+
+// The Slurm step of one run: the agent on the step's first node serves the store; every
+// agent learns that node's address (NodeAddr, else its name) from scontrol, as the batch
+// scripts of the slurm backend do, and is told whether it is the store's host.
+SpawnOptions SlurmStep(int k, const std::vector<std::string>& agent_argv, int port) {
+  const std::string script = fmt::format(
+      "first=$(scontrol show hostnames \"$SLURM_STEP_NODELIST\" | head -n 1)\n"
+      "addr=$(scontrol show node -o \"$first\" | tr ' ' '\\n' | sed -n 's/^NodeAddr=//p')\n"
+      "addr=${{addr:-$first}}\n"
+      "if [ \"${{SLURM_NODEID:-0}}\" = 0 ]; then h=1; else h=0; fi\n"
+      "export PET_RDZV_CONF=\"is_host=$h\"\n"
+      "exec \"$1\" \"$2\" --rdzv-endpoint \"$addr:{}\" \"${{@:3}}\"\n",
+      port);
+  SpawnOptions so;
+  so.argv = {"srun", fmt::format("--nodes={}", k), fmt::format("--ntasks={}", k),
+             "--ntasks-per-node=1", "--kill-on-bad-exit=0", "/bin/bash", "-c", script,
+             "cohort-agent"};
+  so.argv.insert(so.argv.end(), agent_argv.begin(), agent_argv.end());
+  return so;
+}
+
+// A port for the store of a Slurm run: free here (where salloc's shell usually runs, on
+// the allocation's first node), else one from the ephemeral range's lower half.
+int StorePort() {
+  auto sock = net::Listen({.host = "0.0.0.0", .port = 0});
+  if (sock.ok()) {
+    if (auto port = sock->LocalPort(); port.ok()) return *port;
+  }
+  return 20000 + static_cast<int>(std::stoul(RandomHex(2), nullptr, 16) % 10000);
+}
+
+// Runs `command` under `cohort run --nproc-per-node k`, or on k nodes (`where`) with
+// where.nproc workers each, with its own log and metrics directories under `out`; an error
+// only when the run could not start.
 Result<Row> RunAtCount(int k, const std::vector<std::string>& command, const std::string& out,
-                       double timeout, const NetnsHosts* hosts, int nproc) {
+                       double timeout, const Placement& where) {
   Row row;
   row.workers = k;
-  const std::string run_dir = fmt::format("{}/{}{}", out, hosts ? "nodes" : "workers", k);
+  const std::string run_dir = fmt::format("{}/{}{}", out, where.nodes() ? "nodes" : "workers", k);
   std::error_code ec;
   fs::remove_all(run_dir, ec);
   fs::create_directories(run_dir + "/metrics", ec);
@@ -222,7 +264,8 @@ Result<Row> RunAtCount(int k, const std::vector<std::string>& command, const std
   std::vector<std::pair<std::string, std::string>> env = {
       {worker_env::kMetricsDir, run_dir + "/metrics"}, {worker_env::kMetricsHistory, "1"}};
   std::vector<SpawnOptions> runs;
-  if (!hosts) {
+  std::vector<std::string> host_ids;  // per run, netns only
+  if (!where.nodes()) {
     SpawnOptions so;
     so.argv = {SelfExe(), "run", "--nproc-per-node", std::to_string(k), "--log-dir",
                run_dir + "/logs", "--"};
@@ -231,33 +274,48 @@ Result<Row> RunAtCount(int k, const std::vector<std::string>& command, const std
     runs.push_back(so);
     fmt::print(stderr, "cohort bench scaling: {} worker(s)...\n", k);
   } else {
-    // One agent per host; the first host's agent serves the store (its address is the
-    // endpoint), the job's token is shared through the environment.
+    // One agent per host, meeting through the store the first host serves; the job's
+    // token is shared through the environment.
     env.emplace_back(worker_env::kToken, RandomHex(16));
-    const std::string endpoint = hosts->addr(0) + ":29400";
     const std::string id = fmt::format("scaling-{}-{}", k, RandomHex(4));
-    for (int i = 0; i < k; ++i) {
-      SpawnOptions so;
-      std::vector<std::string> argv = {
-          SelfExe(), "run", "--nnodes", std::to_string(k), "--nproc-per-node",
-          std::to_string(nproc), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
-          "--rdzv-id", id, "--local-addr", hosts->addr(i), "--log-dir",
-          fmt::format("{}/logs/node{}", run_dir, i), "--"};
+    auto agent_argv = [&](const std::string& log_dir) {
+      return std::vector<std::string>{SelfExe(), "run", "--nnodes", std::to_string(k),
+                                      "--nproc-per-node", std::to_string(where.nproc),
+                                      "--rdzv-backend", "c10d", "--rdzv-id", id, "--log-dir",
+                                      log_dir};
+    };
+    if (where.slurm) {
+      std::vector<std::string> argv = agent_argv(run_dir + "/logs");
+      argv.push_back("--");
       argv.insert(argv.end(), command.begin(), command.end());
-      so.argv = hosts->On(i, argv);
-      so.output_file = fmt::format("{}/output-node{}.log", run_dir, i);
+      SpawnOptions so = SlurmStep(k, argv, StorePort());
+      so.output_file = run_dir + "/output.log";
       runs.push_back(so);
+    } else {
+      const NetnsHosts& hosts = *where.netns;
+      for (int i = 0; i < k; ++i) {
+        std::vector<std::string> argv = agent_argv(fmt::format("{}/logs/node{}", run_dir, i));
+        argv.insert(argv.end(), {"--rdzv-endpoint", hosts.addr(0) + ":29400", "--local-addr",
+                                 hosts.addr(i), "--"});
+        argv.insert(argv.end(), command.begin(), command.end());
+        SpawnOptions so;
+        so.argv = hosts.On(i, argv);
+        so.output_file = fmt::format("{}/output-node{}.log", run_dir, i);
+        runs.push_back(so);
+        // The namespaces share this machine's boot id: each is told it is a host of its
+        // own, so that its ranks reach the others over the network, as separate machines
+        // would.
+        host_ids.push_back(hosts.name(i));
+      }
     }
-    fmt::print(stderr, "cohort bench scaling: {} node(s) x {} worker(s)...\n", k, nproc);
+    fmt::print(stderr, "cohort bench scaling: {} node(s) x {} worker(s)...\n", k, where.nproc);
   }
   const auto start = SteadyClock::now();
   std::vector<Child> children;
   for (size_t i = 0; i < runs.size(); ++i) {
     SpawnOptions& so = runs[i];
     auto run_env = env;
-    // The namespaces share this machine's boot id: each is told it is a host of its own,
-    // so that its ranks reach the others over the network, as separate machines would.
-    if (hosts) run_env.emplace_back("COHORT_HOST_ID", hosts->name(static_cast<int>(i)));
+    if (i < host_ids.size()) run_env.emplace_back("COHORT_HOST_ID", host_ids[i]);
     so.env = MergeEnvironment(run_env);
     so.new_session = true;  // its own process group: stopped as a whole at the timeout
     auto child = Spawn(so);
@@ -268,7 +326,8 @@ Result<Row> RunAtCount(int k, const std::vector<std::string>& command, const std
     }
     children.push_back(*child);
   }
-  const std::string what = hosts ? fmt::format("{} node(s)", k) : fmt::format("{} worker(s)", k);
+  const std::string what =
+      where.nodes() ? fmt::format("{} node(s)", k) : fmt::format("{} worker(s)", k);
   ExitStatus st = WaitAll(children, timeout, what);
   row.wall_s = SecondsSince(start);
   row.exit_code = st.exited ? st.code : 128 + st.signal;
@@ -341,6 +400,12 @@ int ScalingCommand(const std::vector<std::string>& args) {
                  "node counts, e.g. 1,2,3: one agent per network-namespace host (root)");
   app.add_option("--nproc-per-node", nproc, "workers per node with --nodes")
       ->check(CLI::Range(1, 1024));
+  const char* in_allocation = std::getenv("SLURM_JOB_ID");
+  std::string hosts_kind = in_allocation ? "slurm" : "netns";
+  app.add_option("--hosts", hosts_kind,
+                 "with --nodes: netns (network-namespace hosts of this machine, root) or slurm "
+                 "(the nodes of this allocation; the default inside one)")
+      ->check(CLI::IsMember({"netns", "slurm"}));
   app.footer("Usage: cohort bench scaling [options] -- <training command>");
   if (int rc = ParseCommandLine(app, ours, "bench scaling"); rc >= 0) return rc;
   if (command.empty()) {
@@ -377,10 +442,24 @@ int ScalingCommand(const std::vector<std::string>& args) {
     return kExitInvalidValue;
   }
   const std::string out = fs::absolute(out_dir).string();
+  if (!nodes_text.empty() && hosts_kind == "slurm") {
+    const int have = static_cast<int>(
+        ParseInt64(std::getenv("SLURM_JOB_NUM_NODES") ? std::getenv("SLURM_JOB_NUM_NODES") : "")
+            .value_or(0));
+    const int need = *std::max_element(counts.begin(), counts.end());
+    if (!in_allocation || have < need) {
+      fmt::print(stderr, "cohort bench scaling: --hosts slurm runs inside a Slurm allocation "
+                         "of at least {} node(s) (this one: {}); e.g. salloc -N {} cohort "
+                         "bench scaling --nodes {} -- ...\n",
+                 need, in_allocation ? std::to_string(have) : std::string("none"), need,
+                 nodes_text);
+      return kExitInvalidValue;
+    }
+  }
   std::vector<Row> rows;
   for (int k : counts) {
     std::unique_ptr<NetnsHosts> hosts;
-    if (!nodes_text.empty()) {
+    if (!nodes_text.empty() && hosts_kind == "netns") {
       auto made = NetnsHosts::Create(k);
       if (!made.ok()) {
         const bool root = made.status().code() == StatusCode::kFailedPrecondition;
@@ -389,7 +468,10 @@ int ScalingCommand(const std::vector<std::string>& args) {
       }
       hosts = std::move(*made);
     }
-    auto row = RunAtCount(k, command, out, timeout, hosts.get(), nproc);
+    const Placement where{.netns = hosts.get(),
+                          .slurm = !nodes_text.empty() && hosts_kind == "slurm",
+                          .nproc = nproc};
+    auto row = RunAtCount(k, command, out, timeout, where);
     if (!row.ok()) return CommandFailed("bench scaling", row.status(), kExitInternal);
     rows.push_back(*row);
   }

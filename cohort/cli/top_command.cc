@@ -2,7 +2,8 @@
 // c10d|etcd]`: the whole job in a terminal, redrawn every --interval seconds (or once with
 // --once): the job's totals, one line per node (state, round, restarts, CPU, and why a node
 // that left is gone), one line per rank (state, step, loss, samples/s, communication wait
-// and volume, CPU, RSS), the latest restarts with their causes and the last log lines.
+// and volume, CPU, RSS), the latest restarts with their causes and the last log lines (of
+// every rank, or of --rank R).
 //
 // ENDPOINT is any agent's metrics endpoint (`cohort run --metrics-port`): its /api/job is
 // the job-wide view (metrics/job_view.h). With the job's store instead, `cohort top` reads
@@ -158,6 +159,9 @@ int TopCommand(const std::vector<std::string>& args) {
       ->check(CLI::Range(0.2, 3600.0));
   app.add_flag("--once", once, "print one view and exit (for scripts)");
   app.add_option("--logs", log_lines, "log lines to show")->check(CLI::Range(0, 1000));
+  int log_rank = -1;
+  app.add_option("--rank", log_rank, "show the log lines of this rank only")
+      ->check(CLI::NonNegativeNumber);
   if (int rc = ParseCommandLine(app, args, "top", kExitInvalidValue); rc >= 0) return rc;
   if (endpoint.empty() == rdzv_endpoint.empty()) {
     fmt::print(stderr, "cohort top: give one agent's metrics endpoint (cohort top "
@@ -174,7 +178,8 @@ int TopCommand(const std::vector<std::string>& args) {
     std::string url = endpoint.find("://") == std::string::npos ? "http://" + endpoint : endpoint;
     if (url.back() != '/') url += '/';
     source = url;
-    fetch = [url] { return metrics::FetchJson(url + "api/job", std::chrono::seconds(10)); };
+    const std::string query = log_rank >= 0 ? fmt::format("api/job?rank={}", log_rank) : "api/job";
+    fetch = [url, query] { return metrics::FetchJson(url + query, std::chrono::seconds(10)); };
   } else {
     std::function<Result<std::shared_ptr<store::Store>>()> connect;
     if (backend == "etcd" || backend == "etcd-v2") {
@@ -212,7 +217,7 @@ int TopCommand(const std::vector<std::string>& args) {
         .list = [store = *store, rdzv_id] {
           return agent::ReadDirectory(*store, rdzv_id, Deadline::AfterMs(5000));
         }});
-    fetch = [v = view.get()]() -> Result<json> { return v->Snapshot(); };
+    fetch = [v = view.get(), log_rank]() -> Result<json> { return v->Snapshot(log_rank); };
   }
 
   // The launcher blocks the agent's signals at start: here Ctrl-C simply ends the view.

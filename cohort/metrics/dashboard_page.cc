@@ -22,7 +22,7 @@ td.l,th.l{text-align:left}
 pre{background:#111;color:#ddd;padding:8px;max-height:260px;overflow:auto;font-size:12px}
 .muted{color:#777}
 </style></head><body>
-<h1>cohort <span id="run" class="muted"></span></h1>
+<h1>cohort <span id="run" class="muted"></span> <a href="/job" style="font-size:14px">the whole job</a></h1>
 <div class="cards" id="cards"></div>
 <h2>Ranks</h2>
 <table id="ranks"><thead><tr><th>rank</th><th class="l">state</th><th>step</th><th>loss</th>

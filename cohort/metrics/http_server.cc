@@ -46,14 +46,18 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(ServerOptions option
     res.set_header("Cache-Control", "no-store");
     res.set_content(self->History().dump(), "application/json");
   });
-  s->server_->Get("/api/job", [self](const httplib::Request&, httplib::Response& res) {
+  s->server_->Get("/api/job", [self](const httplib::Request& req, httplib::Response& res) {
     res.set_header("Cache-Control", "no-store");
     if (!self->o_.job) {
       res.status = 404;
       res.set_content(R"({"error":"this endpoint has no job view"})", "application/json");
       return;
     }
-    res.set_content(self->o_.job().dump(), "application/json");
+    int rank = -1;
+    if (req.has_param("rank")) {
+      rank = static_cast<int>(ParseInt64(req.get_param_value("rank")).value_or(-1));
+    }
+    res.set_content(self->o_.job(rank).dump(), "application/json");
   });
   s->server_->Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(kDashboardPage, "text/html; charset=utf-8");

@@ -5,7 +5,7 @@
 //                     rank's latest metrics, utilisation, recent events (?since=<seq>)
 //   GET /api/history  each rank's samples/s, loss and step over time (the chart)
 //   GET /api/job      the whole job (every agent of the job's directory, job_view.h), when
-//                     the server was given `job`
+//                     the server was given `job`; ?rank=R: the log lines of rank R
 //   GET /             the live dashboard (dashboard_page.cc), which polls /api/state
 //   GET /job          the job-wide page (job_page.cc), which polls /api/job
 // Monitoring never fails the job: a port in use is an error from Start() with a clear
@@ -41,7 +41,8 @@ struct ServerOptions {
   EventLog* events = nullptr;         // restarts, failures, log lines
   std::function<nlohmann::json()> state;                     // the agent's own state
   std::function<std::vector<WorkerProcess>()> workers;        // live worker processes
-  std::function<nlohmann::json()> job;                        // the job-wide view (/api/job)
+  // The job-wide view (/api/job[?rank=R]: the log lines of rank R only).
+  std::function<nlohmann::json(int rank)> job;
 };
 
 class MetricsServer {

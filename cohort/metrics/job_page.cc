@@ -43,10 +43,13 @@ const esc = t => String(t ?? '').replace(/[&<>"']/g, c => ({'&':'&amp;','<':'&lt
 const fmt = (v, d) => (v === undefined || v === null) ? '-' :
   (d > 2 && v !== 0 && Math.abs(v) < 0.01) ? Number(v).toExponential(2) : Number(v).toFixed(d);
 let last = null;
+// A number in the filter asks the agent for that rank's own last lines (/api/job?rank=R);
+// other text filters the lines shown.
+const rankFilter = () => { const f = document.getElementById('filter').value.trim(); return /^\d+$/.test(f) ? f : null; };
 function logs() {
   if (!last) return;
   const f = document.getElementById('filter').value.trim();
-  const lines = (last.logs || []).filter(l => !f || String(l.rank) === f || l.line.includes(f))
+  const lines = (last.logs || []).filter(l => !f || rankFilter() !== null || l.line.includes(f))
     .map(l => '[' + (l.addr || l.host) + ' rank' + l.rank + '] ' + l.line);
   const pre = document.getElementById('logs');
   pre.textContent = lines.join('\n');
@@ -54,7 +57,8 @@ function logs() {
 }
 async function tick() {
   let j;
-  try { j = await (await fetch('/api/job', {cache: 'no-store'})).json(); }
+  const r = rankFilter();
+  try { j = await (await fetch('/api/job' + (r !== null ? '?rank=' + r : ''), {cache: 'no-store'})).json(); }
   catch (e) { document.getElementById('run').textContent = '(agent unreachable)'; return; }
   last = j;
   const s = j.summary || {};
@@ -90,7 +94,7 @@ async function tick() {
       (e.round !== undefined ? ' (round ' + e.round + ')' : '') + '</td><td class="l">' + esc(e.cause) + '</td></tr>').join('') + '</table>';
   logs();
 }
-document.getElementById('filter').addEventListener('input', logs);
+document.getElementById('filter').addEventListener('input', () => rankFilter() !== null ? tick() : logs());
 tick(); setInterval(tick, 1500);
 </script></body></html>
 )html";

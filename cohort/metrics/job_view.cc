@@ -17,7 +17,7 @@ namespace {
 using json = nlohmann::json;
 
 constexpr size_t kHistoryPerNode = 50;
-constexpr size_t kLogsPerNode = 200;
+constexpr size_t kLogsPerRank = 100;
 constexpr int kMaxFetchThreads = 16;
 
 // "http://host:port/path" -> ("http://host:port", "/path").
@@ -139,9 +139,10 @@ void JobView::Absorb(Known& k, Result<json> answer, double now) {
     k.since = std::max<uint64_t>(k.since, e.value("seq", uint64_t{0}));
     const std::string type = e.value("type", "");
     if (type == "log") {
-      k.logs.push_back({{"time", e.value("time", now)}, {"rank", e.value("rank", -1)},
-                        {"line", e.value("line", "")}});
-      if (k.logs.size() > kLogsPerNode) k.logs.pop_front();
+      const int rank = e.value("rank", -1);
+      auto& lines = k.logs[rank];
+      lines.push_back({{"time", e.value("time", now)}, {"rank", rank}, {"line", e.value("line", "")}});
+      if (lines.size() > kLogsPerRank) lines.pop_front();
     } else {
       k.history.push_back(e);
       if (k.history.size() > kHistoryPerNode) k.history.pop_front();
@@ -151,9 +152,20 @@ void JobView::Absorb(Known& k, Result<json> answer, double now) {
   k.state = std::move(s);
 }
 
-json JobView::Snapshot() {
+json JobView::Snapshot(int rank) {
   MutexLock lock(&mu_);
-  if (fresh_until_ && !fresh_until_->expired()) return last_;
+  if (!fresh_until_ || fresh_until_->expired()) Poll();
+  json out = last_;
+  json logs = json::array();
+  for (const auto& l : last_logs_) {
+    if (rank < 0 || l["rank"] == rank) logs.push_back(l);
+  }
+  if (logs.size() > o_.log_lines) logs.erase(logs.begin(), logs.end() - o_.log_lines);
+  out["logs"] = std::move(logs);
+  return out;
+}
+
+void JobView::Poll() {
   auto listed = o_.list();
   if (listed.ok()) {
     directory_error_.clear();
@@ -185,12 +197,11 @@ json JobView::Snapshot() {
   for (auto& t : threads) t.join();
   const double now = WallSeconds();
   for (size_t i = 0; i < asks.size(); ++i) Absorb(*asks[i].first, std::move(*answers[i]), now);
-  last_ = Build(now);
+  last_ = Build(now, &last_logs_);
   fresh_until_ = Deadline::After(o_.reuse);
-  return last_;
 }
 
-json JobView::Build(double now) {
+json JobView::Build(double now, json* logs_out) {
   // Events of the nodes that answer, for the cause of a node that does not.
   std::vector<json> survivors_history;
   for (const auto& [index, k] : known_) {
@@ -280,21 +291,23 @@ json JobView::Build(double now) {
                                          agent["world_size"].get<int>());
       }
     }
-    for (const auto& l : k.logs) {
-      logs.push_back({{"time", l["time"]}, {"node", index}, {"host", host}, {"addr", addr},
-                      {"rank", l["rank"]}, {"line", l["line"]}});
+    for (const auto& [rank, lines] : k.logs) {
+      for (const auto& l : lines) {
+        logs.push_back({{"time", l["time"]}, {"node", index}, {"host", host}, {"addr", addr},
+                        {"rank", rank}, {"line", l["line"]}});
+      }
     }
   }
   std::stable_sort(logs.begin(), logs.end(), [](const json& a, const json& b) {
     return a["time"].get<double>() < b["time"].get<double>();
   });
-  if (logs.size() > o_.log_lines) logs.erase(logs.begin(), logs.end() - o_.log_lines);
+  *logs_out = std::move(logs);
   json run_id = nullptr;
   for (const auto& [index, k] : known_) {
     if (At(At(k.state, "agent"), "run_id").is_string()) run_id = k.state["agent"]["run_id"];
   }
   return {{"time", now}, {"run_id", run_id}, {"summary", summary}, {"nodes", nodes},
-          {"logs", logs}, {"directory_error", directory_error_}};
+          {"directory_error", directory_error_}};
 }
 
 }  // namespace cohort::metrics

@@ -39,13 +39,15 @@ struct JobViewOptions {
   std::function<Result<std::vector<EndpointEntry>>()> list;
   Duration fetch_timeout = std::chrono::milliseconds(1500);  // per agent
   Duration reuse = std::chrono::milliseconds(400);
-  size_t log_lines = 200;  // merged recent log lines kept in a snapshot
+  size_t log_lines = 200;  // recent log lines in a snapshot (the last 100 of each rank kept)
 };
 
 class JobView {
  public:
   explicit JobView(JobViewOptions options) : o_(std::move(options)) {}
-  nlohmann::json Snapshot() COHORT_EXCLUDES(mu_);
+  // The job now; "logs" holds the last log_lines lines of every rank, or of `rank` only
+  // (>= 0), so that a quiet rank's lines can be read beside noisy ones.
+  nlohmann::json Snapshot(int rank = -1) COHORT_EXCLUDES(mu_);
 
  private:
   struct Known {
@@ -55,17 +57,21 @@ class JobView {
     double last_seen = 0;       // unix seconds of the last answer (0: never)
     uint64_t since = 0;         // the highest event seq received
     std::string error;          // why the last ask failed ("" when it answered)
-    std::deque<nlohmann::json> logs;     // {"time","rank","line"}
+    std::map<int, std::deque<nlohmann::json>> logs;  // per rank: {"time","rank","line"}
     std::deque<nlohmann::json> history;  // rounds, restarts, failures
   };
   void Absorb(Known& k, Result<nlohmann::json> answer, double now);
-  nlohmann::json Build(double now) COHORT_REQUIRES(mu_);
+  // Reads the directory, asks every agent, rebuilds last_ and last_logs_.
+  void Poll() COHORT_REQUIRES(mu_);
+  // The snapshot without its logs; every node's kept lines, oldest first, into `logs`.
+  nlohmann::json Build(double now, nlohmann::json* logs) COHORT_REQUIRES(mu_);
 
   const JobViewOptions o_;
   Mutex mu_;
   std::map<int, Known> known_ COHORT_GUARDED_BY(mu_);  // by directory index
   std::string directory_error_ COHORT_GUARDED_BY(mu_);
   nlohmann::json last_ COHORT_GUARDED_BY(mu_);
+  nlohmann::json last_logs_ COHORT_GUARDED_BY(mu_);
   std::optional<Deadline> fresh_until_ COHORT_GUARDED_BY(mu_);
 };
 

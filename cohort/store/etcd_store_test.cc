@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -23,6 +24,7 @@
 #include <optional>
 #include <thread>
 
+#include "cohort/agent/job_directory.h"
 #include "cohort/base/strings.h"
 #include "cohort/rendezvous/rendezvous.h"
 
@@ -311,6 +313,35 @@ INSTANTIATE_TEST_SUITE_P(Etcd, StoreContract, ::testing::Values("etcd"),
 
 
 // The Store contract (store_contract.h) runs against etcd too; this is what only etcd adds.
+// The job's directory of metrics endpoints (agent/job_directory.h) works on etcd too:
+// several agents publish at once, each gets its own entry, the end records are read back.
+TEST_F(EtcdStoreTest, JobDirectoryOfMetricsEndpoints) {
+  std::vector<std::thread> agents;
+  std::vector<int> index(4, 0);
+  for (int i = 0; i < 4; ++i) {
+    agents.emplace_back([&, i] {
+      auto own = Make();  // one connection per agent, as in a job
+      auto got = agent::PublishEndpoint(*own, "job", {{"url", fmt::format("http://h{}:1/", i)}},
+                                        Deadline::AfterMs(10000));
+      if (got.ok()) index[i] = *got;
+    });
+  }
+  for (auto& t : agents) t.join();
+  std::vector<int> sorted = index;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, (std::vector<int>{1, 2, 3, 4}));
+  ASSERT_TRUE(agent::PublishEnd(*store_, "job", index[2], {{"state", "FAILED"}},
+                                Deadline::AfterMs(5000)).ok());
+  auto entries = agent::ReadDirectory(*store_, "job", Deadline::AfterMs(5000));
+  ASSERT_TRUE(entries.ok()) << entries.status().ToString();
+  ASSERT_EQ(entries->size(), 4u);
+  for (const auto& e : *entries) {
+    EXPECT_EQ(e.record["url"], fmt::format("http://h{}:1/", std::find(index.begin(), index.end(),
+                                                                      e.index) - index.begin()));
+    EXPECT_EQ(e.end.has_value(), e.index == index[2]);
+  }
+}
+
 TEST_F(EtcdStoreTest, PrefixesAreNamespaces) {
   ASSERT_TRUE(store_->Set("a", "1", Soon()).ok());
   // Another prefix is another namespace; an empty value is still a key.

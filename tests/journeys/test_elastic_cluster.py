@@ -17,7 +17,7 @@ import pytest
 
 import journey_util as J
 
-STEPS = 2500          # long enough for the joins and the kill to land mid-run
+STEPS = 1000          # long enough for the joins and the kill to land mid-run
 PHASE_TIMEOUT = 90    # for one membership change to show in every rank's output
 FINISH_TIMEOUT = 300
 RDZV_CONF = ("join_timeout=60,last_call_timeout=2,keep_alive_interval=0.5,"
@@ -97,6 +97,8 @@ def test_elastic_training_across_hosts(kind, cluster, tmp_path):
     nodes.append(start(2))
     r3 = wait_world(nodes, 3, r2, "every rank reporting world size 3 after the join")
     # 3. SIGKILL of node 1 (its agent and worker): the survivors form a job of two.
+    at_kill = J.max_step(output(nodes))
+    assert at_kill < STEPS - 300, "the kill must land mid-run: step %d of %d" % (at_kill, STEPS)
     nodes[1].kill()
     survivors = [nodes[0], nodes[2]]
     wait_world(survivors, 2, r3, "every rank reporting world size 2 after the kill")
@@ -107,8 +109,8 @@ def test_elastic_training_across_hosts(kind, cluster, tmp_path):
     digests = J.digests(output(survivors))
     assert sorted(digests) == [0, 1], output(survivors)
     assert len(set(digests.values())) == 1, "ranks ended with different parameters: %s" % digests
-    print("\n%s: rounds %d -> %d -> (kill) -> 2 ranks; final digest %s" % (
-        kind, r2, r3, digests[0]))
+    print("\n%s: rounds %d -> %d -> (kill at step %d of %d) -> 2 ranks; final digest %s" % (
+        kind, r2, r3, at_kill, STEPS, digests[0]))
 
     # 5. the network check across the three hosts: one job of three ranks, no wrong values.
     bench = [J.BIN, "bench", "allreduce", "-b", "1K", "-e", "1M", "-f", "32", "-n", "5",
