@@ -43,6 +43,7 @@ Result<std::unique_ptr<NetnsHosts>> NetnsHosts::Create(int hosts) {
     h->namespaces_.push_back(ns);
     h->hosts_.push_back(ns);
     COHORT_RETURN_IF_ERROR(Ip({"link", "add", host_end, "type", "veth", "peer", "name", bridge_end}));
+    h->cables_.push_back(host_end);  // removed by the destructor if still here
     COHORT_RETURN_IF_ERROR(Ip({"link", "set", host_end, "netns", ns}));
     COHORT_RETURN_IF_ERROR(Ip({"link", "set", bridge_end, "netns", bridge}));
     COHORT_RETURN_IF_ERROR(Ip({"-n", ns, "link", "set", host_end, "name", "eth0"}));
@@ -58,6 +59,13 @@ Result<std::unique_ptr<NetnsHosts>> NetnsHosts::Create(int hosts) {
 NetnsHosts::~NetnsHosts() {
   for (auto it = namespaces_.rbegin(); it != namespaces_.rend(); ++it) {
     (void)Ip({"netns", "del", *it});
+  }
+  // A cable made but not yet moved into its namespace (a failed Create) is still in this
+  // one; the others went with their namespaces.
+  for (const auto& cable : cables_) {
+    if (::access(fmt::format("/sys/class/net/{}", cable).c_str(), F_OK) == 0) {
+      (void)Ip({"link", "del", cable});
+    }
   }
 }
 

@@ -34,6 +34,7 @@ class NetnsHosts {
   int subnet_ = 0;
   std::vector<std::string> namespaces_;  // every namespace made, the bridge's first
   std::vector<std::string> hosts_;
+  std::vector<std::string> cables_;  // the host ends of the veth pairs made
 };
 
 }  // namespace cohort::cli

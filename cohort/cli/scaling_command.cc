@@ -22,6 +22,10 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cstring>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
@@ -169,14 +173,31 @@ std::optional<std::vector<int>> ParseCounts(const std::string& text) {
   return counts;
 }
 
-// Waits for every process of one run (bounded by `timeout`; then SIGTERM, and SIGKILL
-// after 10 s) and reaps them; the first failure (or the last exit) is the run's.
-ExitStatus WaitAll(std::vector<Child>& children, double timeout, const std::string& what) {
-  const Deadline deadline = Deadline::After(std::chrono::duration_cast<Duration>(
+// Signals arrive through a signalfd (main.cc blocks them in every thread): Ctrl-C stops
+// the run in progress cleanly (its processes stopped, its hosts removed).
+int SignalFd() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
+  ::sigprocmask(SIG_BLOCK, &set, nullptr);
+  return ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+}
+
+// Waits for every process of one run and reaps them; the first failure (or the last exit)
+// is the run's. Past `timeout`, or on a signal from `signal_fd` (its number goes to
+// `*interrupted`), every process group gets SIGTERM, and SIGKILL 10 s later.
+ExitStatus WaitAll(std::vector<Child>& children, double timeout, const std::string& what,
+                   int signal_fd, int* interrupted) {
+  Deadline stop_at = Deadline::After(std::chrono::duration_cast<Duration>(
       std::chrono::duration<double>(timeout)));
   std::vector<bool> done(children.size(), false);
   ExitStatus result;
-  bool failed = false, stopped = false;
+  bool failed = false, stopping = false;
+  auto stop = [&](const std::vector<size_t>& idx) {
+    for (size_t i : idx) SignalGroup(children[i].pid, stopping ? SIGKILL : SIGTERM);
+    stopping = true;
+    stop_at = Deadline::AfterMs(10000);
+  };
   for (size_t left = children.size(); left > 0;) {
     std::vector<pollfd> fds;
     std::vector<size_t> idx;
@@ -186,18 +207,25 @@ ExitStatus WaitAll(std::vector<Child>& children, double timeout, const std::stri
         idx.push_back(i);
       }
     }
-    const int wait_ms = deadline.expired() ? 10000 : deadline.PollTimeoutMs();
-    if (::poll(fds.data(), fds.size(), wait_ms) == 0) {
-      const int sig = stopped ? SIGKILL : SIGTERM;
-      if (!stopped) {
+    fds.push_back({signal_fd, POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), stop_at.PollTimeoutMs()) == 0) {
+      if (!stopping) {
         fmt::print(stderr, "cohort bench scaling: {} ran past --timeout {} s; stopped\n", what,
                    timeout);
       }
-      stopped = true;
-      for (size_t i : idx) SignalGroup(children[i].pid, sig);
+      stop(idx);
       continue;
     }
-    for (size_t k = 0; k < fds.size(); ++k) {
+    if (fds.back().revents) {
+      signalfd_siginfo si{};
+      if (::read(signal_fd, &si, sizeof(si)) == sizeof(si) && !stopping) {
+        *interrupted = static_cast<int>(si.ssi_signo);
+        fmt::print(stderr, "cohort bench scaling: {}: stopping {}\n", strsignal(*interrupted),
+                   what);
+        stop(idx);
+      }
+    }
+    for (size_t k = 0; k + 1 < fds.size(); ++k) {
       if (!fds[k].revents) continue;
       Child& c = children[idx[k]];
       ExitStatus st = Reap(c.pid);
@@ -253,7 +281,8 @@ int StorePort() {
 // where.nproc workers each, with its own log and metrics directories under `out`; an error
 // only when the run could not start.
 Result<Row> RunAtCount(int k, const std::vector<std::string>& command, const std::string& out,
-                       double timeout, const Placement& where) {
+                       double timeout, const Placement& where, int signal_fd,
+                       int* interrupted) {
   Row row;
   row.workers = k;
   const std::string run_dir = fmt::format("{}/{}{}", out, where.nodes() ? "nodes" : "workers", k);
@@ -320,15 +349,16 @@ Result<Row> RunAtCount(int k, const std::vector<std::string>& command, const std
     so.new_session = true;  // its own process group: stopped as a whole at the timeout
     auto child = Spawn(so);
     if (!child.ok()) {
+      int ignored = 0;
       for (auto& c : children) SignalGroup(c.pid, SIGKILL);
-      WaitAll(children, 30, "the run");
+      WaitAll(children, 30, "the run", signal_fd, &ignored);
       return child.status();
     }
     children.push_back(*child);
   }
   const std::string what =
       where.nodes() ? fmt::format("{} node(s)", k) : fmt::format("{} worker(s)", k);
-  ExitStatus st = WaitAll(children, timeout, what);
+  ExitStatus st = WaitAll(children, timeout, what, signal_fd, interrupted);
   row.wall_s = SecondsSince(start);
   row.exit_code = st.exited ? st.code : 128 + st.signal;
   ReadRun(run_dir + "/metrics", &row);
@@ -456,6 +486,8 @@ int ScalingCommand(const std::vector<std::string>& args) {
       return kExitInvalidValue;
     }
   }
+  const int signal_fd = SignalFd();
+  int interrupted = 0;
   std::vector<Row> rows;
   for (int k : counts) {
     std::unique_ptr<NetnsHosts> hosts;
@@ -471,11 +503,13 @@ int ScalingCommand(const std::vector<std::string>& args) {
     const Placement where{.netns = hosts.get(),
                           .slurm = !nodes_text.empty() && hosts_kind == "slurm",
                           .nproc = nproc};
-    auto row = RunAtCount(k, command, out, timeout, where);
+    auto row = RunAtCount(k, command, out, timeout, where, signal_fd, &interrupted);
     if (!row.ok()) return CommandFailed("bench scaling", row.status(), kExitInternal);
     rows.push_back(*row);
+    if (interrupted) break;  // the hosts of this count are removed as `hosts` goes
   }
   Report(rows, out, nodes_text.empty() ? "workers" : "nodes");
+  if (interrupted) return 128 + interrupted;
   bool all_ok =
       std::all_of(rows.begin(), rows.end(), [](const Row& r) { return r.exit_code == 0; });
   return all_ok ? kExitOk : kExitWorkerFailed;

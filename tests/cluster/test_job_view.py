@@ -188,3 +188,32 @@ def test_bench_scaling_across_hosts(tmp_path):
     # No namespace of the command is left behind.
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert not re.search(r"^cs\d+", left, re.M), left
+
+
+def test_bench_scaling_interrupted_leaves_nothing_behind(tmp_path):
+    """Ctrl-C during a run across hosts: the run's agents and workers stop, the hosts
+    (namespaces) are removed, the table so far is written, exit 130."""
+    out = tmp_path / "scaling"
+    tag = "scalestop" + uuid.uuid4().hex[:6]
+    argv = [str(BIN), "bench", "scaling", "--nodes", "2", "--out", str(out), "--",
+            str(TRAIN), "--model", "mlp", "--dataset", "synthetic", "--epochs", "1000",
+            "--max-steps", "1000000", "--log-every", "10", "--tag", tag]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True)
+    try:
+        log = out / "nodes2/output-node0.log"
+        netns.wait_for(lambda: log.exists() and "step 20/" in log.read_text(), 120,
+                       "the 2-node run training")
+        os.kill(p.pid, 2)  # SIGINT, as Ctrl-C
+        stdout, stderr = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, 9)
+            p.wait()
+    assert p.returncode == 130, (p.returncode, stderr[-3000:])
+    assert "Interrupt" in stderr, stderr[-2000:]
+    assert json.loads((out / "scaling.json").read_text())[0]["nodes"] == 2
+    left = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True).stdout.split()
+    assert left == [], "processes left: %s" % left
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not re.search(r"^cs%d" % (p.pid % 100000), namespaces, re.M), namespaces
