@@ -59,4 +59,19 @@ Result<std::vector<DirectoryEntry>> ReadDirectory(store::Store& store, const std
   return out;
 }
 
+std::function<Result<std::vector<DirectoryEntry>>()> DirectoryReader(
+    StoreConnector connect, std::string run_id, Duration timeout) {
+  return [connect = std::move(connect), run_id = std::move(run_id), timeout,
+          store = std::shared_ptr<store::Store>()]() mutable
+         -> Result<std::vector<DirectoryEntry>> {
+    const Deadline deadline = Deadline::After(timeout);
+    if (!store) {
+      COHORT_ASSIGN_OR_RETURN(store, connect(deadline));
+    }
+    auto entries = ReadDirectory(*store, run_id, deadline);
+    if (!entries.ok()) store.reset();
+    return entries;
+  };
+}
+
 }  // namespace cohort::agent

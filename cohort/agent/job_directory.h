@@ -14,6 +14,8 @@
 // during a call (stores are one-owner objects).
 #pragma once
 
+#include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -38,5 +40,12 @@ Status PublishEnd(store::Store& store, const std::string& run_id, int index,
 // record is missing or is not JSON (being written, or foreign) is skipped.
 Result<std::vector<DirectoryEntry>> ReadDirectory(store::Store& store, const std::string& run_id,
                                                   Deadline deadline, int max_entries = 4096);
+
+// ReadDirectory as a function of no arguments (JobViewOptions::list) over a store
+// connection of its own, made on first use and again after a failure; each call bounded by
+// `timeout`. One caller at a time (JobView serializes its calls).
+using StoreConnector = std::function<Result<std::shared_ptr<store::Store>>(Deadline)>;
+std::function<Result<std::vector<DirectoryEntry>>()> DirectoryReader(
+    StoreConnector connect, std::string run_id, Duration timeout = std::chrono::seconds(2));
 
 }  // namespace cohort::agent

@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <httplib.h>
+
 #include <fstream>
+#include <thread>
 
 #include "cohort/agent/job_directory.h"
 #include "cohort/base/temp_dir.h"
@@ -123,16 +126,17 @@ TEST(JobViewTest, RunningFinishedLostAndImpostor) {
   EXPECT_GT(n1["ranks"][1]["rss_bytes"].get<double>(), 1e6) << n1["ranks"][1];
   EXPECT_TRUE(n1["ranks"][0]["rss_bytes"].is_null());
   EXPECT_EQ(job["nodes"][1]["state"], "SUCCEEDED");
-  const json& lost = job["nodes"][2];
-  EXPECT_EQ(lost["state"], "LOST");
-  EXPECT_NE(lost["cause"].get<std::string>().find("stopped sending heartbeats"), std::string::npos)
-      << lost["cause"];
+  // Never answered: UNREACHABLE (not LOST: nothing says it ever worked), with the reason.
+  const json& never = job["nodes"][2];
+  EXPECT_EQ(never["state"], "UNREACHABLE");
+  EXPECT_NE(never["cause"].get<std::string>().find("no answer"), std::string::npos)
+      << never["cause"];
   const json& n4 = job["nodes"][3];
-  EXPECT_EQ(n4["state"], "LOST");
-  EXPECT_NE(n4["cause"].get<std::string>().find("another agent answers"), std::string::npos)
+  EXPECT_EQ(n4["state"], "UNREACHABLE");
+  EXPECT_NE(n4["cause"].get<std::string>().find("another agent"), std::string::npos)
       << n4["cause"];
   EXPECT_EQ(job["summary"]["running"], 1);
-  EXPECT_EQ(job["summary"]["lost"], 2);
+  EXPECT_EQ(job["summary"]["unreachable"], 2);
   EXPECT_EQ(job["summary"]["finished"], 1);
   EXPECT_EQ(job["summary"]["ranks"], 2);
   EXPECT_EQ(job["summary"]["samples_per_s"], 150.0);
@@ -152,9 +156,99 @@ TEST(JobViewTest, RunningFinishedLostAndImpostor) {
   a1->Stop();
   job = view.Snapshot();
   EXPECT_EQ(job["nodes"][0]["state"], "LOST");
+  EXPECT_NE(job["nodes"][0]["cause"].get<std::string>().find("no answer from its agent for"),
+            std::string::npos) << job["nodes"][0]["cause"];
   ASSERT_EQ(job["nodes"][0]["ranks"].size(), 2u);
   EXPECT_EQ(job["nodes"][0]["ranks"][0]["state"], "LOST");
   EXPECT_EQ(job["logs"].size(), 101u);  // its lines too
+}
+
+// An agent answering with hand-made JSON (served on loopback from a thread of its own).
+class FakeAgent {
+ public:
+  explicit FakeAgent(std::string body) : body_(std::move(body)) {
+    server_.Get("/api/state", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(body_, "application/json");
+    });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    const Deadline ready = Deadline::AfterMs(10000);
+    while (!server_.is_running() && !ready.expired()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));  // startup handshake
+    }
+  }
+  ~FakeAgent() {
+    server_.stop();
+    thread_.join();
+  }
+  std::string url() const { return Url(port_); }
+
+ private:
+  const std::string body_;
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+TEST(JobViewTest, LostCauseIsTheSurvivorsRecordNamingItAfterItWasLastSeen) {
+  store::MemoryStore store;
+  const Deadline d = Deadline::AfterMs(5000);
+  const double now = WallSeconds();
+  // The survivor recorded three round ends: one naming 10.9.0.1 long before (an earlier
+  // incident), one naming 10.9.0.11 (another address sharing a prefix), the one that counts.
+  json survivor = {
+      {"agent", {{"host", "h"}, {"pid", 1}, {"state", "HEALTHY"}, {"ranks", json::array()}}},
+      {"events",
+       {{{"seq", 1}, {"time", now - 100}, {"type", "restart"}, {"round", 1},
+         {"cause", "node 1 (h at 10.9.0.1) stopped sending heartbeats"}},
+        {{"seq", 2}, {"time", now + 5}, {"type", "restart"}, {"round", 4},
+         {"cause", "node 3 (h at 10.9.0.11) stopped sending heartbeats"}},
+        {{"seq", 3}, {"time", now + 6}, {"type", "restart"}, {"round", 5},
+         {"cause", "node 2 (h at 10.9.0.1) stopped sending heartbeats"}}}}};
+  FakeAgent s(survivor.dump());
+  auto victim = Agent({{"host", "h"}, {"pid", ::getpid()}, {"state", "HEALTHY"}}, nullptr);
+  // Answers of the wrong shape: never an exception, the node is shown as not answering
+  // properly or with what could be read.
+  FakeAgent not_object("[1, 2, 3]");
+  FakeAgent odd(R"({"agent": {"state": 5, "ranks": "x", "world_size": "2"},
+                   "events": [1, {"type": 3, "seq": "x"}], "ranks": {"a": 1},
+                   "system": {"gpus": {"available": true, "devices": [7]}}})");
+  ASSERT_TRUE(PublishEndpoint(store, "job", {{"url", s.url()}, {"addr", "10.9.0.5"}, {"pid", 1},
+                                             {"host", "h"}}, d).ok());
+  ASSERT_TRUE(PublishEndpoint(store, "job", {{"url", Url(victim->port())}, {"addr", "10.9.0.1"},
+                                             {"pid", ::getpid()}, {"host", "h"}}, d).ok());
+  ASSERT_TRUE(PublishEndpoint(store, "job", {{"url", not_object.url()}}, d).ok());
+  ASSERT_TRUE(PublishEndpoint(store, "job", {{"url", odd.url()}, {"addr", 7}}, d).ok());
+  ASSERT_TRUE(PublishEndpoint(store, "job", {{"url", "htps://x:1/"}}, d).ok());
+  ASSERT_TRUE(PublishEndpoint(store, "job", {{"url", "http://x:99999999999/"}}, d).ok());
+  metrics::JobView view({.list = [&store] { return ReadDirectory(store, "job", Deadline::AfterMs(2000)); },
+                         .reuse = Duration::zero()});
+  json job = view.Snapshot();
+  ASSERT_EQ(job["nodes"].size(), 6u) << job.dump(1);
+  EXPECT_EQ(job["nodes"][1]["state"], "HEALTHY");
+  EXPECT_EQ(job["nodes"][2]["state"], "UNREACHABLE");
+  EXPECT_NE(job["nodes"][2]["cause"].get<std::string>().find("not an object"), std::string::npos);
+  EXPECT_EQ(job["nodes"][3]["state"], "UNKNOWN");  // answered, but said nothing readable
+  EXPECT_EQ(job["nodes"][4]["state"], "UNREACHABLE");
+  EXPECT_NE(job["nodes"][4]["cause"].get<std::string>().find("not an http://"), std::string::npos);
+  EXPECT_EQ(job["nodes"][5]["state"], "UNREACHABLE");
+
+  victim->Stop();
+  job = view.Snapshot();
+  const json& lost = job["nodes"][1];
+  EXPECT_EQ(lost["state"], "LOST");
+  const std::string cause = lost["cause"];
+  EXPECT_NE(cause.find("node 2 (h at 10.9.0.1)"), std::string::npos) << cause;
+  EXPECT_NE(cause.find("round 5"), std::string::npos) << cause;
+  EXPECT_EQ(job["summary"]["lost"], 1);
+  EXPECT_EQ(job["summary"]["running"], 2);  // the survivor and the odd one
+}
+
+TEST(JobViewTest, FetchJsonRefusesWhatIsNotAnHttpAddress) {
+  for (const char* url : {"htps://h:1/", "http://h:99999999999/", "ftp://x/", "", "http://:/"}) {
+    auto got = metrics::FetchJson(url, std::chrono::milliseconds(200));
+    EXPECT_FALSE(got.ok()) << url;
+  }
 }
 
 }  // namespace

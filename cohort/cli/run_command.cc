@@ -472,26 +472,7 @@ int CheckValues(const RunFlags& f, int nproc, CheckedValues* out) {
   return -1;
 }
 
-// Opens a connection to the job's store within a deadline.
-using StoreConnector = std::function<Result<std::shared_ptr<store::Store>>(Deadline)>;
-
-// Reads the job's directory of metrics endpoints (job_directory.h) over a store connection
-// of its own, made on first use and again after a failure. Called only by JobView, which
-// serializes its calls.
-std::function<Result<std::vector<metrics::EndpointEntry>>()> JobDirectoryReader(
-    StoreConnector connect, std::string run_id) {
-  return [connect = std::move(connect), run_id = std::move(run_id),
-          store = std::shared_ptr<store::Store>()]() mutable
-         -> Result<std::vector<metrics::EndpointEntry>> {
-    const Deadline deadline = Deadline::AfterMs(2000);
-    if (!store) {
-      COHORT_ASSIGN_OR_RETURN(store, connect(deadline));
-    }
-    auto entries = agent::ReadDirectory(*store, run_id, deadline);
-    if (!entries.ok()) store.reset();
-    return entries;
-  };
-}
+using agent::StoreConnector;
 
 // The agent's /metrics endpoint and dashboard (--metrics-port): wires `status` and `events`
 // into the agent's options; nullptr (with a warning) when it cannot listen.
@@ -525,14 +506,14 @@ std::unique_ptr<metrics::MetricsServer> StartMetrics(const RunFlags& f, const st
     return out;
   };
   *job_view = std::make_unique<metrics::JobView>(metrics::JobViewOptions{
-      .list = JobDirectoryReader(connect_within, run_id)});
+      .list = agent::DirectoryReader(connect_within, run_id)});
   mo.job = [view = job_view->get()](int rank) { return view->Snapshot(rank); };
   auto started = metrics::MetricsServer::Start(mo);
   if (started.ok()) {
     metrics_server = std::move(*started);
-    o.metrics_url = fmt::format("http://{}:{}/", f.metrics_host == "0.0.0.0" ? o.self.addr
-                                                                              : f.metrics_host,
-                                metrics_server->port());
+    std::string url_host = f.metrics_host == "0.0.0.0" ? o.self.addr : f.metrics_host;
+    if (url_host.find(':') != std::string::npos) url_host = "[" + url_host + "]";  // IPv6
+    o.metrics_url = fmt::format("http://{}:{}/", url_host, metrics_server->port());
     fmt::print(stderr, "cohort: metrics on http://{}:{}/metrics, dashboard on http://{}:{}/\n",
                f.metrics_host == "0.0.0.0" ? o.self.addr : f.metrics_host,
                metrics_server->port(),

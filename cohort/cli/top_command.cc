@@ -27,6 +27,7 @@
 #include "cohort/base/worker_env.h"
 #include "cohort/cli/cli_util.h"
 #include "cohort/metrics/job_view.h"
+#include "cohort/metrics/json_read.h"
 #include "cohort/store/etcd_store.h"
 #include "cohort/store/tcp_store.h"
 
@@ -34,6 +35,7 @@ namespace cohort::cli {
 namespace {
 
 using json = nlohmann::json;
+using namespace metrics::json_read;  // NOLINT: the readers of foreign JSON
 
 std::string Num(const json& v, int digits, double scale = 1) {
   if (!v.is_number()) return "-";
@@ -55,58 +57,63 @@ std::string Cut(std::string s, size_t width) {
 }
 
 std::string NodeName(const json& n) {
-  const std::string addr = n.value("addr", ""), host = n.value("host", "");
+  const std::string addr = Str(n, "addr"), host = Str(n, "host");
   return addr.empty() || addr == host ? host : host + " " + addr;
 }
 
 // One frame of the view, for a terminal `width` columns wide.
 std::string Render(const json& job, const std::string& source, size_t width, int log_lines) {
-  const json& s = job["summary"];
+  const json& s = At(job, "summary");
   std::string out = fmt::format(
       "cohort top  job {}  {}  from {}\n"
-      "nodes {} (running {}, lost {}, finished {}, failed {})  ranks {}  world size {}  "
-      "samples/s {}\n",
-      job.value("run_id", json("?")).is_string() ? job["run_id"].get<std::string>() : "?",
-      Clock(job.value("time", 0.0)), source, s.value("nodes", 0), s.value("running", 0),
-      s.value("lost", 0), s.value("finished", 0), s.value("failed", 0), s.value("ranks", 0),
-      s.value("world_size", 0), Num(s["samples_per_s"], 0));
-  if (!job.value("directory_error", "").empty()) {
-    out += "the job's store did not answer: " + job["directory_error"].get<std::string>() + "\n";
+      "nodes {} (running {}, lost {}, unreachable {}, finished {}, failed {})  ranks {}  "
+      "world size {}  samples/s {}\n",
+      Str(job, "run_id", "?"), Clock(Dbl(job, "time")), source, Int(s, "nodes"),
+      Int(s, "running"), Int(s, "lost"), Int(s, "unreachable"), Int(s, "finished"),
+      Int(s, "failed"), Int(s, "ranks"), Int(s, "world_size"), Num(At(s, "samples_per_s"), 0));
+  if (!Str(job, "directory_error").empty()) {
+    out += "the job's store did not answer: " + Str(job, "directory_error") + "\n";
   }
-  out += fmt::format("\n{:>4}  {:<28} {:<10} {:>5} {:>5} {:>8} {:>5}  {}\n", "NODE", "HOST",
+  if (Arr(job, "nodes").empty()) {
+    out += "no agent of this job has published its endpoint (yet): agents publish theirs when "
+           "started with --metrics-port\n";
+  }
+  out += fmt::format("\n{:>4}  {:<28} {:<11} {:>5} {:>5} {:>8} {:>5}  {}\n", "NODE", "HOST",
                      "STATE", "ROUND", "RANK", "RESTARTS", "CPU%", "CAUSE / GPUS");
-  for (const auto& n : job["nodes"]) {
-    const std::string state = n.value("state", "?");
-    std::string tail = n.value("cause", "");
-    if (tail.empty()) tail = n.value("gpus", "");
-    std::string line = fmt::format("{:>4}  {:<28} {:<10} {:>5} {:>5} {:>8} {:>5}  {}",
-                                   n.value("index", 0), Cut(NodeName(n), 28), state,
-                                   Num(n["round"], 0), Num(n["group_rank"], 0),
-                                   Num(n["restarts"], 0), Num(n["cpu_percent"], 0), tail);
+  for (const auto& n : Arr(job, "nodes")) {
+    std::string tail = Str(n, "cause");
+    if (tail.empty()) tail = Str(n, "gpus");
+    std::string line = fmt::format("{:>4}  {:<28} {:<11} {:>5} {:>5} {:>8} {:>5}  {}",
+                                   Int(n, "index"), Cut(NodeName(n), 28), Str(n, "state", "?"),
+                                   Num(At(n, "round"), 0), Num(At(n, "group_rank"), 0),
+                                   Num(At(n, "restarts"), 0), Num(At(n, "cpu_percent"), 0), tail);
     out += Cut(line, width) + "\n";
   }
-  out += fmt::format("\n{:>5}  {:<22} {:<10} {:>8} {:>9} {:>10} {:>9} {:>9} {:>5} {:>8}\n",
+  out += fmt::format("\n{:>5}  {:<22} {:<11} {:>8} {:>9} {:>10} {:>9} {:>9} {:>5} {:>8}\n",
                      "RANK", "NODE", "STATE", "STEP", "LOSS", "SAMPLES/S", "COMM WAIT",
                      "COMM MB", "CPU%", "RSS MiB");
-  for (const auto& n : job["nodes"]) {
-    for (const auto& r : n["ranks"]) {
-      const std::string wait = r["comm_wait"].is_number() ? Num(r["comm_wait"], 1, 100) + "%" : "-";
-      out += Cut(fmt::format("{:>5}  {:<22} {:<10} {:>8} {:>9} {:>10} {:>9} {:>9} {:>5} {:>8}",
-                             r.value("rank", -1), Cut(NodeName(n), 22),
-                             Cut(r.value("state", "-"), 10), Num(r["step"], 0), Num(r["loss"], 4),
-                             Num(r["samples_per_s"], 0), wait, Num(r["comm_bytes"], 1, 1e-6),
-                             Num(r["cpu_percent"], 0), Num(r["rss_bytes"], 0, 1.0 / 1048576)),
+  for (const auto& n : Arr(job, "nodes")) {
+    for (const auto& r : Arr(n, "ranks")) {
+      const json& wait = At(r, "comm_wait");
+      out += Cut(fmt::format("{:>5}  {:<22} {:<11} {:>8} {:>9} {:>10} {:>9} {:>9} {:>5} {:>8}",
+                             Int(r, "rank", -1), Cut(NodeName(n), 22),
+                             Cut(Str(r, "state", "-"), 11), Num(At(r, "step"), 0),
+                             Num(At(r, "loss"), 4), Num(At(r, "samples_per_s"), 0),
+                             wait.is_number() ? Num(wait, 1, 100) + "%" : "-",
+                             Num(At(r, "comm_bytes"), 1, 1e-6), Num(At(r, "cpu_percent"), 0),
+                             Num(At(r, "rss_bytes"), 0, 1.0 / 1048576)),
                  width) + "\n";
     }
   }
   std::vector<std::pair<double, std::string>> events;
-  for (const auto& n : job["nodes"]) {
-    for (const auto& e : n["events"]) {
-      if (e.value("cause", "") == "start") continue;
-      events.emplace_back(e.value("time", 0.0),
-                          fmt::format("{} {} {} (round {}): {}", Clock(e.value("time", 0.0)),
-                                      NodeName(n), e.value("type", ""), e.value("round", -1),
-                                      e.value("cause", "")));
+  for (const auto& n : Arr(job, "nodes")) {
+    for (const auto& e : Arr(n, "events")) {
+      if (Str(e, "cause") == "start") continue;
+      const std::string cause = Str(e, "cause");
+      events.emplace_back(Dbl(e, "time"),
+                          fmt::format("{} {} {} (round {}){}{}", Clock(Dbl(e, "time")),
+                                      NodeName(n), Str(e, "type"), Int(e, "round", -1),
+                                      cause.empty() ? "" : ": ", cause));
     }
   }
   std::sort(events.begin(), events.end());
@@ -116,14 +123,14 @@ std::string Render(const json& job, const std::string& source, size_t width, int
       out += Cut(events[i].second, width) + "\n";
     }
   }
-  const json& logs = job["logs"];
+  const json& logs = Arr(job, "logs");
   if (log_lines > 0 && !logs.empty()) {
     out += "\nLOGS\n";
     const size_t from = logs.size() > size_t(log_lines) ? logs.size() - log_lines : 0;
     for (size_t i = from; i < logs.size(); ++i) {
       const json& l = logs[i];
-      out += Cut(fmt::format("[{} rank{}] {}", l.value("addr", l.value("host", "")),
-                             l.value("rank", -1), l.value("line", "")),
+      out += Cut(fmt::format("[{} rank{}] {}", Str(l, "addr", Str(l, "host")), Int(l, "rank", -1),
+                             Str(l, "line")),
                  width) + "\n";
     }
   }
@@ -181,15 +188,15 @@ int TopCommand(const std::vector<std::string>& args) {
     const std::string query = log_rank >= 0 ? fmt::format("api/job?rank={}", log_rank) : "api/job";
     fetch = [url, query] { return metrics::FetchJson(url + query, std::chrono::seconds(10)); };
   } else {
-    std::function<Result<std::shared_ptr<store::Store>>()> connect;
+    agent::StoreConnector connect;
     if (backend == "etcd" || backend == "etcd-v2") {
       auto endpoints = store::ParseEtcdEndpoints(rdzv_endpoint);
       if (!endpoints.ok()) return CommandFailed("top", endpoints.status(), kExitInvalidValue);
       store::EtcdStoreOptions eo;
       eo.endpoints = *endpoints;
       eo.prefix = rdzv_id;
-      connect = [eo]() -> Result<std::shared_ptr<store::Store>> {
-        COHORT_ASSIGN_OR_RETURN(auto s, store::EtcdStore::Connect(eo, Deadline::AfterMs(5000)));
+      connect = [eo](Deadline d) -> Result<std::shared_ptr<store::Store>> {
+        COHORT_ASSIGN_OR_RETURN(auto s, store::EtcdStore::Connect(eo, d));
         return std::shared_ptr<store::Store>(std::move(s));
       };
     } else {
@@ -205,18 +212,17 @@ int TopCommand(const std::vector<std::string>& args) {
         return kExitInvalidValue;
       }
       store::TcpStoreOptions to{.host = hp->first, .port = hp->second, .token = token};
-      connect = [to]() -> Result<std::shared_ptr<store::Store>> {
-        COHORT_ASSIGN_OR_RETURN(auto s, store::TcpStore::Connect(to, Deadline::AfterMs(5000)));
+      connect = [to](Deadline d) -> Result<std::shared_ptr<store::Store>> {
+        COHORT_ASSIGN_OR_RETURN(auto s, store::TcpStore::Connect(to, d));
         return std::shared_ptr<store::Store>(std::move(s));
       };
     }
-    auto store = connect();
+    auto store = connect(Deadline::AfterMs(5000));
     if (!store.ok()) return CommandFailed("top", store.status(), kExitRendezvous);
     source = rdzv_endpoint;
+    // The directory over a connection of its own (re-made after a failure).
     view = std::make_unique<metrics::JobView>(metrics::JobViewOptions{
-        .list = [store = *store, rdzv_id] {
-          return agent::ReadDirectory(*store, rdzv_id, Deadline::AfterMs(5000));
-        }});
+        .list = agent::DirectoryReader(connect, rdzv_id, std::chrono::seconds(5))});
     fetch = [v = view.get(), log_rank]() -> Result<json> { return v->Snapshot(log_rank); };
   }
 
@@ -242,7 +248,18 @@ int TopCommand(const std::vector<std::string>& args) {
     if (tty && !once) frame = "\x1b[H\x1b[2J" + frame;
     fmt::print("{}", frame);
     std::fflush(stdout);
-    if (once) return job.ok() ? kExitOk : kExitRendezvous;
+    if (once) {
+      if (!job.ok()) return kExitRendezvous;
+      if (!Str(*job, "directory_error").empty() || Arr(*job, "nodes").empty()) {
+        fmt::print(stderr, "cohort top: {}\n",
+                   Str(*job, "directory_error").empty()
+                       ? "no agent of this job has published its metrics endpoint: is the job "
+                         "running with --metrics-port, and is --rdzv-id right?"
+                       : "the job's store did not answer: " + Str(*job, "directory_error"));
+        return kExitRendezvous;
+      }
+      return kExitOk;
+    }
     // The refresh period; Ctrl-C (the default SIGINT action) ends it.
     ::poll(nullptr, 0, static_cast<int>(interval * 1000));
   }

@@ -5,6 +5,7 @@
 #include "cohort/metrics/exporter.h"
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -62,7 +63,7 @@ class Exporter {
   // Runs without mu_: on the export thread, or in Stop once that thread has ended.
   void WriteOnce() COHORT_EXCLUDES(mu_) {
     const int rank = rank_.load();
-    nlohmann::json snap = {{"time", WallSeconds()}, {"rank", rank},
+    nlohmann::json snap = {{"time", WallSeconds()}, {"rank", rank}, {"pid", ::getpid()},
                            {"metrics", DefaultRegistry().ToJson()}};
     const std::string base = fmt::format("{}/rank{}", dir_, rank);
     const std::string line = snap.dump();
@@ -76,7 +77,11 @@ class Exporter {
     if (ok) std::filesystem::rename(base + ".json.tmp", base + ".json", ec);
     ok = ok && !ec;
     if (ok && rank != written_rank_) {
-      std::filesystem::remove(fmt::format("{}/rank{}.json", dir_, written_rank_), ec);
+      // The old rank's file, unless another worker (which now has that rank) wrote it.
+      const std::string old = fmt::format("{}/rank{}.json", dir_, written_rank_);
+      std::ifstream in(old);
+      nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+      if (j.is_object() && j.value("pid", 0) == ::getpid()) std::filesystem::remove(old, ec);
       written_rank_ = rank;
     }
     const double now = snap["time"].get<double>();

@@ -5,16 +5,19 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <cctype>
 #include <atomic>
 #include <set>
 #include <thread>
 
 #include "cohort/base/settings.h"
+#include "cohort/metrics/json_read.h"
 
 namespace cohort::metrics {
 namespace {
 
 using json = nlohmann::json;
+using namespace json_read;  // NOLINT: the readers of foreign JSON
 
 constexpr size_t kHistoryPerNode = 50;
 constexpr size_t kLogsPerRank = 100;
@@ -28,9 +31,22 @@ std::pair<std::string, std::string> SplitUrl(const std::string& url) {
   return {url.substr(0, path), url.substr(path)};
 }
 
-const json& At(const json& j, const char* key) {
-  static const json kNull;
-  return j.is_object() && j.contains(key) ? j[key] : kNull;
+// Whether `text` names `addr` as a whole address ("10.0.0.1" is not in "10.0.0.12").
+bool NamesAddress(const std::string& text, const std::string& addr) {
+  if (addr.empty()) return false;
+  auto part = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == ':'; };
+  for (size_t at = text.find(addr); at != std::string::npos; at = text.find(addr, at + 1)) {
+    const size_t end = at + addr.size();
+    if ((at == 0 || !part(text[at - 1])) && (end == text.size() || !part(text[end]))) return true;
+  }
+  return false;
+}
+
+bool LoopbackUrl(const std::string& url) {
+  for (const char* p : {"http://127.", "http://localhost", "http://[::1]"}) {
+    if (url.rfind(p, 0) == 0) return true;
+  }
+  return false;
 }
 
 json Num(const json& metrics, const std::string& key) {
@@ -55,14 +71,14 @@ json SumPrefix(const json& metrics, const std::string& prefix) {
 
 std::string GpuSummary(const json& gpus) {
   if (!At(gpus, "available").is_boolean() || !gpus["available"].get<bool>()) {
-    const json& reason = At(gpus, "reason");
-    return "not monitored" + (reason.is_string() ? ": " + reason.get<std::string>() : "");
+    const std::string reason = Str(gpus, "reason");
+    return "not monitored" + (reason.empty() ? "" : ": " + reason);
   }
   std::string out;
-  for (const auto& d : At(gpus, "devices")) {
+  for (const auto& d : Arr(gpus, "devices")) {
     out += fmt::format("{}GPU {} {:.0f}% {:.1f} GiB", out.empty() ? "" : "; ",
-                       d.value("index", 0), d.value("utilization_percent", 0.0),
-                       d.value("memory_used_bytes", 0.0) / double(1 << 30));
+                       Int(d, "index", 0), Dbl(d, "utilization_percent"),
+                       Dbl(d, "memory_used_bytes") / double(1 << 30));
   }
   return out;
 }
@@ -70,13 +86,21 @@ std::string GpuSummary(const json& gpus) {
 }  // namespace
 
 Result<json> FetchJson(const std::string& url, Duration timeout) {
+  if (url.rfind("http://", 0) != 0) {
+    return InvalidArgument("'{}' is not an http://host:port/ address", url);
+  }
   auto [base, path] = SplitUrl(url);
-  httplib::Client client(base);
-  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(timeout).count();
-  client.set_connection_timeout(us / 1000000, us % 1000000);
-  client.set_read_timeout(us / 1000000, us % 1000000);
-  client.set_write_timeout(us / 1000000, us % 1000000);
-  auto res = client.Get(path);
+  httplib::Result res(nullptr, httplib::Error::Unknown);
+  try {
+    httplib::Client client(base);  // throws on a port that is not a number
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(timeout).count();
+    client.set_connection_timeout(us / 1000000, us % 1000000);
+    client.set_read_timeout(us / 1000000, us % 1000000);
+    client.set_write_timeout(us / 1000000, us % 1000000);
+    res = client.Get(path);
+  } catch (const std::exception& e) {
+    return InvalidArgument("'{}' is not an http://host:port/ address: {}", url, e.what());
+  }
   if (!res) return Unavailable("no answer from {}: {}", base, httplib::to_string(res.error()));
   if (res->status != 200) return Unavailable("{} answered HTTP {}", url, res->status);
   json j = json::parse(res->body, nullptr, false);
@@ -87,14 +111,16 @@ Result<json> FetchJson(const std::string& url, Duration timeout) {
 json RankRows(const json& state) {
   std::map<int, json> metrics, usage;
   std::map<int, std::string> states;
-  for (const auto& r : At(state, "ranks")) metrics[r.value("rank", -1)] = At(r, "metrics");
-  for (const auto& w : At(At(state, "system"), "workers")) usage[w.value("rank", -1)] = w;
-  for (const auto& r : At(At(state, "agent"), "ranks")) {
-    states[r.value("rank", -1)] = r.value("state", std::string("-"));
-  }
+  for (const auto& r : Arr(state, "ranks")) metrics[Int(r, "rank", -1)] = At(r, "metrics");
+  for (const auto& w : Arr(At(state, "system"), "workers")) usage[Int(w, "rank", -1)] = w;
+  for (const auto& r : Arr(At(state, "agent"), "ranks")) states[Int(r, "rank", -1)] = Str(r, "state", "-");
+  // The agent's own list is the authority on its ranks: a snapshot file left by a worker of
+  // an earlier attempt (under a rank it no longer has) is not a rank of this node.
   std::set<int> ranks;
-  for (const auto& [r, _] : metrics) ranks.insert(r);
   for (const auto& [r, _] : states) ranks.insert(r);
+  if (!At(At(state, "agent"), "ranks").is_array()) {
+    for (const auto& [r, _] : metrics) ranks.insert(r);
+  }
   json rows = json::array();
   for (int rank : ranks) {
     if (rank < 0) continue;
@@ -118,30 +144,44 @@ json RankRows(const json& state) {
 }
 
 void JobView::Absorb(Known& k, Result<json> answer, double now) {
+  if (answer.ok() && !answer->is_object()) answer = Unavailable("the answer is not an object");
+  if (answer.ok()) {
+    // The answer is from the agent that published this entry (pid and host), not from
+    // another one listening at the same address: a replaced agent on a fixed port, or a
+    // loopback address published by an agent of another host.
+    const json& agent = At(*answer, "agent");
+    if (At(agent, "pid").is_number() && At(k.record, "pid").is_number() &&
+        (agent["pid"] != k.record["pid"] || Str(agent, "host") != Str(k.record, "host"))) {
+      answer = Unavailable(
+          "another agent (pid {} on {}) answers at {}: this node's agent was replaced, or it "
+          "listens on loopback only (--metrics-host 0.0.0.0 lets other hosts reach it)",
+          agent["pid"].dump(), Str(agent, "host"), Str(k.record, "url"));
+    }
+  }
   if (!answer.ok()) {
     k.error = answer.status().message();
-    return;
-  }
-  json& s = *answer;
-  // A loopback-only endpoint published by an agent on another host names this host's
-  // loopback: whoever answers there is not that agent.
-  const json& agent = At(s, "agent");
-  if (At(agent, "pid").is_number() && k.record.contains("pid") &&
-      (agent["pid"] != k.record["pid"] || agent.value("host", "") != k.record.value("host", ""))) {
-    k.error = fmt::format("another agent answers at {} (pid {} on {}): start the agents with "
-                          "--metrics-host 0.0.0.0 so that they reach each other",
-                          k.record.value("url", ""), agent["pid"].dump(), agent.value("host", ""));
+    if (LoopbackUrl(Str(k.record, "url")) && answer.status().code() == StatusCode::kUnavailable &&
+        k.error.find("--metrics-host") == std::string::npos) {
+      k.error += " (a loopback address: if that agent runs on another host, start the agents "
+                 "with --metrics-host 0.0.0.0)";
+    }
+    if (k.failing_since == 0) k.failing_since = now;
+    // Not answering for a while: asked every 10 s, not every poll.
+    if (now - k.failing_since > 10) k.retry_at = Deadline::AfterMs(10000);
     return;
   }
   k.error.clear();
+  k.failing_since = 0;
+  k.retry_at.reset();
   k.last_seen = now;
-  for (const auto& e : At(s, "events")) {
-    k.since = std::max<uint64_t>(k.since, e.value("seq", uint64_t{0}));
-    const std::string type = e.value("type", "");
-    if (type == "log") {
-      const int rank = e.value("rank", -1);
+  json& s = *answer;
+  for (const auto& e : Arr(s, "events")) {
+    if (!e.is_object()) continue;
+    k.since = std::max<uint64_t>(k.since, At(e, "seq").is_number_unsigned() ? e["seq"].get<uint64_t>() : 0);
+    if (Str(e, "type") == "log") {
+      const int rank = Int(e, "rank", -1);
       auto& lines = k.logs[rank];
-      lines.push_back({{"time", e.value("time", now)}, {"rank", rank}, {"line", e.value("line", "")}});
+      lines.push_back({{"time", Dbl(e, "time", now)}, {"rank", rank}, {"line", Str(e, "line")}});
       if (lines.size() > kLogsPerRank) lines.pop_front();
     } else {
       k.history.push_back(e);
@@ -153,9 +193,18 @@ void JobView::Absorb(Known& k, Result<json> answer, double now) {
 }
 
 json JobView::Snapshot(int rank) {
+  bool poll = false;
+  {
+    MutexLock lock(&mu_);
+    // The first snapshot: wait for the poll in progress (bounded), later ones do not.
+    const Deadline first = Deadline::After(o_.fetch_timeout * 4);
+    while (polling_ && last_.is_null() && polled_.WaitUntil(&mu_, first)) {
+    }
+    if (!polling_ && (!fresh_until_ || fresh_until_->expired())) poll = polling_ = true;
+  }
+  if (poll) Poll();
   MutexLock lock(&mu_);
-  if (!fresh_until_ || fresh_until_->expired()) Poll();
-  json out = last_;
+  json out = last_.is_null() ? json{{"nodes", json::array()}, {"summary", json::object()}} : last_;
   json logs = json::array();
   for (const auto& l : last_logs_) {
     if (rank < 0 || l["rank"] == rank) logs.push_back(l);
@@ -166,28 +215,39 @@ json JobView::Snapshot(int rank) {
 }
 
 void JobView::Poll() {
+  // polling_ is ours: only this thread calls list and changes known_'s entries' set.
   auto listed = o_.list();
-  if (listed.ok()) {
-    directory_error_.clear();
-    for (auto& e : *listed) {
-      Known& k = known_[e.index];
-      k.record = std::move(e.record);
-      k.end = std::move(e.end);
+  struct Ask {
+    int index;
+    std::string url;
+  };
+  std::vector<Ask> asks;
+  {
+    MutexLock lock(&mu_);
+    if (listed.ok()) {
+      directory_error_.clear();
+      for (auto& e : *listed) {
+        Known& k = known_[e.index];
+        k.record = std::move(e.record);
+        k.end = std::move(e.end);
+      }
+    } else {
+      directory_error_ = listed.status().message();
     }
-  } else {
-    directory_error_ = listed.status().message();
+    for (auto& [index, k] : known_) {
+      const std::string url = Str(k.record, "url");
+      // An agent that recorded its end is not asked again: its last answer stays.
+      if (url.empty() || k.end) continue;
+      if (k.retry_at && !k.retry_at->expired()) continue;
+      asks.push_back({index, fmt::format("{}api/state?since={}", url, k.since)});
+    }
   }
-  // Ask every agent at once (bounded threads); each writes only its own answer.
-  std::vector<std::pair<Known*, std::string>> asks;
-  for (auto& [index, k] : known_) {
-    const std::string url = k.record.value("url", "");
-    if (!url.empty()) asks.emplace_back(&k, fmt::format("{}api/state?since={}", url, k.since));
-  }
+  // Ask every agent at once (bounded threads, no lock held); each writes only its slot.
   std::vector<std::optional<Result<json>>> answers(asks.size());
   std::atomic<size_t> next{0};
   auto work = [&] {
     for (size_t i; (i = next.fetch_add(1)) < asks.size();) {
-      answers[i] = FetchJson(asks[i].second, o_.fetch_timeout);
+      answers[i] = FetchJson(asks[i].url, o_.fetch_timeout);
     }
   };
   std::vector<std::thread> threads;
@@ -196,61 +256,71 @@ void JobView::Poll() {
   work();
   for (auto& t : threads) t.join();
   const double now = WallSeconds();
-  for (size_t i = 0; i < asks.size(); ++i) Absorb(*asks[i].first, std::move(*answers[i]), now);
+  MutexLock lock(&mu_);
+  for (size_t i = 0; i < asks.size(); ++i) {
+    Absorb(known_[asks[i].index], std::move(*answers[i]), now);
+  }
+  // A node that recorded its end is shown by that record, with its last answer.
+  for (auto& [index, k] : known_) {
+    if (k.end) k.error = "ended";
+  }
   last_ = Build(now, &last_logs_);
   fresh_until_ = Deadline::After(o_.reuse);
+  polling_ = false;
+  polled_.SignalAll();
 }
 
 json JobView::Build(double now, json* logs_out) {
-  // Events of the nodes that answer, for the cause of a node that does not.
+  // What the nodes that answer recorded (rounds, restarts, failures), oldest first: the
+  // cause of a node that does not answer.
   std::vector<json> survivors_history;
   for (const auto& [index, k] : known_) {
     if (!k.error.empty()) continue;
     for (const auto& e : k.history) {
-      if (e.value("type", "") != "round" || e.value("cause", "") != "start") {
-        survivors_history.push_back(e);
-      }
+      if (Str(e, "type") != "round" || Str(e, "cause") != "start") survivors_history.push_back(e);
     }
   }
+  std::stable_sort(survivors_history.begin(), survivors_history.end(),
+                   [](const json& a, const json& b) { return Dbl(a, "time") < Dbl(b, "time"); });
   json nodes = json::array(), logs = json::array();
-  json summary = {{"nodes", 0}, {"running", 0}, {"lost", 0}, {"finished", 0}, {"failed", 0},
-                  {"ranks", 0}, {"samples_per_s", 0.0}, {"world_size", 0}};
+  std::map<std::string, int> count;
+  int ranks_running = 0, world_size = 0;
+  double samples_per_s = 0;
   for (const auto& [index, k] : known_) {
     const json& agent = At(k.state, "agent");
-    const std::string addr = k.record.value("addr", ""), host = k.record.value("host", "");
+    const std::string addr = Str(k.record, "addr"), host = Str(k.record, "host");
+    const bool running = k.error.empty();
     std::string state, cause;
-    if (k.error.empty()) {
-      state = agent.value("state", std::string("UNKNOWN"));
+    if (running) {
+      state = Str(agent, "state", "UNKNOWN");
     } else if (k.end) {
-      state = k.end->value("state", std::string("FINISHED"));
-      cause = k.end->value("summary", "");
-      if (cause.empty()) cause = fmt::format("its agent exited with code {}", k.end->value("exit_code", 0));
+      state = Str(*k.end, "state", "FINISHED");
+      cause = Str(*k.end, "summary");
+      if (cause.empty()) cause = fmt::format("its agent exited with code {}", Int(*k.end, "exit_code", 0));
+    } else if (k.last_seen == 0) {
+      state = "UNREACHABLE";  // never answered: nothing says it was part of the job's work
+      cause = k.error;
     } else {
       state = "LOST";
-      // The survivors' record of the job going on without it: the event that names its
-      // address, else the first one after it was last seen.
+      // The survivors' record of the job going on without it, from when it was last seen:
+      // the event that names its address, else the first one.
       const json* named = nullptr;
       const json* after = nullptr;
       for (const auto& e : survivors_history) {
-        const std::string c = e.value("cause", "");
-        if (!addr.empty() && c.find(addr) != std::string::npos) named = &e;
-        if (!after && e.value("time", 0.0) >= k.last_seen - 1) after = &e;
+        if (Dbl(e, "time") < k.last_seen - 1) continue;
+        if (!named && NamesAddress(Str(e, "cause"), addr)) named = &e;
+        if (!after) after = &e;
       }
       const json* why = named ? named : after;
-      cause = why ? fmt::format("{} (recorded by the survivors, round {})", why->value("cause", ""),
-                                why->value("round", -1))
-                  : std::string();
-      cause += fmt::format("{}no answer from its agent {}: {}", cause.empty() ? "" : "; ",
-                           k.last_seen > 0 ? fmt::format("for {:.0f} s", now - k.last_seen)
-                                           : std::string("yet"),
-                           k.error);
+      if (why) {
+        cause = fmt::format("{} (recorded by the survivors, round {}); ", Str(*why, "cause"),
+                            Int(*why, "round", -1));
+      }
+      cause += fmt::format("no answer from its agent for {:.0f} s: {}", now - k.last_seen, k.error);
     }
     json ranks = RankRows(k.state);
-    const bool running = k.error.empty();
     if (!running) {
-      if (state == "LOST") {
-        for (auto& r : ranks) r["state"] = "LOST";
-      }
+      for (auto& r : ranks) r["state"] = state;
     }
     const json& sys = At(k.state, "system");
     json history = json::array();
@@ -258,8 +328,8 @@ json JobView::Build(double now, json* logs_out) {
     nodes.push_back({{"index", index},
                      {"host", host},
                      {"addr", addr},
-                     {"url", k.record.value("url", "")},
-                     {"pid", k.record.value("pid", 0)},
+                     {"url", Str(k.record, "url")},
+                     {"pid", At(k.record, "pid")},
                      {"state", state},
                      {"reachable", running},
                      {"cause", cause},
@@ -273,23 +343,17 @@ json JobView::Build(double now, json* logs_out) {
                      {"gpus", GpuSummary(At(sys, "gpus"))},
                      {"ranks", ranks},
                      {"events", history}});
-    summary["nodes"] = summary["nodes"].get<int>() + 1;
-    const char* bucket = running ? "running" : state == "LOST" ? "lost"
-                         : state == "SUCCEEDED"                ? "finished"
-                                                               : "failed";
-    summary[bucket] = summary[bucket].get<int>() + 1;
+    ++count[running                ? "running"
+            : state == "LOST"      ? "lost"
+            : state == "UNREACHABLE" ? "unreachable"
+            : state == "SUCCEEDED" ? "finished"
+                                   : "failed"];
     if (running) {
-      summary["ranks"] = summary["ranks"].get<int>() + static_cast<int>(ranks.size());
+      ranks_running += static_cast<int>(ranks.size());
       for (const auto& r : ranks) {
-        if (r["samples_per_s"].is_number()) {
-          summary["samples_per_s"] = summary["samples_per_s"].get<double>() +
-                                     r["samples_per_s"].get<double>();
-        }
+        if (r["samples_per_s"].is_number()) samples_per_s += r["samples_per_s"].get<double>();
       }
-      if (At(agent, "world_size").is_number()) {
-        summary["world_size"] = std::max(summary["world_size"].get<int>(),
-                                         agent["world_size"].get<int>());
-      }
+      world_size = std::max(world_size, Int(agent, "world_size", 0));
     }
     for (const auto& [rank, lines] : k.logs) {
       for (const auto& l : lines) {
@@ -304,7 +368,12 @@ json JobView::Build(double now, json* logs_out) {
   *logs_out = std::move(logs);
   json run_id = nullptr;
   for (const auto& [index, k] : known_) {
-    if (At(At(k.state, "agent"), "run_id").is_string()) run_id = k.state["agent"]["run_id"];
+    if (!Str(At(k.state, "agent"), "run_id").empty()) run_id = Str(At(k.state, "agent"), "run_id");
+  }
+  json summary = {{"nodes", known_.size()}, {"ranks", ranks_running},
+                  {"samples_per_s", samples_per_s}, {"world_size", world_size}};
+  for (const char* bucket : {"running", "lost", "unreachable", "finished", "failed"}) {
+    summary[bucket] = count[bucket];
   }
   return {{"time", now}, {"run_id", run_id}, {"summary", summary}, {"nodes", nodes},
           {"directory_error", directory_error_}};

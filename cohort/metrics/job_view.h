@@ -1,16 +1,21 @@
 // JobView: the whole job on one page. Given the job's directory of agent endpoints (see
-// cohort/agent/job_directory.h), it asks every agent for its /api/state (in parallel, each
-// with a deadline), remembers what each said last, and merges it into one JSON document:
+// cohort/agent/job_directory.h), it asks every running agent for its /api/state (in
+// parallel, each ask bounded by fetch_timeout; an agent that has not answered for 10 s is
+// asked every 10 s only; an agent that recorded its end is not asked again), remembers
+// what each said last, and merges it into one JSON document:
 // per node its state, round, restarts with their causes, CPU/RSS/GPU, and one row per rank
 // (state, step, loss, samples/s, communication wait and bytes, CPU, RSS); the job's totals;
 // and the recent log lines of every rank. A node that stops answering is not dropped: with
 // an end record it is shown as finished (or failed, with its summary); without one as LOST,
 // with the cause the survivors recorded when the job re-formed without it (or, when they
-// recorded none, since when and why it does not answer). Served by the agent at /api/job
-// and drawn by its /job page and `cohort top`.
+// recorded none, since when and why it does not answer); one never reached is UNREACHABLE
+// with the reason (e.g. an endpoint on loopback seen from another host). Answers of any
+// shape are tolerated (a field of the wrong type is read as absent). Served by the agent
+// at /api/job and drawn by its /job page and `cohort top`.
 //
-// Thread-safety: Snapshot() may be called from any thread; calls are serialized by mu_
-// (one poll of the job at a time), and a snapshot younger than `reuse` is returned again.
+// Thread-safety: Snapshot() may be called from any thread. One caller at a time polls the
+// agents (polling_), without holding mu_; the others meanwhile get the previous snapshot
+// (the very first ones wait for it). mu_ guards everything the poll merges into.
 #pragma once
 
 #include <deque>
@@ -55,19 +60,24 @@ class JobView {
     std::optional<nlohmann::json> end;
     nlohmann::json state;       // the last /api/state answer, events removed
     double last_seen = 0;       // unix seconds of the last answer (0: never)
+    double failing_since = 0;   // unix seconds of the first failed ask in a row (0: none)
+    std::optional<Deadline> retry_at;  // not asked before (backing off)
     uint64_t since = 0;         // the highest event seq received
-    std::string error;          // why the last ask failed ("" when it answered)
+    std::string error = "not asked yet";  // why the last ask failed ("" when it answered)
     std::map<int, std::deque<nlohmann::json>> logs;  // per rank: {"time","rank","line"}
     std::deque<nlohmann::json> history;  // rounds, restarts, failures
   };
-  void Absorb(Known& k, Result<nlohmann::json> answer, double now);
-  // Reads the directory, asks every agent, rebuilds last_ and last_logs_.
-  void Poll() COHORT_REQUIRES(mu_);
+  static void Absorb(Known& k, Result<nlohmann::json> answer, double now);
+  // Reads the directory, asks the agents, rebuilds last_ and last_logs_ (polling_ set by
+  // the caller; mu_ taken only to read and merge).
+  void Poll() COHORT_EXCLUDES(mu_);
   // The snapshot without its logs; every node's kept lines, oldest first, into `logs`.
   nlohmann::json Build(double now, nlohmann::json* logs) COHORT_REQUIRES(mu_);
 
   const JobViewOptions o_;
   Mutex mu_;
+  CondVar polled_;  // a poll ended (the first snapshot's waiters)
+  bool polling_ COHORT_GUARDED_BY(mu_) = false;
   std::map<int, Known> known_ COHORT_GUARDED_BY(mu_);  // by directory index
   std::string directory_error_ COHORT_GUARDED_BY(mu_);
   nlohmann::json last_ COHORT_GUARDED_BY(mu_);
@@ -75,7 +85,8 @@ class JobView {
   std::optional<Deadline> fresh_until_ COHORT_GUARDED_BY(mu_);
 };
 
-// GET `url` (http://host:port/path) within `timeout`, parsed as JSON.
+// GET `url` (http://host:port/path) within `timeout`, parsed as JSON. Any other URL is an
+// InvalidArgument error (never an exception).
 Result<nlohmann::json> FetchJson(const std::string& url, Duration timeout);
 
 // One rank's row from an agent's /api/state: its state, step, loss, samples/s, comm wait

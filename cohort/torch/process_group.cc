@@ -314,33 +314,53 @@ bool Executor::RunIfNext(const CohortWork* work) {
   return true;
 }
 
+namespace {
+
+// The process's communication wait over every group: a counter, and the share of wall time
+// per window of 2 s or more. Thread-safety: mu guards the window.
+class WaitMeter {
+ public:
+  static WaitMeter& Get() {
+    static WaitMeter* meter = new WaitMeter();  // never destroyed: used until exit
+    return *meter;
+  }
+  void Add(double wait) COHORT_EXCLUDES(mu_) {
+    total_.Add(wait);
+    MutexLock lock(&mu_);
+    window_wait_s_ += wait;
+    const auto now = SteadyClock::now();
+    const double window = std::chrono::duration<double>(now - window_start_).count();
+    if (window >= 2.0) {
+      fraction_.Set(std::min(1.0, window_wait_s_ / window));
+      window_start_ = now;
+      window_wait_s_ = 0;
+    }
+  }
+
+ private:
+  metrics::Counter& total_ = metrics::DefaultRegistry().GetCounter(
+      "cohort_comm_wait_seconds_total",
+      "Time from the last collective issued until the backend had finished them all");
+  metrics::Gauge& fraction_ = metrics::DefaultRegistry().GetGauge(
+      "cohort_comm_wait_fraction",
+      "Share of wall time spent waiting for issued collectives to finish (last 2 s or more)");
+  Mutex mu_;
+  SteadyClock::time_point window_start_ COHORT_GUARDED_BY(mu_) = SteadyClock::now();
+  double window_wait_s_ COHORT_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace
+
 void Executor::RunTaken(Item& item) {
   Run(item);
+  double drained = -1;  // the wait ended by this item, when it emptied the queue
   {
     MutexLock lock(&mu_);
     running_ = false;
-    if (queue_.empty()) RecordDrain();
+    if (queue_.empty()) drained = std::chrono::duration<double>(SteadyClock::now() - last_push_).count();
   }
   cv_.SignalAll();
-}
-
-void Executor::RecordDrain() {
-  static metrics::Counter& total = metrics::DefaultRegistry().GetCounter(
-      "cohort_comm_wait_seconds_total",
-      "Time from the last collective issued until the backend had finished them all");
-  static metrics::Gauge& fraction = metrics::DefaultRegistry().GetGauge(
-      "cohort_comm_wait_fraction",
-      "Share of wall time spent waiting for issued collectives to finish (last 2 s or more)");
-  const auto now = SteadyClock::now();
-  const double wait = std::chrono::duration<double>(now - last_push_).count();
-  total.Add(wait);
-  window_wait_s_ += wait;
-  const double window = std::chrono::duration<double>(now - window_start_).count();
-  if (window >= 2.0) {
-    fraction.Set(std::min(1.0, window_wait_s_ / window));
-    window_start_ = now;
-    window_wait_s_ = 0;
-  }
+  if (drained >= 0) WaitMeter::Get().Add(drained);
 }
 
 void Executor::Loop() {

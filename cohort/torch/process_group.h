@@ -58,11 +58,9 @@ class Executor {
   bool running_ COHORT_GUARDED_BY(mu_) = false;  // an item is being run (worker or helper)
   // Communication wait, for /metrics and the dashboard: each time the queue drains, the
   // time since the last operation was issued (what a caller that waits for its last
-  // collective, as DDP does at the end of backward, or a synchronous call, waits).
-  void RecordDrain() COHORT_REQUIRES(mu_);
+  // collective, as DDP does at the end of backward, or a synchronous call, waits); added
+  // to one process-wide meter (all groups).
   SteadyClock::time_point last_push_ COHORT_GUARDED_BY(mu_);
-  SteadyClock::time_point window_start_ COHORT_GUARDED_BY(mu_) = SteadyClock::now();
-  double window_wait_s_ COHORT_GUARDED_BY(mu_) = 0;
   bool stopping_ COHORT_GUARDED_BY(mu_) = false;
   uint64_t issued_ COHORT_GUARDED_BY(mu_) = 0;
   std::thread worker_;  // started by the constructor, joined by Stop

@@ -5,7 +5,8 @@
   and their ranks; `cohort top` in a terminal (tmux) shows the same;
 - host 2 is killed (agent and worker, SIGKILL): the page and `cohort top` show it as LOST
   with the cause the survivors recorded, and its last ranks, instead of dropping it; `cohort
-  top` reading the job's store directly (--rdzv-endpoint) agrees;
+  top --once` reading the job's store directly (--rdzv-endpoint), which never saw host 2
+  answer, lists it as UNREACHABLE;
 - `cohort bench scaling --nodes 1,2` runs the training on 1 and then 2 hosts and reports
   samples/s, speed-up, efficiency and the plot.
 Screenshots of the page go to $COHORT_ARTIFACTS (else the test's directory).
@@ -159,9 +160,10 @@ def test_job_page_and_top_show_every_host_and_a_killed_one_as_lost(cluster, tmp_
                         "--rdzv-endpoint", "%s:29400" % addrs[0], "--rdzv-id", c.tag],
                        capture_output=True, text=True, timeout=60, env=env)
     assert p.returncode == 0, p.stderr
-    print(p.stdout)
+    # A first look never saw host 2 answer: it is listed as UNREACHABLE (not dropped, and
+    # not called lost, which only a view that saw it working can tell).
     assert node_rows(p.stdout) == {addrs[0]: "HEALTHY", addrs[1]: "HEALTHY",
-                                   addrs[2]: "LOST"}, p.stdout
+                                   addrs[2]: "UNREACHABLE"}, p.stdout
 
 
 def test_bench_scaling_across_hosts(tmp_path):
