@@ -408,6 +408,18 @@ void Report(const std::vector<Row>& rows, const std::string& out, const std::str
              unit == "nodes" ? "node" : "worker", out, out);
 }
 
+// --hosts slurm runs inside an allocation with as many nodes as the largest count.
+Status InSlurmAllocation(const std::vector<int>& counts, const std::string& nodes_text) {
+  const char* job = std::getenv("SLURM_JOB_ID");
+  const char* nodes = std::getenv("SLURM_JOB_NUM_NODES");
+  const int have = static_cast<int>(ParseInt64(nodes ? nodes : "").value_or(0));
+  const int need = *std::max_element(counts.begin(), counts.end());
+  if (job && have >= need) return Status::Ok();
+  return InvalidArgument("--hosts slurm runs inside a Slurm allocation of at least {} node(s) "
+                         "(this one: {}); e.g. salloc -N {} cohort bench scaling --nodes {} -- ...",
+                         need, job ? std::to_string(have) : std::string("none"), need, nodes_text);
+}
+
 }  // namespace
 
 int ScalingCommand(const std::vector<std::string>& args) {
@@ -473,17 +485,8 @@ int ScalingCommand(const std::vector<std::string>& args) {
   }
   const std::string out = fs::absolute(out_dir).string();
   if (!nodes_text.empty() && hosts_kind == "slurm") {
-    const int have = static_cast<int>(
-        ParseInt64(std::getenv("SLURM_JOB_NUM_NODES") ? std::getenv("SLURM_JOB_NUM_NODES") : "")
-            .value_or(0));
-    const int need = *std::max_element(counts.begin(), counts.end());
-    if (!in_allocation || have < need) {
-      fmt::print(stderr, "cohort bench scaling: --hosts slurm runs inside a Slurm allocation "
-                         "of at least {} node(s) (this one: {}); e.g. salloc -N {} cohort "
-                         "bench scaling --nodes {} -- ...\n",
-                 need, in_allocation ? std::to_string(have) : std::string("none"), need,
-                 nodes_text);
-      return kExitInvalidValue;
+    if (Status in = InSlurmAllocation(counts, nodes_text); !in.ok()) {
+      return CommandFailed("bench scaling", in, kExitInvalidValue);
     }
   }
   const int signal_fd = SignalFd();

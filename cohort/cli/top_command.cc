@@ -144,6 +144,35 @@ size_t TerminalWidth() {
   return 160;
 }
 
+// Connections to the job's store named by cohort run's flags: etcd (keys of `rdzv_id`), or
+// a cohort store with the job's token from COHORT_TOKEN.
+Result<agent::StoreConnector> JobStoreConnector(const std::string& backend,
+                                                const std::string& endpoint,
+                                                const std::string& rdzv_id) {
+  if (backend == "etcd" || backend == "etcd-v2") {
+    COHORT_ASSIGN_OR_RETURN(auto endpoints, store::ParseEtcdEndpoints(endpoint));
+    store::EtcdStoreOptions eo;
+    eo.endpoints = endpoints;
+    eo.prefix = rdzv_id;
+    return agent::StoreConnector([eo](Deadline d) -> Result<std::shared_ptr<store::Store>> {
+      COHORT_ASSIGN_OR_RETURN(auto s, store::EtcdStore::Connect(eo, d));
+      return std::shared_ptr<store::Store>(std::move(s));
+    });
+  }
+  auto hp = ParseHostPort(endpoint, 29400);
+  if (!hp) return InvalidArgument("--rdzv-endpoint '{}' is not HOST:PORT", endpoint);
+  const std::string token = worker_env::Inherited(worker_env::kToken).value_or("");
+  if (token.empty()) {
+    return InvalidArgument("a cohort store needs the job's token: set COHORT_TOKEN as for "
+                           "cohort run");
+  }
+  store::TcpStoreOptions to{.host = hp->first, .port = hp->second, .token = token};
+  return agent::StoreConnector([to](Deadline d) -> Result<std::shared_ptr<store::Store>> {
+    COHORT_ASSIGN_OR_RETURN(auto s, store::TcpStore::Connect(to, d));
+    return std::shared_ptr<store::Store>(std::move(s));
+  });
+}
+
 }  // namespace
 
 int TopCommand(const std::vector<std::string>& args) {
@@ -188,35 +217,9 @@ int TopCommand(const std::vector<std::string>& args) {
     const std::string query = log_rank >= 0 ? fmt::format("api/job?rank={}", log_rank) : "api/job";
     fetch = [url, query] { return metrics::FetchJson(url + query, std::chrono::seconds(10)); };
   } else {
-    agent::StoreConnector connect;
-    if (backend == "etcd" || backend == "etcd-v2") {
-      auto endpoints = store::ParseEtcdEndpoints(rdzv_endpoint);
-      if (!endpoints.ok()) return CommandFailed("top", endpoints.status(), kExitInvalidValue);
-      store::EtcdStoreOptions eo;
-      eo.endpoints = *endpoints;
-      eo.prefix = rdzv_id;
-      connect = [eo](Deadline d) -> Result<std::shared_ptr<store::Store>> {
-        COHORT_ASSIGN_OR_RETURN(auto s, store::EtcdStore::Connect(eo, d));
-        return std::shared_ptr<store::Store>(std::move(s));
-      };
-    } else {
-      auto hp = ParseHostPort(rdzv_endpoint, 29400);
-      if (!hp) {
-        fmt::print(stderr, "cohort top: --rdzv-endpoint '{}' is not HOST:PORT\n", rdzv_endpoint);
-        return kExitInvalidValue;
-      }
-      const std::string token = worker_env::Inherited(worker_env::kToken).value_or("");
-      if (token.empty()) {
-        fmt::print(stderr, "cohort top: a cohort store needs the job's token: set COHORT_TOKEN "
-                           "as for cohort run\n");
-        return kExitInvalidValue;
-      }
-      store::TcpStoreOptions to{.host = hp->first, .port = hp->second, .token = token};
-      connect = [to](Deadline d) -> Result<std::shared_ptr<store::Store>> {
-        COHORT_ASSIGN_OR_RETURN(auto s, store::TcpStore::Connect(to, d));
-        return std::shared_ptr<store::Store>(std::move(s));
-      };
-    }
+    auto connector = JobStoreConnector(backend, rdzv_endpoint, rdzv_id);
+    if (!connector.ok()) return CommandFailed("top", connector.status(), kExitInvalidValue);
+    agent::StoreConnector connect = *connector;
     auto store = connect(Deadline::AfterMs(5000));
     if (!store.ok()) return CommandFailed("top", store.status(), kExitRendezvous);
     source = rdzv_endpoint;

@@ -270,6 +270,37 @@ void JobView::Poll() {
   polled_.SignalAll();
 }
 
+// A node's state and, when it does not answer, why (see the header).
+std::pair<std::string, std::string> JobView::StateAndCause(
+    const Known& k, const std::vector<json>& survivors_history, double now) {
+  if (k.error.empty()) return {Str(At(k.state, "agent"), "state", "UNKNOWN"), ""};
+  if (k.end) {
+    std::string cause = Str(*k.end, "summary");
+    if (cause.empty()) cause = fmt::format("its agent exited with code {}", Int(*k.end, "exit_code", 0));
+    return {Str(*k.end, "state", "FINISHED"), cause};
+  }
+  // Never answered: nothing says it was part of the job's work.
+  if (k.last_seen == 0) return {"UNREACHABLE", k.error};
+  // The survivors' record of the job going on without it, from when it was last seen: the
+  // event that names its address, else the first one.
+  const std::string addr = Str(k.record, "addr");
+  const json* named = nullptr;
+  const json* after = nullptr;
+  for (const auto& e : survivors_history) {
+    if (Dbl(e, "time") < k.last_seen - 1) continue;
+    if (!named && NamesAddress(Str(e, "cause"), addr)) named = &e;
+    if (!after) after = &e;
+  }
+  const json* why = named ? named : after;
+  std::string cause;
+  if (why) {
+    cause = fmt::format("{} (recorded by the survivors, round {}); ", Str(*why, "cause"),
+                        Int(*why, "round", -1));
+  }
+  cause += fmt::format("no answer from its agent for {:.0f} s: {}", now - k.last_seen, k.error);
+  return {"LOST", cause};
+}
+
 json JobView::Build(double now, json* logs_out) {
   // What the nodes that answer recorded (rounds, restarts, failures), oldest first: the
   // cause of a node that does not answer.
@@ -290,34 +321,7 @@ json JobView::Build(double now, json* logs_out) {
     const json& agent = At(k.state, "agent");
     const std::string addr = Str(k.record, "addr"), host = Str(k.record, "host");
     const bool running = k.error.empty();
-    std::string state, cause;
-    if (running) {
-      state = Str(agent, "state", "UNKNOWN");
-    } else if (k.end) {
-      state = Str(*k.end, "state", "FINISHED");
-      cause = Str(*k.end, "summary");
-      if (cause.empty()) cause = fmt::format("its agent exited with code {}", Int(*k.end, "exit_code", 0));
-    } else if (k.last_seen == 0) {
-      state = "UNREACHABLE";  // never answered: nothing says it was part of the job's work
-      cause = k.error;
-    } else {
-      state = "LOST";
-      // The survivors' record of the job going on without it, from when it was last seen:
-      // the event that names its address, else the first one.
-      const json* named = nullptr;
-      const json* after = nullptr;
-      for (const auto& e : survivors_history) {
-        if (Dbl(e, "time") < k.last_seen - 1) continue;
-        if (!named && NamesAddress(Str(e, "cause"), addr)) named = &e;
-        if (!after) after = &e;
-      }
-      const json* why = named ? named : after;
-      if (why) {
-        cause = fmt::format("{} (recorded by the survivors, round {}); ", Str(*why, "cause"),
-                            Int(*why, "round", -1));
-      }
-      cause += fmt::format("no answer from its agent for {:.0f} s: {}", now - k.last_seen, k.error);
-    }
+    const auto [state, cause] = StateAndCause(k, survivors_history, now);
     json ranks = RankRows(k.state);
     if (!running) {
       for (auto& r : ranks) r["state"] = state;

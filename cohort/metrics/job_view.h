@@ -71,6 +71,8 @@ class JobView {
   // Reads the directory, asks the agents, rebuilds last_ and last_logs_ (polling_ set by
   // the caller; mu_ taken only to read and merge).
   void Poll() COHORT_EXCLUDES(mu_);
+  static std::pair<std::string, std::string> StateAndCause(
+      const Known& k, const std::vector<nlohmann::json>& survivors_history, double now);
   // The snapshot without its logs; every node's kept lines, oldest first, into `logs`.
   nlohmann::json Build(double now, nlohmann::json* logs) COHORT_REQUIRES(mu_);
 
