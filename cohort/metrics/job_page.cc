@@ -63,7 +63,7 @@ async function tick() {
   last = j;
   const s = j.summary || {};
   document.getElementById('run').textContent = j.run_id || '';
-  const cards = [['nodes', s.nodes], ['running', s.running], ['lost', s.lost], ['finished', s.finished],
+  const cards = [['nodes', s.nodes], ['running', s.running], ['lost', s.lost], ['unreachable', s.unreachable], ['finished', s.finished],
     ['failed', s.failed], ['ranks', s.ranks], ['world size', s.world_size], ['samples/s', fmt(s.samples_per_s, 0)]];
   document.getElementById('cards').innerHTML = cards.map(c =>
     '<div class="card">' + c[0] + '<b>' + esc(c[1] ?? '-') + '</b></div>').join('');

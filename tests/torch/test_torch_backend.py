@@ -17,6 +17,7 @@ HERE = Path(__file__).resolve().parent
 WORKER = HERE / "collectives_worker.py"
 DDP = HERE / "ddp_fashion.py"
 PEER_DEATH = HERE / "peer_death.py"
+COMM_LOOP = HERE / "comm_loop.py"
 
 
 def rank_results(text, world):
@@ -135,3 +136,34 @@ def test_a_dead_or_stuck_peer_fails_the_survivor(cohort, pydir, need_torch, laun
     assert "rank 0" in m.group(2) and re.search(r"\b(rank|peer) 1\b", m.group(2)), m.group(2)
     assert "then:" in procs[0].stdout, procs[0].stdout
     procs[1].kill()
+
+
+def test_a_python_jobs_communication_shows_in_the_job_view(cohort, need_torch, launcher,
+                                                           tmp_path):
+    """A PyTorch DDP job on the cohort backend under `cohort run --metrics-port 0`: the job
+    view (/api/job) shows each rank's collectives and communication wait, as for
+    cohort-train."""
+    import urllib.request
+    stop = tmp_path / "stop"
+    p = launcher.start([cohort, "run", "--nproc-per-node", "2", "--metrics-port", "0",
+                        "--log-dir", tmp_path / "logs", COMM_LOOP, launcher.marker],
+                       env=U.clean_env(STOP_FILE=str(stop)))
+    try:
+        url = U.wait_for(lambda: (re.search(r"dashboard on (http://\S+/)", p.stderr)
+                                  or [None, None])[1], 60, what="the dashboard URL")
+
+        def communicating():
+            with urllib.request.urlopen(url + "api/job", timeout=10) as r:
+                job = json.loads(r.read().decode())
+            ranks = [r for n in job["nodes"] for r in n["ranks"]]
+            ok = len(ranks) == 2 and all((r["comm_operations"] or 0) >= 20 and
+                                         (r["comm_bytes"] or 0) > 0 and
+                                         r["comm_wait"] is not None for r in ranks)
+            return ranks if ok else None
+        ranks = U.wait_for(communicating, 120, interval=0.3, what="both ranks' collectives")
+        assert sorted(r["rank"] for r in ranks) == [0, 1], ranks
+        assert all(0 <= r["comm_wait"] <= 1 for r in ranks), ranks
+    finally:
+        stop.write_text("")
+    assert p.wait(120) == 0, p.describe()
+    assert len(re.findall(r"rank \d steps \d+", p.stdout)) == 2, p.stdout
