@@ -20,6 +20,7 @@
 #include "cohort/base/subprocess.h"
 #include "cohort/base/worker_env.h"
 #include "cohort/cli/cli_util.h"
+#include "cohort/cli/etcd_conf.h"
 #include "cohort/cli/exec_sibling.h"
 #include "cohort/metrics/http_server.h"
 #include "cohort/metrics/job_view.h"
@@ -341,51 +342,6 @@ void AddPythonSupport(const RunFlags& f, const std::vector<std::string>& argv,
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (text.find("torch") != std::string::npos) warm.preload.push_back("torch");
   }
-}
-
-// Takes the etcd client keys out of --rdzv-conf (the rest goes to ApplyRdzvConf):
-// protocol=http|https, cacert, cert, key (PEM paths), user, request_timeout (seconds).
-// The password comes from COHORT_ETCD_PASSWORD only, never from the command line.
-Status SplitEtcdConf(const std::string& text, store::EtcdStoreOptions& o, std::string* rest,
-                     bool* https) {
-  rest->clear();
-  for (const auto& item : Split(text, ',')) {
-    auto eq = item.find('=');
-    std::string key = eq == std::string::npos ? item : std::string(Trim(item.substr(0, eq)));
-    std::string value = eq == std::string::npos ? "" : std::string(Trim(item.substr(eq + 1)));
-    if (key == "protocol") {
-      if (value != "http" && value != "https") {
-        return InvalidArgument("--rdzv-conf protocol={} must be http or https", value);
-      }
-      *https = value == "https";
-    } else if (key == "cacert") {
-      o.ca_file = value;
-    } else if (key == "cert") {
-      o.cert_file = value;
-    } else if (key == "key") {
-      o.key_file = value;
-    } else if (key == "user") {
-      o.user = value;
-    } else if (key == "request_timeout") {
-      auto seconds = ParseDouble(value);
-      if (!seconds || *seconds <= 0) {
-        return InvalidArgument("--rdzv-conf request_timeout={} is not a number of seconds",
-                               value);
-      }
-      o.request_timeout =
-          std::chrono::duration_cast<Duration>(std::chrono::duration<double>(*seconds));
-    } else {
-      *rest += (rest->empty() ? "" : ",") + item;
-    }
-  }
-  for (const std::string* file : {&o.ca_file, &o.cert_file, &o.key_file}) {
-    if (!file->empty() && !fs::is_regular_file(*file)) {
-      return NotFound("--rdzv-conf: the file '{}' does not exist", *file);
-    }
-  }
-  if (o.user.empty()) o.user = worker_env::Inherited(worker_env::kEtcdUser).value_or("");
-  o.password = worker_env::Inherited(worker_env::kEtcdPassword).value_or("");
-  return Status::Ok();
 }
 
 // Where this node's agent finds the store, and whether it serves it.

@@ -26,6 +26,7 @@
 #include "cohort/base/strings.h"
 #include "cohort/base/worker_env.h"
 #include "cohort/cli/cli_util.h"
+#include "cohort/cli/etcd_conf.h"
 #include "cohort/metrics/job_view.h"
 #include "cohort/metrics/json_read.h"
 #include "cohort/store/etcd_store.h"
@@ -144,14 +145,20 @@ size_t TerminalWidth() {
   return 160;
 }
 
-// Connections to the job's store named by cohort run's flags: etcd (keys of `rdzv_id`), or
+// Connections to the job's store named by cohort run's flags: etcd (keys of `rdzv_id`; TLS
+// and user from --rdzv-conf as for cohort run, the password from COHORT_ETCD_PASSWORD), or
 // a cohort store with the job's token from COHORT_TOKEN.
 Result<agent::StoreConnector> JobStoreConnector(const std::string& backend,
                                                 const std::string& endpoint,
-                                                const std::string& rdzv_id) {
+                                                const std::string& rdzv_id,
+                                                const std::string& rdzv_conf) {
   if (backend == "etcd" || backend == "etcd-v2") {
-    COHORT_ASSIGN_OR_RETURN(auto endpoints, store::ParseEtcdEndpoints(endpoint));
     store::EtcdStoreOptions eo;
+    std::string rest;
+    bool https = false;
+    COHORT_RETURN_IF_ERROR(SplitEtcdConf(rdzv_conf, eo, &rest, &https));
+    COHORT_ASSIGN_OR_RETURN(auto endpoints,
+                            store::ParseEtcdEndpoints(endpoint, https || !eo.ca_file.empty()));
     eo.endpoints = endpoints;
     eo.prefix = rdzv_id;
     return agent::StoreConnector([eo](Deadline d) -> Result<std::shared_ptr<store::Store>> {
@@ -189,6 +196,9 @@ int TopCommand(const std::vector<std::string>& args) {
                  "instead of an endpoint: the job's store (the --rdzv-endpoint of cohort run; "
                  "COHORT_TOKEN for a cohort store)");
   app.add_option("--rdzv-id", rdzv_id, "the job's --rdzv-id (with --rdzv-endpoint)");
+  std::string rdzv_conf;
+  app.add_option("--rdzv-conf", rdzv_conf,
+                 "etcd client settings as for cohort run: protocol, cacert, cert, key, user");
   app.add_option("--rdzv-backend", backend, "c10d (a cohort store) or etcd")
       ->check(CLI::IsMember({"c10d", "static", "etcd", "etcd-v2"}));
   app.add_option("--interval", interval, "seconds between refreshes")
@@ -217,7 +227,7 @@ int TopCommand(const std::vector<std::string>& args) {
     const std::string query = log_rank >= 0 ? fmt::format("api/job?rank={}", log_rank) : "api/job";
     fetch = [url, query] { return metrics::FetchJson(url + query, std::chrono::seconds(10)); };
   } else {
-    auto connector = JobStoreConnector(backend, rdzv_endpoint, rdzv_id);
+    auto connector = JobStoreConnector(backend, rdzv_endpoint, rdzv_id, rdzv_conf);
     if (!connector.ok()) return CommandFailed("top", connector.status(), kExitInvalidValue);
     agent::StoreConnector connect = *connector;
     auto store = connect(Deadline::AfterMs(5000));

@@ -9,6 +9,7 @@ world size 2 in the same rendezvous round, and the final parameters of both rank
 same digest as a reference two-rank run (same seed, same world size: cohort-train is
 deterministic and bit-identical across transports for two ranks).
 """
+import subprocess
 import uuid
 
 import pytest
@@ -119,9 +120,18 @@ def test_two_agents_on_etcd(security, procs, tmp_path, reference, etcd_factory):
     """The defect this journey was written for: two agents joined through etcd used to run
     their workers as two separate one-rank jobs."""
     etcd = etcd_factory(tls=security == "tls", auth=security == "auth")
-    flags = ["--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "etcd",
-             "--rdzv-endpoint", etcd.endpoint, "--rdzv-id", "j" + uuid.uuid4().hex[:8]]
+    rdzv_id = "j" + uuid.uuid4().hex[:8]
+    store_flags = ["--rdzv-backend", "etcd", "--rdzv-endpoint", etcd.endpoint, "--rdzv-id",
+                   rdzv_id]
     if etcd.rdzv_conf():
-        flags += ["--rdzv-conf", etcd.rdzv_conf()]
+        store_flags += ["--rdzv-conf", etcd.rdzv_conf()]
+    flags = ["--nnodes", "2", "--nproc-per-node", "1", "--metrics-port", "0", *store_flags]
     out, _ = run_job(procs, tmp_path, "etcd-" + security, [flags, flags], env=etcd.env())
     assert_one_job_of_two(out, reference, "two agents on etcd (%s)" % security)
+    # The job's directory in etcd (same TLS / auth): both agents published their endpoint and
+    # recorded that they succeeded.
+    top = subprocess.run([str(J.BIN), "top", "--once", *store_flags], capture_output=True,
+                         text=True, timeout=60, env=J.job_env(**etcd.env()))
+    assert top.returncode == 0, top.stderr
+    assert "nodes 2 (running 0, lost 0, unreachable 0, finished 2, failed 0)" in top.stdout, \
+        top.stdout
