@@ -245,9 +245,14 @@ void JobView::Poll() {
   // Ask every agent at once (bounded threads, no lock held); each writes only its slot.
   std::vector<std::optional<Result<json>>> answers(asks.size());
   std::atomic<size_t> next{0};
+  // The whole poll is bounded too: asks not started by then wait for the next poll.
+  const Deadline poll_deadline = Deadline::After(o_.fetch_timeout * 4);
   auto work = [&] {
     for (size_t i; (i = next.fetch_add(1)) < asks.size();) {
-      answers[i] = FetchJson(asks[i].url, o_.fetch_timeout);
+      answers[i] = poll_deadline.expired()
+                       ? Result<json>(Unavailable("not asked: the poll of {} agents ran out of "
+                                                  "time", asks.size()))
+                       : FetchJson(asks[i].url, o_.fetch_timeout);
     }
   };
   std::vector<std::thread> threads;

@@ -1,7 +1,8 @@
 // JobView: the whole job on one page. Given the job's directory of agent endpoints (see
 // cohort/agent/job_directory.h), it asks every running agent for its /api/state (in
-// parallel, each ask bounded by fetch_timeout; an agent that has not answered for 10 s is
-// asked every 10 s only; an agent that recorded its end is not asked again), remembers
+// parallel, each ask bounded by fetch_timeout and the whole poll by 4 x fetch_timeout; an
+// agent that has not answered for 10 s is asked every 10 s only; an agent that recorded
+// its end is not asked again), remembers
 // what each said last, and merges it into one JSON document:
 // per node its state, round, restarts with their causes, CPU/RSS/GPU, and one row per rank
 // (state, step, loss, samples/s, communication wait and bytes, CPU, RSS); the job's totals;
