@@ -692,7 +692,6 @@ void Agent::Impl::PublishStatus() {
   }
   nlohmann::json s = {{"run_id", o_.spec.run_id},
                       {"host", o_.self.host},
-                      {"addr", o_.self.addr},
                       {"pid", ::getpid()},
                       {"state", std::string(WorkerStateName(state_))},
                       {"round", last_round_},

@@ -60,9 +60,10 @@ Result<std::vector<DirectoryEntry>> ReadDirectory(store::Store& store, const std
 }
 
 std::function<Result<std::vector<DirectoryEntry>>()> DirectoryReader(
-    StoreConnector connect, std::string run_id, Duration timeout) {
+    StoreConnector connect, std::string run_id, Duration timeout,
+    std::shared_ptr<store::Store> first) {
   return [connect = std::move(connect), run_id = std::move(run_id), timeout,
-          store = std::shared_ptr<store::Store>()]() mutable
+          store = std::move(first)]() mutable
          -> Result<std::vector<DirectoryEntry>> {
     const Deadline deadline = Deadline::After(timeout);
     if (!store) {

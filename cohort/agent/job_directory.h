@@ -42,10 +42,11 @@ Result<std::vector<DirectoryEntry>> ReadDirectory(store::Store& store, const std
                                                   Deadline deadline, int max_entries = 4096);
 
 // ReadDirectory as a function of no arguments (JobViewOptions::list) over a store
-// connection of its own, made on first use and again after a failure; each call bounded by
-// `timeout`. One caller at a time (JobView serializes its calls).
+// connection of its own (`first`, or one made on first use), made again after a failure;
+// each call bounded by `timeout`. One caller at a time (JobView serializes its calls).
 using StoreConnector = std::function<Result<std::shared_ptr<store::Store>>(Deadline)>;
 std::function<Result<std::vector<DirectoryEntry>>()> DirectoryReader(
-    StoreConnector connect, std::string run_id, Duration timeout = std::chrono::seconds(2));
+    StoreConnector connect, std::string run_id, Duration timeout = std::chrono::seconds(2),
+    std::shared_ptr<store::Store> first = nullptr);
 
 }  // namespace cohort::agent

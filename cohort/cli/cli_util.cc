@@ -2,6 +2,8 @@
 #include "cohort/cli/cli_util.h"
 
 #include <fmt/format.h>
+#include <signal.h>
+#include <sys/signalfd.h>
 
 #include <ctime>
 
@@ -62,14 +64,22 @@ std::string ConfigReport(const CLI::App& app, const std::vector<std::string>& gi
   return out;
 }
 
-std::string FormatTime(double unix_seconds) {
+std::string FormatTime(double unix_seconds, const char* format) {
   if (unix_seconds <= 0) return "-";
   std::time_t s = static_cast<std::time_t>(unix_seconds);
   std::tm tm{};
   ::localtime_r(&s, &tm);
   char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &tm);
+  std::strftime(buf, sizeof(buf), format, &tm);
   return buf;
+}
+
+int SignalFd() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
+  ::sigprocmask(SIG_BLOCK, &set, nullptr);
+  return ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
 }
 
 }  // namespace cohort::cli

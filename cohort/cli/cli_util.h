@@ -26,7 +26,12 @@ int CommandFailed(std::string_view command, const Status& s, int code);
 // COHORT_* setting (base/settings.h) with its value and source.
 std::string ConfigReport(const CLI::App& app, const std::vector<std::string>& given);
 
-// "2026-11-29 16:23:05" in local time; "-" for 0 (not yet).
-std::string FormatTime(double unix_seconds);
+// A signalfd (non-blocking, close-on-exec) for SIGINT, SIGTERM and SIGHUP, which main.cc
+// already blocks in every thread: a command that runs children polls it to stop them
+// cleanly on Ctrl-C. -1 when it cannot be made.
+int SignalFd();
+
+// "2026-11-29 16:23:05" in local time (or as `format` says, strftime); "-" for 0 (not yet).
+std::string FormatTime(double unix_seconds, const char* format = "%Y-%m-%d %H:%M:%S");
 
 }  // namespace cohort::cli

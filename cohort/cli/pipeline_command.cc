@@ -86,15 +86,6 @@ int LoadAndValidate(const std::string& name, const std::string& path,
   return -1;
 }
 
-// Signals arrive through a signalfd (main.cc blocks them in every thread).
-int SignalFd() {
-  sigset_t set;
-  sigemptyset(&set);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
-  ::sigprocmask(SIG_BLOCK, &set, nullptr);
-  return ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-}
-
 int Execute(const std::string& name, const std::string& home, int parallel,
             const std::function<Result<pipeline::RunOutcome>(const pipeline::ExecutorOptions&)>&
                 body) {

@@ -20,8 +20,8 @@
 #include "cohort/base/subprocess.h"
 #include "cohort/base/worker_env.h"
 #include "cohort/cli/cli_util.h"
-#include "cohort/cli/etcd_conf.h"
 #include "cohort/cli/exec_sibling.h"
+#include "cohort/cli/job_store.h"
 #include "cohort/metrics/http_server.h"
 #include "cohort/metrics/job_view.h"
 #include "cohort/net/socket.h"
@@ -470,11 +470,8 @@ std::unique_ptr<metrics::MetricsServer> StartMetrics(const RunFlags& f, const st
     std::string url_host = f.metrics_host == "0.0.0.0" ? o.self.addr : f.metrics_host;
     if (url_host.find(':') != std::string::npos) url_host = "[" + url_host + "]";  // IPv6
     o.metrics_url = fmt::format("http://{}:{}/", url_host, metrics_server->port());
-    fmt::print(stderr, "cohort: metrics on http://{}:{}/metrics, dashboard on http://{}:{}/\n",
-               f.metrics_host == "0.0.0.0" ? o.self.addr : f.metrics_host,
-               metrics_server->port(),
-               f.metrics_host == "0.0.0.0" ? o.self.addr : f.metrics_host,
-               metrics_server->port());
+    fmt::print(stderr, "cohort: metrics on {}metrics, dashboard on {}\n", o.metrics_url,
+               o.metrics_url);
   } else {
     fmt::print(stderr, "cohort run: warning: {}; the job runs without the metrics endpoint\n",
                started.status().message());
@@ -556,18 +553,12 @@ void WireJobStore(const StorePlan& plan, const std::string& store_addr, bool use
   }
   const store::TcpStoreOptions store_options{
       .host = store_addr, .port = plan.port, .token = plan.token};
-  *connect_within = [store_options](Deadline d) -> Result<std::shared_ptr<store::Store>> {
-    COHORT_ASSIGN_OR_RETURN(auto s, store::TcpStore::Connect(store_options, d));
-    return std::shared_ptr<store::Store>(std::move(s));
-  };
+  *connect_within = TcpConnector(store_options);
   if (use_etcd) {
     // Each connection is its own EtcdStore (the agent's and the watcher's), keys under
     // "/cohort/<run id>/" (etcd.prefix). Connect gives up after the request timeout when no
     // member answers.
-    *connect_within = [etcd](Deadline d) -> Result<std::shared_ptr<store::Store>> {
-      COHORT_ASSIGN_OR_RETURN(auto s, store::EtcdStore::Connect(etcd, d));
-      return std::shared_ptr<store::Store>(std::move(s));
-    };
+    *connect_within = EtcdConnector(etcd);
   }
   const Deadline connect_deadline = Deadline::After(join_timeout);
   o.connect_store = [connect = *connect_within, connect_deadline] {

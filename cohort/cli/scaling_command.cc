@@ -173,16 +173,6 @@ std::optional<std::vector<int>> ParseCounts(const std::string& text) {
   return counts;
 }
 
-// Signals arrive through a signalfd (main.cc blocks them in every thread): Ctrl-C stops
-// the run in progress cleanly (its processes stopped, its hosts removed).
-int SignalFd() {
-  sigset_t set;
-  sigemptyset(&set);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
-  ::sigprocmask(SIG_BLOCK, &set, nullptr);
-  return ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-}
-
 // Waits for every process of one run and reaps them; the first failure (or the last exit)
 // is the run's. Past `timeout`, or on a signal from `signal_fd` (its number goes to
 // `*interrupted`), every process group gets SIGTERM, and SIGKILL 10 s later.
@@ -270,7 +260,7 @@ SpawnOptions SlurmStep(int k, const std::vector<std::string>& agent_argv, int po
 // A port for the store of a Slurm run: free here (where salloc's shell usually runs, on
 // the allocation's first node), else one from the ephemeral range's lower half.
 int StorePort() {
-  auto sock = net::Listen({.host = "0.0.0.0", .port = 0});
+  auto sock = net::ReservePort("0.0.0.0", 0);
   if (sock.ok()) {
     if (auto port = sock->LocalPort(); port.ok()) return *port;
   }
@@ -402,10 +392,10 @@ void Report(const std::vector<Row>& rows, const std::string& out, const std::str
   }
   std::ofstream(out + "/scaling.json") << table.dump(1) << "\n";
   std::ofstream(out + "/scaling.svg") << Svg(rows, unit);
+  const char* one = unit == "nodes" ? "node" : "worker";
   fmt::print("# efficiency: samples/s per {} against the {}-{} run; table in "
              "{}/scaling.json, plot in {}/scaling.svg\n",
-             unit == "nodes" ? "node" : "worker", first ? first->workers : 1,
-             unit == "nodes" ? "node" : "worker", out, out);
+             one, first ? first->workers : 1, one, out, out);
 }
 
 // --hosts slurm runs inside an allocation with as many nodes as the largest count.

@@ -18,7 +18,6 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <ctime>
 #include <nlohmann/json.hpp>
 
 #include "cohort/agent/job_directory.h"
@@ -26,7 +25,7 @@
 #include "cohort/base/strings.h"
 #include "cohort/base/worker_env.h"
 #include "cohort/cli/cli_util.h"
-#include "cohort/cli/etcd_conf.h"
+#include "cohort/cli/job_store.h"
 #include "cohort/metrics/job_view.h"
 #include "cohort/metrics/json_read.h"
 #include "cohort/store/etcd_store.h"
@@ -43,14 +42,7 @@ std::string Num(const json& v, int digits, double scale = 1) {
   return fmt::format("{:.{}f}", v.get<double>() * scale, digits);
 }
 
-std::string Clock(double t) {
-  const time_t secs = static_cast<time_t>(t);
-  std::tm tm{};
-  localtime_r(&secs, &tm);
-  char buf[16];
-  std::strftime(buf, sizeof(buf), "%H:%M:%S", &tm);
-  return buf;
-}
+std::string Clock(double t) { return FormatTime(t, "%H:%M:%S"); }
 
 std::string Cut(std::string s, size_t width) {
   if (s.size() > width) s = s.substr(0, width > 3 ? width - 3 : 0) + "...";
@@ -161,10 +153,7 @@ Result<agent::StoreConnector> JobStoreConnector(const std::string& backend,
                             store::ParseEtcdEndpoints(endpoint, https || !eo.ca_file.empty()));
     eo.endpoints = endpoints;
     eo.prefix = rdzv_id;
-    return agent::StoreConnector([eo](Deadline d) -> Result<std::shared_ptr<store::Store>> {
-      COHORT_ASSIGN_OR_RETURN(auto s, store::EtcdStore::Connect(eo, d));
-      return std::shared_ptr<store::Store>(std::move(s));
-    });
+    return EtcdConnector(eo);
   }
   auto hp = ParseHostPort(endpoint, 29400);
   if (!hp) return InvalidArgument("--rdzv-endpoint '{}' is not HOST:PORT", endpoint);
@@ -174,10 +163,7 @@ Result<agent::StoreConnector> JobStoreConnector(const std::string& backend,
                            "cohort run");
   }
   store::TcpStoreOptions to{.host = hp->first, .port = hp->second, .token = token};
-  return agent::StoreConnector([to](Deadline d) -> Result<std::shared_ptr<store::Store>> {
-    COHORT_ASSIGN_OR_RETURN(auto s, store::TcpStore::Connect(to, d));
-    return std::shared_ptr<store::Store>(std::move(s));
-  });
+  return TcpConnector(to);
 }
 
 }  // namespace
@@ -229,13 +215,12 @@ int TopCommand(const std::vector<std::string>& args) {
   } else {
     auto connector = JobStoreConnector(backend, rdzv_endpoint, rdzv_id, rdzv_conf);
     if (!connector.ok()) return CommandFailed("top", connector.status(), kExitInvalidValue);
-    agent::StoreConnector connect = *connector;
-    auto store = connect(Deadline::AfterMs(5000));
+    // A store that does not answer at the start is an error; later it is re-connected.
+    auto store = (*connector)(Deadline::AfterMs(5000));
     if (!store.ok()) return CommandFailed("top", store.status(), kExitRendezvous);
     source = rdzv_endpoint;
-    // The directory over a connection of its own (re-made after a failure).
     view = std::make_unique<metrics::JobView>(metrics::JobViewOptions{
-        .list = agent::DirectoryReader(connect, rdzv_id, std::chrono::seconds(5))});
+        .list = agent::DirectoryReader(*connector, rdzv_id, std::chrono::seconds(5), *store)});
     fetch = [v = view.get(), log_rank]() -> Result<json> { return v->Snapshot(log_rank); };
   }
 

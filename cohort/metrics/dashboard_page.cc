@@ -3,24 +3,17 @@
 // ranks, the throughput chart, restarts with their causes, recent log lines, collective
 // bandwidth and GPU availability. Thread-safety: a constant string.
 #include "cohort/metrics/http_server.h"
+#include "cohort/metrics/page_style.h"
 
 namespace cohort::metrics {
 
 extern const char kDashboardPage[] = R"html(<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>cohort dashboard</title>
-<style>
-body{font:14px system-ui,sans-serif;margin:16px;background:#f7f7f9;color:#222}
-h1{font-size:20px;margin:0 0 8px} h2{font-size:15px;margin:18px 0 6px}
-.cards{display:flex;gap:10px;flex-wrap:wrap}
-.card{background:#fff;border:1px solid #ddd;border-radius:6px;padding:8px 12px;min-width:110px}
-.card b{display:block;font-size:18px}
-table{border-collapse:collapse;background:#fff;font-variant-numeric:tabular-nums}
-td,th{border:1px solid #ddd;padding:3px 8px;text-align:right} th{background:#eee}
-td.l,th.l{text-align:left}
-.HEALTHY,.running{color:#0a7a2f}.FAILED,.failed{color:#b00020}.SUCCEEDED{color:#1a55c4}
+<style>)html"
+    COHORT_PAGE_BASE_STYLE
+    R"html(.HEALTHY,.running{color:#0a7a2f}.FAILED,.failed{color:#b00020}.SUCCEEDED{color:#1a55c4}
 #chart{background:#fff;border:1px solid #ddd;border-radius:6px}
 pre{background:#111;color:#ddd;padding:8px;max-height:260px;overflow:auto;font-size:12px}
-.muted{color:#777}
 </style></head><body>
 <h1>cohort <span id="run" class="muted"></span> <a href="/job" style="font-size:14px">the whole job</a></h1>
 <div class="cards" id="cards"></div>

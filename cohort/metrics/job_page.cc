@@ -6,24 +6,17 @@
 // data-* attributes (node, addr, state, rank) for scripts and tests.
 // Thread-safety: a constant string.
 #include "cohort/metrics/http_server.h"
+#include "cohort/metrics/page_style.h"
 
 namespace cohort::metrics {
 
 extern const char kJobPage[] = R"html(<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>cohort job</title>
-<style>
-body{font:14px system-ui,sans-serif;margin:16px;background:#f7f7f9;color:#222}
-h1{font-size:20px;margin:0 0 8px} h2{font-size:15px;margin:18px 0 6px}
-.cards{display:flex;gap:10px;flex-wrap:wrap}
-.card{background:#fff;border:1px solid #ddd;border-radius:6px;padding:8px 12px;min-width:110px}
-.card b{display:block;font-size:18px}
-table{border-collapse:collapse;background:#fff;font-variant-numeric:tabular-nums}
-td,th{border:1px solid #ddd;padding:3px 8px;text-align:right} th{background:#eee}
-td.l,th.l{text-align:left}
-.HEALTHY{color:#0a7a2f}.LOST,.FAILED{color:#b00020;font-weight:bold}.SUCCEEDED{color:#1a55c4}
+<style>)html"
+    COHORT_PAGE_BASE_STYLE
+    R"html(.HEALTHY{color:#0a7a2f}.LOST,.FAILED{color:#b00020;font-weight:bold}.SUCCEEDED{color:#1a55c4}
 tr.LOST td{background:#fdecee}
 pre{background:#111;color:#ddd;padding:8px;max-height:300px;overflow:auto;font-size:12px}
-.muted{color:#777}
 </style></head><body>
 <h1>cohort job <span id="run" class="muted"></span></h1>
 <div class="cards" id="cards"></div>

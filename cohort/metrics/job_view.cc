@@ -265,10 +265,6 @@ void JobView::Poll() {
   for (size_t i = 0; i < asks.size(); ++i) {
     Absorb(known_[asks[i].index], std::move(*answers[i]), now);
   }
-  // A node that recorded its end is shown by that record, with its last answer.
-  for (auto& [index, k] : known_) {
-    if (k.end) k.error = "ended";
-  }
   last_ = Build(now, &last_logs_);
   fresh_until_ = Deadline::After(o_.reuse);
   polling_ = false;
@@ -278,12 +274,13 @@ void JobView::Poll() {
 // A node's state and, when it does not answer, why (see the header).
 std::pair<std::string, std::string> JobView::StateAndCause(
     const Known& k, const std::vector<json>& survivors_history, double now) {
-  if (k.error.empty()) return {Str(At(k.state, "agent"), "state", "UNKNOWN"), ""};
+  // A node that recorded its end is shown by that record, with its last answer.
   if (k.end) {
     std::string cause = Str(*k.end, "summary");
     if (cause.empty()) cause = fmt::format("its agent exited with code {}", Int(*k.end, "exit_code", 0));
     return {Str(*k.end, "state", "FINISHED"), cause};
   }
+  if (Answering(k)) return {Str(At(k.state, "agent"), "state", "UNKNOWN"), ""};
   // Never answered: nothing says it was part of the job's work.
   if (k.last_seen == 0) return {"UNREACHABLE", k.error};
   // The survivors' record of the job going on without it, from when it was last seen: the
@@ -311,7 +308,7 @@ json JobView::Build(double now, json* logs_out) {
   // cause of a node that does not answer.
   std::vector<json> survivors_history;
   for (const auto& [index, k] : known_) {
-    if (!k.error.empty()) continue;
+    if (!Answering(k)) continue;
     for (const auto& e : k.history) {
       if (Str(e, "type") != "round" || Str(e, "cause") != "start") survivors_history.push_back(e);
     }
@@ -325,7 +322,7 @@ json JobView::Build(double now, json* logs_out) {
   for (const auto& [index, k] : known_) {
     const json& agent = At(k.state, "agent");
     const std::string addr = Str(k.record, "addr"), host = Str(k.record, "host");
-    const bool running = k.error.empty();
+    const bool running = Answering(k);
     const auto [state, cause] = StateAndCause(k, survivors_history, now);
     json ranks = RankRows(k.state);
     if (!running) {

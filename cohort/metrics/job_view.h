@@ -69,6 +69,8 @@ class JobView {
     std::deque<nlohmann::json> history;  // rounds, restarts, failures
   };
   static void Absorb(Known& k, Result<nlohmann::json> answer, double now);
+  // Running: its last ask was answered and it recorded no end.
+  static bool Answering(const Known& k) { return k.error.empty() && !k.end; }
   // Reads the directory, asks the agents, rebuilds last_ and last_logs_ (polling_ set by
   // the caller; mu_ taken only to read and merge).
   void Poll() COHORT_EXCLUDES(mu_);

@@ -430,7 +430,8 @@ CohortProcessGroup::CohortProcessGroup(const c10::intrusive_ptr<c10d::Store>& st
   options.timeout = std::chrono::duration_cast<Duration>(timeout);
   // Under `cohort run`: the address peers on other hosts reach this rank at (--local-addr)
   // and where the flight record goes. Under another launcher the defaults apply.
-  if (Result<WorkerEnv> env = ReadWorkerEnv(); env.ok()) comm::ApplyWorkerEnv(*env, options);
+  const Result<WorkerEnv> env = ReadWorkerEnv();
+  if (env.ok()) comm::ApplyWorkerEnv(*env, options);
   auto comm = comm::Communicator::Create(store_, rank, size, options);
   if (!comm.ok()) {
     throw std::runtime_error(fmt::format(
@@ -444,7 +445,7 @@ CohortProcessGroup::CohortProcessGroup(const c10::intrusive_ptr<c10d::Store>& st
   metrics::StartWorkerExporter();
   // cohort_torch.live re-forms the default group at the rank the agent announced (and sets
   // RANK to it first): the snapshots follow.
-  if (Result<WorkerEnv> env = ReadWorkerEnv(); env.ok()) metrics::SetExportedRank(env->rank);
+  if (env.ok()) metrics::SetExportedRank(env->rank);
   init();
 }
 
