@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 import uuid
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -187,6 +188,11 @@ def test_bench_scaling_across_hosts(tmp_path):
         ["rank0.json", "rank1.json"]
     svg = (out / "scaling.svg").read_text()
     assert "<polyline" in svg and "samples/s against nodes" in svg
+    # The plot is a well-formed SVG document whose line has a point per node count.
+    root = ET.fromstring(svg)
+    assert root.tag == "{http://www.w3.org/2000/svg}svg", root.tag
+    line = root.find("{http://www.w3.org/2000/svg}polyline")
+    assert line is not None and len(line.get("points").split()) == 2, svg
     # No namespace of the command is left behind.
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert not re.search(r"^cs\d+", left, re.M), left
