@@ -176,11 +176,17 @@ Status Rendezvous::WaitForNextRound(int64_t round, Deadline deadline) {
 }
 
 // Reads the job's state in one store call: whether it is done (and how), the failures so
-// far, the current round and, when the round is the one seen last, whether it is closed.
+// far, the current round and, when the round is the one seen last or the one after it,
+// whether it is closed. The round counter moves after the round's `next` is written (by
+// the node that ended it): a round seen last whose `next` exists is over, and the current
+// one is the next, whatever the counter says yet (nodes woken by the end of a round join
+// the next one without waiting for the counter, or taking its lag for a running round).
 Result<Rendezvous::JobState> Rendezvous::ReadJobState() {
-  COHORT_ASSIGN_OR_RETURN(auto values, store_->Peek({Key("done"), Key("restarts"), Key("round"),
-                                                     RoundKey(last_round_, "closed")},
-                                                    CallDeadline()));
+  COHORT_ASSIGN_OR_RETURN(
+      auto values,
+      store_->Peek({Key("done"), Key("restarts"), Key("round"), RoundKey(last_round_, "closed"),
+                    RoundKey(last_round_, "next"), RoundKey(last_round_ + 1, "closed")},
+                   CallDeadline()));
   JobState s;
   s.done = values[0];
   auto counter = [](const std::optional<std::string>& v, std::string_view name) -> Result<int64_t> {
@@ -191,12 +197,10 @@ Result<Rendezvous::JobState> Rendezvous::ReadJobState() {
   };
   COHORT_ASSIGN_OR_RETURN(s.restarts, counter(values[1], "restarts"));
   COHORT_ASSIGN_OR_RETURN(s.round, counter(values[2], "round"));
-  s.closed_known = s.round == last_round_;
-  if (s.closed_known) {
-    s.closed = std::move(values[3]);
-  } else {
-    last_round_ = s.round;
-  }
+  if (s.round == last_round_ && values[4]) s.round = last_round_ + 1;
+  s.closed_known = s.round == last_round_ || s.round == last_round_ + 1;
+  if (s.closed_known) s.closed = std::move(values[s.round == last_round_ ? 3 : 5]);
+  last_round_ = s.round;
   return s;
 }
 
@@ -204,15 +208,20 @@ Result<Rendezvous::JobState> Rendezvous::ReadJobState() {
 //  1. Refuse when the job is done or the restart budget is spent.
 //  2. Read the current round R (with step 1: one Peek). If R is already closed (running), this node is late: ask
 //     for a re-rendezvous when R has room (N < MAX), wait for R to end, go to 1.
-//  3. Take a slot S = Add(r<R>/slot, 1); publish node<S> and hb<S>.
-//  4. Wait until MIN nodes have joined (node<MIN> exists), bounded by the join timeout.
-//  5. Unless closed already, give late nodes the last-call window, cut short when node<MAX>
+//  3. Take a slot S and publish node<S> in one call (Store::Append on r<R>/slot).
+//  4. Every node but slot 1: read r<R>/layout and node<1> (one MultiGet that waits until
+//     slot 1 published them; steps 5-7 are slot 1's). S > the layout's N: spare or late
+//     (step 8). Should the layout not come within layout_grace (a round that fills
+//     slowly, or slot 1 died), this node goes through steps 5-7 itself.
+//  5. Wait until MIN nodes have joined (node<MIN> exists), bounded by the join timeout.
+//  6. Unless closed already, give late nodes the last-call window, cut short when node<MAX>
 //     joined or the number of nodes the previous round's end expected (r<R>/expect).
-//  6. Close: CompareSet(closed, "", min(slots taken, MAX)); the first writer's N holds.
-//     With MIN = MAX the node taking slot MAX writes closed = MAX with its record (3).
-//  7. S > N: spare or late; ask for a re-rendezvous when N < MAX, wait for the next round.
-//  8. Slot 1 reads the N node records and publishes the layout (run-length local world
-//     sizes); the others read it and node 1's record. Group rank = S - 1.
+//  7. Close: CompareSet(closed, "", min(slots taken, MAX)); the first writer's N holds.
+//     Slot 1 then reads the N node records and publishes the layout (run-length local
+//     world sizes); a node that took over after the grace reads the layout again and
+//     publishes it only if it is still missing. Group rank = S - 1.
+//  8. S > N: spare or late; ask for a re-rendezvous when N < MAX, wait for the next round.
+// A join thus costs every node but slot 1 three requests (Peek, Append, MultiGet).
 Result<RendezvousInfo> Rendezvous::Next() {
   const Deadline join_deadline = Deadline::After(config_.join_timeout);
   for (;;) {
@@ -237,39 +246,41 @@ Result<RendezvousInfo> Rendezvous::Next() {
       COHORT_RETURN_IF_ERROR(WaitOutRound(round, members, "is running"));
       continue;
     }
-    COHORT_ASSIGN_OR_RETURN(int64_t slot, TakeSlot(round));
-    COHORT_ASSIGN_OR_RETURN(int64_t members, CloseRound(round, join_deadline));
-    // Step 7.
+    // Step 3.
+    COHORT_ASSIGN_OR_RETURN(int64_t slot, store_->Append(RoundKey(round, "slot"),
+                                                         RoundKey(round, "node"),
+                                                         self_.ToJson(), CallDeadline()));
+    std::optional<Published> published;
+    if (slot != 1) {
+      // Step 4.
+      COHORT_ASSIGN_OR_RETURN(published, ReadPublished(round, join_deadline));
+    }
+    int64_t members = 0;
+    if (published) {
+      members = published->layout.members;
+    } else {
+      // Steps 5-7.
+      COHORT_ASSIGN_OR_RETURN(members, CloseRound(round, join_deadline));
+      if (slot <= members) {
+        COHORT_ASSIGN_OR_RETURN(published, PublishLayout(round, members, slot, join_deadline));
+      }
+    }
+    // Step 8.
     if (slot > members) {
       COHORT_RETURN_IF_ERROR(WaitOutRound(round, members, "closed"));
       continue;
     }
-    return ReadMembers(round, slot, members, state.restarts, join_deadline);
+    return MakeInfo(round, slot, std::move(*published), state.restarts);
   }
 }
 
-// Step 3: a slot in the round, and this node's record and heartbeat under it. With
-// MIN = MAX the round is complete, and its size known, once slot MAX is taken: that node
-// closes it in the same write that publishes its record, so no other node has to write
-// (or anyone wait for a last call).
-Result<int64_t> Rendezvous::TakeSlot(int64_t round) {
-  COHORT_ASSIGN_OR_RETURN(int64_t slot,
-                          store_->TakeTicket(RoundKey(round, "slot"), CallDeadline()));
-  std::vector<std::string> publish = {RoundKey(round, fmt::format("node{}", slot)),
-                                      RoundKey(round, fmt::format("hb{}", slot))};
-  std::vector<std::string> values = {self_.ToJson(), "0"};
-  if (config_.min_nodes == config_.max_nodes && slot == config_.max_nodes) {
-    publish.push_back(RoundKey(round, "closed"));
-    values.push_back(std::to_string(config_.max_nodes));
-  }
-  COHORT_RETURN_IF_ERROR(store_->MultiSet(publish, values, CallDeadline()));
-  return slot;
-}
-
-// Steps 4-6: waits for MIN nodes and the last call, then closes the round (or learns how
+// Steps 5-7: waits for MIN nodes and the last call, then closes the round (or learns how
 // another node closed it); returns its member count.
 Result<int64_t> Rendezvous::CloseRound(int64_t round, Deadline join_deadline) {
-  // Step 4.
+  // The nodes that joined this round may have read the previous round's end before its
+  // counter moved (ReadJobState): make sure it did.
+  if (round > 0) COHORT_RETURN_IF_ERROR(AdvanceRound(round - 1));
+  // Step 5.
   Status enough = store_->Wait({RoundKey(round, fmt::format("node{}", config_.min_nodes))},
                                join_deadline);
   if (!enough.ok()) {
@@ -281,23 +292,23 @@ Result<int64_t> Rendezvous::CloseRound(int64_t round, Deadline join_deadline) {
         config_.run_id, joined.ok() ? *joined : -1, config_.min_nodes, round,
         std::chrono::duration_cast<std::chrono::seconds>(config_.join_timeout).count());
   }
-  // Step 5 (nothing to wait for when MIN = MAX: node<MAX> exists already), and step 6:
-  // with MIN = MAX the node that took slot MAX closed the round when it wrote node<MAX>.
-  if (config_.min_nodes == config_.max_nodes) return config_.max_nodes;
-  bool full = false;
-  COHORT_ASSIGN_OR_RETURN(auto now, store_->Peek({RoundKey(round, "closed"),
-                                                  RoundKey(round, "expect")},
-                                                 CallDeadline()));
-  if (!now[0]) {
-    // The last call ends early once node<MAX> joined, or as many nodes as the previous
-    // round's end expected (its members but a lost one, or plus a joiner).
-    int64_t awaited = config_.max_nodes;
-    const std::optional<int64_t> expect = now[1] ? ParseInt64(*now[1]) : std::nullopt;
-    if (expect && *expect >= config_.min_nodes && *expect < awaited) awaited = *expect;
-    Status waited = store_->Wait({RoundKey(round, fmt::format("node{}", awaited))},
-                                 Deadline::After(config_.last_call).Earlier(join_deadline));
-    if (!waited.ok() && !IsTimeout(waited)) return waited;
-    full = waited.ok() && awaited == config_.max_nodes;
+  // Step 6 (nothing to wait for when MIN = MAX: node<MAX> exists already).
+  bool full = config_.min_nodes == config_.max_nodes;
+  if (!full) {
+    COHORT_ASSIGN_OR_RETURN(auto now, store_->Peek({RoundKey(round, "closed"),
+                                                    RoundKey(round, "expect")},
+                                                   CallDeadline()));
+    if (!now[0]) {
+      // The last call ends early once node<MAX> joined, or as many nodes as the previous
+      // round's end expected (its members but a lost one, or plus a joiner).
+      int64_t awaited = config_.max_nodes;
+      const std::optional<int64_t> expect = now[1] ? ParseInt64(*now[1]) : std::nullopt;
+      if (expect && *expect >= config_.min_nodes && *expect < awaited) awaited = *expect;
+      Status waited = store_->Wait({RoundKey(round, fmt::format("node{}", awaited))},
+                                   Deadline::After(config_.last_call).Earlier(join_deadline));
+      if (!waited.ok() && !IsTimeout(waited)) return waited;
+      full = waited.ok() && awaited == config_.max_nodes;
+    }
   }
   // When node<MAX> exists, MAX slots are taken: no need to count them.
   int64_t proposal = config_.max_nodes;
@@ -328,65 +339,81 @@ Status Rendezvous::WaitOutRound(int64_t round, int64_t members, std::string_view
   return WaitForNextRound(round, Deadline::Infinite());
 }
 
-// Step 8: slot 1 reads the N node records once and publishes the round's layout; every
-// other node reads the layout and node 1's record (two keys, whatever N). Should slot 1
-// not publish within layout_grace (it died after joining), any node publishes it.
-Result<RendezvousInfo> Rendezvous::ReadMembers(int64_t round, int64_t slot, int64_t members,
-                                               int64_t restarts, Deadline join_deadline) {
-  std::pair<std::string, NodeInfo> published;
-  if (slot == 1) {
-    COHORT_ASSIGN_OR_RETURN(published, PublishLayout(round, members, join_deadline));
-  } else {
-    auto read = store_->MultiGet({RoundKey(round, "layout"), RoundKey(round, "node1")},
-                                 join_deadline.Earlier(Deadline::After(config_.layout_grace)));
-    if (read.ok()) {
-      COHORT_ASSIGN_OR_RETURN(NodeInfo master, NodeInfo::FromJson((*read)[1]));
-      published = {std::move((*read)[0]), std::move(master)};
-    } else if (IsTimeout(read.status()) && !join_deadline.expired()) {
-      COHORT_LOG_WARN(kLog, "round {}: node 1 did not publish the layout; publishing it", round);
-      COHORT_ASSIGN_OR_RETURN(published, PublishLayout(round, members, join_deadline));
-    } else {
-      return read.status();
+// Step 4: the layout and node 1's record, once slot 1 published them; nullopt when they did
+// not come within layout_grace (or the join timeout).
+Result<std::optional<Rendezvous::Published>> Rendezvous::ReadPublished(int64_t round,
+                                                                       Deadline join_deadline) {
+  auto read = store_->MultiGet({RoundKey(round, "layout"), RoundKey(round, "node1")},
+                               join_deadline.Earlier(Deadline::After(config_.layout_grace)));
+  if (!read.ok()) {
+    if (IsTimeout(read.status())) return std::optional<Published>();
+    return read.status();
+  }
+  COHORT_ASSIGN_OR_RETURN(RoundLayout layout, RoundLayout::Decode((*read)[0]));
+  COHORT_ASSIGN_OR_RETURN(NodeInfo master, NodeInfo::FromJson((*read)[1]));
+  return std::optional<Published>(Published{std::move(layout), std::move(master)});
+}
+
+// Step 7's end, for a round closed with `members` nodes: slot 1 reads the N node records
+// once and publishes the layout (first writer wins). Any other node here took over after
+// the grace: it gives slot 1 the grace once more, now that the round is closed, and
+// publishes only if the layout is still missing.
+Result<Rendezvous::Published> Rendezvous::PublishLayout(int64_t round, int64_t members,
+                                                        int64_t slot, Deadline join_deadline) {
+  std::optional<Published> published;
+  if (slot != 1) {
+    COHORT_ASSIGN_OR_RETURN(published, ReadPublished(round, join_deadline));
+    if (!published && join_deadline.expired()) {
+      return DeadlineExceeded("round {} closed with {} nodes, but its layout was not published "
+                              "within the join timeout", round, members);
     }
   }
-  COHORT_ASSIGN_OR_RETURN(RoundLayout layout, RoundLayout::Decode(published.first));
-  if (layout.members != members) {
-    return DataLoss("round {} layout has {} members, the round closed with {}", round,
-                    layout.members, members);
+  if (!published) {
+    if (slot != 1) {
+      COHORT_LOG_WARN(kLog, "round {}: node 1 did not publish the layout; publishing it", round);
+    }
+    std::vector<std::string> keys;
+    keys.reserve(members);
+    for (int64_t s = 1; s <= members; ++s) {
+      keys.push_back(RoundKey(round, fmt::format("node{}", s)));
+    }
+    COHORT_ASSIGN_OR_RETURN(std::vector<std::string> records,
+                            store_->MultiGet(keys, join_deadline.Earlier(CallDeadline())));
+    std::vector<NodeInfo> nodes;
+    nodes.reserve(records.size());
+    for (const auto& r : records) {
+      COHORT_ASSIGN_OR_RETURN(NodeInfo node, NodeInfo::FromJson(r));
+      nodes.push_back(std::move(node));
+    }
+    COHORT_ASSIGN_OR_RETURN(std::string text,
+                            store_->CompareSet(RoundKey(round, "layout"), "",
+                                               RoundLayout::FromNodes(nodes).Encode(),
+                                               CallDeadline()));
+    COHORT_ASSIGN_OR_RETURN(RoundLayout layout, RoundLayout::Decode(text));
+    published = Published{std::move(layout), std::move(nodes[0])};
   }
+  if (published->layout.members != members) {
+    return DataLoss("round {} layout has {} members, the round closed with {}", round,
+                    published->layout.members, members);
+  }
+  return std::move(*published);
+}
+
+RendezvousInfo Rendezvous::MakeInfo(int64_t round, int64_t slot, Published published,
+                                    int64_t restarts) const {
   RendezvousInfo info;
   info.round = round;
   info.slot = static_cast<int>(slot);
   info.group_rank = static_cast<int>(slot - 1);
-  info.group_world_size = static_cast<int>(members);
-  info.master = std::move(published.second);
-  info.rank_offset = layout.RankOffset(info.group_rank);
-  info.world_size = layout.WorldSize();
+  info.group_world_size = published.layout.members;
+  info.master = std::move(published.master);
+  info.rank_offset = published.layout.RankOffset(info.group_rank);
+  info.world_size = published.layout.WorldSize();
   info.restart_count = restarts;
   info.store_prefix = fmt::format("rdzv/{}/r{}/w", config_.run_id, round);
-  COHORT_LOG_DEBUG(kLog, "round {}: node {} of {}", round, info.group_rank, members);
+  COHORT_LOG_DEBUG(kLog, "round {}: node {} of {}", round, info.group_rank,
+                   info.group_world_size);
   return info;
-}
-
-Result<std::pair<std::string, NodeInfo>> Rendezvous::PublishLayout(int64_t round,
-                                                                   int64_t members,
-                                                                   Deadline deadline) {
-  std::vector<std::string> keys;
-  keys.reserve(members);
-  for (int64_t s = 1; s <= members; ++s) keys.push_back(RoundKey(round, fmt::format("node{}", s)));
-  COHORT_ASSIGN_OR_RETURN(std::vector<std::string> records,
-                          store_->MultiGet(keys, deadline.Earlier(CallDeadline())));
-  std::vector<NodeInfo> nodes;
-  nodes.reserve(records.size());
-  for (const auto& r : records) {
-    COHORT_ASSIGN_OR_RETURN(NodeInfo node, NodeInfo::FromJson(r));
-    nodes.push_back(std::move(node));
-  }
-  COHORT_ASSIGN_OR_RETURN(std::string layout,
-                          store_->CompareSet(RoundKey(round, "layout"), "",
-                                             RoundLayout::FromNodes(nodes).Encode(),
-                                             CallDeadline()));
-  return std::pair<std::string, NodeInfo>(std::move(layout), std::move(nodes[0]));
 }
 
 std::string RoundEnd::Encode() const {

@@ -3,8 +3,9 @@
 //
 // Keys under "rdzv/<run_id>/" (see docs/rendezvous.md for the full protocol):
 //   round            the current round number (advanced by CompareSet only)
-//   r<R>/slot        join counter of round R; Add(1) hands out slots 1, 2, ...
-//   r<R>/node<S>     NodeInfo of slot S (JSON);  r<R>/hb<S> its heartbeat counter
+//   r<R>/slot        join counter of round R; Append hands out slots 1, 2, ...
+//   r<R>/node<S>     NodeInfo of slot S (JSON), written with the slot (Store::Append)
+//   r<R>/hb<S>       slot S's heartbeat counter (absent until its first beat)
 //   r<R>/layout      the closed round's member count and local world sizes, run-length
 //                    encoded ("N:8x9999,4x1"); written once by slot 1, read by every node
 //   r<R>/closed      member count N of round R, set once by CompareSet (first writer wins)
@@ -16,7 +17,7 @@
 //   r<R>/finished<S> slot S finished successfully (not a dead node)
 //   restarts         job-wide count of rounds ended by a failure
 //   done             the job is over ("succeeded" or "failed: ...")
-// A join is a constant number of store round trips per node, whatever the node count, and
+// A join is three store round trips for every node but slot 1, whatever the node count, and
 // reads O(1) bytes per node (the layout is one run when all nodes run as many workers); only
 // slot 1 reads the N node records. Liveness is a ring: each node watches one peer (its
 // successor), so a heartbeat period costs the store O(N) requests in all (docs/scale.md).
@@ -178,15 +179,19 @@ class Rendezvous {
   Status AdvanceRound(int64_t round);
   Status WaitForNextRound(int64_t round, Deadline join_deadline);
   // The steps of Next (the protocol is written out above it in rendezvous.cc).
-  Result<int64_t> TakeSlot(int64_t round);
+  struct Published {  // what slot 1 publishes for a closed round
+    RoundLayout layout;
+    NodeInfo master;  // node 1's record
+  };
+  Result<std::optional<Published>> ReadPublished(int64_t round, Deadline join_deadline);
   Result<int64_t> CloseRound(int64_t round, Deadline join_deadline);
   Status WaitOutRound(int64_t round, int64_t members, std::string_view how);
-  Result<RendezvousInfo> ReadMembers(int64_t round, int64_t slot, int64_t members,
-                                     int64_t restarts, Deadline join_deadline);
-  // Reads the N node records and writes r<R>/layout (first writer wins); returns the
-  // layout that holds and node 1's record.
-  Result<std::pair<std::string, NodeInfo>> PublishLayout(int64_t round, int64_t members,
-                                                         Deadline deadline);
+  // Reads the N node records and writes r<R>/layout (first writer wins); a node other than
+  // slot 1 first gives slot 1 the layout grace again.
+  Result<Published> PublishLayout(int64_t round, int64_t members, int64_t slot,
+                                  Deadline join_deadline);
+  RendezvousInfo MakeInfo(int64_t round, int64_t slot, Published published,
+                          int64_t restarts) const;
   // The watcher's ring (WatchStep): which peer to watch, and whether it went silent.
   bool StartWatching(const RendezvousInfo& info);
   Result<int> JudgeWatchedPeer(const RendezvousInfo& info, const std::optional<std::string>& beat,

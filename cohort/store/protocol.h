@@ -34,6 +34,7 @@ enum class Op : uint8_t {
   kPing = 12,
   kPeek = 13,
   kBeat = 14,
+  kAppend = 15,
 };
 
 inline std::string_view OpName(Op op) {
@@ -52,6 +53,7 @@ inline std::string_view OpName(Op op) {
     case Op::kPing: return "PING";
     case Op::kPeek: return "PEEK";
     case Op::kBeat: return "BEAT";
+    case Op::kAppend: return "APPEND";
   }
   return "UNKNOWN";
 }

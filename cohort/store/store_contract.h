@@ -9,10 +9,12 @@
 // Thread-safety: test code; each case runs its own threads and joins them.
 #pragma once
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -104,6 +106,43 @@ TEST_P(StoreContract, BeatAddsPeeksAndWaits) {
   ASSERT_TRUE(woken.ok()) << woken.status().ToString();
   EXPECT_EQ(woken->waited, "over");
   EXPECT_EQ(*store_->Add("me", 0, Soon()), 1);
+}
+
+TEST_P(StoreContract, AppendGivesDistinctTicketsWithTheirRecords) {
+  constexpr int kClients = 4, kEach = 25;
+  std::vector<std::thread> threads;
+  std::vector<std::vector<int64_t>> tickets(kClients);
+  // A waiter on the last record is woken by the append that writes it.
+  std::thread waiter([&] {
+    auto client = factory_->Make();
+    auto v = client->Get(fmt::format("rec{}", kClients * kEach), Deadline::AfterMs(20000));
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_TRUE(v->starts_with("from "));
+  });
+  for (int t = 0; t < kClients; ++t) {
+    threads.emplace_back([&, t] {
+      auto client = factory_->Make();
+      for (int i = 0; i < kEach; ++i) {
+        auto ticket = client->Append("tickets", "rec", fmt::format("from {}", t), Soon());
+        ASSERT_TRUE(ticket.ok()) << ticket.status().ToString();
+        tickets[t].push_back(*ticket);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  waiter.join();
+  std::set<int64_t> all;
+  for (int t = 0; t < kClients; ++t) {
+    for (int64_t ticket : tickets[t]) {
+      all.insert(ticket);
+      // Each ticket's record is the one its taker wrote.
+      EXPECT_EQ(*store_->Get(fmt::format("rec{}", ticket), Soon()), fmt::format("from {}", t));
+    }
+  }
+  ASSERT_EQ(all.size(), size_t{kClients * kEach});
+  EXPECT_EQ(*all.begin(), 1);
+  EXPECT_EQ(*all.rbegin(), kClients * kEach);
+  EXPECT_EQ(*store_->CountTickets("tickets", Soon()), kClients * kEach);
 }
 
 TEST_P(StoreContract, AddIsAtomicAcrossClients) {

@@ -332,6 +332,22 @@ class StoreServer::Impl {
         Notify(key);
         return;
       }
+      case Op::kAppend: {
+        // ADD 1 to the ticket key, then SET record prefix + ticket (Store::Append).
+        std::string prefix;
+        if (!r.Str(&key) || !r.Str(&prefix) || !r.Str(&value) || !r.AtEnd()) return malformed();
+        auto ticket = state_.Add(key, 1);
+        if (!ticket.ok()) {
+          Send(conn, ErrorResponse(id, ticket.status()));
+          return;
+        }
+        std::string record = prefix + std::to_string(*ticket);
+        state_.Set(record, value);
+        Send(conn, std::move(OkResponse(id).I64(*ticket).Finish()));
+        Notify(key);
+        Notify(record);
+        return;
+      }
       case Op::kCompareSet: {
         if (!r.Str(&key) || !r.Str(&expected) || !r.Str(&value) || !r.AtEnd()) {
           return malformed();

@@ -365,6 +365,16 @@ Status TcpStore::MultiSet(const std::vector<std::string>& keys,
   return call.Run(deadline);
 }
 
+Result<int64_t> TcpStore::Append(std::string_view ticket_key, std::string_view record_prefix,
+                                 std::string_view value, Deadline deadline) {
+  Call call(this, Op::kAppend);
+  call.writer().Str(ticket_key).Str(record_prefix).Str(value);
+  COHORT_RETURN_IF_ERROR(call.Run(deadline));
+  int64_t ticket;
+  if (!call.reader().I64(&ticket)) return DataLoss("malformed APPEND response");
+  return ticket;
+}
+
 Status TcpStore::Ping(Deadline deadline) {
   Call call(this, Op::kPing);
   return call.Run(deadline);

@@ -52,6 +52,8 @@ class TcpStore final : public Store {
   COHORT_STORE_METHODS(override);  // the Store interface (store.h)
   Result<BeatResult> Beat(std::string_view beat_key, const std::vector<std::string>& peek_keys,
                           std::string_view wait_key, Deadline deadline) override;
+  Result<int64_t> Append(std::string_view ticket_key, std::string_view record_prefix,
+                         std::string_view value, Deadline deadline) override;
   Status Ping(Deadline deadline);
 
   std::string endpoint() const;
