@@ -15,14 +15,17 @@ For each backend and node count N, two jobs:
           node for that join (server's count: StoreServer stats, etcd's
           grpc_server_started_total); CPU seconds the store and the simulated nodes used
           during it (they share this machine's cores: the nodes' share is the harness's, a
-          real node has its own machine); then heartbeats only for --steady-s seconds: store
-          requests per node per heartbeat period, store CPU (% of one core, utime+stime of
-          the store processes over the window) and resident memory.
+          real node has its own machine); then the steady state (watchers only) for
+          --steady-s seconds: store requests per node per second, store CPU (% of one core,
+          utime+stime of the store processes over the window) and resident memory.
   elastic (--nnodes N-20:N+10) round 0 (includes the 1 s last call, MIN < MAX); then
-          one node killed (its thread stops, its connection closes): time from its heartbeat
-          deadline (its last beat + --dead-ms) to every survivor holding the next round;
-          then 10 nodes killed at once, the same; then one node joining the running job:
-          time from its start to every node holding the round that includes it.
+          one node killed (its thread stops, its connection closes): time from its
+          deadline to every survivor holding the next round, and from the kill; then 10
+          nodes killed at once, the same; then one node joining the running job: time from
+          its start to every node holding the round that includes it. A node's deadline:
+          its last beat + --dead-ms, or on the embedded store (which keeps wills: the
+          connection carries liveness) the end of its connection + the liveness period
+          (max(heartbeat, dead / 3)), whichever comes first.
 Every round's ranks are checked: group ranks 0..n-1 each once, global rank offsets dense
 (each node runs --local-world-size workers), one world size. A failed check fails the run.
 
@@ -105,6 +108,7 @@ class Line:
 
 class EmbeddedStore:
     name = "embedded"
+    keeps_wills = True  # StoreServer: a node's connection carries its liveness
 
     def __init__(self, sim):
         self.token = os.urandom(8).hex()
@@ -126,6 +130,7 @@ class EmbeddedStore:
 
 class EtcdStore:
     """etcd members on loopback (data in a temporary directory), stopped by PID."""
+    keeps_wills = False  # cohort's etcd client: heartbeats only
 
     def __init__(self, members):
         self.name = "etcd%d" % members
@@ -247,13 +252,25 @@ class Job:
         return n
 
     def kill(self, indices):
-        beats = []
+        """Kills the nodes; returns (when the kill began, the latest of their deadlines).
+
+        A node's deadline is when the survivors may first take it for dead: its last beat
+        plus the dead timeout, or, on a store that keeps wills (the embedded one), the end
+        of its connection plus the will's grace (the liveness period), whichever is first."""
+        deadlines, t0 = [], time.monotonic()
+        dead = self.args.dead_ms / 1000.0
+        grace = max(self.args.heartbeat_ms, self.args.dead_ms / 3.0) / 1000.0
         for first, count, line in self.groups:
             mine = [i for i in indices if first <= i < first + count]
             if mine:
-                beats += line.ask("kill " + " ".join(map(str, mine)))["last_beat"]
+                r = line.ask("kill " + " ".join(map(str, mine)))
+                for beat, closed in zip(r["last_beat"], r["closed"]):
+                    d = beat + dead
+                    if self.store.keeps_wills:
+                        d = min(d, closed + grace)
+                    deadlines.append(d)
         self.live = [i for i in self.live if i not in indices]
-        return max(beats)
+        return t0, max(deadlines)
 
     def stop(self):
         for _, _, line in self.groups:
@@ -290,7 +307,7 @@ def static_job(sim, store, n, args, out):
             wall, reqs = time.monotonic() - w0, None
         cpu = sum(cpu_seconds(p) for p in store.pids) - cpu0
         if reqs is not None:
-            out["hb_req_per_node_period"] = reqs / wall * (args.heartbeat_ms / 1000.0) / n
+            out["steady_req_per_node_s"] = reqs / wall / n
         out["steady_cpu_pct"] = 100.0 * cpu / wall
         out["store_rss_mb"] = sum(rss_mb(p) for p in store.pids)
         out["store_peak_mb"] = sum(rss_mb(p, "VmHWM") for p in store.pids)
@@ -306,21 +323,21 @@ def static_job(sim, store, n, args, out):
 def elastic_job(sim, store, n, args, out):
     lo, hi = max(1, n - 20), n + 10
     job = Job(sim, store, n, "%d:%d" % (lo, hi), args, "elastic%d" % n)
-    dead = args.dead_ms / 1000.0
     try:
         t0 = job.go()
         _, last = job.wait_round(0)
         out["elastic_round0_s"] = last - t0
         job.check_ranks(0)
-        last_beat = job.kill([n // 2])
+        killed, deadline = job.kill([n // 2])
         _, last = job.wait_round(1)
-        out["loss1_s"] = last - (last_beat + dead)
+        out["loss1_s"] = last - deadline
+        out["loss1_kill_s"] = last - killed
         job.check_ranks(1)
         victims = [n // 3 + 7 * k for k in range(10)] if n >= 100 else []
         if victims:
-            last_beat = job.kill(victims)
+            _, deadline = job.kill(victims)
             _, last = job.wait_round(2)
-            out["loss10_s"] = last - (last_beat + dead)
+            out["loss10_s"] = last - deadline
             job.check_ranks(2)
         round_ = 3 if victims else 2
         line = job.add(n, 1)
@@ -367,11 +384,12 @@ def print_table(results, args):
             ("req/join", "req_per_join", "%.1f"),
             ("store CPU s (round)", "round_store_cpu_s", "%.2f"),
             ("nodes' CPU s (round)", "round_agents_cpu_s", "%.2f"),
-            ("hb req/node/period", "hb_req_per_node_period", "%.2f"),
+            ("steady req/node/s", "steady_req_per_node_s", "%.2f"),
             ("store CPU % (steady)", "steady_cpu_pct", "%.1f"),
             ("store RSS MB", "store_rss_mb", "%.0f"),
             ("elastic round 0 s", "elastic_round0_s", "%.3f"),
             ("1 lost: closed after deadline s", "loss1_s", "%.3f"),
+            ("1 lost: kill to next round s", "loss1_kill_s", "%.3f"),
             ("10 lost: closed after deadline s", "loss10_s", "%.3f"),
             ("1 joins: round s", "join_s", "%.3f")]
     print("| " + " | ".join(c[0] for c in cols) + " |")

@@ -23,7 +23,8 @@
 //         ranks R           {"round": R, "ranks": [[group_rank, rank_offset, world_size,
 //                           group_world_size], ...]} for the agents here that got round R
 //         kill I [I ...]    those agents stop (no more heartbeats) and close their store
-//                           connection: {"killed": [...], "last_beat": [t, ...]}
+//                           connection: {"killed": [...], "last_beat": [t, ...],
+//                           "closed": [t, ...]} (when each connection was shut down)
 //         quit              every agent stops; the process exits
 //
 // Thread-safety: each agent thread owns its Rendezvous and store; the shared records are
@@ -162,10 +163,11 @@ class Sim {
   }
 
   std::string Kill(const std::vector<int>& indices) {
-    std::string killed, beats;
+    std::string killed, beats, closed;
     for (int index : indices) {
       Agent* a = Find(index);
       if (a == nullptr || a->stop) continue;
+      closed += fmt::format("{}{:.6f}", closed.empty() ? "" : ", ", Now());
       Stop(*a);
       double beat = 0;
       {
@@ -178,7 +180,8 @@ class Sim {
       killed += fmt::format("{}{}", killed.empty() ? "" : ", ", index);
       beats += fmt::format("{}{:.6f}", beats.empty() ? "" : ", ", beat);
     }
-    return fmt::format("{{\"killed\": [{}], \"last_beat\": [{}]}}", killed, beats);
+    return fmt::format("{{\"killed\": [{}], \"last_beat\": [{}], \"closed\": [{}]}}", killed,
+                       beats, closed);
   }
 
   void StopAll() {

@@ -887,10 +887,8 @@ void Agent::Impl::RecordRound(const RendezvousInfo& info, bool first, bool live)
   }
 }
 
+// After MarkFinished: the node serving the store keeps it until the other nodes finish.
 AgentResult Agent::Impl::Succeeded(const RendezvousInfo& info) {
-  StopWorkers(SIGKILL);  // clears leftover descendants; workers are already gone
-  Status s = rdzv_->MarkFinished(info);
-  if (!s.ok()) COHORT_LOG_WARN(kLog, "could not record success: {}", s.message());
   if (!o_.serves_store || info.group_world_size <= 1) return {kExitOk, ""};
   // Other nodes still need the store: serve it until the job is over.
   COHORT_LOG_INFO(kLog, "workers done; serving the store until the other nodes finish");
@@ -1089,27 +1087,31 @@ AgentResult Agent::Impl::RunRounds() {
     }
     RecordRound(*info, first, keep);
     if (first) PublishEndpoint();
-    Outcome outcome;
-    std::optional<RoundEnd> why;
-    {
-      // Heartbeats from now on: starting workers can take seconds (a warm interpreter that
-      // is still importing torch), and the other nodes must not take this one for dead.
-      RoundWatcher watcher(o_, *info);
-      if (keep) keep = Announce(*info);
-      if (!keep) {
-        if (Status started = StartWorkers(*info); !started.ok()) {
-          StopWorkers(SIGKILL);
-          int code = started.code() == StatusCode::kNotFound ? kExitNotFound : kExitInternal;
-          return {code, fmt::format("cohort: cannot start the workers: {}", started.message())};
-        }
+    // Heartbeats from now on: starting workers can take seconds (a warm interpreter that
+    // is still importing torch), and the other nodes must not take this one for dead. The
+    // watcher lives until this node's outcome is on the store: its connection carries the
+    // node's will, and once it ends the peers may take the node for gone.
+    std::optional<RoundWatcher> watcher;
+    watcher.emplace(o_, *info);
+    if (keep) keep = Announce(*info);
+    if (!keep) {
+      if (Status started = StartWorkers(*info); !started.ok()) {
+        StopWorkers(SIGKILL);
+        int code = started.code() == StatusCode::kNotFound ? kExitNotFound : kExitInternal;
+        return {code, fmt::format("cohort: cannot start the workers: {}", started.message())};
       }
-      keep = false;
-      outcome = Monitor(watcher.fd());
-      why = watcher.why();
     }
+    keep = false;
+    const Outcome outcome = Monitor(watcher->fd());
+    const std::optional<RoundEnd> why = watcher->why();
     switch (outcome) {
-      case Outcome::kSucceeded:
+      case Outcome::kSucceeded: {
+        StopWorkers(SIGKILL);  // clears leftover descendants; workers are already gone
+        Status s = rdzv_->MarkFinished(*info);
+        if (!s.ok()) COHORT_LOG_WARN(kLog, "could not record success: {}", s.message());
+        watcher.reset();
         return Succeeded(*info);
+      }
       case Outcome::kSignaled: {
         int sig = terminating_signal_.load();
         StopWorkers(sig);

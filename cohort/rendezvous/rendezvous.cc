@@ -493,23 +493,41 @@ Result<FailureRecord> Rendezvous::GetFailure(int64_t round) {
 // and when that peer has finished, the next one still running (kWatchWindow slots read at
 // once). Any silent node is watched by its nearest running predecessor. A step is one
 // store call (Store::Beat: bump this node's counter, read the watched one's, wait for the
-// round's end), so a heartbeat period costs the store one request per node.
+// round's end), so a step costs the store one request per node.
+// When the store keeps wills (the embedded store), each node also leaves one on its
+// watcher connection (r<R>/gone<S>, at its first step): a node whose process dies or
+// whose host closes its sockets is known gone one liveness period after its connection
+// ended, and its watcher is woken by it (the step waits for `next` or that key). The beats
+// then only catch hung agents and silent hosts, so they come once per liveness period
+// (dead timeout / 3), not every heartbeat interval (docs/scale.md).
 Result<std::optional<RoundEnd>> Rendezvous::WatchStep(const RendezvousInfo& info, bool beat) {
   const int64_t round = info.round;
   const bool watching = info.group_world_size > 1 && StartWatching(info);
   const auto now = SteadyClock::now();
-  Deadline wake = Deadline::After(config_.heartbeat_interval);
-  if (first_step_round_ != round) {
+  const bool first = first_step_round_ != round;
+  if (first) {
+    first_step_round_ = round;
+    // Before anything else: a node that dies in its first seconds is told by its will too.
+    // (A store without wills says so once.)
+    will_left_ = info.group_world_size > 1 &&
+                 store_->LeaveWill(RoundKey(round, fmt::format("gone{}", info.slot)),
+                                   LivenessPeriod(), CallDeadline())
+                     .ok();
+  }
+  const Duration period = will_left_ ? LivenessPeriod() : config_.heartbeat_interval;
+  Deadline wake = Deadline::After(period);
+  if (first) {
     // Every node starts watching when the round closes: spread their beats over the period
     // (the first step waits a random 10-100% of it) so that the store is not asked by all
     // of them in the same milliseconds every period.
-    first_step_round_ = round;
-    wake = Deadline::After(std::chrono::duration_cast<Duration>(
-        config_.heartbeat_interval * (0.1 + 0.9 * RandomUnit())));
+    wake = Deadline::After(
+        std::chrono::duration_cast<Duration>(period * (0.1 + 0.9 * RandomUnit())));
   }
   std::vector<std::string> peek;
+  std::vector<std::string> wait = {RoundKey(round, "next")};
   if (watching) {
     peek.push_back(RoundKey(round, fmt::format("hb{}", watched_slot_)));
+    if (will_left_) wait.push_back(RoundKey(round, fmt::format("gone{}", watched_slot_)));
     // Past the watched peer's deadline: look at once (its counter read by this call
     // decides); else wake when the deadline comes, if that is before the next beat.
     // (Never less than kLookNow: the store's answer must come before the call's deadline.)
@@ -518,18 +536,23 @@ Result<std::optional<RoundEnd>> Rendezvous::WatchStep(const RendezvousInfo& info
   }
   auto beat_result =
       store_->Beat(beat ? RoundKey(round, fmt::format("hb{}", info.slot)) : std::string(), peek,
-                   RoundKey(round, "next"), wake);
+                   wait, wake);
   // An answer that came after the step's deadline (a loaded store or client) tells nothing
   // about the peer: judge it at the next step.
   if (IsTimeout(beat_result.status())) return std::optional<RoundEnd>();
   COHORT_ASSIGN_OR_RETURN(store::Store::BeatResult step, std::move(beat_result));
-  if (step.waited) return std::optional<RoundEnd>(RoundEnd::Decode(*step.waited));
+  if (step.waited && step.waited_index == 0) {
+    return std::optional<RoundEnd>(RoundEnd::Decode(*step.waited));
+  }
   if (!watching) return std::optional<RoundEnd>();
-  COHORT_ASSIGN_OR_RETURN(int silent, JudgeWatchedPeer(info, step.peeked[0], now));
+  const std::optional<std::string> gone = step.waited;  // the watched peer's will, if set
+  COHORT_ASSIGN_OR_RETURN(int silent,
+                          JudgeWatchedPeer(info, step.peeked[0], gone.has_value(), now));
   if (silent == 0) return std::optional<RoundEnd>();
   const std::string host = PeerHost(round, silent);
   RoundEnd dead{RoundEnd::Kind::kDeadNode,
-                fmt::format("node {} ({}) stopped sending heartbeats", silent - 1, host)};
+                gone ? fmt::format("node {} ({}): {}", silent - 1, host, *gone)
+                     : fmt::format("node {} ({}) stopped sending heartbeats", silent - 1, host)};
   COHORT_LOG_WARN(kLog, "round {}: {}", round, dead.detail);
   FailureRecord record;
   record.host = host;
@@ -537,6 +560,10 @@ Result<std::optional<RoundEnd>> Rendezvous::WatchStep(const RendezvousInfo& info
   COHORT_RETURN_IF_ERROR(EndRound(round, dead, &record, info.group_world_size - 1).status());
   COHORT_ASSIGN_OR_RETURN(std::string next, store_->Get(RoundKey(round, "next"), CallDeadline()));
   return std::optional<RoundEnd>(RoundEnd::Decode(next));
+}
+
+Duration Rendezvous::LivenessPeriod() const {
+  return std::max(config_.heartbeat_interval, config_.dead_timeout / 3);
 }
 
 // Sets up the watch of a new round (the successor); false once nobody is left to watch.
@@ -550,11 +577,11 @@ bool Rendezvous::StartWatching(const RendezvousInfo& info) {
   return watched_slot_ > 0;
 }
 
-// Judges the watched peer's counter as read at `seen`: the peer's slot when it has not
-// moved for the dead timeout, else 0. A finished peer hands the watch to the next one
-// still running.
+// Judges the watched peer's counter as read at `seen`: the peer's slot when its will was
+// set (`gone`) or its counter has not moved for the dead timeout, else 0. A finished peer
+// (its connection ends too) hands the watch to the next one still running.
 Result<int> Rendezvous::JudgeWatchedPeer(const RendezvousInfo& info,
-                                         const std::optional<std::string>& beat,
+                                         const std::optional<std::string>& beat, bool gone,
                                          SteadyClock::time_point seen) {
   const int n = info.group_world_size;
   auto after = [n](int slot) { return slot % n + 1; };
@@ -579,6 +606,7 @@ Result<int> Rendezvous::JudgeWatchedPeer(const RendezvousInfo& info,
     if (i < beats.size()) watched_beat_ = beats[i].value_or("");
     return 0;
   }
+  if (gone) return watched_slot_;
   const std::string value = beat.value_or("");
   if (value != watched_beat_) {
     watched_beat_ = value;

@@ -6,6 +6,8 @@
 //   r<R>/slot        join counter of round R; Append hands out slots 1, 2, ...
 //   r<R>/node<S>     NodeInfo of slot S (JSON), written with the slot (Store::Append)
 //   r<R>/hb<S>       slot S's heartbeat counter (absent until its first beat)
+//   r<R>/gone<S>     set by the store (a will) when slot S's watcher connection ended for
+//                    good: why ("its store connection closed")
 //   r<R>/layout      the closed round's member count and local world sizes, run-length
 //                    encoded ("N:8x9999,4x1"); written once by slot 1, read by every node
 //   r<R>/closed      member count N of round R, set once by CompareSet (first writer wins)
@@ -20,7 +22,8 @@
 // A join is three store round trips for every node but slot 1, whatever the node count, and
 // reads O(1) bytes per node (the layout is one run when all nodes run as many workers); only
 // slot 1 reads the N node records. Liveness is a ring: each node watches one peer (its
-// successor), so a heartbeat period costs the store O(N) requests in all (docs/scale.md).
+// successor), so a heartbeat period costs the store O(N) requests in all; on a store that
+// keeps wills the connection carries liveness and the beats slow down (docs/scale.md).
 //
 // Thread-safety: a Rendezvous is used by one thread (the agent's); Watch runs on the
 // watcher's own Rendezvous object over its own store connection.
@@ -111,7 +114,7 @@ struct RoundEnd {
   enum class Kind {
     kFailure,   // a worker failed (detail: which rank)
     kJoin,      // a node joined a running job: re-form with it
-    kDeadNode,  // a node stopped sending heartbeats
+    kDeadNode,  // a node stopped sending heartbeats, or its connection ended for good
     kJobDone,   // the job is over
   };
   Kind kind = Kind::kFailure;
@@ -146,7 +149,8 @@ class Rendezvous {
 
   // One watcher step: bumps this node's heartbeat (when `beat`), checks the peer it watches
   // (its successor in slot order, skipping finished nodes) for silence, and waits up to
-  // one heartbeat interval (or until that peer's deadline) for the round to end. Returns
+  // one heartbeat interval (one liveness period once its will is left; or until that
+  // peer's deadline) for the round to end or that peer's will. Returns
   // why it ended, or nullopt while the round is still running.
   Result<std::optional<RoundEnd>> WatchStep(const RendezvousInfo& info, bool beat = true);
   // Records that this node's workers all succeeded; the last member closes the job.
@@ -195,7 +199,10 @@ class Rendezvous {
   // The watcher's ring (WatchStep): which peer to watch, and whether it went silent.
   bool StartWatching(const RendezvousInfo& info);
   Result<int> JudgeWatchedPeer(const RendezvousInfo& info, const std::optional<std::string>& beat,
-                               SteadyClock::time_point seen);
+                               bool gone, SteadyClock::time_point seen);
+  // How often a watcher beats once its will is left, and the will's grace: dead timeout / 3
+  // (at least the heartbeat interval).
+  Duration LivenessPeriod() const;
   std::string PeerHost(int64_t round, int slot);
 
   std::shared_ptr<store::Store> store_;
@@ -203,6 +210,7 @@ class Rendezvous {
   NodeInfo self_;
   // Dead-node detection state (watcher thread only): the one peer this node watches.
   int64_t first_step_round_ = -1;  // the round whose first watch step was taken
+  bool will_left_ = false;         // this round's will (r<R>/gone<S>) is on the store
   int64_t watched_round_ = -1;
   int watched_slot_ = 0;       // 0: nobody left to watch (every other node finished)
   std::string watched_beat_;   // its counter as last read

@@ -1,14 +1,18 @@
-// Rendezvous tests: agents as threads over one MemoryStore.
+// Rendezvous tests: agents as threads over one MemoryStore (over an embedded StoreServer
+// where a test needs what only it does: wills).
 #include "cohort/rendezvous/rendezvous.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <set>
 #include <thread>
 
 #include "cohort/store/memory_store.h"
+#include "cohort/store/store_server.h"
+#include "cohort/store/tcp_store.h"
 
 namespace cohort::rendezvous {
 namespace {
@@ -36,14 +40,16 @@ NodeInfo Node(int i) {
   return n;
 }
 
-// Runs Next() on `n` agents at once and returns their results in agent order.
-std::vector<Result<RendezvousInfo>> JoinAll(std::shared_ptr<store::Store> store,
-                                            const RendezvousConfig& config, int n) {
+// Runs Next() on `n` agents at once, each on the store `connect` gives it, and returns their
+// results in agent order.
+std::vector<Result<RendezvousInfo>> JoinAll(
+    const std::function<std::shared_ptr<store::Store>()>& connect,
+    const RendezvousConfig& config, int n) {
   std::vector<std::optional<Result<RendezvousInfo>>> results(n);
   std::vector<std::thread> threads;
   for (int i = 0; i < n; ++i) {
     threads.emplace_back([&, i] {
-      Rendezvous r(store, config, Node(i));
+      Rendezvous r(connect(), config, Node(i));
       results[i] = r.Next();
     });
   }
@@ -51,6 +57,12 @@ std::vector<Result<RendezvousInfo>> JoinAll(std::shared_ptr<store::Store> store,
   std::vector<Result<RendezvousInfo>> out;
   for (auto& r : results) out.push_back(std::move(*r));
   return out;
+}
+
+// The same, all agents on one (in-process) store.
+std::vector<Result<RendezvousInfo>> JoinAll(std::shared_ptr<store::Store> store,
+                                            const RendezvousConfig& config, int n) {
+  return JoinAll([&] { return store; }, config, n);
 }
 
 TEST(RendezvousTest, TwoHundredFiftySixAgentsJoinAtOnce) {
@@ -271,6 +283,68 @@ TEST(RendezvousTest, SilentNodeBehindFinishedNodesIsFound) {
   EXPECT_EQ(ended->kind, RoundEnd::Kind::kDeadNode);
   EXPECT_NE(ended->detail.find("node 3 ("), std::string::npos) << ended->detail;
   EXPECT_GE(SecondsSince(start), 0.3);
+}
+
+// On a store that keeps wills, a node whose connection ends is known gone one liveness
+// period later (not after the dead timeout of silence), with the store's word for why; a
+// node that finished first is not.
+TEST(RendezvousTest, EndedConnectionIsToldByItsWillAndFinishedNodesAreNot) {
+  const std::string token = "rendezvous-test";
+  auto server = store::StoreServer::Start({.host = "127.0.0.1", .port = 0, .token = token});
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto connect = [&]() -> std::shared_ptr<store::Store> {
+    auto c = store::TcpStore::Connect(
+        {.host = "127.0.0.1", .port = (*server)->port(), .token = token}, Deadline::AfterMs(5000));
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? std::shared_ptr<store::Store>(std::move(c).value()) : nullptr;
+  };
+  auto config = Config(3, 3);
+  config.heartbeat_interval = 100ms;
+  config.dead_timeout = 3s;  // liveness period and will grace: 1 s
+  auto infos = JoinAll(connect, config, 3);
+  std::vector<const RendezvousInfo*> by_slot(4, nullptr);
+  for (auto& r : infos) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    by_slot[r->slot] = &*r;
+  }
+  // Slot 2 takes a step (which leaves its will), finishes, and its connection ends.
+  {
+    Rendezvous r2(connect(), config, Node(2));
+    auto step = r2.WatchStep(*by_slot[2]);
+    ASSERT_TRUE(step.ok() && !*step);
+    ASSERT_TRUE(r2.MarkFinished(*by_slot[2]).ok());
+  }
+  // Slot 3 watches and beats on its own connection until it is cut.
+  auto s3 = connect();
+  std::thread t3([&] {
+    Rendezvous r3(s3, config, Node(3));
+    for (;;) {
+      auto step = r3.WatchStep(*by_slot[3]);
+      if (!step.ok() || *step) return;
+    }
+  });
+  // Slot 1 watches slot 2: past slot 2's grace its will is set, but it finished: the watch
+  // moves on to slot 3, which beats.
+  Rendezvous r1(connect(), config, Node(1));
+  for (auto quiet = Deadline::AfterMs(2500); !quiet.expired();) {
+    auto step = r1.WatchStep(*by_slot[1]);
+    ASSERT_TRUE(step.ok()) << step.status().ToString();
+    ASSERT_FALSE(*step) << "round ended: " << (*step)->Describe();
+  }
+  s3->Abort();  // its connection ends, as when the process dies
+  t3.join();
+  std::optional<RoundEnd> ended;
+  for (auto start = SteadyClock::now(); !ended;) {
+    auto step = r1.WatchStep(*by_slot[1]);
+    ASSERT_TRUE(step.ok()) << step.status().ToString();
+    ended = *step;
+    ASSERT_LT(SecondsSince(start), 20.0) << "the ended connection was not noticed";
+  }
+  EXPECT_EQ(ended->kind, RoundEnd::Kind::kDeadNode);
+  EXPECT_NE(ended->detail.find("node 2 ("), std::string::npos) << ended->detail;
+  EXPECT_NE(ended->detail.find("): its store connection closed"), std::string::npos)
+      << "not told by the will: " << ended->detail;
+  EXPECT_EQ((*server)->stats().wills_fired, 2);
 }
 
 TEST(RendezvousTest, FailuresSpendTheJobWideBudgetOnce) {

@@ -10,7 +10,8 @@
 namespace cohort::store::protocol {
 
 inline constexpr std::string_view kMagic = "cohort-store";
-inline constexpr uint32_t kVersion = 1;
+// 2: BEAT waits for any of a list of keys; WILL.
+inline constexpr uint32_t kVersion = 2;
 inline constexpr uint32_t kDefaultMaxFrame = 64u << 20;  // 64 MiB
 // The largest frame a client may send before it has authenticated (HELLO: magic, version
 // and token): a stranger cannot make the server allocate more than this per connection.
@@ -35,6 +36,7 @@ enum class Op : uint8_t {
   kPeek = 13,
   kBeat = 14,
   kAppend = 15,
+  kWill = 16,
 };
 
 inline std::string_view OpName(Op op) {
@@ -54,6 +56,7 @@ inline std::string_view OpName(Op op) {
     case Op::kPeek: return "PEEK";
     case Op::kBeat: return "BEAT";
     case Op::kAppend: return "APPEND";
+    case Op::kWill: return "WILL";
   }
   return "UNKNOWN";
 }

@@ -71,29 +71,46 @@ class Store {
     return ticket;
   }
 
-  // One liveness step in one call (the rendezvous watcher's, every heartbeat): Add(beat_key,
-  // 1) unless beat_key is empty, read `peek_keys` at that moment (as Peek), then wait until
-  // `wait_key` exists or `deadline` passes. Returns the peeked values and wait_key's value,
-  // nullopt when the deadline passed first (not an error). The default is Add, Peek and
-  // Get; TcpStore does it in one round trip (BEAT), so that ten thousand watchers cost the
-  // store one request each per heartbeat.
+  // One liveness step in one call (the rendezvous watcher's): Add(beat_key, 1) unless
+  // beat_key is empty, read `peek_keys` at that moment (as Peek), then wait until one of
+  // `wait_keys` exists or `deadline` passes. Returns the peeked values and the first wait
+  // key that exists (its index and value), nullopt when the deadline passed first (not an
+  // error). TcpStore does it in one round trip (BEAT), so that ten thousand watchers cost
+  // the store one request each per step. The default is Add, Peek and Get, for one wait
+  // key only: waiting for any of several needs a store that does it natively (InvalidArgument).
   struct BeatResult {
     std::vector<std::optional<std::string>> peeked;
     std::optional<std::string> waited;
+    size_t waited_index = 0;  // which of wait_keys `waited` is
   };
   virtual Result<BeatResult> Beat(std::string_view beat_key,
                                   const std::vector<std::string>& peek_keys,
-                                  std::string_view wait_key, Deadline deadline) {
+                                  const std::vector<std::string>& wait_keys, Deadline deadline) {
+    if (wait_keys.size() != 1) {
+      return InvalidArgument("this store waits for one key per beat, not {}", wait_keys.size());
+    }
     BeatResult out;
     if (!beat_key.empty()) COHORT_RETURN_IF_ERROR(Add(beat_key, 1, deadline).status());
     COHORT_ASSIGN_OR_RETURN(out.peeked, Peek(peek_keys, deadline));
-    auto value = Get(wait_key, deadline);
+    auto value = Get(wait_keys[0], deadline);
     if (value.ok()) {
       out.waited = std::move(value).value();
     } else if (value.status().code() != StatusCode::kDeadlineExceeded) {
       return value.status();
     }
     return out;
+  }
+
+  // Liveness carried by this client's connection (a will): when the connection ends and
+  // this client does not leave the same will again within `grace` (it reconnected), the
+  // store sets `key` (unless it exists) to why the connection ended ("its store connection
+  // closed", "... was reset"). A process that dies, or whose host closes its sockets, is
+  // thus known gone after `grace`, with no request per heartbeat. A client that reconnects
+  // leaves its wills again by itself. Stores that cannot (the default) say kFailedPrecondition:
+  // the rendezvous then keeps its heartbeats alone.
+  virtual Status LeaveWill(std::string_view key, Duration grace, Deadline deadline) {
+    (void)key, (void)grace, (void)deadline;
+    return FailedPrecondition("this store keeps no wills");
   }
 };
 
@@ -171,9 +188,12 @@ class PrefixStore final : public Store {
     return base_->Append(Key(ticket_key), Key(record_prefix), value, deadline);
   }
   Result<BeatResult> Beat(std::string_view beat_key, const std::vector<std::string>& peek_keys,
-                          std::string_view wait_key, Deadline deadline) override {
+                          const std::vector<std::string>& wait_keys, Deadline deadline) override {
     return base_->Beat(beat_key.empty() ? std::string() : Key(beat_key), Keys(peek_keys),
-                       Key(wait_key), deadline);
+                       Keys(wait_keys), deadline);
+  }
+  Status LeaveWill(std::string_view key, Duration grace, Deadline deadline) override {
+    return base_->LeaveWill(Key(key), grace, deadline);
   }
 
   const std::shared_ptr<Store>& base() const { return base_; }

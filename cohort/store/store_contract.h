@@ -91,7 +91,7 @@ TEST_P(StoreContract, GetTimesOutAtDeadline) {
 TEST_P(StoreContract, BeatAddsPeeksAndWaits) {
   ASSERT_TRUE(store_->Set("peer", "7", Soon()).ok());
   auto start = SteadyClock::now();
-  auto r = store_->Beat("me", {"peer", "absent"}, "next", Deadline::AfterMs(150));
+  auto r = store_->Beat("me", {"peer", "absent"}, {"next"}, Deadline::AfterMs(150));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_FALSE(r->waited) << "the wait key does not exist: the deadline is not an error";
   EXPECT_GE(SecondsSince(start), 0.1);
@@ -101,7 +101,7 @@ TEST_P(StoreContract, BeatAddsPeeksAndWaits) {
   EXPECT_EQ(*store_->Add("me", 0, Soon()), 1);
   // A waiting beat is woken by another client's write; an empty beat key adds nothing.
   std::thread writer([&] { ASSERT_TRUE(factory_->Make()->Set("next", "over", Soon()).ok()); });
-  auto woken = store_->Beat("", {}, "next", Deadline::AfterMs(20000));
+  auto woken = store_->Beat("", {}, {"next"}, Deadline::AfterMs(20000));
   writer.join();
   ASSERT_TRUE(woken.ok()) << woken.status().ToString();
   EXPECT_EQ(woken->waited, "over");

@@ -48,6 +48,7 @@ struct Waiter {
   std::vector<std::string> keys;
   std::vector<std::string> parked_on;  // the keys it was missing when parked
   std::vector<std::optional<std::string>> peeked;  // BEAT: the values read when it came
+  bool any = false;  // BEAT: answered once any of `keys` exists (else once all do)
   bool done = false;
 };
 
@@ -88,6 +89,16 @@ struct Connection {
   size_t out_bytes = 0;  // queued in `out`
   bool writing = false;
   std::vector<std::shared_ptr<Waiter>> waiters;
+  std::vector<std::string> wills;  // keys of the wills this connection holds
+  std::string end_cause;           // why it ended, for its wills
+};
+
+// A client's will (WILL): `key` is set when its owner's connection ends and no connection
+// takes the will up again within `grace`. While pending, `timer` runs.
+struct Will {
+  const Connection* owner = nullptr;  // null while pending
+  Duration grace{};
+  std::shared_ptr<asio::steady_timer> timer;
 };
 
 bool ConstantTimeEquals(std::string_view a, std::string_view b) {
@@ -131,6 +142,11 @@ class StoreServer::Impl {
 
   void Stop() {
     server_.Stop([this] {
+      stopping_ = true;
+      for (auto& [key, will] : wills_) {
+        if (will.timer) will.timer->cancel();
+      }
+      wills_.clear();
       auto conns = connections_;
       for (auto& c : conns) Close(c, "");
     });
@@ -145,6 +161,7 @@ class StoreServer::Impl {
     s.connections_unauthenticated = unauthenticated_;
     s.requests = requests_;
     s.beats = beats_;
+    s.wills_fired = wills_fired_;
     return s;
   }
 
@@ -194,6 +211,10 @@ class StoreServer::Impl {
           if (conn->closed) return;
           conn->in.resize(old + (ec ? 0 : n));
           if (ec) {
+            conn->end_cause = ec == asio::error::eof ? "its store connection closed"
+                              : ec == asio::error::connection_reset
+                                  ? "its store connection was reset"
+                                  : "its store connection failed: " + ec.message();
             Close(conn, "");
             return;
           }
@@ -250,6 +271,8 @@ class StoreServer::Impl {
     conn->handshake_timer.cancel();
     for (auto& w : conn->waiters) Finish(w);
     conn->waiters.clear();
+    LeaveWills(*conn, reason.empty() ? conn->end_cause
+                                     : "the store closed its connection: " + reason);
     asio::error_code ignored;
     conn->socket.shutdown(tcp::socket::shutdown_both, ignored);
     conn->socket.close(ignored);
@@ -391,6 +414,13 @@ class StoreServer::Impl {
         ++beats_;
         if (!HandleBeat(conn, r, id)) return malformed();
         return;
+      case Op::kWill: {
+        int64_t grace_ms;
+        if (!r.Str(&key) || !r.I64(&grace_ms) || !r.AtEnd() || grace_ms < 0) return malformed();
+        TakeWill(conn, key, std::chrono::milliseconds(std::min(grace_ms, protocol::kMaxWaitMs)));
+        Send(conn, std::move(OkResponse(id).Finish()));
+        return;
+      }
       case Op::kHello:
         return Reject(conn, "second HELLO on an open connection");
     }
@@ -440,14 +470,15 @@ class StoreServer::Impl {
     }
   }
 
-  // BEAT: ADD 1 to the beat key (unless empty), read the peek keys now, then answer like a
-  // GET of the wait key, except that its timeout is an ordinary answer ("not there").
+  // BEAT: ADD 1 to the beat key (unless empty), read the peek keys now, then answer once
+  // any of the wait keys exists (or at the timeout, which is an ordinary answer: "none").
   bool HandleBeat(const std::shared_ptr<Connection>& conn, net::Reader& r, uint64_t id) {
-    std::string beat_key, wait_key;
-    std::vector<std::string> peek_keys;
+    std::string beat_key;
+    std::vector<std::string> peek_keys, wait_keys;
     int64_t timeout_ms;
     if (!r.Str(&beat_key) || !r.StrList(&peek_keys, protocol::kMaxKeysPerRequest) ||
-        !r.Str(&wait_key) || !r.I64(&timeout_ms) || !r.AtEnd() || timeout_ms < -1) {
+        !r.StrList(&wait_keys, protocol::kMaxKeysPerRequest) || wait_keys.empty() ||
+        !r.I64(&timeout_ms) || !r.AtEnd() || timeout_ms < -1) {
       return false;
     }
     if (!beat_key.empty()) {
@@ -458,11 +489,46 @@ class StoreServer::Impl {
       }
       Notify(beat_key);
     }
-    auto waiter = std::make_shared<Waiter>(conn, id, Op::kBeat,
-                                           std::vector<std::string>{std::move(wait_key)});
+    auto waiter = std::make_shared<Waiter>(conn, id, Op::kBeat, std::move(wait_keys));
+    waiter->any = true;
     waiter->peeked = Values(peek_keys);
     AnswerOrPark(conn, waiter, timeout_ms);
     return true;
+  }
+
+  // WILL: `conn` now holds the will on `key`; a pending one (its last owner's connection
+  // ended less than its grace ago: the client reconnected) is taken up, not fired.
+  void TakeWill(const std::shared_ptr<Connection>& conn, const std::string& key, Duration grace) {
+    Will& will = wills_[key];
+    if (will.timer) will.timer->cancel();
+    will.timer.reset();
+    will.owner = conn.get();
+    will.grace = grace;
+    if (std::find(conn->wills.begin(), conn->wills.end(), key) == conn->wills.end()) {
+      conn->wills.push_back(key);
+    }
+  }
+
+  // The connection ended: each will it still holds fires after its grace unless taken up.
+  void LeaveWills(const Connection& conn, const std::string& cause) {
+    if (stopping_) return;
+    for (const auto& key : conn.wills) {
+      auto it = wills_.find(key);
+      if (it == wills_.end() || it->second.owner != &conn) continue;  // taken up elsewhere
+      Will& will = it->second;
+      will.owner = nullptr;
+      will.timer = std::make_shared<asio::steady_timer>(server_.io(), will.grace);
+      will.timer->async_wait([this, key, cause, timer = std::weak_ptr(will.timer)](
+                                 asio::error_code ec) {
+        auto it = wills_.find(key);
+        if (ec || it == wills_.end() || it->second.timer != timer.lock()) return;
+        wills_.erase(it);
+        ++wills_fired_;
+        if (state_.Find(key)) return;  // set already: the first word stays
+        state_.Set(key, cause);
+        Notify(key);
+      });
+    }
   }
 
   // Step 1 of every connection: HELLO(magic, version, token). Anything else is refused.
@@ -504,7 +570,7 @@ class StoreServer::Impl {
   // timeout (capped at kMaxWaitMs; -1: none).
   void AnswerOrPark(const std::shared_ptr<Connection>& conn,
                     const std::shared_ptr<Waiter>& waiter, int64_t timeout_ms) {
-    if (state_.ContainsAll(waiter->keys)) {
+    if (Ready(*waiter)) {
       Answer(*waiter, conn);
     } else {
       Park(conn, waiter, std::min(timeout_ms, protocol::kMaxWaitMs));
@@ -552,7 +618,7 @@ class StoreServer::Impl {
       Finish(waiter);
       if (c) {
         if (waiter->op == Op::kBeat) {
-          Send(c, BeatAnswer(*waiter, nullptr));  // a BEAT's timeout is an ordinary answer
+          Send(c, BeatAnswer(*waiter, /*timed_out=*/true));  // an ordinary answer
         } else {
           Send(c, ErrorResponse(waiter->id, WaitTimeout(waiter->keys)));
         }
@@ -562,20 +628,25 @@ class StoreServer::Impl {
     ArmExpiryTimer();
   }
 
-  // A BEAT's answer: the values read when it came, then the wait key's value (null: the
-  // wait timed out).
-  std::string BeatAnswer(const Waiter& waiter, const std::string* waited) {
+  // A BEAT's answer: the values read when it came, then the first wait key that exists
+  // (its index and value; none: the wait timed out).
+  std::string BeatAnswer(const Waiter& waiter, bool timed_out) {
     net::Writer w = OkResponse(waiter.id);
     WritePeeked(w, waiter.peeked);
-    w.U8(waited ? 1 : 0);
-    if (waited) w.Str(*waited);
+    for (size_t i = 0; !timed_out && i < waiter.keys.size(); ++i) {
+      if (const std::string* v = state_.Find(waiter.keys[i])) {
+        w.U8(1).U32(static_cast<uint32_t>(i)).Str(*v);
+        return std::move(w.Finish());
+      }
+    }
+    w.U8(0);
     return std::move(w.Finish());
   }
 
   // Answers a waiter whose keys all exist.
   void Answer(Waiter& waiter, const std::shared_ptr<Connection>& conn) {
     if (waiter.op == Op::kBeat) {
-      Send(conn, BeatAnswer(waiter, state_.Find(waiter.keys[0])));
+      Send(conn, BeatAnswer(waiter, /*timed_out=*/false));
       return;
     }
     net::Writer w = OkResponse(waiter.id);
@@ -586,6 +657,13 @@ class StoreServer::Impl {
       for (const auto& k : waiter.keys) w.Str(*state_.Find(k));
     }
     Send(conn, std::move(w.Finish()));
+  }
+
+  // Whether the waiter can be answered: all its keys exist (any one, for a BEAT).
+  bool Ready(const Waiter& waiter) const {
+    if (!waiter.any) return state_.ContainsAll(waiter.keys);
+    return std::any_of(waiter.keys.begin(), waiter.keys.end(),
+                       [this](const std::string& k) { return state_.Find(k) != nullptr; });
   }
 
   // Marks a waiter done and takes it off the keys it was parked on.
@@ -614,7 +692,7 @@ class StoreServer::Impl {
     if (it == waiting_.end()) return;
     std::vector<std::shared_ptr<Waiter>> ready;
     for (const auto& w : it->second.waiters) {
-      if (!w->done && state_.ContainsAll(w->keys)) ready.push_back(w);
+      if (!w->done && Ready(*w)) ready.push_back(w);
     }
     for (const auto& w : ready) {
       Finish(w);
@@ -628,12 +706,14 @@ class StoreServer::Impl {
   const StoreServerOptions options_;
   AsioServer server_;  // first in, last out: the connections below use its io_context
   std::atomic<int64_t> accepted_{0}, rejected_{0}, open_{0}, requests_{0}, unauthenticated_{0},
-      beats_{0};
+      beats_{0}, wills_fired_{0};
   bool warned_full_ = false;  // event-loop thread
   // Owned by the event-loop thread:
   KvState state_;
   std::unordered_set<std::shared_ptr<Connection>> connections_;
   std::unordered_map<std::string, WaitList> waiting_;
+  std::unordered_map<std::string, Will> wills_;
+  bool stopping_ = false;  // Stop() is closing every connection: no will fires
   std::priority_queue<Expiry, std::vector<Expiry>, std::greater<>> expiries_;
   asio::steady_timer expiry_timer_{server_.io()};
   SteadyClock::time_point armed_for_ = SteadyClock::time_point::max();

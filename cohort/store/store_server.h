@@ -1,7 +1,9 @@
 // StoreServer: the embedded store service (`cohort store`, or hosted inside `cohort run`).
 // Serves the protocol in docs/store-protocol.md to many clients on one event-loop thread
 // ("store-server"). Blocked GET/WAIT/MULTI_GET requests are parked on the keys they wait
-// for and answered when a writer sets them (push) or when their timeout fires.
+// for and answered when a writer sets them (push) or when their timeout fires. A client
+// may leave a will (WILL): a key the server sets, saying why, when that client's
+// connection ends and the client does not take the will up again within its grace.
 //
 // Robustness: a client must open with HELLO carrying the job's token; a wrong or missing
 // token, a malformed frame or an oversized frame closes that client's connection with a
@@ -42,6 +44,7 @@ struct StoreServerStats {
   int64_t connections_unauthenticated = 0;  // open, HELLO not yet accepted
   int64_t requests = 0;
   int64_t beats = 0;  // of which BEAT (rendezvous heartbeats)
+  int64_t wills_fired = 0;  // wills whose key the server set (a connection ended for good)
 };
 
 class StoreServer {

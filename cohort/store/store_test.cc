@@ -291,7 +291,7 @@ TEST_F(StoreServerTest, BeatsAndTimedOutWaitsKeepTheirConnection) {
   auto c = Client(token_);
   ASSERT_TRUE(c.ok());
   for (int i = 1; i <= 20; ++i) {
-    auto r = (*c)->Beat("hb", {"hb"}, "next", Deadline::AfterMs(30));
+    auto r = (*c)->Beat("hb", {"hb"}, {"next"}, Deadline::AfterMs(30));
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ(r->peeked[0], std::to_string(i));
     EXPECT_FALSE(r->waited);
@@ -300,6 +300,108 @@ TEST_F(StoreServerTest, BeatsAndTimedOutWaitsKeepTheirConnection) {
   }
   // The server's timeout answers came before the client's deadlines: no reconnection.
   EXPECT_EQ(server_->stats().connections_accepted, 1);
+}
+
+TEST_F(StoreServerTest, BeatWaitsForAnyOfItsKeys) {
+  auto c = Client(token_);
+  ASSERT_TRUE(c.ok());
+  std::thread writer([&] {
+    auto w = Client(token_);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->Set("second", "here", Soon()).ok());
+  });
+  auto r = (*c)->Beat("", {}, {"first", "second"}, Deadline::AfterMs(20000));
+  writer.join();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->waited, "here");
+  EXPECT_EQ(r->waited_index, 1u);
+  // Both exist: the first in the list is answered.
+  ASSERT_TRUE((*c)->Set("first", "one", Soon()).ok());
+  r = (*c)->Beat("", {}, {"first", "second"}, Soon());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->waited, "one");
+  EXPECT_EQ(r->waited_index, 0u);
+  // Stores without a native any-wait refuse several keys rather than wait for one.
+  MemoryStore memory;
+  EXPECT_EQ(memory.Beat("", {}, {"a", "b"}, Soon()).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_F(StoreServerTest, WillIsSetWhenItsConnectionEnds) {
+  auto watcher = Client(token_);
+  ASSERT_TRUE(watcher.ok());
+  auto owner = Client(token_);
+  ASSERT_TRUE(owner.ok());
+  ASSERT_TRUE((*owner)->LeaveWill("gone", std::chrono::milliseconds(200), Soon()).ok());
+  // While the connection lives, nothing is set.
+  EXPECT_EQ((*watcher)->Wait({"gone"}, Deadline::AfterMs(300)).code(),
+            StatusCode::kDeadlineExceeded);
+  const auto closed = SteadyClock::now();
+  owner->reset();  // the process's connection ends (as when it dies)
+  auto why = (*watcher)->Get("gone", Deadline::AfterMs(20000));
+  ASSERT_TRUE(why.ok()) << why.status().ToString();
+  EXPECT_EQ(*why, "its store connection closed");
+  EXPECT_GE(SecondsSince(closed), 0.19) << "the grace was not given";
+  EXPECT_EQ(server_->stats().wills_fired, 1);
+  // A will does not overwrite a key set meanwhile.
+  ASSERT_TRUE((*watcher)->Set("taken", "first word", Soon()).ok());
+  auto other = Client(token_);
+  ASSERT_TRUE(other.ok());
+  ASSERT_TRUE((*other)->LeaveWill("taken", std::chrono::milliseconds(0), Soon()).ok());
+  other->reset();
+  ASSERT_TRUE((*watcher)->LeaveWill("sentinel", std::chrono::milliseconds(0), Soon()).ok());
+  auto w2 = Client(token_);
+  ASSERT_TRUE(w2.ok());
+  // Fired wills are counted before their key is looked at: wait for the second one.
+  for (auto until = Deadline::AfterMs(20000); server_->stats().wills_fired < 2;) {
+    ASSERT_FALSE(until.expired());
+    ASSERT_EQ((*w2)->Wait({"never"}, Deadline::AfterMs(10)).code(),
+              StatusCode::kDeadlineExceeded);
+  }
+  EXPECT_EQ(*(*w2)->Get("taken", Soon()), "first word");
+  // Wills of closed connections only: the sentinel's owner is still connected.
+  EXPECT_FALSE(*(*w2)->Check({"sentinel"}, Soon()));
+}
+
+TEST_F(StoreServerTest, WillTakenUpWithinItsGraceDoesNotFire) {
+  auto watcher = Client(token_);
+  ASSERT_TRUE(watcher.ok());
+  // One client leaves the will and its connection ends; another (the same node
+  // reconnected) leaves it again within the grace: it does not fire.
+  auto first = Client(token_);
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE((*first)->LeaveWill("gone", std::chrono::milliseconds(1500), Soon()).ok());
+  first->reset();
+  auto second = Client(token_);
+  ASSERT_TRUE(second.ok());
+  ASSERT_TRUE((*second)->LeaveWill("gone", std::chrono::milliseconds(1500), Soon()).ok());
+  EXPECT_EQ((*watcher)->Wait({"gone"}, Deadline::AfterMs(2500)).code(),
+            StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(server_->stats().wills_fired, 0);
+  // The new owner's end fires it.
+  second->reset();
+  EXPECT_EQ(*(*watcher)->Get("gone", Deadline::AfterMs(20000)), "its store connection closed");
+}
+
+TEST_F(StoreServerTest, ClientLeavesItsWillsAgainAfterReconnecting) {
+  const int port = server_->port();
+  auto owner = Client(token_);
+  ASSERT_TRUE(owner.ok());
+  ASSERT_TRUE((*owner)->LeaveWill("gone", std::chrono::milliseconds(100), Soon()).ok());
+  // The store restarts on the same port (a stopped server fires no will): the client's
+  // next call reconnects and leaves the will on the new server.
+  server_->Stop();
+  auto restarted = StoreServer::Start({.host = "127.0.0.1", .port = port, .token = token_});
+  ASSERT_TRUE(restarted.ok()) << restarted.status().ToString();
+  server_ = std::move(restarted).value();
+  Status reconnected = (*owner)->Set("x", "1", Soon());
+  if (!reconnected.ok()) reconnected = (*owner)->Set("x", "1", Soon());  // the first may see the old end
+  ASSERT_TRUE(reconnected.ok()) << reconnected.ToString();
+  auto watcher = Client(token_);
+  ASSERT_TRUE(watcher.ok());
+  EXPECT_FALSE(*(*watcher)->Check({"gone"}, Soon()));
+  owner->reset();
+  EXPECT_EQ(*(*watcher)->Get("gone", Deadline::AfterMs(20000)), "its store connection closed");
 }
 
 TEST_F(StoreServerTest, ManyWaitersOnOneKeyTimeOutOrWake) {

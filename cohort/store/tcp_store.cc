@@ -30,6 +30,11 @@ int64_t TimeoutMs(Deadline deadline) {
   return std::max<int64_t>(0, ms - std::clamp<int64_t>(ms / 20, 5, 100));
 }
 
+// A WILL request's fields: the key and the grace in milliseconds.
+void WriteWill(net::Writer& w, std::string_view key, Duration grace) {
+  w.Str(key).I64(std::chrono::duration_cast<std::chrono::milliseconds>(grace).count());
+}
+
 // Splits a response body into (code, payload reader); error responses become a Status.
 Status ParseResponseHead(net::Reader& r, uint64_t* id) {
   uint8_t code;
@@ -148,6 +153,25 @@ Status TcpStore::EnsureConnected(Deadline deadline) {
           endpoint(), st.message());
     }
     return st.WithContext(fmt::format("store at {}", endpoint()));
+  }
+  // A reconnection: leave the wills again, within their grace (the server then does not
+  // take the old connection's end for this client's).
+  for (const auto& [key, grace] : wills_) {
+    uint64_t will_id = next_id_++;
+    net::Writer will;
+    will.U8(static_cast<uint8_t>(Op::kWill)).U64(will_id);
+    WriteWill(will, key, grace);
+    st = RoundTrip(will.Finish(), will_id, &body, deadline);
+    if (st.ok()) {
+      net::Reader r(body);
+      uint64_t got;
+      st = ParseResponseHead(r, &got);
+    }
+    if (!st.ok()) {
+      socket_.Close();
+      live_fd_ = -1;
+      return st.WithContext(fmt::format("leaving a will at the store at {}", endpoint()));
+    }
   }
   return Status::Ok();
 }
@@ -312,9 +336,11 @@ Result<std::vector<std::optional<std::string>>> TcpStore::Peek(
 
 Result<Store::BeatResult> TcpStore::Beat(std::string_view beat_key,
                                          const std::vector<std::string>& peek_keys,
-                                         std::string_view wait_key, Deadline deadline) {
+                                         const std::vector<std::string>& wait_keys,
+                                         Deadline deadline) {
+  if (wait_keys.empty()) return InvalidArgument("a beat waits for at least one key");
   Call call(this, Op::kBeat);
-  call.writer().Str(beat_key).StrList(peek_keys).Str(wait_key);
+  call.writer().Str(beat_key).StrList(peek_keys).StrList(wait_keys);
   COHORT_RETURN_IF_ERROR(call.RunBlocking(deadline));
   BeatResult out;
   uint8_t present;
@@ -322,11 +348,29 @@ Result<Store::BeatResult> TcpStore::Beat(std::string_view beat_key,
     return DataLoss("malformed BEAT response");
   }
   if (present) {
+    uint32_t index;
     std::string v;
-    if (!call.reader().Str(&v)) return DataLoss("malformed BEAT response");
+    if (!call.reader().U32(&index) || index >= wait_keys.size() || !call.reader().Str(&v)) {
+      return DataLoss("malformed BEAT response");
+    }
+    out.waited_index = index;
     out.waited = std::move(v);
   }
   return out;
+}
+
+Status TcpStore::LeaveWill(std::string_view key, Duration grace, Deadline deadline) {
+  Call call(this, Op::kWill);
+  WriteWill(call.writer(), key, grace);
+  COHORT_RETURN_IF_ERROR(call.Run(deadline));
+  auto known = std::find_if(wills_.begin(), wills_.end(),
+                            [&](const auto& w) { return w.first == key; });
+  if (known == wills_.end()) {
+    wills_.emplace_back(std::string(key), grace);
+  } else {
+    known->second = grace;
+  }
+  return Status::Ok();
 }
 
 Result<bool> TcpStore::Delete(std::string_view key, Deadline deadline) {

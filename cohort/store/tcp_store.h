@@ -13,6 +13,8 @@
 
 #include <atomic>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cohort/base/mutex.h"
 #include "cohort/net/socket.h"
@@ -51,7 +53,10 @@ class TcpStore final : public Store {
 
   COHORT_STORE_METHODS(override);  // the Store interface (store.h)
   Result<BeatResult> Beat(std::string_view beat_key, const std::vector<std::string>& peek_keys,
-                          std::string_view wait_key, Deadline deadline) override;
+                          const std::vector<std::string>& wait_keys, Deadline deadline) override;
+  // Leaves the will on this connection, and again on every connection this client opens
+  // later (a reconnection within the grace takes the will up: it does not fire).
+  Status LeaveWill(std::string_view key, Duration grace, Deadline deadline) override;
   Result<int64_t> Append(std::string_view ticket_key, std::string_view record_prefix,
                          std::string_view value, Deadline deadline) override;
   Status Ping(Deadline deadline);
@@ -76,6 +81,8 @@ class TcpStore final : public Store {
   std::atomic<int> live_fd_{-1};  // for Abort() from another thread
   // The last EnsureConnected got a TCP connection.
   bool reached_peer_ COHORT_GUARDED_BY(mu_) = false;
+  // The wills left (key, grace), left again after each reconnection.
+  std::vector<std::pair<std::string, Duration>> wills_ COHORT_GUARDED_BY(mu_);
 };
 
 }  // namespace cohort::store
