@@ -21,8 +21,10 @@ For each backend and node count N, two jobs:
   elastic (--nnodes N-20:N+10) round 0 (includes the 1 s last call, MIN < MAX); then
           one node killed (its thread stops, its connection closes): time from its
           deadline to every survivor holding the next round, and from the kill; then 10
-          nodes killed at once, the same; then one node joining the running job: time from
-          its start to every node holding the round that includes it. A node's deadline:
+          nodes killed at once, the same; then one node hung (no more beats, connection
+          kept: only the beats' staleness tells), from its last beat + --dead-ms; then one
+          node joining the running job: time from its start to every node holding the
+          round that includes it. A node's deadline:
           its last beat + --dead-ms, or on the embedded store (which keeps wills: the
           connection carries liveness) the end of its connection + the liveness period
           (max(heartbeat, dead / 3)), whichever comes first.
@@ -272,6 +274,16 @@ class Job:
         self.live = [i for i in self.live if i not in indices]
         return t0, max(deadlines)
 
+    def hang(self, indices):
+        """The nodes stop beating but keep their connections; returns their last beat."""
+        beats = []
+        for first, count, line in self.groups:
+            mine = [i for i in indices if first <= i < first + count]
+            if mine:
+                beats += line.ask("hang " + " ".join(map(str, mine)))["last_beat"]
+        self.live = [i for i in self.live if i not in indices]
+        return max(beats)
+
     def stop(self):
         for _, _, line in self.groups:
             line.stop()
@@ -340,6 +352,12 @@ def elastic_job(sim, store, n, args, out):
             out["loss10_s"] = last - deadline
             job.check_ranks(2)
         round_ = 3 if victims else 2
+        # A hung node: connected, no more beats; only the beats' staleness tells.
+        deadline = job.hang([n // 4]) + args.dead_ms / 1000.0
+        _, last = job.wait_round(round_)
+        out["hang1_s"] = last - deadline
+        job.check_ranks(round_)
+        round_ += 1
         line = job.add(n, 1)
         line.read()
         job.live.append(n)
@@ -391,6 +409,7 @@ def print_table(results, args):
             ("1 lost: closed after deadline s", "loss1_s", "%.3f"),
             ("1 lost: kill to next round s", "loss1_kill_s", "%.3f"),
             ("10 lost: closed after deadline s", "loss10_s", "%.3f"),
+            ("1 hung: closed after deadline s", "hang1_s", "%.3f"),
             ("1 joins: round s", "join_s", "%.3f")]
     print("| " + " | ".join(c[0] for c in cols) + " |")
     print("|" + "---|" * len(cols))

@@ -22,6 +22,9 @@
 //                           (first/last: when the first/last of them got round R)
 //         ranks R           {"round": R, "ranks": [[group_rank, rank_offset, world_size,
 //                           group_world_size], ...]} for the agents here that got round R
+//         hang I [I ...]    those agents take no more watch steps (no more heartbeats) but
+//                           keep their connection, as a hung agent: {"hung": [...],
+//                           "last_beat": [t, ...]}
 //         kill I [I ...]    those agents stop (no more heartbeats) and close their store
 //                           connection: {"killed": [...], "last_beat": [t, ...],
 //                           "closed": [t, ...]} (when each connection was shut down)
@@ -74,6 +77,7 @@ struct Agent {
   int index = 0;
   std::shared_ptr<store::Store> store;
   std::atomic<bool> stop{false};
+  bool hung = false;  // guarded by Sim::mu_: takes no more steps, keeps its connection
   pthread_t thread{};
   bool started = false;
 };
@@ -184,6 +188,23 @@ class Sim {
                        beats, closed);
   }
 
+  // Hung agents: their step in progress ends, and no other begins (see RunAgent).
+  std::string Hang(const std::vector<int>& indices) {
+    std::string hung, beats;
+    MutexLock lock(&mu_);
+    for (int index : indices) {
+      Agent* a = Find(index);
+      if (a == nullptr || a->stop || a->hung) continue;
+      a->hung = true;
+      auto& rounds = records_[index];
+      if (!rounds.empty()) --at_round_[rounds.rbegin()->first];
+      records_.erase(index);  // it no longer counts among the live ones
+      hung += fmt::format("{}{}", hung.empty() ? "" : ", ", index);
+      beats += fmt::format("{}{:.6f}", beats.empty() ? "" : ", ", last_beat_[index]);
+    }
+    return fmt::format("{{\"hung\": [{}], \"last_beat\": [{}]}}", hung, beats);
+  }
+
   void StopAll() {
     for (auto& a : agents_) a->stop = true;
     Go();  // agents still at the gate see `stop`
@@ -243,6 +264,11 @@ class Sim {
       while (!go_) cv_.Wait(&mu_);
     }
     while (!a.stop) {
+      {
+        MutexLock lock(&mu_);
+        while (a.hung && !a.stop) cv_.Wait(&mu_);  // a hung agent joins no other round
+        if (a.stop) return;
+      }
       auto info = r.Next();
       if (!info.ok()) return Fail(a, info.status());
       Record(a.index, *info);
@@ -250,6 +276,8 @@ class Sim {
         if (a.stop) return;
         {
           MutexLock lock(&mu_);
+          while (a.hung && !a.stop) cv_.Wait(&mu_);  // parked until killed or quit
+          if (a.stop) return;
           last_beat_[a.index] = Now();  // the beat is the step's first call
         }
         auto step = r.WatchStep(*info);
@@ -283,7 +311,11 @@ class Sim {
 
   // Stops one agent: its pending call is cancelled, its thread ends, its connection closes.
   void Stop(Agent& a) {
-    a.stop = true;
+    {
+      MutexLock lock(&mu_);
+      a.stop = true;
+      cv_.SignalAll();  // a hung agent is parked on it
+    }
     a.store->Abort();
     if (a.started) {
       pthread_join(a.thread, nullptr);
@@ -390,6 +422,10 @@ int RunAgents(const Options& o) {
       int64_t round = 0;
       in >> round;
       reply = sim.Ranks(round);
+    } else if (command == "hang") {
+      std::vector<int> indices;
+      for (int i; in >> i;) indices.push_back(i);
+      reply = sim.Hang(indices);
     } else if (command == "kill") {
       std::vector<int> indices;
       for (int i; in >> i;) indices.push_back(i);

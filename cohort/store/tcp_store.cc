@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <functional>
 
 #include "cohort/base/log.h"
 #include "cohort/net/codec.h"
@@ -133,20 +134,10 @@ Status TcpStore::EnsureConnected(Deadline deadline) {
     return Cancelled("store client aborted");
   }
   // Handshake: HELLO(magic, version, token) -> OK or PERMISSION_DENIED.
-  uint64_t id = next_id_++;
-  net::Writer hello;
-  hello.U8(static_cast<uint8_t>(Op::kHello)).U64(id);
-  hello.Str(protocol::kMagic).U32(protocol::kVersion).Str(options_.token);
-  std::string body;
-  Status st = RoundTrip(hello.Finish(), id, &body, deadline);
-  if (st.ok()) {
-    net::Reader r(body);
-    uint64_t got;
-    st = ParseResponseHead(r, &got);
-  }
+  Status st = SetupCall(Op::kHello, deadline, [&](net::Writer& w) {
+    w.Str(protocol::kMagic).U32(protocol::kVersion).Str(options_.token);
+  });
   if (!st.ok()) {
-    socket_.Close();
-    live_fd_ = -1;
     if (st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kDataLoss) {
       return Unavailable(
           "store at {} did not complete the cohort handshake ({}); is it a cohort store?",
@@ -157,23 +148,34 @@ Status TcpStore::EnsureConnected(Deadline deadline) {
   // A reconnection: leave the wills again, within their grace (the server then does not
   // take the old connection's end for this client's).
   for (const auto& [key, grace] : wills_) {
-    uint64_t will_id = next_id_++;
-    net::Writer will;
-    will.U8(static_cast<uint8_t>(Op::kWill)).U64(will_id);
-    WriteWill(will, key, grace);
-    st = RoundTrip(will.Finish(), will_id, &body, deadline);
-    if (st.ok()) {
-      net::Reader r(body);
-      uint64_t got;
-      st = ParseResponseHead(r, &got);
-    }
+    st = SetupCall(Op::kWill, deadline, [&](net::Writer& w) { WriteWill(w, key, grace); });
     if (!st.ok()) {
-      socket_.Close();
-      live_fd_ = -1;
       return st.WithContext(fmt::format("leaving a will at the store at {}", endpoint()));
     }
   }
   return Status::Ok();
+}
+
+// One request of the connection's setup (HELLO, WILL) without an answer payload; the
+// connection is closed when it fails.
+Status TcpStore::SetupCall(Op op, Deadline deadline,
+                           const std::function<void(net::Writer&)>& fields) {
+  const uint64_t id = next_id_++;
+  net::Writer frame;
+  frame.U8(static_cast<uint8_t>(op)).U64(id);
+  fields(frame);
+  std::string body;
+  Status st = RoundTrip(frame.Finish(), id, &body, deadline);
+  if (st.ok()) {
+    net::Reader r(body);
+    uint64_t got;
+    st = ParseResponseHead(r, &got);
+  }
+  if (!st.ok()) {
+    socket_.Close();
+    live_fd_ = -1;
+  }
+  return st;
 }
 
 Status TcpStore::RoundTrip(std::string& frame, uint64_t id, std::string* body,

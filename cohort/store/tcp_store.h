@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +21,10 @@
 #include "cohort/net/socket.h"
 #include "cohort/store/protocol.h"
 #include "cohort/store/store.h"
+
+namespace cohort::net {
+class Writer;  // cohort/net/codec.h
+}  // namespace cohort::net
 
 namespace cohort::store {
 
@@ -67,6 +72,8 @@ class TcpStore final : public Store {
   explicit TcpStore(TcpStoreOptions options) : options_(std::move(options)) {}
   class Call;  // holds mu_ for one request (a scoped capability)
   Status EnsureConnected(Deadline deadline) COHORT_REQUIRES(mu_);
+  Status SetupCall(protocol::Op op, Deadline deadline,
+                   const std::function<void(net::Writer&)>& fields) COHORT_REQUIRES(mu_);
   // Sends the request in `frame` (whose id is `id`) and reads its response body into `body`.
   Status RoundTrip(std::string& frame, uint64_t id, std::string* body, Deadline deadline)
       COHORT_REQUIRES(mu_);
