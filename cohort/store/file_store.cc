@@ -87,7 +87,7 @@ Status FileStore::CatchUp() {
   return Status::Ok();
 }
 
-Status FileStore::Append(const std::string& records) {
+Status FileStore::WriteRecords(const std::string& records) {
   if (records.empty()) return Status::Ok();
   ssize_t n = ::write(fd_, records.data(), records.size());
   if (n != static_cast<ssize_t>(records.size())) return ErrnoStatus("append store file", errno);
@@ -106,7 +106,9 @@ auto FileStore::Mutate(Fn fn) -> decltype(fn()) {
 
 Status FileStore::Set(std::string_view key, std::string_view value, Deadline) {
   return Mutate(
-      [&]() COHORT_REQUIRES(mu_) -> Status { return Append(Record(kRecordSet, key, value)); });
+      [&]() COHORT_REQUIRES(mu_) -> Status {
+        return WriteRecords(Record(kRecordSet, key, value));
+      });
 }
 
 Result<int64_t> FileStore::Add(std::string_view key, int64_t delta, Deadline) {
@@ -114,7 +116,7 @@ Result<int64_t> FileStore::Add(std::string_view key, int64_t delta, Deadline) {
     KvState scratch;
     if (const std::string* v = state_.Find(key)) scratch.Set(key, *v);
     COHORT_ASSIGN_OR_RETURN(int64_t next, scratch.Add(key, delta));
-    COHORT_RETURN_IF_ERROR(Append(Record(kRecordSet, key, std::to_string(next))));
+    COHORT_RETURN_IF_ERROR(WriteRecords(Record(kRecordSet, key, std::to_string(next))));
     return next;
   });
 }
@@ -127,7 +129,7 @@ Result<std::string> FileStore::CompareSet(std::string_view key, std::string_view
     std::string after = scratch.CompareSet(key, expected, desired);
     const std::string* before = state_.Find(key);
     if (scratch.Find(key) && (!before || *before != after)) {
-      COHORT_RETURN_IF_ERROR(Append(Record(kRecordSet, key, after)));
+      COHORT_RETURN_IF_ERROR(WriteRecords(Record(kRecordSet, key, after)));
     }
     return after;
   });
@@ -136,7 +138,7 @@ Result<std::string> FileStore::CompareSet(std::string_view key, std::string_view
 Result<bool> FileStore::Delete(std::string_view key, Deadline) {
   return Mutate([&]() COHORT_REQUIRES(mu_) -> Result<bool> {
     bool existed = state_.Find(key) != nullptr;
-    if (existed) COHORT_RETURN_IF_ERROR(Append(Record(kRecordDelete, key, "")));
+    if (existed) COHORT_RETURN_IF_ERROR(WriteRecords(Record(kRecordDelete, key, "")));
     return existed;
   });
 }
@@ -149,7 +151,7 @@ Status FileStore::MultiSet(const std::vector<std::string>& keys,
   return Mutate([&]() COHORT_REQUIRES(mu_) -> Status {
     std::string records;
     for (size_t i = 0; i < keys.size(); ++i) records += Record(kRecordSet, keys[i], values[i]);
-    return Append(records);
+    return WriteRecords(records);
   });
 }
 

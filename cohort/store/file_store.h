@@ -36,7 +36,7 @@ class FileStore final : public Store {
   template <typename Fn>
   COHORT_EXCLUDES(mu_) auto Mutate(Fn fn) -> decltype(fn());
   // Appends `records` and replays them. Caller holds mu_ and the exclusive file lock.
-  Status Append(const std::string& records) COHORT_REQUIRES(mu_);
+  Status WriteRecords(const std::string& records) COHORT_REQUIRES(mu_);
   Status WaitFor(const std::vector<std::string>& keys, Deadline deadline) COHORT_EXCLUDES(mu_);
 
   const std::string path_;

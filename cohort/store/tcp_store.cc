@@ -147,8 +147,9 @@ Status TcpStore::EnsureConnected(Deadline deadline) {
   }
   // A reconnection: leave the wills again, within their grace (the server then does not
   // take the old connection's end for this client's).
-  for (const auto& [key, grace] : wills_) {
-    st = SetupCall(Op::kWill, deadline, [&](net::Writer& w) { WriteWill(w, key, grace); });
+  for (const auto& will : wills_) {
+    st = SetupCall(Op::kWill, deadline,
+                   [&](net::Writer& w) { WriteWill(w, will.first, will.second); });
     if (!st.ok()) {
       return st.WithContext(fmt::format("leaving a will at the store at {}", endpoint()));
     }

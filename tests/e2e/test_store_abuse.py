@@ -12,6 +12,7 @@ import re
 import socket
 import struct
 import time
+from pathlib import Path
 
 import e2e_util as U
 
@@ -49,8 +50,16 @@ def s(text):
     return struct.pack("<I", len(b)) + b
 
 
-def hello(token, rid=1):
-    return frame(struct.pack("<BQ", 1, rid) + s("cohort-store") + struct.pack("<I", 1) + s(token))
+def protocol_version():
+    """kVersion in cohort/store/protocol.h: the version this build's server speaks."""
+    header = (Path(__file__).resolve().parents[2] / "cohort/store/protocol.h").read_text()
+    return int(re.search(r"kVersion = (\d+);", header).group(1))
+
+
+def hello(token, rid=1, version=None):
+    version = protocol_version() if version is None else version
+    return frame(struct.pack("<BQ", 1, rid) + s("cohort-store") + struct.pack("<I", version)
+                 + s(token))
 
 
 def start_store(launcher, token):
@@ -127,3 +136,27 @@ def test_a_client_that_never_reads_is_disconnected(cohort, launcher, marker):
     assert peak < 400, "the store grew to %.0f MB for one client that does not read" % peak
     assert "does not read its responses" in store.stderr, store.describe()
     assert job_runs(cohort, launcher, port, token, marker)
+
+
+def test_a_client_of_another_protocol_version_is_told_which(cohort, launcher, marker):
+    token = "version-" + marker
+    store, port = start_store(launcher, token)
+    ours = protocol_version()
+    c = socket.create_connection(("127.0.0.1", port), timeout=10)
+    c.sendall(hello(token, version=ours - 1))
+    answer = b""
+    while True:  # the refusal, then the close
+        chunk = c.recv(4096)
+        if not chunk:
+            break
+        answer += chunk
+    c.close()
+    (n,) = struct.unpack_from("<I", answer)
+    rid, code, mlen = struct.unpack_from("<QBI", answer, 4)
+    message = answer[17:17 + mlen].decode()
+    assert len(answer) == 4 + n and rid == 1 and code != 0, answer
+    assert ("protocol version %d not supported" % (ours - 1)) in message, message
+    assert ("speaks version %d" % ours) in message, message
+    # The store serves this build's clients as before.
+    assert job_runs(cohort, launcher, port, token, marker)
+    assert store.poll() is None, store.describe()
