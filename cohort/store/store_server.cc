@@ -355,22 +355,9 @@ class StoreServer::Impl {
         Notify(key);
         return;
       }
-      case Op::kAppend: {
-        // ADD 1 to the ticket key, then SET record prefix + ticket (Store::Append).
-        std::string prefix;
-        if (!r.Str(&key) || !r.Str(&prefix) || !r.Str(&value) || !r.AtEnd()) return malformed();
-        auto ticket = state_.Add(key, 1);
-        if (!ticket.ok()) {
-          Send(conn, ErrorResponse(id, ticket.status()));
-          return;
-        }
-        std::string record = prefix + std::to_string(*ticket);
-        state_.Set(record, value);
-        Send(conn, std::move(OkResponse(id).I64(*ticket).Finish()));
-        Notify(key);
-        Notify(record);
+      case Op::kAppend:
+        if (!HandleAppend(conn, r, id)) return malformed();
         return;
-      }
       case Op::kCompareSet: {
         if (!r.Str(&key) || !r.Str(&expected) || !r.Str(&value) || !r.AtEnd()) {
           return malformed();
@@ -414,13 +401,9 @@ class StoreServer::Impl {
         ++beats_;
         if (!HandleBeat(conn, r, id)) return malformed();
         return;
-      case Op::kWill: {
-        int64_t grace_ms;
-        if (!r.Str(&key) || !r.I64(&grace_ms) || !r.AtEnd() || grace_ms < 0) return malformed();
-        TakeWill(conn, key, std::chrono::milliseconds(std::min(grace_ms, protocol::kMaxWaitMs)));
-        Send(conn, std::move(OkResponse(id).Finish()));
+      case Op::kWill:
+        if (!HandleWill(conn, r, id)) return malformed();
         return;
-      }
       case Op::kHello:
         return Reject(conn, "second HELLO on an open connection");
     }
@@ -493,6 +476,32 @@ class StoreServer::Impl {
     waiter->any = true;
     waiter->peeked = Values(peek_keys);
     AnswerOrPark(conn, waiter, timeout_ms);
+    return true;
+  }
+
+  // APPEND: ADD 1 to the ticket key, then SET record prefix + ticket (Store::Append).
+  bool HandleAppend(const std::shared_ptr<Connection>& conn, net::Reader& r, uint64_t id) {
+    std::string key, prefix, value;
+    if (!r.Str(&key) || !r.Str(&prefix) || !r.Str(&value) || !r.AtEnd()) return false;
+    auto ticket = state_.Add(key, 1);
+    if (!ticket.ok()) {
+      Send(conn, ErrorResponse(id, ticket.status()));
+      return true;
+    }
+    std::string record = prefix + std::to_string(*ticket);
+    state_.Set(record, value);
+    Send(conn, std::move(OkResponse(id).I64(*ticket).Finish()));
+    Notify(key);
+    Notify(record);
+    return true;
+  }
+
+  bool HandleWill(const std::shared_ptr<Connection>& conn, net::Reader& r, uint64_t id) {
+    std::string key;
+    int64_t grace_ms;
+    if (!r.Str(&key) || !r.I64(&grace_ms) || !r.AtEnd() || grace_ms < 0) return false;
+    TakeWill(conn, key, std::chrono::milliseconds(std::min(grace_ms, protocol::kMaxWaitMs)));
+    Send(conn, std::move(OkResponse(id).Finish()));
     return true;
   }
 
