@@ -8,6 +8,7 @@
 #include <random>
 #include <thread>
 
+#include "cohort/base/backoff.h"
 #include "cohort/base/log.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
@@ -28,6 +29,22 @@ constexpr int kWatchWindow = 64;
 constexpr auto kLookNow = std::chrono::milliseconds(50);
 
 bool IsTimeout(const Status& s) { return s.code() == StatusCode::kDeadlineExceeded; }
+template <typename T>
+bool IsTimeout(const Result<T>& r) {
+  return !r.ok() && IsTimeout(r.status());
+}
+
+// Runs a blocking store call until it does not time out or `deadline` has really passed: a
+// loaded store (etcd) times single requests out long before a join's deadline, and taking
+// that for the deadline made every node of a 5,000-node round take over from slot 1.
+template <typename Call>
+auto UntilDeadline(Deadline deadline, const Call& call) -> decltype(call()) {
+  Backoff backoff(std::chrono::milliseconds(50), std::chrono::seconds(1), deadline);
+  for (;;) {
+    auto result = call();
+    if (!IsTimeout(result) || deadline.expired() || !backoff.Sleep()) return result;
+  }
+}
 
 // Uniform in [0, 1), from a per-thread engine (seeded from the clock and the thread: the
 // jitter it draws needs no cryptographic seed, and thousands of threads start at once).
@@ -281,8 +298,10 @@ Result<int64_t> Rendezvous::CloseRound(int64_t round, Deadline join_deadline) {
   // counter moved (ReadJobState): make sure it did.
   if (round > 0) COHORT_RETURN_IF_ERROR(AdvanceRound(round - 1));
   // Step 5.
-  Status enough = store_->Wait({RoundKey(round, fmt::format("node{}", config_.min_nodes))},
-                               join_deadline);
+  Status enough = UntilDeadline(join_deadline, [&] {
+    return store_->Wait({RoundKey(round, fmt::format("node{}", config_.min_nodes))},
+                        join_deadline);
+  });
   if (!enough.ok()) {
     if (!IsTimeout(enough)) return enough;
     auto joined = store_->CountTickets(RoundKey(round, "slot"), CallDeadline());
@@ -343,8 +362,10 @@ Status Rendezvous::WaitOutRound(int64_t round, int64_t members, std::string_view
 // not come within layout_grace (or the join timeout).
 Result<std::optional<Rendezvous::Published>> Rendezvous::ReadPublished(int64_t round,
                                                                        Deadline join_deadline) {
-  auto read = store_->MultiGet({RoundKey(round, "layout"), RoundKey(round, "node1")},
-                               join_deadline.Earlier(Deadline::After(config_.layout_grace)));
+  const Deadline grace = join_deadline.Earlier(Deadline::After(config_.layout_grace));
+  auto read = UntilDeadline(grace, [&] {
+    return store_->MultiGet({RoundKey(round, "layout"), RoundKey(round, "node1")}, grace);
+  });
   if (!read.ok()) {
     if (IsTimeout(read.status())) return std::optional<Published>();
     return read.status();
@@ -377,8 +398,10 @@ Result<Rendezvous::Published> Rendezvous::PublishLayout(int64_t round, int64_t m
     for (int64_t s = 1; s <= members; ++s) {
       keys.push_back(RoundKey(round, fmt::format("node{}", s)));
     }
-    COHORT_ASSIGN_OR_RETURN(std::vector<std::string> records,
-                            store_->MultiGet(keys, join_deadline.Earlier(CallDeadline())));
+    const Deadline read_by = join_deadline.Earlier(CallDeadline());
+    COHORT_ASSIGN_OR_RETURN(std::vector<std::string> records, UntilDeadline(read_by, [&] {
+                              return store_->MultiGet(keys, read_by);
+                            }));
     std::vector<NodeInfo> nodes;
     nodes.reserve(records.size());
     for (const auto& r : records) {

@@ -156,6 +156,77 @@ TEST(RendezvousTest, OthersPublishTheLayoutWhenSlotOneStalls) {
   }
 }
 
+// A store whose blocking reads time out long before the caller's deadline (as a loaded
+// etcd does with its own request timeout): every waiting MultiGet and Wait answers
+// DEADLINE_EXCEEDED after 20 ms. Counts the reads of more than two keys (the N records).
+class EarlyTimeouts final : public store::Store {
+ public:
+  explicit EarlyTimeouts(std::shared_ptr<store::Store> base) : base_(std::move(base)) {}
+  std::atomic<int> record_reads{0};
+
+  Status Set(std::string_view k, std::string_view v, Deadline d) override {
+    return base_->Set(k, v, d);
+  }
+  Result<std::string> Get(std::string_view k, Deadline d) override { return base_->Get(k, Soon(d)); }
+  Result<int64_t> Add(std::string_view k, int64_t delta, Deadline d) override {
+    return base_->Add(k, delta, d);
+  }
+  Result<std::string> CompareSet(std::string_view k, std::string_view e, std::string_view v,
+                                 Deadline d) override {
+    return base_->CompareSet(k, e, v, d);
+  }
+  Status Wait(const std::vector<std::string>& keys, Deadline d) override {
+    return base_->Wait(keys, Soon(d));
+  }
+  Result<bool> Check(const std::vector<std::string>& keys, Deadline d) override {
+    return base_->Check(keys, d);
+  }
+  Result<std::vector<std::optional<std::string>>> Peek(const std::vector<std::string>& keys,
+                                                       Deadline d) override {
+    return base_->Peek(keys, d);
+  }
+  Result<bool> Delete(std::string_view k, Deadline d) override { return base_->Delete(k, d); }
+  Result<int64_t> NumKeys(Deadline d) override { return base_->NumKeys(d); }
+  Result<std::vector<std::string>> MultiGet(const std::vector<std::string>& keys,
+                                            Deadline d) override {
+    if (keys.size() > 2) ++record_reads;
+    return base_->MultiGet(keys, Soon(d));
+  }
+  Status MultiSet(const std::vector<std::string>& keys, const std::vector<std::string>& values,
+                  Deadline d) override {
+    return base_->MultiSet(keys, values, d);
+  }
+  void Abort() override { base_->Abort(); }
+
+ private:
+  static Deadline Soon(Deadline d) { return d.Earlier(Deadline::AfterMs(20)); }
+  std::shared_ptr<store::Store> base_;
+};
+
+TEST(RendezvousTest, EarlyStoreTimeoutsDoNotMakeNodesTakeOverFromSlotOne) {
+  auto store = std::make_shared<EarlyTimeouts>(std::make_shared<store::MemoryStore>());
+  auto config = Config(4, 4);
+  // Three nodes join at once; the fourth 300 ms later: the others' reads time out (in the
+  // store) many times meanwhile, well within the layout grace.
+  std::vector<std::optional<Result<RendezvousInfo>>> results(4);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      if (i == 3) std::this_thread::sleep_for(300ms);  // a late node, not synchronisation
+      results[i] = Rendezvous(store, config, Node(i)).Next();
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::set<int> ranks;
+  for (auto& r : results) {
+    ASSERT_TRUE(r->ok()) << r->status().ToString();
+    EXPECT_EQ((*r)->group_world_size, 4);
+    ranks.insert((*r)->group_rank);
+  }
+  EXPECT_EQ(ranks.size(), 4u);
+  EXPECT_EQ(store->record_reads, 1) << "a node other than slot 1 read the N records";
+}
+
 TEST(RendezvousTest, ElasticRoundClosesAfterLastCall) {
   auto store = std::make_shared<store::MemoryStore>();
   auto results = JoinAll(store, Config(2, 4), 3);
