@@ -270,7 +270,7 @@ Result<RendezvousInfo> Rendezvous::Next() {
     std::optional<Published> published;
     if (slot != 1) {
       // Step 4.
-      COHORT_ASSIGN_OR_RETURN(published, ReadPublished(round, join_deadline));
+      COHORT_ASSIGN_OR_RETURN(published, ReadPublished(round, GraceDeadline(join_deadline)));
     }
     int64_t members = 0;
     if (published) {
@@ -359,12 +359,11 @@ Status Rendezvous::WaitOutRound(int64_t round, int64_t members, std::string_view
 }
 
 // Step 4: the layout and node 1's record, once slot 1 published them; nullopt when they did
-// not come within layout_grace (or the join timeout).
+// not come by `deadline`.
 Result<std::optional<Rendezvous::Published>> Rendezvous::ReadPublished(int64_t round,
-                                                                       Deadline join_deadline) {
-  const Deadline grace = join_deadline.Earlier(Deadline::After(config_.layout_grace));
-  auto read = UntilDeadline(grace, [&] {
-    return store_->MultiGet({RoundKey(round, "layout"), RoundKey(round, "node1")}, grace);
+                                                                       Deadline deadline) {
+  auto read = UntilDeadline(deadline, [&] {
+    return store_->MultiGet({RoundKey(round, "layout"), RoundKey(round, "node1")}, deadline);
   });
   if (!read.ok()) {
     if (IsTimeout(read.status())) return std::optional<Published>();
@@ -377,16 +376,27 @@ Result<std::optional<Rendezvous::Published>> Rendezvous::ReadPublished(int64_t r
 
 // Step 7's end, for a round closed with `members` nodes: slot 1 reads the N node records
 // once and publishes the layout (first writer wins). Any other node here took over after
-// the grace: it gives slot 1 the grace once more, now that the round is closed, and
-// publishes only if the layout is still missing.
+// the grace: it gives slot 1 the grace once more, now that the round is closed; then one
+// node, the first to claim r<R>/publisher, publishes in its place and the others wait for
+// it (every node past the grace reading the N records would cost N^2).
 Result<Rendezvous::Published> Rendezvous::PublishLayout(int64_t round, int64_t members,
                                                         int64_t slot, Deadline join_deadline) {
   std::optional<Published> published;
   if (slot != 1) {
-    COHORT_ASSIGN_OR_RETURN(published, ReadPublished(round, join_deadline));
-    if (!published && join_deadline.expired()) {
-      return DeadlineExceeded("round {} closed with {} nodes, but its layout was not published "
-                              "within the join timeout", round, members);
+    COHORT_ASSIGN_OR_RETURN(published, ReadPublished(round, GraceDeadline(join_deadline)));
+    if (!published) {
+      const std::string me = std::to_string(slot);
+      COHORT_ASSIGN_OR_RETURN(std::string publisher,
+                              store_->CompareSet(RoundKey(round, "publisher"), "", me,
+                                                 CallDeadline()));
+      if (publisher != me) {
+        COHORT_ASSIGN_OR_RETURN(published, ReadPublished(round, join_deadline));
+        if (!published) {
+          return DeadlineExceeded("round {} closed with {} nodes, but neither node 1 nor node "
+                                  "{} published its layout within the join timeout",
+                                  round, members, publisher);
+        }
+      }
     }
   }
   if (!published) {
@@ -583,6 +593,10 @@ Result<std::optional<RoundEnd>> Rendezvous::WatchStep(const RendezvousInfo& info
   COHORT_RETURN_IF_ERROR(EndRound(round, dead, &record, info.group_world_size - 1).status());
   COHORT_ASSIGN_OR_RETURN(std::string next, store_->Get(RoundKey(round, "next"), CallDeadline()));
   return std::optional<RoundEnd>(RoundEnd::Decode(next));
+}
+
+Deadline Rendezvous::GraceDeadline(Deadline join_deadline) const {
+  return join_deadline.Earlier(Deadline::After(config_.layout_grace));
 }
 
 Duration Rendezvous::LivenessPeriod() const {

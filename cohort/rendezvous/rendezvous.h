@@ -10,6 +10,7 @@
 //                    good: why ("its store connection closed")
 //   r<R>/layout      the closed round's member count and local world sizes, run-length
 //                    encoded ("N:8x9999,4x1"); written once by slot 1, read by every node
+//   r<R>/publisher   the slot that publishes the layout in place of a silent slot 1
 //   r<R>/closed      member count N of round R, set once by CompareSet (first writer wins)
 //   r<R>/expect      how many nodes round R expects (set when R-1 ended): its last call ends
 //                    once they joined
@@ -187,11 +188,14 @@ class Rendezvous {
     RoundLayout layout;
     NodeInfo master;  // node 1's record
   };
-  Result<std::optional<Published>> ReadPublished(int64_t round, Deadline join_deadline);
+  Result<std::optional<Published>> ReadPublished(int64_t round, Deadline deadline);
+  // How long a node waits for slot 1's layout before it takes over: layout_grace.
+  Deadline GraceDeadline(Deadline join_deadline) const;
   Result<int64_t> CloseRound(int64_t round, Deadline join_deadline);
   Status WaitOutRound(int64_t round, int64_t members, std::string_view how);
   // Reads the N node records and writes r<R>/layout (first writer wins); a node other than
-  // slot 1 first gives slot 1 the layout grace again.
+  // slot 1 first gives slot 1 the layout grace again, and only the first to claim the
+  // round's publisher key publishes in its place.
   Result<Published> PublishLayout(int64_t round, int64_t members, int64_t slot,
                                   Deadline join_deadline);
   RendezvousInfo MakeInfo(int64_t round, int64_t slot, Published published,

@@ -227,6 +227,23 @@ TEST(RendezvousTest, EarlyStoreTimeoutsDoNotMakeNodesTakeOverFromSlotOne) {
   EXPECT_EQ(store->record_reads, 1) << "a node other than slot 1 read the N records";
 }
 
+TEST(RendezvousTest, OneNodeTakesOverFromAStalledSlotOne) {
+  auto memory = std::make_shared<store::MemoryStore>();
+  auto store = std::make_shared<EarlyTimeouts>(memory);
+  auto config = Config(6, 6);
+  config.layout_grace = 200ms;
+  // Slot 1 joins (ticket and record) and then never gets further.
+  const Deadline d = Deadline::AfterMs(5000);
+  ASSERT_EQ(*memory->Append("rdzv/test/r0/slot", "rdzv/test/r0/node", Node(9).ToJson(), d), 1);
+  auto results = JoinAll(store, config, 5);
+  for (auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->WorldSize(), 12);
+    EXPECT_EQ(r->master.host, "host9");
+  }
+  EXPECT_EQ(store->record_reads, 1) << "more than one node read the N records";
+}
+
 TEST(RendezvousTest, ElasticRoundClosesAfterLastCall) {
   auto store = std::make_shared<store::MemoryStore>();
   auto results = JoinAll(store, Config(2, 4), 3);
