@@ -797,7 +797,7 @@ class RoundWatcher {
       pthread_setname_np(pthread_self(), "rdzv-watch");
       Rendezvous watch(store_, o.rdzv, o.self);
       while (!stop_) {
-        auto ended = watch.WatchStep(info);
+        auto ended = watch.WatchStep(info, beating_.load());
         if (stop_) return;
         if (!ended.ok()) {
           COHORT_LOG_WARN(kLog, "lost the rendezvous store: {}", ended.status().message());
@@ -825,6 +825,9 @@ class RoundWatcher {
   RoundWatcher(const RoundWatcher&) = delete;
   RoundWatcher& operator=(const RoundWatcher&) = delete;
 
+  // No more beats from the next step on (the node is about to write "finished" into its
+  // counter, which a beat could no longer add to); it keeps watching.
+  void StopBeating() { beating_ = false; }
   // The notice's fd, or -1 when nothing watches.
   int fd() const { return thread_.joinable() ? ended_.fd() : -1; }
   // Why the round ended, once fd() fired (nullopt: the store was lost).
@@ -838,6 +841,7 @@ class RoundWatcher {
   std::optional<RoundEnd> why_ COHORT_GUARDED_BY(mu_);
   EventFd ended_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> beating_{true};
   std::shared_ptr<store::Store> store_;
   std::thread thread_;
 };
@@ -1107,6 +1111,7 @@ AgentResult Agent::Impl::RunRounds() {
     switch (outcome) {
       case Outcome::kSucceeded: {
         StopWorkers(SIGKILL);  // clears leftover descendants; workers are already gone
+        watcher->StopBeating();
         Status s = rdzv_->MarkFinished(*info);
         if (!s.ok()) COHORT_LOG_WARN(kLog, "could not record success: {}", s.message());
         watcher.reset();

@@ -377,8 +377,9 @@ Result<std::optional<Rendezvous::Published>> Rendezvous::ReadPublished(int64_t r
 // Step 7's end, for a round closed with `members` nodes: slot 1 reads the N node records
 // once and publishes the layout (first writer wins). Any other node here took over after
 // the grace: it gives slot 1 the grace once more, now that the round is closed; then one
-// node, the first to claim r<R>/publisher, publishes in its place and the others wait for
-// it (every node past the grace reading the N records would cost N^2).
+// node, the first to claim r<R>/publisher, publishes in its place and the others give it a
+// grace too (every node past the grace reading the N records would cost N^2); past that,
+// any node publishes.
 Result<Rendezvous::Published> Rendezvous::PublishLayout(int64_t round, int64_t members,
                                                         int64_t slot, Deadline join_deadline) {
   std::optional<Published> published;
@@ -390,12 +391,9 @@ Result<Rendezvous::Published> Rendezvous::PublishLayout(int64_t round, int64_t m
                               store_->CompareSet(RoundKey(round, "publisher"), "", me,
                                                  CallDeadline()));
       if (publisher != me) {
-        COHORT_ASSIGN_OR_RETURN(published, ReadPublished(round, join_deadline));
-        if (!published) {
-          return DeadlineExceeded("round {} closed with {} nodes, but neither node 1 nor node "
-                                  "{} published its layout within the join timeout",
-                                  round, members, publisher);
-        }
+        // The claimant gets one grace too; should it die as well, this node publishes (the
+        // layout's compare-and-set keeps the first writer's).
+        COHORT_ASSIGN_OR_RETURN(published, ReadPublished(round, GraceDeadline(join_deadline)));
       }
     }
   }
@@ -579,8 +577,15 @@ Result<std::optional<RoundEnd>> Rendezvous::WatchStep(const RendezvousInfo& info
   }
   if (!watching) return std::optional<RoundEnd>();
   const std::optional<std::string> gone = step.waited;  // the watched peer's will, if set
+  std::optional<std::string> peer_beat = std::move(step.peeked[0]);
+  if (gone) {
+    // The counter was read when the step began; the peer may have finished (and closed its
+    // connection) since: read it again before taking the will for a death.
+    COHORT_ASSIGN_OR_RETURN(auto now_beat, store_->Peek({peek[0]}, CallDeadline()));
+    peer_beat = std::move(now_beat[0]);
+  }
   COHORT_ASSIGN_OR_RETURN(int silent,
-                          JudgeWatchedPeer(info, step.peeked[0], gone.has_value(), now));
+                          JudgeWatchedPeer(info, peer_beat, gone.has_value(), now));
   if (silent == 0) return std::optional<RoundEnd>();
   const std::string host = PeerHost(round, silent);
   RoundEnd dead{RoundEnd::Kind::kDeadNode,

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <functional>
+#include <future>
 #include <set>
 #include <thread>
 
@@ -395,12 +396,34 @@ TEST(RendezvousTest, EndedConnectionIsToldByItsWillAndFinishedNodesAreNot) {
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     by_slot[r->slot] = &*r;
   }
-  // Slot 2 takes a step (which leaves its will), finishes, and its connection ends.
-  {
-    Rendezvous r2(connect(), config, Node(2));
-    auto step = r2.WatchStep(*by_slot[2]);
-    ASSERT_TRUE(step.ok() && !*step);
-    ASSERT_TRUE(r2.MarkFinished(*by_slot[2]).ok());
+  // Slot 2 takes a step, which leaves its will; its grace is shorter than slot 1's steps
+  // (its liveness period: 1 s / 3), so the will can wake a step of slot 1 that read slot
+  // 2's counter before slot 2 finished.
+  auto config2 = config;
+  config2.dead_timeout = 1s;
+  auto s2 = connect();
+  Rendezvous r2(s2, config2, Node(2));
+  auto step2 = r2.WatchStep(*by_slot[2]);
+  ASSERT_TRUE(step2.ok() && !*step2);
+  // Slot 1 watches slot 2 from now on.
+  const int64_t beats_before = (*server)->stats().beats;
+  std::promise<Result<std::optional<RoundEnd>>> ended1;
+  std::thread t1([&] {
+    Rendezvous r1(connect(), config, Node(1));
+    for (;;) {
+      auto step = r1.WatchStep(*by_slot[1]);
+      if (!step.ok() || *step) {
+        ended1.set_value(std::move(step));
+        return;
+      }
+    }
+  });
+  // Its second step (a whole liveness period, 1 s) has begun: it holds slot 2's counter
+  // as it was before slot 2 finishes.
+  auto probe = connect();
+  for (auto until = Deadline::AfterMs(20000); (*server)->stats().beats < beats_before + 2;) {
+    ASSERT_FALSE(until.expired());
+    ASSERT_EQ(probe->Wait({"never"}, Deadline::AfterMs(5)).code(), StatusCode::kDeadlineExceeded);
   }
   // Slot 3 watches and beats on its own connection until it is cut.
   auto s3 = connect();
@@ -411,23 +434,23 @@ TEST(RendezvousTest, EndedConnectionIsToldByItsWillAndFinishedNodesAreNot) {
       if (!step.ok() || *step) return;
     }
   });
-  // Slot 1 watches slot 2: past slot 2's grace its will is set, but it finished: the watch
-  // moves on to slot 3, which beats.
-  Rendezvous r1(connect(), config, Node(1));
-  for (auto quiet = Deadline::AfterMs(2500); !quiet.expired();) {
-    auto step = r1.WatchStep(*by_slot[1]);
-    ASSERT_TRUE(step.ok()) << step.status().ToString();
-    ASSERT_FALSE(*step) << "round ended: " << (*step)->Describe();
-  }
+  auto ended_future = ended1.get_future();
+  // Slot 2 finishes, then its connection ends: its will fires while slot 1's step waits,
+  // with the counter that step read before slot 2 finished. Slot 1 must pass over it (to
+  // slot 3, which beats), not take it for dead.
+  ASSERT_TRUE(r2.MarkFinished(*by_slot[2]).ok());
+  s2->Abort();
+  EXPECT_EQ(ended_future.wait_for(2500ms), std::future_status::timeout)
+      << "the round ended for a node that finished";
+  EXPECT_GE((*server)->stats().wills_fired, 1);
   s3->Abort();  // its connection ends, as when the process dies
   t3.join();
-  std::optional<RoundEnd> ended;
-  for (auto start = SteadyClock::now(); !ended;) {
-    auto step = r1.WatchStep(*by_slot[1]);
-    ASSERT_TRUE(step.ok()) << step.status().ToString();
-    ended = *step;
-    ASSERT_LT(SecondsSince(start), 20.0) << "the ended connection was not noticed";
-  }
+  ASSERT_EQ(ended_future.wait_for(20s), std::future_status::ready)
+      << "the ended connection was not noticed";
+  t1.join();
+  auto result = ended_future.get();
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  std::optional<RoundEnd> ended = *result;
   EXPECT_EQ(ended->kind, RoundEnd::Kind::kDeadNode);
   EXPECT_NE(ended->detail.find("node 2 ("), std::string::npos) << ended->detail;
   EXPECT_NE(ended->detail.find("): its store connection closed"), std::string::npos)

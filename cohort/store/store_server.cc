@@ -271,8 +271,9 @@ class StoreServer::Impl {
     conn->handshake_timer.cancel();
     for (auto& w : conn->waiters) Finish(w);
     conn->waiters.clear();
-    LeaveWills(*conn, reason.empty() ? conn->end_cause
-                                     : "the store closed its connection: " + reason);
+    LeaveWills(*conn, !reason.empty()            ? "the store closed its connection: " + reason
+                      : !conn->end_cause.empty() ? conn->end_cause
+                                                 : std::string("its store connection ended"));
     asio::error_code ignored;
     conn->socket.shutdown(tcp::socket::shutdown_both, ignored);
     conn->socket.close(ignored);
@@ -303,6 +304,7 @@ class StoreServer::Impl {
                       [this, conn](asio::error_code ec, size_t) {
                         if (conn->closed) return;
                         if (ec) {
+                          conn->end_cause = "its store connection failed: " + ec.message();
                           Close(conn, "");
                           return;
                         }
@@ -529,8 +531,14 @@ class StoreServer::Impl {
       will.timer = std::make_shared<asio::steady_timer>(server_.io(), will.grace);
       will.timer->async_wait([this, key, cause, timer = std::weak_ptr(will.timer)](
                                  asio::error_code ec) {
+        // A handler already queued when the will was taken up runs with no error: the will
+        // then has an owner again (or another timer), and must not fire.
         auto it = wills_.find(key);
-        if (ec || it == wills_.end() || it->second.timer != timer.lock()) return;
+        const auto mine = timer.lock();
+        if (ec || !mine || it == wills_.end() || it->second.owner != nullptr ||
+            it->second.timer != mine) {
+          return;
+        }
         wills_.erase(it);
         ++wills_fired_;
         if (state_.Find(key)) return;  // set already: the first word stays

@@ -364,8 +364,9 @@ Result<Store::BeatResult> TcpStore::Beat(std::string_view beat_key,
 
 Status TcpStore::LeaveWill(std::string_view key, Duration grace, Deadline deadline) {
   Call call(this, Op::kWill);
-  WriteWill(call.writer(), key, grace);
-  COHORT_RETURN_IF_ERROR(call.Run(deadline));
+  // Recorded before it is sent: a call that gives up may still reach the server, and the
+  // will must then be left again on any later connection, or it would fire at this one's
+  // end while this client lives. Only a refusal forgets it.
   auto known = std::find_if(wills_.begin(), wills_.end(),
                             [&](const auto& w) { return w.first == key; });
   if (known == wills_.end()) {
@@ -373,7 +374,15 @@ Status TcpStore::LeaveWill(std::string_view key, Duration grace, Deadline deadli
   } else {
     known->second = grace;
   }
-  return Status::Ok();
+  WriteWill(call.writer(), key, grace);
+  Status st = call.Run(deadline);
+  const bool refused = !st.ok() && st.code() != StatusCode::kDeadlineExceeded &&
+                       st.code() != StatusCode::kUnavailable &&
+                       st.code() != StatusCode::kCancelled;
+  if (refused) {
+    std::erase_if(wills_, [&](const auto& w) { return w.first == key; });
+  }
+  return st;
 }
 
 Result<bool> TcpStore::Delete(std::string_view key, Deadline deadline) {
