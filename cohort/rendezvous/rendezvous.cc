@@ -584,8 +584,10 @@ Result<std::optional<RoundEnd>> Rendezvous::WatchStep(const RendezvousInfo& info
     COHORT_ASSIGN_OR_RETURN(auto now_beat, store_->Peek({peek[0]}, CallDeadline()));
     peer_beat = std::move(now_beat[0]);
   }
+  const int64_t age_ms = step.peeked_age_ms.empty() ? -1 : step.peeked_age_ms[0];
   COHORT_ASSIGN_OR_RETURN(int silent,
-                          JudgeWatchedPeer(info, peer_beat, gone.has_value(), now));
+                          JudgeWatchedPeer(info, peer_beat, gone ? -1 : age_ms,
+                                           gone.has_value(), now));
   if (silent == 0) return std::optional<RoundEnd>();
   const std::string host = PeerHost(round, silent);
   RoundEnd dead{RoundEnd::Kind::kDeadNode,
@@ -620,11 +622,13 @@ bool Rendezvous::StartWatching(const RendezvousInfo& info) {
 }
 
 // Judges the watched peer's counter as read at `seen`: the peer's slot when its will was
-// set (`gone`) or its counter has not moved for the dead timeout, else 0. A finished peer
-// (its connection ends too) hands the watch to the next one still running.
+// set (`gone`) or its counter has not moved for the dead timeout, else 0. When the store
+// says how long ago the counter last moved (`age_ms` >= 0) that dates it; else the change
+// is dated when this watcher saw it. A finished peer (its connection ends too) hands the
+// watch to the next one still running.
 Result<int> Rendezvous::JudgeWatchedPeer(const RendezvousInfo& info,
-                                         const std::optional<std::string>& beat, bool gone,
-                                         SteadyClock::time_point seen) {
+                                         const std::optional<std::string>& beat, int64_t age_ms,
+                                         bool gone, SteadyClock::time_point seen) {
   const int n = info.group_world_size;
   auto after = [n](int slot) { return slot % n + 1; };
   if (beat == "finished") {
@@ -650,7 +654,10 @@ Result<int> Rendezvous::JudgeWatchedPeer(const RendezvousInfo& info,
   }
   if (gone) return watched_slot_;
   const std::string value = beat.value_or("");
-  if (value != watched_beat_) {
+  if (age_ms >= 0) {
+    watched_beat_ = value;
+    watched_change_ = seen - std::chrono::milliseconds(age_ms);
+  } else if (value != watched_beat_) {
     watched_beat_ = value;
     watched_change_ = seen;
     return 0;

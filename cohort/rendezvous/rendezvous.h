@@ -203,7 +203,7 @@ class Rendezvous {
   // The watcher's ring (WatchStep): which peer to watch, and whether it went silent.
   bool StartWatching(const RendezvousInfo& info);
   Result<int> JudgeWatchedPeer(const RendezvousInfo& info, const std::optional<std::string>& beat,
-                               bool gone, SteadyClock::time_point seen);
+                               int64_t age_ms, bool gone, SteadyClock::time_point seen);
   // How often a watcher beats once its will is left, and the will's grace: dead timeout / 3
   // (at least the heartbeat interval).
   Duration LivenessPeriod() const;

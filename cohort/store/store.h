@@ -80,6 +80,9 @@ class Store {
   // key only: waiting for any of several needs a store that does it natively (InvalidArgument).
   struct BeatResult {
     std::vector<std::optional<std::string>> peeked;
+    // Per peeked key, how long before the call it was last bumped by a beat, by the
+    // store's clock; -1 when unknown (never beaten, or a store that does not say).
+    std::vector<int64_t> peeked_age_ms;
     std::optional<std::string> waited;
     size_t waited_index = 0;  // which of wait_keys `waited` is
   };
@@ -92,6 +95,7 @@ class Store {
     BeatResult out;
     if (!beat_key.empty()) COHORT_RETURN_IF_ERROR(Add(beat_key, 1, deadline).status());
     COHORT_ASSIGN_OR_RETURN(out.peeked, Peek(peek_keys, deadline));
+    out.peeked_age_ms.assign(peek_keys.size(), -1);
     auto value = Get(wait_keys[0], deadline);
     if (value.ok()) {
       out.waited = std::move(value).value();

@@ -48,6 +48,7 @@ struct Waiter {
   std::vector<std::string> keys;
   std::vector<std::string> parked_on;  // the keys it was missing when parked
   std::vector<std::optional<std::string>> peeked;  // BEAT: the values read when it came
+  std::vector<int64_t> peeked_age_ms;  // BEAT: how long ago each was last beaten (-1: never)
   bool any = false;  // BEAT: answered once any of `keys` exists (else once all do)
   bool done = false;
 };
@@ -473,10 +474,21 @@ class StoreServer::Impl {
         return true;
       }
       Notify(beat_key);
+      beaten_at_[beat_key] = SteadyClock::now();
     }
     auto waiter = std::make_shared<Waiter>(conn, id, Op::kBeat, std::move(wait_keys));
     waiter->any = true;
     waiter->peeked = Values(peek_keys);
+    // The store's clock says when each peeked counter last moved: a watcher then knows a
+    // silent peer's deadline exactly, not one of its own steps late.
+    const auto now = SteadyClock::now();
+    for (const auto& k : peek_keys) {
+      auto at = beaten_at_.find(k);
+      waiter->peeked_age_ms.push_back(
+          at == beaten_at_.end()
+              ? -1
+              : std::chrono::duration_cast<std::chrono::milliseconds>(now - at->second).count());
+    }
     AnswerOrPark(conn, waiter, timeout_ms);
     return true;
   }
@@ -645,11 +657,12 @@ class StoreServer::Impl {
     ArmExpiryTimer();
   }
 
-  // A BEAT's answer: the values read when it came, then the first wait key that exists
-  // (its index and value; none: the wait timed out).
+  // A BEAT's answer: the values read when it came and their ages, then the first wait key
+  // that exists (its index and value; none: the wait timed out).
   std::string BeatAnswer(const Waiter& waiter, bool timed_out) {
     net::Writer w = OkResponse(waiter.id);
     WritePeeked(w, waiter.peeked);
+    for (int64_t age : waiter.peeked_age_ms) w.I64(age);
     for (size_t i = 0; !timed_out && i < waiter.keys.size(); ++i) {
       if (const std::string* v = state_.Find(waiter.keys[i])) {
         w.U8(1).U32(static_cast<uint32_t>(i)).Str(*v);
@@ -730,6 +743,8 @@ class StoreServer::Impl {
   std::unordered_set<std::shared_ptr<Connection>> connections_;
   std::unordered_map<std::string, WaitList> waiting_;
   std::unordered_map<std::string, Will> wills_;
+  // When each BEAT key was last added to (one per node and round, like the counters).
+  std::unordered_map<std::string, SteadyClock::time_point> beaten_at_;
   bool stopping_ = false;  // Stop() is closing every connection: no will fires
   std::priority_queue<Expiry, std::vector<Expiry>, std::greater<>> expiries_;
   asio::steady_timer expiry_timer_{server_.io()};

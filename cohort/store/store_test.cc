@@ -327,6 +327,27 @@ TEST_F(StoreServerTest, BeatWaitsForAnyOfItsKeys) {
             StatusCode::kInvalidArgument);
 }
 
+TEST_F(StoreServerTest, BeatSaysHowLongAgoEachPeekedCounterWasBeaten) {
+  auto peer = Client(token_);
+  ASSERT_TRUE(peer.ok());
+  auto me = Client(token_);
+  ASSERT_TRUE(me.ok());
+  ASSERT_TRUE((*peer)->Beat("hb-peer", {}, {"next"}, Deadline::AfterMs(10)).ok());
+  const auto beaten = SteadyClock::now();
+  ASSERT_TRUE((*me)->Set("plain", "1", Soon()).ok());
+  // The peer's counter as this client sees it some time later.
+  EXPECT_EQ((*me)->Wait({"never"}, Deadline::AfterMs(150)).code(), StatusCode::kDeadlineExceeded);
+  auto r = (*me)->Beat("hb-me", {"hb-peer", "plain", "absent"}, {"next"}, Deadline::AfterMs(10));
+  const double elapsed_ms = 1000.0 * SecondsSince(beaten);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->peeked_age_ms.size(), 3u);
+  EXPECT_GE(r->peeked_age_ms[0], 140);
+  EXPECT_LE(r->peeked_age_ms[0], elapsed_ms + 1);
+  // A key never beaten (set otherwise, or absent) has no age.
+  EXPECT_EQ(r->peeked_age_ms[1], -1);
+  EXPECT_EQ(r->peeked_age_ms[2], -1);
+}
+
 TEST_F(StoreServerTest, WillIsSetWhenItsConnectionEnds) {
   auto watcher = Client(token_);
   ASSERT_TRUE(watcher.ok());

@@ -347,9 +347,14 @@ Result<Store::BeatResult> TcpStore::Beat(std::string_view beat_key,
   COHORT_RETURN_IF_ERROR(call.RunBlocking(deadline));
   BeatResult out;
   uint8_t present;
-  if (!ReadPeeked(call.reader(), peek_keys.size(), &out.peeked) || !call.reader().U8(&present)) {
+  if (!ReadPeeked(call.reader(), peek_keys.size(), &out.peeked)) {
     return DataLoss("malformed BEAT response");
   }
+  out.peeked_age_ms.resize(peek_keys.size());
+  for (auto& age : out.peeked_age_ms) {
+    if (!call.reader().I64(&age)) return DataLoss("malformed BEAT response");
+  }
+  if (!call.reader().U8(&present)) return DataLoss("malformed BEAT response");
   if (present) {
     uint32_t index;
     std::string v;
