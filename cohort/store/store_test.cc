@@ -292,13 +292,19 @@ TEST_F(StoreServerTest, BeatsAndTimedOutWaitsKeepTheirConnection) {
   ASSERT_TRUE(c.ok());
   for (int i = 1; i <= 20; ++i) {
     auto r = (*c)->Beat("hb", {"hb"}, {"next"}, Deadline::AfterMs(30));
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    // The server's answer normally beats the deadline; on a loaded machine (sanitizers,
+    // parallel tests) it may come late, which the client must also survive without a
+    // reconnection (the late answer is skipped by its id).
+    if (!r.ok()) {
+      ASSERT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().ToString();
+      continue;
+    }
     EXPECT_EQ(r->peeked[0], std::to_string(i));
     EXPECT_FALSE(r->waited);
     EXPECT_EQ((*c)->Wait({"absent"}, Deadline::AfterMs(30)).code(),
               StatusCode::kDeadlineExceeded);
   }
-  // The server's timeout answers came before the client's deadlines: no reconnection.
+  // Timeouts, answered in time or late, cost no reconnection.
   EXPECT_EQ(server_->stats().connections_accepted, 1);
 }
 
