@@ -177,9 +177,7 @@ class Sim {
       {
         MutexLock lock(&mu_);
         beat = last_beat_[index];
-        auto& rounds = records_[index];
-        if (!rounds.empty()) --at_round_[rounds.rbegin()->first];
-        records_.erase(index);  // a dead node no longer counts among the live ones
+        ForgetLive(index);
       }
       killed += fmt::format("{}{}", killed.empty() ? "" : ", ", index);
       beats += fmt::format("{}{:.6f}", beats.empty() ? "" : ", ", beat);
@@ -196,9 +194,7 @@ class Sim {
       Agent* a = Find(index);
       if (a == nullptr || a->stop || a->hung) continue;
       a->hung = true;
-      auto& rounds = records_[index];
-      if (!rounds.empty()) --at_round_[rounds.rbegin()->first];
-      records_.erase(index);  // it no longer counts among the live ones
+      ForgetLive(index);
       hung += fmt::format("{}{}", hung.empty() ? "" : ", ", index);
       beats += fmt::format("{}{:.6f}", beats.empty() ? "" : ", ", last_beat_[index]);
     }
@@ -285,6 +281,13 @@ class Sim {
         if (*step) break;
       }
     }
+  }
+
+  // A killed or hung node no longer counts among the live ones (Wait, Ranks).
+  void ForgetLive(int index) COHORT_REQUIRES(mu_) {
+    auto& rounds = records_[index];
+    if (!rounds.empty()) --at_round_[rounds.rbegin()->first];
+    records_.erase(index);
   }
 
   void Record(int index, const rendezvous::RendezvousInfo& info) {

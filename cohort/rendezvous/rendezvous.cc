@@ -235,8 +235,8 @@ Result<Rendezvous::JobState> Rendezvous::ReadJobState() {
 //     joined or the number of nodes the previous round's end expected (r<R>/expect).
 //  7. Close: CompareSet(closed, "", min(slots taken, MAX)); the first writer's N holds.
 //     Slot 1 then reads the N node records and publishes the layout (run-length local
-//     world sizes); a node that took over after the grace reads the layout again and
-//     publishes it only if it is still missing. Group rank = S - 1.
+//     world sizes); a node that took over after the grace gives slot 1 the grace again,
+//     then one such node (r<R>/publisher) publishes. Group rank = S - 1.
 //  8. S > N: spare or late; ask for a re-rendezvous when N < MAX, wait for the next round.
 // A join thus costs every node but slot 1 three requests (Peek, Append, MultiGet).
 Result<RendezvousInfo> Rendezvous::Next() {
@@ -584,10 +584,8 @@ Result<std::optional<RoundEnd>> Rendezvous::WatchStep(const RendezvousInfo& info
     COHORT_ASSIGN_OR_RETURN(auto now_beat, store_->Peek({peek[0]}, CallDeadline()));
     peer_beat = std::move(now_beat[0]);
   }
-  const int64_t age_ms = step.peeked_age_ms.empty() ? -1 : step.peeked_age_ms[0];
-  COHORT_ASSIGN_OR_RETURN(int silent,
-                          JudgeWatchedPeer(info, peer_beat, gone ? -1 : age_ms,
-                                           gone.has_value(), now));
+  COHORT_ASSIGN_OR_RETURN(int silent, JudgeWatchedPeer(info, peer_beat, step.peeked_age_ms[0],
+                                                       gone.has_value(), now));
   if (silent == 0) return std::optional<RoundEnd>();
   const std::string host = PeerHost(round, silent);
   RoundEnd dead{RoundEnd::Kind::kDeadNode,

@@ -49,7 +49,6 @@ struct Waiter {
   std::vector<std::string> parked_on;  // the keys it was missing when parked
   std::vector<std::optional<std::string>> peeked;  // BEAT: the values read when it came
   std::vector<int64_t> peeked_age_ms;  // BEAT: how long ago each was last beaten (-1: never)
-  bool any = false;  // BEAT: answered once any of `keys` exists (else once all do)
   bool done = false;
 };
 
@@ -467,6 +466,7 @@ class StoreServer::Impl {
         !r.I64(&timeout_ms) || !r.AtEnd() || timeout_ms < -1) {
       return false;
     }
+    const auto now = SteadyClock::now();
     if (!beat_key.empty()) {
       auto added = state_.Add(beat_key, 1);
       if (!added.ok()) {
@@ -474,14 +474,12 @@ class StoreServer::Impl {
         return true;
       }
       Notify(beat_key);
-      beaten_at_[beat_key] = SteadyClock::now();
+      beaten_at_[beat_key] = now;
     }
     auto waiter = std::make_shared<Waiter>(conn, id, Op::kBeat, std::move(wait_keys));
-    waiter->any = true;
     waiter->peeked = Values(peek_keys);
     // The store's clock says when each peeked counter last moved: a watcher then knows a
     // silent peer's deadline exactly, not one of its own steps late.
-    const auto now = SteadyClock::now();
     for (const auto& k : peek_keys) {
       auto at = beaten_at_.find(k);
       waiter->peeked_age_ms.push_back(
@@ -543,14 +541,11 @@ class StoreServer::Impl {
       will.timer = std::make_shared<asio::steady_timer>(server_.io(), will.grace);
       will.timer->async_wait([this, key, cause, timer = std::weak_ptr(will.timer)](
                                  asio::error_code ec) {
-        // A handler already queued when the will was taken up runs with no error: the will
-        // then has an owner again (or another timer), and must not fire.
+        // A handler already queued when the will was taken up runs with no error; taking
+        // it up dropped this timer (or replaced it), so the will is no longer this one's.
         auto it = wills_.find(key);
         const auto mine = timer.lock();
-        if (ec || !mine || it == wills_.end() || it->second.owner != nullptr ||
-            it->second.timer != mine) {
-          return;
-        }
+        if (ec || !mine || it == wills_.end() || it->second.timer != mine) return;
         wills_.erase(it);
         ++wills_fired_;
         if (state_.Find(key)) return;  // set already: the first word stays
@@ -691,7 +686,7 @@ class StoreServer::Impl {
 
   // Whether the waiter can be answered: all its keys exist (any one, for a BEAT).
   bool Ready(const Waiter& waiter) const {
-    if (!waiter.any) return state_.ContainsAll(waiter.keys);
+    if (waiter.op != Op::kBeat) return state_.ContainsAll(waiter.keys);
     return std::any_of(waiter.keys.begin(), waiter.keys.end(),
                        [this](const std::string& k) { return state_.Find(k) != nullptr; });
   }
