@@ -575,6 +575,35 @@ def test_store_host_waits_for_other_nodes(cohort, launcher, marker):
     assert_no_leftovers(marker)
 
 
+def test_a_killed_node_is_named_by_its_closed_connection(cohort, launcher, marker):
+    """Two agents whose workers never talk to each other: only the rendezvous can tell that
+    node 1 died. Its agent and worker are SIGKILLed; node 0 names it and says why (its
+    store connection closed: the store's will, one liveness period of 5 s after the close,
+    not the 15 s of silent heartbeats), re-forms alone and finishes."""
+    port = U.free_port()
+    env = U.clean_env(COHORT_TOKEN=os.urandom(16).hex())
+    common = ["--nnodes", "1:2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+              "--rdzv-endpoint", "127.0.0.1:%d" % port, "--rdzv-id", marker,
+              "--max-restarts", "1",
+              "--rdzv-conf", "join_timeout=30,last_call_timeout=5,keep_alive_interval=1,"
+                             "keep_alive_max_attempt=15",
+              "--no-python", "--", "/bin/sh", "-c",
+              'echo "world=$WORLD_SIZE"; [ "$WORLD_SIZE" = 1 ] && exit 0; exec sleep 120',
+              marker]
+    n0 = launcher.start([cohort, "run", *common], env=env, name="node0")
+    U.wait_for(lambda: U.port_listening(port), 30, what="node 0 to serve the store")
+    n1 = launcher.start([cohort, "run", *common], env=env, name="node1")
+    U.wait_for(lambda: "world=2" in n0.stdout and "world=2" in n1.stdout, 60,
+               what="both workers running in a job of world size 2")
+    n1.kill()
+    assert n0.wait(60) == 0, n0.describe()
+    text = n0.stdout + n0.stderr
+    assert re.search(r"node \d+ \([^)]*\): its store connection closed", text), n0.describe()
+    assert "stopped sending heartbeats" not in text, n0.describe()
+    assert "world=1" in n0.stdout, n0.describe()
+    assert_no_leftovers(marker)
+
+
 @pytest.mark.parametrize("redirects", ["3", "1"])
 def test_redirects_to_log_files(cohort, launcher, marker, tmp_path, redirects):
     """--redirects 3: worker output only in the log files; 1: only stdout redirected."""
