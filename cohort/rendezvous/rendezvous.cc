@@ -530,7 +530,7 @@ Result<FailureRecord> Rendezvous::GetFailure(int64_t round) {
 // whose host closes its sockets is known gone one liveness period after its connection
 // ended, and its watcher is woken by it (the step waits for `next` or that key). The beats
 // then only catch hung agents and silent hosts, so they come once per liveness period
-// (dead timeout / 3), not every heartbeat interval (docs/scale.md).
+// (dead timeout / 3). Without a will, once per dead timeout / 4 (BeatPeriod).
 Result<std::optional<RoundEnd>> Rendezvous::WatchStep(const RendezvousInfo& info, bool beat) {
   const int64_t round = info.round;
   const bool watching = info.group_world_size > 1 && StartWatching(info);
@@ -545,7 +545,7 @@ Result<std::optional<RoundEnd>> Rendezvous::WatchStep(const RendezvousInfo& info
                                    LivenessPeriod(), CallDeadline())
                      .ok();
   }
-  const Duration period = will_left_ ? LivenessPeriod() : config_.heartbeat_interval;
+  const Duration period = BeatPeriod();
   Deadline wake = Deadline::After(period);
   if (first) {
     // Every node starts watching when the round closes: spread their beats over the period
@@ -606,6 +606,17 @@ Deadline Rendezvous::GraceDeadline(Deadline join_deadline) const {
 
 Duration Rendezvous::LivenessPeriod() const {
   return std::max(config_.heartbeat_interval, config_.dead_timeout / 3);
+}
+
+// With a will, beats only catch hung agents, and the store dates them (BEAT's ages): one
+// per liveness period. Without one (etcd, file store), beats are the only liveness and a
+// watcher dates a peer's beat when it sees it, up to a period late, so a live peer's beats
+// may look two periods apart: a quarter of the dead timeout keeps half of it as slack. (Not
+// every heartbeat interval: at 5,000 nodes on etcd that was 5,000 raft writes and watch
+// streams a second, which three members on two cores could not carry; docs/scale.md.)
+Duration Rendezvous::BeatPeriod() const {
+  return will_left_ ? LivenessPeriod()
+                    : std::max(config_.heartbeat_interval, config_.dead_timeout / 4);
 }
 
 // Sets up the watch of a new round (the successor); false once nobody is left to watch.

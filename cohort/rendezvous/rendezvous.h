@@ -150,8 +150,7 @@ class Rendezvous {
 
   // One watcher step: bumps this node's heartbeat (when `beat`), checks the peer it watches
   // (its successor in slot order, skipping finished nodes) for silence, and waits up to
-  // one heartbeat interval (one liveness period once its will is left; or until that
-  // peer's deadline) for the round to end or that peer's will. Returns
+  // one beat period (BeatPeriod; or until that peer's deadline) for the round to end or that peer's will. Returns
   // why it ended, or nullopt while the round is still running.
   Result<std::optional<RoundEnd>> WatchStep(const RendezvousInfo& info, bool beat = true);
   // Records that this node's workers all succeeded; the last member closes the job.
@@ -207,6 +206,9 @@ class Rendezvous {
   // How often a watcher beats once its will is left, and the will's grace: dead timeout / 3
   // (at least the heartbeat interval).
   Duration LivenessPeriod() const;
+  // How often a watcher beats: the liveness period with a will, else dead timeout / 4 (at
+  // least the heartbeat interval).
+  Duration BeatPeriod() const;
   std::string PeerHost(int64_t round, int slot);
 
   std::shared_ptr<store::Store> store_;

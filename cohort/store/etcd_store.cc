@@ -192,6 +192,14 @@ struct EtcdStore::Impl {
   bool lease_stop COHORT_GUARDED_BY(lease_mu) = false;
   std::thread keepalive;
 
+  // Beat counters as this client last wrote or read them (EtcdStore::Beat).
+  struct BeatCounter {
+    int64_t value = 0;
+    int64_t mod_revision = 0;
+  };
+  Mutex beat_mu;
+  std::unordered_map<std::string, BeatCounter> beat_counters COHORT_GUARDED_BY(beat_mu);
+
   Mutex abort_mu;  // for abortable backoff sleeps
   CondVar abort_cv;
 
@@ -684,6 +692,56 @@ struct EtcdStore::Impl {
     return Post("/v3/kv/put", req, deadline).status();
   }
 
+  // The beat txn of EtcdStore::Beat: increments `beat_key` (known value and mod_revision
+  // from this client's last beat, else read by a lost compare) and runs `reads` in the same
+  // txn; returns the successful txn's answer (its responses: the put, then `reads`).
+  Result<json> BeatTxn(const std::string& beat_key, const json& reads, Deadline deadline) {
+    const std::string k = B64(Full(beat_key));
+    json range_then_reads = json::array({{{"request_range", {{"key", k}}}}});
+    range_then_reads.insert(range_then_reads.end(), reads.begin(), reads.end());
+    for (;;) {
+      std::optional<BeatCounter> known;
+      {
+        MutexLock lock(&beat_mu);
+        if (auto it = beat_counters.find(beat_key); it != beat_counters.end()) known = it->second;
+      }
+      const int64_t next = known ? known->value + 1 : 1;
+      json compare =
+          known ? json{{"key", k},
+                       {"target", "MOD"},
+                       {"result", "EQUAL"},
+                       {"mod_revision", std::to_string(known->mod_revision)}}
+                : json{{"key", k}, {"target", "CREATE"}, {"result", "EQUAL"},
+                       {"create_revision", "0"}};
+      json put_then_reads = json::array(
+          {{{"request_put", {{"key", k}, {"value", B64(std::to_string(next))}}}}});
+      put_then_reads.insert(put_then_reads.end(), reads.begin(), reads.end());
+      json txn = {{"compare", json::array({compare})},
+                  {"success", put_then_reads},
+                  {"failure", range_then_reads}};
+      COHORT_ASSIGN_OR_RETURN(json r, Post("/v3/kv/txn", txn, deadline));
+      MutexLock lock(&beat_mu);
+      if (r.value("succeeded", false)) {
+        beat_counters[beat_key] = {next, Int(r.value("header", json::object()), "revision")};
+        return r;
+      }
+      const json& responses = r.contains("responses") ? r["responses"] : json::array();
+      if (responses.empty()) return DataLoss("etcd beat txn failed without its range response");
+      const json range = responses[0].value("response_range", json::object());
+      auto kvs = range.find("kvs");
+      if (kvs == range.end() || !kvs->is_array() || kvs->empty()) {
+        beat_counters.erase(beat_key);
+        continue;
+      }
+      COHORT_ASSIGN_OR_RETURN(auto value, RangeValue(range));
+      auto parsed = ParseInt64(value.value_or(""));
+      if (!parsed) {
+        return InvalidArgument("beat on key '{}' whose value is not an integer", beat_key);
+      }
+      beat_counters[beat_key] = {*parsed, Int((*kvs)[0], "mod_revision")};
+    }
+  }
+
   // ---- lease ----
 
   Status GrantLease(Deadline deadline) {
@@ -895,26 +953,72 @@ Result<int64_t> EtcdStore::NumKeys(Deadline deadline) {
 }
 
 Result<int64_t> EtcdStore::TakeTicket(std::string_view key, Deadline deadline) {
-  // One txn: put an own key under the ticket directory, then count the directory. The
-  // range sees the txn's own put and nothing later (txns are serialized), so the count is
-  // this caller's position and no two callers get the same one.
-  const std::string dir = impl_->Full(key) + "/t/";
-  json put = {{"key", B64(dir + RandomHex(8))}, {"value", B64("")}};
-  json count = {{"key", B64(dir)}, {"range_end", B64(PrefixEnd(dir))}, {"count_only", true}};
-  json txn = {{"success", json::array({{{"request_put", put}}, {{"request_range", count}}})}};
-  COHORT_ASSIGN_OR_RETURN(json r, impl_->Post("/v3/kv/txn", txn, deadline));
-  const json& responses = r.contains("responses") ? r["responses"] : json::array();
-  if (responses.size() != 2) return DataLoss("etcd ticket txn answered {} ops", responses.size());
-  const int64_t position = Int(responses[1].value("response_range", json::object()), "count");
-  if (position < 1) return DataLoss("etcd lost the ticket just written under {}", dir);
-  return position;
+  // One put of the ticket key asking for the key as it was: etcd applies writes one at a
+  // time, so the previous version + 1 is this caller's position (1 when the key was new),
+  // and no two callers get the same one. Costs etcd O(1) however many tickets were taken
+  // (counting a directory of ticket keys cost O(tickets) per ticket: O(N^2) per round).
+  json put = {{"key", B64(impl_->Full(key) + "/ticket")}, {"value", ""}, {"prev_kv", true}};
+  COHORT_ASSIGN_OR_RETURN(json r, impl_->Post("/v3/kv/put", put, deadline));
+  auto prev = r.find("prev_kv");
+  if (prev == r.end() || !prev->is_object()) return int64_t{1};
+  const int64_t version = Int(*prev, "version");
+  if (version < 1) return DataLoss("etcd answered a ticket put with a versionless key");
+  return version + 1;
 }
 
 Result<int64_t> EtcdStore::CountTickets(std::string_view key, Deadline deadline) {
-  const std::string dir = impl_->Full(key) + "/t/";
-  json req = {{"key", B64(dir)}, {"range_end", B64(PrefixEnd(dir))}, {"count_only", true}};
-  COHORT_ASSIGN_OR_RETURN(json r, impl_->Post("/v3/kv/range", req, deadline));
-  return Int(r, "count");
+  COHORT_ASSIGN_OR_RETURN(json r, impl_->Range(impl_->Full(key) + "/ticket", deadline));
+  auto kvs = r.find("kvs");
+  if (kvs == r.end() || !kvs->is_array() || kvs->empty()) return int64_t{0};
+  return Int((*kvs)[0], "version");
+}
+
+// One txn per beat: put the counter's next value if it is still the one this client last
+// wrote or saw (compare mod_revision; a missing counter: create_revision == 0), and read
+// the peeked keys and the wait key in the same txn; a lost compare reads the counter
+// instead, and the beat is tried again with it. A wait key still missing is then watched
+// (GetBlocking). Two requests per step when nothing happened, not Add + Peek + Get's five.
+Result<Store::BeatResult> EtcdStore::Beat(std::string_view beat_key,
+                                          const std::vector<std::string>& peek_keys,
+                                          const std::vector<std::string>& wait_keys,
+                                          Deadline deadline) {
+  if (wait_keys.size() != 1) {
+    return InvalidArgument("this store waits for one key per beat, not {}", wait_keys.size());
+  }
+  Impl& i = *impl_;
+  json reads = json::array();
+  for (const auto& k : peek_keys) reads.push_back({{"request_range", {{"key", B64(i.Full(k))}}}});
+  reads.push_back({{"request_range", {{"key", B64(i.Full(wait_keys[0]))}}}});
+  json r;
+  if (beat_key.empty()) {
+    COHORT_ASSIGN_OR_RETURN(r, i.Post("/v3/kv/txn", {{"success", reads}}, deadline));
+  } else {
+    COHORT_ASSIGN_OR_RETURN(r, i.BeatTxn(std::string(beat_key), reads, deadline));
+  }
+  const json& responses = r.contains("responses") ? r["responses"] : json::array();
+  const size_t first = beat_key.empty() ? 0 : 1;
+  if (responses.size() != first + reads.size()) {
+    return DataLoss("etcd beat txn answered {} ops, not {}", responses.size(),
+                    first + reads.size());
+  }
+  auto value_of = [&](size_t op) {
+    return RangeValue(responses[first + op].value("response_range", json::object()));
+  };
+  BeatResult out;
+  for (size_t k = 0; k < peek_keys.size(); ++k) {
+    COHORT_ASSIGN_OR_RETURN(auto v, value_of(k));
+    out.peeked.push_back(std::move(v));
+  }
+  out.peeked_age_ms.assign(peek_keys.size(), -1);
+  COHORT_ASSIGN_OR_RETURN(out.waited, value_of(peek_keys.size()));
+  if (out.waited) return out;
+  auto value = i.GetBlocking(i.Full(wait_keys[0]), deadline, /*known_absent=*/true);
+  if (value.ok()) {
+    out.waited = std::move(value).value();
+  } else if (value.status().code() != StatusCode::kDeadlineExceeded) {
+    return value.status();
+  }
+  return out;
 }
 
 Result<int64_t> EtcdStore::DeleteAll(Deadline deadline) {
@@ -925,17 +1029,21 @@ Result<int64_t> EtcdStore::DeleteAll(Deadline deadline) {
 
 Result<std::vector<std::string>> EtcdStore::MultiGet(const std::vector<std::string>& keys,
                                                      Deadline deadline) {
-  // Read first (usually everything is there), wait only for what is missing.
-  for (;;) {
-    COHORT_ASSIGN_OR_RETURN(auto values, impl_->ReadMany(keys, /*keys_only=*/false, deadline));
-    std::vector<std::string> out;
-    for (auto& v : values) {
-      if (!v) break;
-      out.push_back(std::move(*v));
+  // Read first (usually everything is there), then wait for each missing key on a watch,
+  // which hands over its value: one read plus one watch per missing key.
+  COHORT_ASSIGN_OR_RETURN(auto values, impl_->ReadMany(keys, /*keys_only=*/false, deadline));
+  std::vector<std::string> out;
+  out.reserve(keys.size());
+  for (size_t k = 0; k < keys.size(); ++k) {
+    if (values[k]) {
+      out.push_back(std::move(*values[k]));
+      continue;
     }
-    if (out.size() == keys.size()) return out;
-    COHORT_RETURN_IF_ERROR(Wait(keys, deadline));
+    COHORT_ASSIGN_OR_RETURN(std::string v, impl_->GetBlocking(impl_->Full(keys[k]), deadline,
+                                                              /*known_absent=*/true));
+    out.push_back(std::move(v));
   }
+  return out;
 }
 
 Status EtcdStore::MultiSet(const std::vector<std::string>& keys,

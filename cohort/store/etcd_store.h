@@ -61,11 +61,15 @@ class EtcdStore final : public Store {
   ~EtcdStore() override;  // stops the keep-alive thread and revokes the lease
 
   COHORT_STORE_METHODS(override);  // the Store interface (store.h)
-  // Each ticket is its own key under "<key>/t/"; a caller's position is the number of
-  // ticket keys once its own is written (one txn: put, then count; no compare-and-swap
-  // retries however many callers race).
+  // Tickets are the versions of the key "<key>/ticket": a ticket is one put that returns
+  // the key's previous version (no compare-and-swap retries however many callers race, and
+  // O(1) for etcd); the count is the key's version.
   Result<int64_t> TakeTicket(std::string_view key, Deadline deadline) override;
   Result<int64_t> CountTickets(std::string_view key, Deadline deadline) override;
+  // One txn (increment the beat counter, read the peeked keys and the wait key), then a
+  // watch when the wait key is missing. One wait key only, as the default.
+  Result<BeatResult> Beat(std::string_view beat_key, const std::vector<std::string>& peek_keys,
+                          const std::vector<std::string>& wait_keys, Deadline deadline) override;
 
   // Deletes every key under this store's prefix (a finished job's keys); returns how many.
   Result<int64_t> DeleteAll(Deadline deadline);

@@ -99,6 +99,15 @@ TEST_P(StoreContract, BeatAddsPeeksAndWaits) {
   EXPECT_EQ(r->peeked[0], "7");
   EXPECT_FALSE(r->peeked[1]);
   EXPECT_EQ(*store_->Add("me", 0, Soon()), 1);
+  // Beats count on from the counter as it is, also when another client moved it meanwhile.
+  ASSERT_TRUE(store_->Beat("me", {}, {"peer"}, Soon()).ok());
+  EXPECT_EQ(*factory_->Make()->Add("me", 10, Soon()), 12);
+  auto counted = store_->Beat("me", {"me"}, {"peer"}, Soon());
+  ASSERT_TRUE(counted.ok()) << counted.status().ToString();
+  EXPECT_EQ(counted->peeked[0], "13") << "peeks read after the beat";
+  EXPECT_EQ(counted->waited, "7");
+  EXPECT_EQ(*store_->Add("me", 0, Soon()), 13);
+  ASSERT_TRUE(store_->Set("me", "1", Soon()).ok());
   // A waiting beat is woken by another client's write; an empty beat key adds nothing.
   std::thread writer([&] { ASSERT_TRUE(factory_->Make()->Set("next", "over", Soon()).ok()); });
   auto woken = store_->Beat("", {}, {"next"}, Deadline::AfterMs(20000));
@@ -143,6 +152,7 @@ TEST_P(StoreContract, AppendGivesDistinctTicketsWithTheirRecords) {
   EXPECT_EQ(*all.begin(), 1);
   EXPECT_EQ(*all.rbegin(), kClients * kEach);
   EXPECT_EQ(*store_->CountTickets("tickets", Soon()), kClients * kEach);
+  EXPECT_EQ(*store_->CountTickets("no tickets", Soon()), 0);
 }
 
 TEST_P(StoreContract, AddIsAtomicAcrossClients) {
