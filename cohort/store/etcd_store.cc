@@ -367,7 +367,11 @@ struct EtcdStore::Impl {
       message = str(*e, "message");
     }
     if (message.empty()) message = fmt::format("HTTP {}", http);
-    *transient = code == 14 || code == 4 || code == 10 || http == 503;
+    // Transient: unavailable, timed out, aborted (leader changed), overloaded (etcd refuses
+    // a write while more than 5,000 committed entries wait to be applied: "too many
+    // requests", nothing applied, worth a retry after the backoff), or HTTP 503.
+    const bool overloaded = code == 8 && message.find("too many requests") != std::string::npos;
+    *transient = code == 14 || code == 4 || code == 10 || overloaded || http == 503;
     *bad_token = code == 16 || message.find("invalid auth token") != std::string::npos;
     std::string text = "etcd: " + message;
     if (*bad_token || message.find("authentication failed") != std::string::npos ||
@@ -388,6 +392,8 @@ struct EtcdStore::Impl {
         return Status(StatusCode::kFailedPrecondition, text);
       case 11:
         return Status(StatusCode::kAborted, text);  // compacted revision
+      case 8:  // "too many requests" (overloaded) or "database space exceeded"
+        return Status(overloaded ? StatusCode::kUnavailable : StatusCode::kFailedPrecondition, text);
       case 14:
         return Status(StatusCode::kUnavailable, text);
       case 16:
