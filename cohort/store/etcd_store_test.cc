@@ -8,6 +8,7 @@
 
 #include <curl/curl.h>
 #include <fcntl.h>
+#include <httplib.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -259,6 +260,49 @@ std::shared_ptr<EtcdStore> Connect(const std::vector<std::string>& endpoints,
   EXPECT_TRUE(s.ok()) << s.status().ToString();
   if (!s.ok()) return nullptr;
   return std::shared_ptr<EtcdStore>(std::move(s).value());
+}
+
+// etcd refuses a write while more than 5,000 committed entries wait to be applied ("too
+// many requests", gRPC code 8, HTTP 429 through the gateway): at 5,000 simulated nodes this
+// ended joins. A stand-in gateway answers the first writes so; the client retries them,
+// and does not retry the same code's "database space exceeded" (nothing to wait for).
+TEST(EtcdOverloadTest, TooManyRequestsIsRetriedSpaceExceededIsNot) {
+  httplib::Server server;
+  std::atomic<int> puts{0}, refusals{2};
+  std::atomic<bool> space_exceeded{false};
+  server.Post("/v3/kv/range", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"header":{"revision":"1"},"count":"0"})", "application/json");
+  });
+  server.Post("/v3/kv/put", [&](const httplib::Request&, httplib::Response& res) {
+    ++puts;
+    if (refusals.fetch_sub(1) > 0) {
+      const std::string message = space_exceeded ? "etcdserver: mvcc: database space exceeded"
+                                                 : "etcdserver: too many requests";
+      res.status = 429;
+      res.set_content(json{{"error", message}, {"code", 8}, {"message", message}}.dump(),
+                      "application/json");
+      return;
+    }
+    res.set_content(R"({"header":{"revision":"2"}})", "application/json");
+  });
+  const int port = server.bind_to_any_port("127.0.0.1");
+  ASSERT_GT(port, 0);
+  std::thread serving([&] { server.listen_after_bind(); });
+  EtcdStoreOptions options;
+  options.endpoints = {fmt::format("127.0.0.1:{}", port)};
+  auto store = EtcdStore::Connect(options, Soon());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  Status overloaded = (*store)->Set("k", "v", Soon());
+  EXPECT_TRUE(overloaded.ok()) << overloaded.ToString();
+  EXPECT_EQ(puts.load(), 3) << "two refusals, then the write";
+  space_exceeded = true;
+  refusals = 1;
+  Status full = (*store)->Set("k", "v", Soon());
+  EXPECT_EQ(full.code(), StatusCode::kFailedPrecondition) << full.ToString();
+  EXPECT_NE(full.message().find("database space exceeded"), std::string::npos);
+  EXPECT_EQ(puts.load(), 4) << "not retried";
+  server.stop();
+  serving.join();
 }
 
 TEST(EtcdEndpointsTest, Parse) {
