@@ -683,7 +683,13 @@ struct EtcdStore::Impl {
         if (*w) return std::move(**w);
         continue;
       }
-      if (w.status().code() == StatusCode::kUnavailable && !deadline.expired()) {
+      if (w.status().code() == StatusCode::kUnavailable) {
+        // A watch that could not even connect before the deadline saw nothing: a timeout
+        // (a watcher's step takes it as "nothing happened"), not a lost store.
+        if (deadline.expired()) {
+          return DeadlineExceeded("etcd key '{}' did not appear before the deadline ({})",
+                                  full_key, w.status().message());
+        }
         COHORT_LOG_DEBUG(kLog, "{}; reading again", w.status().message());
         Pause(std::chrono::milliseconds(20), deadline);
         continue;
