@@ -370,7 +370,8 @@ struct EtcdStore::Impl {
     // Transient: unavailable, timed out, aborted (leader changed), overloaded (etcd refuses
     // a write while more than 5,000 committed entries wait to be applied: "too many
     // requests", nothing applied, worth a retry after the backoff), or HTTP 503.
-    const bool overloaded = code == 8 && message.find("too many requests") != std::string::npos;
+    // (etcd 3.4 sends "too many requests" as gRPC code 2, unknown, not 8: the message tells.)
+    const bool overloaded = message.find("etcdserver: too many requests") != std::string::npos;
     *transient = code == 14 || code == 4 || code == 10 || overloaded || http == 503;
     *bad_token = code == 16 || message.find("invalid auth token") != std::string::npos;
     std::string text = "etcd: " + message;
@@ -379,6 +380,7 @@ struct EtcdStore::Impl {
         message.find("permission denied") != std::string::npos) {
       return Status(StatusCode::kPermissionDenied, text);
     }
+    if (overloaded) return Status(StatusCode::kUnavailable, text);
     switch (code) {
       case 3:
         return Status(StatusCode::kInvalidArgument, text);
@@ -392,8 +394,8 @@ struct EtcdStore::Impl {
         return Status(StatusCode::kFailedPrecondition, text);
       case 11:
         return Status(StatusCode::kAborted, text);  // compacted revision
-      case 8:  // "too many requests" (overloaded) or "database space exceeded"
-        return Status(overloaded ? StatusCode::kUnavailable : StatusCode::kFailedPrecondition, text);
+      case 8:  // "database space exceeded": the operator must compact and defragment
+        return Status(StatusCode::kFailedPrecondition, text);
       case 14:
         return Status(StatusCode::kUnavailable, text);
       case 16:
