@@ -611,9 +611,11 @@ Duration Rendezvous::LivenessPeriod() const {
 // With a will, beats only catch hung agents, and the store dates them (BEAT's ages): one
 // per liveness period. Without one (etcd, file store), beats are the only liveness and a
 // watcher dates a peer's beat when it sees it, up to a period late, so a live peer's beats
-// may look two periods apart: a quarter of the dead timeout keeps half of it as slack. (Not
-// every heartbeat interval: at 5,000 nodes on etcd that was 5,000 raft writes and watch
-// streams a second, which three members on two cores could not carry; docs/scale.md.)
+// may look two periods apart, three when both calls take their whole period: a quarter of
+// the dead timeout keeps that under it. A dead node is reported up to a period after its
+// deadline. (Not every heartbeat interval: at 5,000 nodes on etcd that was 5,000 raft
+// writes and watch streams a second, which three members on two cores could not carry;
+// docs/scale.md.)
 Duration Rendezvous::BeatPeriod() const {
   return will_left_ ? LivenessPeriod()
                     : std::max(config_.heartbeat_interval, config_.dead_timeout / 4);

@@ -150,8 +150,8 @@ class Rendezvous {
 
   // One watcher step: bumps this node's heartbeat (when `beat`), checks the peer it watches
   // (its successor in slot order, skipping finished nodes) for silence, and waits up to
-  // one beat period (BeatPeriod; or until that peer's deadline) for the round to end or that peer's will. Returns
-  // why it ended, or nullopt while the round is still running.
+  // one beat period (BeatPeriod; or until that peer's deadline) for the round to end or
+  // that peer's will. Returns why it ended, or nullopt while the round is still running.
   Result<std::optional<RoundEnd>> WatchStep(const RendezvousInfo& info, bool beat = true);
   // Records that this node's workers all succeeded; the last member closes the job.
   Status MarkFinished(const RendezvousInfo& info);

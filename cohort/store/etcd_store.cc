@@ -1,7 +1,7 @@
 // Implements EtcdStore over etcd's v3 JSON gateway with libcurl.
 //
-// Thread-safety: Impl's connection pool, socket set, token and endpoint index are guarded
-// by their own mutexes or are atomics; a Conn (one CURL easy handle) is used by one call at a
+// Thread-safety: Impl's connection pool, socket set, token, beat counters and endpoint
+// index are guarded by their own mutexes or are atomics; a Conn (one CURL easy handle) is used by one call at a
 // time. Abort() touches only atomics and shutdown(2) on the sockets libcurl opened through
 // our open/close callbacks (both under fds_mu_, so a closed descriptor is never shut down).
 #include "cohort/store/etcd_store.h"
@@ -394,7 +394,8 @@ struct EtcdStore::Impl {
         return Status(StatusCode::kFailedPrecondition, text);
       case 11:
         return Status(StatusCode::kAborted, text);  // compacted revision
-      case 8:  // "database space exceeded": the operator must compact and defragment
+      case 8:  // resource exhausted: "database space exceeded" (the operator must compact
+               // and defragment), a message over the size limit
         return Status(StatusCode::kFailedPrecondition, text);
       case 14:
         return Status(StatusCode::kUnavailable, text);
@@ -686,8 +687,9 @@ struct EtcdStore::Impl {
         continue;
       }
       if (w.status().code() == StatusCode::kUnavailable) {
-        // A watch that could not even connect before the deadline saw nothing: a timeout
-        // (a watcher's step takes it as "nothing happened"), not a lost store.
+        // A watch that failed (could not connect, lost its member, no leader) and whose
+        // deadline has passed meanwhile saw nothing: a timeout (a watcher's step takes it as
+        // "nothing happened"; its next call reports a store that is really gone).
         if (deadline.expired()) {
           return DeadlineExceeded("etcd key '{}' did not appear before the deadline ({})",
                                   full_key, w.status().message());
@@ -711,8 +713,7 @@ struct EtcdStore::Impl {
   // txn; returns the successful txn's answer (its responses: the put, then `reads`).
   Result<json> BeatTxn(const std::string& beat_key, const json& reads, Deadline deadline) {
     const std::string k = B64(Full(beat_key));
-    json range_then_reads = json::array({{{"request_range", {{"key", k}}}}});
-    range_then_reads.insert(range_then_reads.end(), reads.begin(), reads.end());
+    const json read_counter = json::array({{{"request_range", {{"key", k}}}}});
     for (;;) {
       std::optional<BeatCounter> known;
       {
@@ -732,7 +733,7 @@ struct EtcdStore::Impl {
       put_then_reads.insert(put_then_reads.end(), reads.begin(), reads.end());
       json txn = {{"compare", json::array({compare})},
                   {"success", put_then_reads},
-                  {"failure", range_then_reads}};
+                  {"failure", read_counter}};
       COHORT_ASSIGN_OR_RETURN(json r, Post("/v3/kv/txn", txn, deadline));
       MutexLock lock(&beat_mu);
       if (r.value("succeeded", false)) {
@@ -967,17 +968,50 @@ Result<int64_t> EtcdStore::NumKeys(Deadline deadline) {
 }
 
 Result<int64_t> EtcdStore::TakeTicket(std::string_view key, Deadline deadline) {
-  // One put of the ticket key asking for the key as it was: etcd applies writes one at a
-  // time, so the previous version + 1 is this caller's position (1 when the key was new),
-  // and no two callers get the same one. Costs etcd O(1) however many tickets were taken
-  // (counting a directory of ticket keys cost O(tickets) per ticket: O(N^2) per round).
-  json put = {{"key", B64(impl_->Full(key) + "/ticket")}, {"value", ""}, {"prev_kv", true}};
-  COHORT_ASSIGN_OR_RETURN(json r, impl_->Post("/v3/kv/put", put, deadline));
-  auto prev = r.find("prev_kv");
-  if (prev == r.end() || !prev->is_object()) return int64_t{1};
-  const int64_t version = Int(*prev, "version");
-  if (version < 1) return DataLoss("etcd answered a ticket put with a versionless key");
-  return version + 1;
+  // One txn: unless this call's marker exists, put the ticket key asking for it as it was
+  // and create the marker. etcd applies writes one at a time, so the previous version + 1
+  // is this caller's position (1 when the key was new), no two callers get the same one,
+  // and it costs etcd O(1) however many tickets were taken (counting a directory of ticket
+  // keys cost O(tickets) per ticket: O(N^2) per round). A txn sent again after a lost
+  // answer (failover) finds its marker and takes no second ticket: its ticket is the
+  // version the ticket key had at the marker's revision.
+  Impl& i = *impl_;
+  const std::string ticket_key = B64(i.Full(key) + "/ticket");
+  const std::string marker = B64(i.Full(key) + "/t/" + RandomHex(16));
+  json txn = {
+      {"compare", json::array({{{"key", marker},
+                                {"target", "CREATE"},
+                                {"result", "EQUAL"},
+                                {"create_revision", "0"}}})},
+      {"success", json::array({{{"request_put", {{"key", ticket_key}, {"prev_kv", true}}}},
+                               {{"request_put", {{"key", marker}}}}})},
+      {"failure", json::array({{{"request_range", {{"key", marker}}}}})}};
+  COHORT_ASSIGN_OR_RETURN(json r, i.Post("/v3/kv/txn", txn, deadline));
+  const json& responses = r.contains("responses") ? r["responses"] : json::array();
+  if (responses.empty()) return DataLoss("etcd ticket txn answered no ops");
+  if (r.value("succeeded", false)) {
+    const json put = responses[0].value("response_put", json::object());
+    auto prev = put.find("prev_kv");
+    if (prev == put.end() || !prev->is_object()) return int64_t{1};
+    const int64_t version = Int(*prev, "version");
+    if (version < 1) return DataLoss("etcd answered a ticket put with a versionless key");
+    return version + 1;
+  }
+  // This call's first txn was applied: read the ticket key as that txn left it.
+  const json marker_range = responses[0].value("response_range", json::object());
+  auto kvs = marker_range.find("kvs");
+  if (kvs == marker_range.end() || !kvs->is_array() || kvs->empty()) {
+    return DataLoss("etcd ticket marker vanished");
+  }
+  const int64_t at = Int((*kvs)[0], "create_revision");
+  COHORT_ASSIGN_OR_RETURN(json then, i.Post("/v3/kv/range",
+                                            {{"key", ticket_key}, {"revision", std::to_string(at)}},
+                                            deadline));
+  auto ticket_kvs = then.find("kvs");
+  if (ticket_kvs == then.end() || !ticket_kvs->is_array() || ticket_kvs->empty()) {
+    return DataLoss("etcd ticket key missing at revision {}", at);
+  }
+  return Int((*ticket_kvs)[0], "version");
 }
 
 Result<int64_t> EtcdStore::CountTickets(std::string_view key, Deadline deadline) {
@@ -991,13 +1025,17 @@ Result<int64_t> EtcdStore::CountTickets(std::string_view key, Deadline deadline)
 // wrote or saw (compare mod_revision; a missing counter: create_revision == 0), and read
 // the peeked keys and the wait key in the same txn; a lost compare reads the counter
 // instead, and the beat is tried again with it. A wait key still missing is then watched
-// (GetBlocking). Two requests per step when nothing happened, not Add + Peek + Get's five.
+// (GetBlocking: the watch and its read once confirmed). Three requests per step when
+// nothing happened, not Add + Peek + Get's six.
 Result<Store::BeatResult> EtcdStore::Beat(std::string_view beat_key,
                                           const std::vector<std::string>& peek_keys,
                                           const std::vector<std::string>& wait_keys,
                                           Deadline deadline) {
   if (wait_keys.size() != 1) {
     return InvalidArgument("this store waits for one key per beat, not {}", wait_keys.size());
+  }
+  if (peek_keys.size() + 2 > kMaxTxnOps) {
+    return Store::Beat(beat_key, peek_keys, wait_keys, deadline);  // more than one txn holds
   }
   Impl& i = *impl_;
   json reads = json::array();

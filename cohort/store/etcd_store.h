@@ -5,8 +5,11 @@
 //  - Set/Get/Check/Delete/NumKeys/MultiSet/MultiGet are KV range/put/deleterange/txn
 //    requests; Add is read + txn(compare mod_revision) retried until it wins; CompareSet is
 //    one txn (create_revision == 0 for an empty `expected`, else value == expected).
-//  - Get/Wait/MultiGet block on a watch (POST /v3/watch, streaming) that starts at the
-//    revision right after the read that found the key missing: woken by etcd, no polling.
+//  - Get/Wait/MultiGet block on a watch (POST /v3/watch, streaming) from the member's
+//    current revision, reading the key once more when etcd confirms the watch (a put
+//    between the first read and the watch is seen by that read): woken by etcd, no polling.
+//  - Tickets are one key's versions (one txn per ticket, idempotent when retried); a Beat
+//    is one txn (counter put if unchanged since this client's last beat, and the reads).
 //  - Every request has a timeout (a cluster without quorum hangs requests): a non-blocking
 //    call gives up after min(deadline, request_timeout) with kDeadlineExceeded. A member
 //    that refuses, drops or stalls a request is skipped for the next endpoint within the
@@ -61,13 +64,15 @@ class EtcdStore final : public Store {
   ~EtcdStore() override;  // stops the keep-alive thread and revokes the lease
 
   COHORT_STORE_METHODS(override);  // the Store interface (store.h)
-  // Tickets are the versions of the key "<key>/ticket": a ticket is one put that returns
-  // the key's previous version (no compare-and-swap retries however many callers race, and
-  // O(1) for etcd); the count is the key's version.
+  // Tickets are the versions of the key "<key>/ticket": a ticket is one txn that puts it
+  // and returns its previous version (no compare-and-swap retries however many callers
+  // race, and O(1) for etcd); the count is the key's version. The txn also creates a
+  // marker of this call, so a txn sent again after a lost answer takes no second ticket.
   Result<int64_t> TakeTicket(std::string_view key, Deadline deadline) override;
   Result<int64_t> CountTickets(std::string_view key, Deadline deadline) override;
   // One txn (increment the beat counter, read the peeked keys and the wait key), then a
-  // watch when the wait key is missing. One wait key only, as the default.
+  // watch when the wait key is missing. One wait key only, as the default; more peek keys
+  // than one txn may hold go through the default (Add, Peek, Get).
   Result<BeatResult> Beat(std::string_view beat_key, const std::vector<std::string>& peek_keys,
                           const std::vector<std::string>& wait_keys, Deadline deadline) override;
 

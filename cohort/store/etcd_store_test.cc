@@ -22,6 +22,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -304,6 +306,80 @@ TEST(EtcdOverloadTest, TooManyRequestsIsRetriedSpaceExceededIsNot) {
   EXPECT_EQ(full.code(), StatusCode::kFailedPrecondition) << full.ToString();
   EXPECT_NE(full.message().find("database space exceeded"), std::string::npos);
   EXPECT_EQ(puts.load(), 4) << "not retried";
+  server.stop();
+  serving.join();
+}
+
+// A ticket txn whose answer is lost (the member is slow; the client's attempt times out
+// after 1.5 s and sends the same txn to the next member) must not take a second ticket. The stand-in
+// gateway applies the ticket txn as etcd does (the marker compare, the ticket key's
+// version) and answers the first one too late.
+TEST(EtcdOverloadTest, ARetriedTicketTxnTakesNoSecondTicket) {
+  httplib::Server server;
+  std::mutex mu;
+  int64_t version = 4, revision = 10, txns = 0;  // four tickets were taken before
+  std::map<std::string, int64_t> markers;           // marker -> create revision
+  std::map<int64_t, int64_t> version_at;            // revision -> ticket key's version
+  server.Post("/v3/kv/range", [&](const httplib::Request& req, httplib::Response& res) {
+    json q = json::parse(req.body);
+    std::lock_guard<std::mutex> lock(mu);
+    if (!q.contains("revision")) {
+      res.set_content(R"({"header":{"revision":"1"},"count":"0"})", "application/json");
+      return;
+    }
+    const int64_t at = std::stoll(q["revision"].get<std::string>());
+    res.set_content(json{{"kvs", json::array({{{"version", std::to_string(version_at[at])}}})}}
+                        .dump(),
+                    "application/json");
+  });
+  server.Post("/v3/kv/txn", [&](const httplib::Request& req, httplib::Response& res) {
+    json q = json::parse(req.body);
+    const std::string marker = q["compare"][0]["key"];
+    json answer;
+    bool late = false;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      late = ++txns == 1;
+      if (auto it = markers.find(marker); it != markers.end()) {
+        answer = {{"responses",
+                   json::array({{{"response_range",
+                                  {{"kvs", json::array({{{"create_revision",
+                                                          std::to_string(it->second)}}})}}}}})}};
+      } else {
+        ++revision;
+        markers[marker] = revision;
+        version_at[revision] = ++version;
+        answer = {{"succeeded", true},
+                  {"responses",
+                   json::array({{{"response_put",
+                                  {{"prev_kv", {{"version", std::to_string(version - 1)}}}}}},
+                                {{"response_put", json::object()}}})}};
+      }
+    }
+    if (late) std::this_thread::sleep_for(2000ms);  // past the client's 1.5 s attempt
+    res.set_content(answer.dump(), "application/json");
+  });
+  const int port = server.bind_to_any_port("127.0.0.1");
+  ASSERT_GT(port, 0);
+  std::thread serving([&] { server.listen_after_bind(); });
+  EtcdStoreOptions options;
+  // Two "members" (the same stand-in): an attempt gets request_timeout / 2.
+  options.endpoints = {fmt::format("127.0.0.1:{}", port), fmt::format("127.0.0.1:{}", port)};
+  options.request_timeout = 3s;
+  auto store = EtcdStore::Connect(options, Soon());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto ticket = (*store)->TakeTicket("slot", Soon());
+  ASSERT_TRUE(ticket.ok()) << ticket.status().ToString();
+  EXPECT_EQ(*ticket, 5) << "the ticket of the applied txn";
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(txns, 2) << "the txn was sent again";
+    EXPECT_EQ(version, 5) << "and took no second ticket";
+  }
+  auto next = (*store)->TakeTicket("slot", Soon());
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ(*next, 6);
+  store->reset();  // closes its kept-alive connections, which the server would wait out
   server.stop();
   serving.join();
 }

@@ -107,6 +107,9 @@ TEST_P(StoreContract, BeatAddsPeeksAndWaits) {
   EXPECT_EQ(counted->peeked[0], "13") << "peeks read after the beat";
   EXPECT_EQ(counted->waited, "7");
   EXPECT_EQ(*store_->Add("me", 0, Soon()), 13);
+  ASSERT_TRUE(store_->Set("me", "1", Soon()).ok());  // this client's own write: counted on
+  ASSERT_TRUE(store_->Beat("me", {}, {"peer"}, Soon()).ok());
+  EXPECT_EQ(*store_->Add("me", 0, Soon()), 2);
   ASSERT_TRUE(store_->Set("me", "1", Soon()).ok());
   // A waiting beat is woken by another client's write; an empty beat key adds nothing.
   std::thread writer([&] { ASSERT_TRUE(factory_->Make()->Set("next", "over", Soon()).ok()); });
