@@ -100,6 +100,12 @@ int64_t Int(const json& j, const char* field) {
   return 0;
 }
 
+// The store revision an answer was made at (its header's), 0 when it has none.
+int64_t HeaderRevision(const json& answer) {
+  auto header = answer.find("header");
+  return header != answer.end() && header->is_object() ? Int(*header, "revision") : 0;
+}
+
 // A key's value from a range response, or nullopt when it has no kvs.
 Result<std::optional<std::string>> RangeValue(const json& range) {
   auto kvs = range.find("kvs");
@@ -521,10 +527,12 @@ struct EtcdStore::Impl {
   // are read with one range over the prefix when it holds few other keys: one range op
   // costs etcd far less than N. Otherwise (or when the prefix holds too many keys), txns of
   // at most kMaxTxnOps ranges.
+  // `revision`, when given, gets the store revision the (first) read saw.
   Result<std::vector<std::optional<std::string>>> ReadMany(const std::vector<std::string>& keys,
-                                                           bool keys_only, Deadline deadline) {
+                                                           bool keys_only, Deadline deadline,
+                                                           int64_t* revision = nullptr) {
     if (keys.size() >= kPrefixReadMinKeys) {
-      COHORT_ASSIGN_OR_RETURN(auto by_prefix, ReadByPrefix(keys, keys_only, deadline));
+      COHORT_ASSIGN_OR_RETURN(auto by_prefix, ReadByPrefix(keys, keys_only, deadline, revision));
       if (by_prefix) return std::move(*by_prefix);
     }
     std::vector<std::optional<std::string>> out;
@@ -537,6 +545,7 @@ struct EtcdStore::Impl {
         ops.push_back({{"request_range", range}});
       }
       COHORT_ASSIGN_OR_RETURN(json r, Post("/v3/kv/txn", {{"success", ops}}, deadline));
+      if (revision != nullptr && start == 0) *revision = HeaderRevision(r);
       const json& responses = r.contains("responses") ? r["responses"] : json::array();
       if (responses.size() != end - start) return DataLoss("etcd txn answered too few ranges");
       for (const auto& resp : responses) {
@@ -550,7 +559,8 @@ struct EtcdStore::Impl {
   // ReadMany through one range over the keys' longest common prefix, limited to twice the
   // number of keys; nullopt when the prefix holds more than that.
   Result<std::optional<std::vector<std::optional<std::string>>>> ReadByPrefix(
-      const std::vector<std::string>& keys, bool keys_only, Deadline deadline) {
+      const std::vector<std::string>& keys, bool keys_only, Deadline deadline,
+      int64_t* revision) {
     std::vector<std::string> full;
     for (const auto& k : keys) full.push_back(Full(k));
     std::string prefix = full[0];
@@ -565,6 +575,7 @@ struct EtcdStore::Impl {
                   {"limit", std::to_string(limit)}};
     if (keys_only) range["keys_only"] = true;
     COHORT_ASSIGN_OR_RETURN(json r, Post("/v3/kv/range", range, deadline));
+    if (revision != nullptr) *revision = HeaderRevision(r);
     using Values = std::vector<std::optional<std::string>>;
     if (r.value("more", false)) return std::optional<Values>();
     std::unordered_map<std::string, std::string> found;
@@ -583,10 +594,13 @@ struct EtcdStore::Impl {
     return std::optional<Values>(std::move(out));
   }
 
-  // Streams a watch on `full_key` from now until the key is there (the read made once the
-  // watch is confirmed, or a PUT event; returns its value), the watch is cancelled by etcd
-  // (returns nullopt: read again), or the deadline/abort/an error ends it.
-  Result<std::optional<std::string>> Watch(const std::string& full_key, Deadline deadline) {
+  // Streams a watch on `full_key` until the key is there (a PUT event, or the read made
+  // once the watch is confirmed; returns its value), the watch is cancelled by etcd
+  // (returns nullopt: read again), or the deadline/abort/an error ends it. The watch starts
+  // after `absent_at`, the revision of a read that found the key missing (every put since
+  // comes as an event); with 0 it starts now and the key is read once it is confirmed.
+  Result<std::optional<std::string>> Watch(const std::string& full_key, Deadline deadline,
+                                           int64_t absent_at) {
     ConnRef c(this);
     const std::string b64_key = B64(full_key);
     std::optional<std::string> found;
@@ -606,7 +620,7 @@ struct EtcdStore::Impl {
         cancelled = true;
         return false;
       }
-      if (res.value("created", false)) {
+      if (res.value("created", false) && absent_at == 0) {
         // The watch sees every change from now on; read once to catch a put before it.
         auto now = Range(full_key, deadline);
         if (!now.ok()) {
@@ -635,10 +649,11 @@ struct EtcdStore::Impl {
       }
       return true;
     };
-    // No start revision: a watch from the current revision is "synced" in etcd and gets
-    // events at once, while one from a past revision waits for etcd's catch-up loop
-    // (every 100 ms) whenever writes happened in between.
+    // A watch from a past revision is caught up by etcd's sync loop (within about 100 ms
+    // when writes came in between), which is fine for a wait of a join or a watcher step,
+    // and saves the read once the watch is confirmed (a request per wait).
     json request = {{"create_request", {{"key", b64_key}}}};
+    if (absent_at > 0) request["create_request"]["start_revision"] = std::to_string(absent_at + 1);
     size_t idx = current.load() % urls.size();
     long http = 0;
     Duration left = deadline.remaining();
@@ -668,20 +683,24 @@ struct EtcdStore::Impl {
   }
 
   // Get that blocks until the key exists:
-  //  1. range read; present -> done (skipped when the caller just saw the key absent)
-  //  2. watch the key from now; once etcd confirms the watch, read again (a put between
-  //     1 and 2 is seen by this read, any later one by the watch)
-  //  3. a PUT event carries the value; a cancelled or lost watch goes back to 1
+  //  1. range read; present -> done (skipped when the caller saw the key absent at revision
+  //     `absent_at` > 0, or just saw it absent: kWatchNow)
+  //  2. watch the key from the revision after that read (every later put is an event); with
+  //     kWatchNow, from now, reading the key again once etcd confirms the watch
+  //  3. a PUT event carries the value; a cancelled watch (compacted history) or a lost one
+  //     goes back to 1
+  static constexpr int64_t kReadFirst = -1, kWatchNow = 0;
   Result<std::string> GetBlocking(const std::string& full_key, Deadline deadline,
-                                  bool known_absent = false) {
+                                  int64_t absent_at = kReadFirst) {
     for (;;) {
-      if (!known_absent) {
+      if (absent_at == kReadFirst) {
         COHORT_ASSIGN_OR_RETURN(json r, Range(full_key, deadline));
         COHORT_ASSIGN_OR_RETURN(auto value, RangeValue(r));
         if (value) return std::move(*value);
+        absent_at = std::max<int64_t>(HeaderRevision(r), kWatchNow);
       }
-      known_absent = false;
-      auto w = Watch(full_key, deadline);
+      auto w = Watch(full_key, deadline, absent_at);
+      absent_at = kReadFirst;
       if (w.ok()) {
         if (*w) return std::move(**w);
         continue;
@@ -934,11 +953,15 @@ Status EtcdStore::Wait(const std::vector<std::string>& keys, Deadline deadline) 
   if (impl_->aborted) return Cancelled("etcd store client aborted");
   // One key: watch at once (the watch reads the key once it is set up), which saves a read
   // when the key is absent, the usual case for a wait.
-  if (keys.size() == 1) return impl_->GetBlocking(impl_->Full(keys[0]), deadline, true).status();
-  COHORT_ASSIGN_OR_RETURN(auto present, impl_->ReadMany(keys, /*keys_only=*/true, deadline));
+  if (keys.size() == 1) {
+    return impl_->GetBlocking(impl_->Full(keys[0]), deadline, Impl::kWatchNow).status();
+  }
+  int64_t revision = 0;
+  COHORT_ASSIGN_OR_RETURN(auto present,
+                          impl_->ReadMany(keys, /*keys_only=*/true, deadline, &revision));
   for (size_t k = 0; k < keys.size(); ++k) {
     if (present[k]) continue;
-    auto v = impl_->GetBlocking(impl_->Full(keys[k]), deadline, /*known_absent=*/true);
+    auto v = impl_->GetBlocking(impl_->Full(keys[k]), deadline, revision);
     if (!v.ok()) return v.status();
   }
   return Status::Ok();
@@ -1064,7 +1087,7 @@ Result<Store::BeatResult> EtcdStore::Beat(std::string_view beat_key,
   out.peeked_age_ms.assign(peek_keys.size(), -1);
   COHORT_ASSIGN_OR_RETURN(out.waited, value_of(peek_keys.size()));
   if (out.waited) return out;
-  auto value = i.GetBlocking(i.Full(wait_keys[0]), deadline, /*known_absent=*/true);
+  auto value = i.GetBlocking(i.Full(wait_keys[0]), deadline, HeaderRevision(r));
   if (value.ok()) {
     out.waited = std::move(value).value();
   } else if (value.status().code() != StatusCode::kDeadlineExceeded) {
@@ -1083,7 +1106,9 @@ Result<std::vector<std::string>> EtcdStore::MultiGet(const std::vector<std::stri
                                                      Deadline deadline) {
   // Read first (usually everything is there), then wait for each missing key on a watch,
   // which hands over its value: one read plus one watch per missing key.
-  COHORT_ASSIGN_OR_RETURN(auto values, impl_->ReadMany(keys, /*keys_only=*/false, deadline));
+  int64_t revision = 0;
+  COHORT_ASSIGN_OR_RETURN(auto values,
+                          impl_->ReadMany(keys, /*keys_only=*/false, deadline, &revision));
   std::vector<std::string> out;
   out.reserve(keys.size());
   for (size_t k = 0; k < keys.size(); ++k) {
@@ -1091,8 +1116,8 @@ Result<std::vector<std::string>> EtcdStore::MultiGet(const std::vector<std::stri
       out.push_back(std::move(*values[k]));
       continue;
     }
-    COHORT_ASSIGN_OR_RETURN(std::string v, impl_->GetBlocking(impl_->Full(keys[k]), deadline,
-                                                              /*known_absent=*/true));
+    COHORT_ASSIGN_OR_RETURN(std::string v,
+                            impl_->GetBlocking(impl_->Full(keys[k]), deadline, revision));
     out.push_back(std::move(v));
   }
   return out;
