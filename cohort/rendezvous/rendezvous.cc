@@ -198,12 +198,14 @@ Status Rendezvous::WaitForNextRound(int64_t round, Deadline deadline) {
 // the node that ended it): a round seen last whose `next` exists is over, and the current
 // one is the next, whatever the counter says yet (nodes woken by the end of a round join
 // the next one without waiting for the counter, or taking its lag for a running round).
-Result<Rendezvous::JobState> Rendezvous::ReadJobState() {
-  COHORT_ASSIGN_OR_RETURN(
-      auto values,
-      store_->Peek({Key("done"), Key("restarts"), Key("round"), RoundKey(last_round_, "closed"),
-                    RoundKey(last_round_, "next"), RoundKey(last_round_ + 1, "closed")},
-                   CallDeadline()));
+// A read that times out is made again until `retry_until` (a loaded store).
+Result<Rendezvous::JobState> Rendezvous::ReadJobState(Deadline retry_until) {
+  const std::vector<std::string> keys = {
+      Key("done"),      Key("restarts"), Key("round"), RoundKey(last_round_, "closed"),
+      RoundKey(last_round_, "next"), RoundKey(last_round_ + 1, "closed")};
+  COHORT_ASSIGN_OR_RETURN(auto values, UntilDeadline(retry_until, [&] {
+                            return store_->Peek(keys, CallDeadline().Earlier(retry_until));
+                          }));
   JobState s;
   s.done = values[0];
   auto counter = [](const std::optional<std::string>& v, std::string_view name) -> Result<int64_t> {
@@ -243,7 +245,7 @@ Result<RendezvousInfo> Rendezvous::Next() {
   const Deadline join_deadline = Deadline::After(config_.join_timeout);
   for (;;) {
     // Steps 1 and 2 read the job's state in one call.
-    COHORT_ASSIGN_OR_RETURN(JobState state, ReadJobState());
+    COHORT_ASSIGN_OR_RETURN(JobState state, ReadJobState(join_deadline));
     if (state.done) {
       return FailedPrecondition("job '{}' is already over ({})", config_.run_id, *state.done);
     }
@@ -716,7 +718,7 @@ Status Rendezvous::CloseJob(std::string_view outcome) {
   COHORT_RETURN_IF_ERROR(
       store_->CompareSet(Key("done"), "", std::string(outcome), CallDeadline()).status());
   // Wake spares and late joiners parked on the current round's `next`.
-  COHORT_ASSIGN_OR_RETURN(JobState state, ReadJobState());
+  COHORT_ASSIGN_OR_RETURN(JobState state, ReadJobState(CallDeadline()));
   return store_->CompareSet(RoundKey(state.round, "next"), "",
                             RoundEnd{RoundEnd::Kind::kJobDone, ""}.Encode(), CallDeadline())
       .status();

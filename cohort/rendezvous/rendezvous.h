@@ -179,7 +179,7 @@ class Rendezvous {
     bool closed_known = false;          // whether `closed` below is that of `round`
     std::optional<std::string> closed;  // the round's member count once it is closed
   };
-  Result<JobState> ReadJobState();
+  Result<JobState> ReadJobState(Deadline retry_until);
   Status AdvanceRound(int64_t round);
   Status WaitForNextRound(int64_t round, Deadline join_deadline);
   // The steps of Next (the protocol is written out above it in rendezvous.cc).

@@ -100,6 +100,13 @@ int64_t Int(const json& j, const char* field) {
   return 0;
 }
 
+const Status& StatusOf(const Status& s) { return s; }
+template <typename T>
+const Status& StatusOf(const Result<T>& r) {
+  static const Status ok;
+  return r.ok() ? ok : r.status();
+}
+
 // The store revision an answer was made at (its header's), 0 when it has none.
 int64_t HeaderRevision(const json& answer) {
   auto header = answer.find("header");
@@ -494,6 +501,25 @@ struct EtcdStore::Impl {
           Pause(backoff.Next(), d);
         }
       }
+    }
+  }
+
+  // For requests that may be sent again (idempotent: a put of a fixed value, a ticket txn
+  // with its marker): Post until the caller's deadline, not just the request timeout, so an
+  // overloaded cluster slows a join down instead of failing it.
+  template <typename Call>
+  auto UntilCallerDeadline(Deadline deadline, const Call& call) -> decltype(call()) {
+    cohort::Backoff backoff(std::chrono::milliseconds(50), std::chrono::seconds(1), deadline);
+    for (;;) {
+      auto result = call();
+      const Status& status = StatusOf(result);
+      if ((status.code() != StatusCode::kDeadlineExceeded &&
+           status.code() != StatusCode::kUnavailable) ||
+          deadline.expired() || aborted) {
+        return result;
+      }
+      COHORT_LOG_DEBUG(kLog, "etcd request failed ({}); sending it again", status.message());
+      Pause(backoff.Next(), deadline);
     }
   }
 
@@ -1009,7 +1035,8 @@ Result<int64_t> EtcdStore::TakeTicket(std::string_view key, Deadline deadline) {
       {"success", json::array({{{"request_put", {{"key", ticket_key}, {"prev_kv", true}}}},
                                {{"request_put", {{"key", marker}}}}})},
       {"failure", json::array({{{"request_range", {{"key", marker}}}}})}};
-  COHORT_ASSIGN_OR_RETURN(json r, i.Post("/v3/kv/txn", txn, deadline));
+  COHORT_ASSIGN_OR_RETURN(
+      json r, i.UntilCallerDeadline(deadline, [&] { return i.Post("/v3/kv/txn", txn, deadline); }));
   const json& responses = r.contains("responses") ? r["responses"] : json::array();
   if (responses.empty()) return DataLoss("etcd ticket txn answered no ops");
   if (r.value("succeeded", false)) {
@@ -1027,14 +1054,25 @@ Result<int64_t> EtcdStore::TakeTicket(std::string_view key, Deadline deadline) {
     return DataLoss("etcd ticket marker vanished");
   }
   const int64_t at = Int((*kvs)[0], "create_revision");
-  COHORT_ASSIGN_OR_RETURN(json then, i.Post("/v3/kv/range",
-                                            {{"key", ticket_key}, {"revision", std::to_string(at)}},
-                                            deadline));
+  const json at_marker = {{"key", ticket_key}, {"revision", std::to_string(at)}};
+  COHORT_ASSIGN_OR_RETURN(json then, i.UntilCallerDeadline(deadline, [&] {
+    return i.Post("/v3/kv/range", at_marker, deadline);
+  }));
   auto ticket_kvs = then.find("kvs");
   if (ticket_kvs == then.end() || !ticket_kvs->is_array() || ticket_kvs->empty()) {
     return DataLoss("etcd ticket key missing at revision {}", at);
   }
   return Int((*ticket_kvs)[0], "version");
+}
+
+Result<int64_t> EtcdStore::Append(std::string_view ticket_key, std::string_view record_prefix,
+                                  std::string_view value, Deadline deadline) {
+  // The default's two requests, each sent again until the caller's deadline (both may be).
+  COHORT_ASSIGN_OR_RETURN(int64_t ticket, TakeTicket(ticket_key, deadline));
+  const std::string record = std::string(record_prefix) + std::to_string(ticket);
+  COHORT_RETURN_IF_ERROR(
+      impl_->UntilCallerDeadline(deadline, [&] { return impl_->Put(record, value, deadline); }));
+  return ticket;
 }
 
 Result<int64_t> EtcdStore::CountTickets(std::string_view key, Deadline deadline) {

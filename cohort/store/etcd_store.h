@@ -70,6 +70,10 @@ class EtcdStore final : public Store {
   // marker of this call, so a txn sent again after a lost answer takes no second ticket.
   Result<int64_t> TakeTicket(std::string_view key, Deadline deadline) override;
   Result<int64_t> CountTickets(std::string_view key, Deadline deadline) override;
+  // TakeTicket, then a put of the record; an overloaded cluster's timeouts make both be
+  // sent again until `deadline` (each is safe to send twice), not fail the join.
+  Result<int64_t> Append(std::string_view ticket_key, std::string_view record_prefix,
+                         std::string_view value, Deadline deadline) override;
   // One txn (increment the beat counter, read the peeked keys and the wait key), then a
   // watch when the wait key is missing. One wait key only, as the default; more peek keys
   // than one txn may hold go through the default (Add, Peek, Get).
