@@ -5,9 +5,11 @@
 //  - Set/Get/Check/Delete/NumKeys/MultiSet/MultiGet are KV range/put/deleterange/txn
 //    requests; Add is read + txn(compare mod_revision) retried until it wins; CompareSet is
 //    one txn (create_revision == 0 for an empty `expected`, else value == expected).
-//  - Get/Wait/MultiGet block on a watch (POST /v3/watch, streaming) from the member's
-//    current revision, reading the key once more when etcd confirms the watch (a put
-//    between the first read and the watch is seen by that read): woken by etcd, no polling.
+//  - Get/Wait/MultiGet block on a watch (POST /v3/watch, streaming) from the revision
+//    after the read that found the key missing (etcd replays the puts since; Wait on one
+//    key watches from now and reads once the watch is confirmed): woken by etcd, no polling.
+//  - Idempotent writes of a join (the ticket txn, the record put) are sent again until the
+//    caller's deadline when a request times out: an overloaded cluster slows joins down.
 //  - Tickets are one key's versions (one txn per ticket, idempotent when retried); a Beat
 //    is one txn (counter put if unchanged since this client's last beat, and the reads).
 //  - Every request has a timeout (a cluster without quorum hangs requests): a non-blocking
