@@ -1,9 +1,10 @@
 // Implements EtcdStore over etcd's v3 JSON gateway with libcurl.
 //
 // Thread-safety: Impl's connection pool, socket set, token, beat counters and endpoint
-// index are guarded by their own mutexes or are atomics; a Conn (one CURL easy handle) is used by one call at a
-// time. Abort() touches only atomics and shutdown(2) on the sockets libcurl opened through
-// our open/close callbacks (both under fds_mu_, so a closed descriptor is never shut down).
+// index are guarded by their own mutexes or are atomics; a Conn (one CURL easy handle) is
+// used by one call at a time. Abort() touches only atomics and shutdown(2) on the sockets
+// libcurl opened through our open/close callbacks (both under fds_mu_, so a closed
+// descriptor is never shut down).
 #include "cohort/store/etcd_store.h"
 
 #include <curl/curl.h>
@@ -100,30 +101,52 @@ int64_t Int(const json& j, const char* field) {
   return 0;
 }
 
-const Status& StatusOf(const Status& s) { return s; }
-template <typename T>
-const Status& StatusOf(const Result<T>& r) {
-  static const Status ok;
-  return r.ok() ? ok : r.status();
-}
-
 // The store revision an answer was made at (its header's), 0 when it has none.
 int64_t HeaderRevision(const json& answer) {
   auto header = answer.find("header");
   return header != answer.end() && header->is_object() ? Int(*header, "revision") : 0;
 }
 
+// The first key-value of a range response, or null when it has none.
+const json* FirstKv(const json& range) {
+  auto kvs = range.find("kvs");
+  if (kvs == range.end() || !kvs->is_array() || kvs->empty()) return nullptr;
+  return &(*kvs)[0];
+}
+
 // A key's value from a range response, or nullopt when it has no kvs.
 Result<std::optional<std::string>> RangeValue(const json& range) {
-  auto kvs = range.find("kvs");
-  if (kvs == range.end() || !kvs->is_array() || kvs->empty()) {
-    return std::optional<std::string>();
-  }
-  const json& kv = (*kvs)[0];
+  const json* first = FirstKv(range);
+  if (first == nullptr) return std::optional<std::string>();
+  const json& kv = *first;
   auto v = kv.find("value");
   if (v == kv.end()) return std::optional<std::string>(std::string());
   COHORT_ASSIGN_OR_RETURN(std::string value, UnB64(v->get<std::string>()));
   return std::optional<std::string>(std::move(value));
+}
+
+// An integer counter as a range response shows it (nullopt when the key is missing), and
+// the compare that holds while it is unchanged: Add's and Beat's compare-and-put.
+struct Counter {
+  int64_t value = 0;
+  int64_t mod_revision = 0;
+};
+Result<std::optional<Counter>> CounterIn(const json& range, std::string_view key) {
+  const json* kv = FirstKv(range);
+  if (kv == nullptr) return std::optional<Counter>();
+  COHORT_ASSIGN_OR_RETURN(auto text, RangeValue(range));
+  auto value = ParseInt64(text.value_or(""));
+  if (!value) return InvalidArgument("Add on key '{}' whose value is not an integer", key);
+  return std::optional<Counter>(Counter{*value, Int(*kv, "mod_revision")});
+}
+json UnchangedCompare(const std::string& b64_key, const std::optional<Counter>& known) {
+  if (!known) {
+    return {{"key", b64_key}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}};
+  }
+  return {{"key", b64_key},
+          {"target", "MOD"},
+          {"result", "EQUAL"},
+          {"mod_revision", std::to_string(known->mod_revision)}};
 }
 
 // The smallest key greater than every key starting with `prefix` (etcd's range_end).
@@ -206,12 +229,8 @@ struct EtcdStore::Impl {
   std::thread keepalive;
 
   // Beat counters as this client last wrote or read them (EtcdStore::Beat).
-  struct BeatCounter {
-    int64_t value = 0;
-    int64_t mod_revision = 0;
-  };
   Mutex beat_mu;
-  std::unordered_map<std::string, BeatCounter> beat_counters COHORT_GUARDED_BY(beat_mu);
+  std::unordered_map<std::string, Counter> beat_counters COHORT_GUARDED_BY(beat_mu);
 
   Mutex abort_mu;  // for abortable backoff sleeps
   CondVar abort_cv;
@@ -426,9 +445,17 @@ struct EtcdStore::Impl {
   //     transient etcd error (no leader, leader changed, timed out) moves to the next member
   //  3. after a full cycle of failures, back off (20 ms doubling to 500 ms) and cycle again
   //  4. an invalid auth token is renewed once per call
+  // `resend`: kUntilDeadline for requests that are safe to apply twice (a put of a fixed
+  // value, a ticket txn with its marker): they are tried until the caller's deadline, not
+  // only the request timeout, so an overloaded cluster slows a join down instead of failing it.
+  enum class Resend { kWithinRequestTimeout, kUntilDeadline };
   Result<json> Post(const std::string& path, const json& request, Deadline deadline,
-                    bool with_token = true) {
-    const Deadline d = deadline.Earlier(Deadline::After(options.request_timeout));
+                    bool with_token = true, Resend resend = Resend::kWithinRequestTimeout) {
+    const Deadline d = resend == Resend::kUntilDeadline
+                           ? deadline
+                           : deadline.Earlier(Deadline::After(options.request_timeout));
+    const auto budget_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(d.remaining()).count();
     const Duration share =
         std::max<Duration>(options.request_timeout / static_cast<int64_t>(urls.size()),
                            std::chrono::milliseconds(1000));
@@ -446,10 +473,8 @@ struct EtcdStore::Impl {
           return Unavailable("no etcd member reachable at {} (last error: {})", Join(urls),
                              last.message());
         }
-        return DeadlineExceeded(
-            "etcd {} did not complete within {} ms{}", path,
-            std::chrono::duration_cast<std::chrono::milliseconds>(options.request_timeout).count(),
-            last.ok() ? "" : ": " + last.message());
+        return DeadlineExceeded("etcd {} did not complete within {} ms{}", path, budget_ms,
+                                last.ok() ? "" : ": " + last.message());
       }
       size_t idx = current.load() % urls.size();
       const std::string& url = urls[idx];
@@ -501,25 +526,6 @@ struct EtcdStore::Impl {
           Pause(backoff.Next(), d);
         }
       }
-    }
-  }
-
-  // For requests that may be sent again (idempotent: a put of a fixed value, a ticket txn
-  // with its marker): Post until the caller's deadline, not just the request timeout, so an
-  // overloaded cluster slows a join down instead of failing it.
-  template <typename Call>
-  auto UntilCallerDeadline(Deadline deadline, const Call& call) -> decltype(call()) {
-    cohort::Backoff backoff(std::chrono::milliseconds(50), std::chrono::seconds(1), deadline);
-    for (;;) {
-      auto result = call();
-      const Status& status = StatusOf(result);
-      if ((status.code() != StatusCode::kDeadlineExceeded &&
-           status.code() != StatusCode::kUnavailable) ||
-          deadline.expired() || aborted) {
-        return result;
-      }
-      COHORT_LOG_DEBUG(kLog, "etcd request failed ({}); sending it again", status.message());
-      Pause(backoff.Next(), deadline);
     }
   }
 
@@ -747,10 +753,31 @@ struct EtcdStore::Impl {
     }
   }
 
-  Status Put(const std::string& key, std::string_view value, Deadline deadline) {
+  // The values of `keys` once all exist (Wait, MultiGet): one read (usually everything is
+  // there), then a watch per missing key from that read's revision, which hands over its
+  // value. (With `keys_only`, the values of keys present at the read are empty.)
+  Result<std::vector<std::string>> ReadAllWaiting(const std::vector<std::string>& keys,
+                                                  bool keys_only, Deadline deadline) {
+    int64_t revision = 0;
+    COHORT_ASSIGN_OR_RETURN(auto values, ReadMany(keys, keys_only, deadline, &revision));
+    std::vector<std::string> out;
+    out.reserve(keys.size());
+    for (size_t k = 0; k < keys.size(); ++k) {
+      if (values[k]) {
+        out.push_back(std::move(*values[k]));
+        continue;
+      }
+      COHORT_ASSIGN_OR_RETURN(std::string v, GetBlocking(Full(keys[k]), deadline, revision));
+      out.push_back(std::move(v));
+    }
+    return out;
+  }
+
+  Status Put(const std::string& key, std::string_view value, Deadline deadline,
+             Resend resend = Resend::kWithinRequestTimeout) {
     json req = {{"key", B64(Full(key))}, {"value", B64(value)}};
     if (int64_t lease = lease_id.load()) req["lease"] = std::to_string(lease);
-    return Post("/v3/kv/put", req, deadline).status();
+    return Post("/v3/kv/put", req, deadline, true, resend).status();
   }
 
   // The beat txn of EtcdStore::Beat: increments `beat_key` (known value and mod_revision
@@ -760,45 +787,34 @@ struct EtcdStore::Impl {
     const std::string k = B64(Full(beat_key));
     const json read_counter = json::array({{{"request_range", {{"key", k}}}}});
     for (;;) {
-      std::optional<BeatCounter> known;
+      std::optional<Counter> known;
       {
         MutexLock lock(&beat_mu);
         if (auto it = beat_counters.find(beat_key); it != beat_counters.end()) known = it->second;
       }
       const int64_t next = known ? known->value + 1 : 1;
-      json compare =
-          known ? json{{"key", k},
-                       {"target", "MOD"},
-                       {"result", "EQUAL"},
-                       {"mod_revision", std::to_string(known->mod_revision)}}
-                : json{{"key", k}, {"target", "CREATE"}, {"result", "EQUAL"},
-                       {"create_revision", "0"}};
       json put_then_reads = json::array(
           {{{"request_put", {{"key", k}, {"value", B64(std::to_string(next))}}}}});
       put_then_reads.insert(put_then_reads.end(), reads.begin(), reads.end());
-      json txn = {{"compare", json::array({compare})},
+      json txn = {{"compare", json::array({UnchangedCompare(k, known)})},
                   {"success", put_then_reads},
                   {"failure", read_counter}};
       COHORT_ASSIGN_OR_RETURN(json r, Post("/v3/kv/txn", txn, deadline));
       MutexLock lock(&beat_mu);
       if (r.value("succeeded", false)) {
-        beat_counters[beat_key] = {next, Int(r.value("header", json::object()), "revision")};
+        beat_counters[beat_key] = {next, HeaderRevision(r)};
         return r;
       }
       const json& responses = r.contains("responses") ? r["responses"] : json::array();
       if (responses.empty()) return DataLoss("etcd beat txn failed without its range response");
-      const json range = responses[0].value("response_range", json::object());
-      auto kvs = range.find("kvs");
-      if (kvs == range.end() || !kvs->is_array() || kvs->empty()) {
+      COHORT_ASSIGN_OR_RETURN(
+          auto current,
+          CounterIn(responses[0].value("response_range", json::object()), beat_key));
+      if (current) {
+        beat_counters[beat_key] = *current;
+      } else {
         beat_counters.erase(beat_key);
-        continue;
       }
-      COHORT_ASSIGN_OR_RETURN(auto value, RangeValue(range));
-      auto parsed = ParseInt64(value.value_or(""));
-      if (!parsed) {
-        return InvalidArgument("beat on key '{}' whose value is not an integer", beat_key);
-      }
-      beat_counters[beat_key] = {*parsed, Int((*kvs)[0], "mod_revision")};
     }
   }
 
@@ -923,25 +939,12 @@ Result<int64_t> EtcdStore::Add(std::string_view key, int64_t delta, Deadline dea
   const std::string k = B64(i.Full(key));
   COHORT_ASSIGN_OR_RETURN(json range, i.Post("/v3/kv/range", {{"key", k}}, deadline));
   for (;;) {
-    COHORT_ASSIGN_OR_RETURN(auto current, RangeValue(range));
-    int64_t value = 0;
-    json compare;
-    if (current) {
-      auto parsed = ParseInt64(*current);
-      if (!parsed) return InvalidArgument("Add on key '{}' whose value is not an integer", key);
-      value = *parsed;
-      compare = {{"key", k},
-                 {"target", "MOD"},
-                 {"result", "EQUAL"},
-                 {"mod_revision", std::to_string(Int(range["kvs"][0], "mod_revision"))}};
-    } else {
-      compare = {{"key", k}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}};
-    }
+    COHORT_ASSIGN_OR_RETURN(auto current, CounterIn(range, key));
     // Adding 0 to an existing counter is a read: no write, so readers never contend.
-    if (delta == 0 && current) return value;
-    int64_t next = value + delta;
+    if (delta == 0 && current) return current->value;
+    const int64_t next = (current ? current->value : 0) + delta;
     json txn = {
-        {"compare", json::array({compare})},
+        {"compare", json::array({UnchangedCompare(k, current)})},
         {"success",
          json::array({{{"request_put", {{"key", k}, {"value", B64(std::to_string(next))}}}}})},
         {"failure", json::array({{{"request_range", {{"key", k}}}}})}};
@@ -982,15 +985,7 @@ Status EtcdStore::Wait(const std::vector<std::string>& keys, Deadline deadline) 
   if (keys.size() == 1) {
     return impl_->GetBlocking(impl_->Full(keys[0]), deadline, Impl::kWatchNow).status();
   }
-  int64_t revision = 0;
-  COHORT_ASSIGN_OR_RETURN(auto present,
-                          impl_->ReadMany(keys, /*keys_only=*/true, deadline, &revision));
-  for (size_t k = 0; k < keys.size(); ++k) {
-    if (present[k]) continue;
-    auto v = impl_->GetBlocking(impl_->Full(keys[k]), deadline, revision);
-    if (!v.ok()) return v.status();
-  }
-  return Status::Ok();
+  return impl_->ReadAllWaiting(keys, /*keys_only=*/true, deadline).status();
 }
 
 Result<bool> EtcdStore::Check(const std::vector<std::string>& keys, Deadline deadline) {
@@ -1036,7 +1031,7 @@ Result<int64_t> EtcdStore::TakeTicket(std::string_view key, Deadline deadline) {
                                {{"request_put", {{"key", marker}}}}})},
       {"failure", json::array({{{"request_range", {{"key", marker}}}}})}};
   COHORT_ASSIGN_OR_RETURN(
-      json r, i.UntilCallerDeadline(deadline, [&] { return i.Post("/v3/kv/txn", txn, deadline); }));
+      json r, i.Post("/v3/kv/txn", txn, deadline, true, Impl::Resend::kUntilDeadline));
   const json& responses = r.contains("responses") ? r["responses"] : json::array();
   if (responses.empty()) return DataLoss("etcd ticket txn answered no ops");
   if (r.value("succeeded", false)) {
@@ -1049,20 +1044,15 @@ Result<int64_t> EtcdStore::TakeTicket(std::string_view key, Deadline deadline) {
   }
   // This call's first txn was applied: read the ticket key as that txn left it.
   const json marker_range = responses[0].value("response_range", json::object());
-  auto kvs = marker_range.find("kvs");
-  if (kvs == marker_range.end() || !kvs->is_array() || kvs->empty()) {
-    return DataLoss("etcd ticket marker vanished");
-  }
-  const int64_t at = Int((*kvs)[0], "create_revision");
+  const json* marker_kv = FirstKv(marker_range);
+  if (marker_kv == nullptr) return DataLoss("etcd ticket marker vanished");
+  const int64_t at = Int(*marker_kv, "create_revision");
   const json at_marker = {{"key", ticket_key}, {"revision", std::to_string(at)}};
-  COHORT_ASSIGN_OR_RETURN(json then, i.UntilCallerDeadline(deadline, [&] {
-    return i.Post("/v3/kv/range", at_marker, deadline);
-  }));
-  auto ticket_kvs = then.find("kvs");
-  if (ticket_kvs == then.end() || !ticket_kvs->is_array() || ticket_kvs->empty()) {
-    return DataLoss("etcd ticket key missing at revision {}", at);
-  }
-  return Int((*ticket_kvs)[0], "version");
+  COHORT_ASSIGN_OR_RETURN(
+      json then, i.Post("/v3/kv/range", at_marker, deadline, true, Impl::Resend::kUntilDeadline));
+  const json* ticket_kv = FirstKv(then);
+  if (ticket_kv == nullptr) return DataLoss("etcd ticket key missing at revision {}", at);
+  return Int(*ticket_kv, "version");
 }
 
 Result<int64_t> EtcdStore::Append(std::string_view ticket_key, std::string_view record_prefix,
@@ -1070,16 +1060,14 @@ Result<int64_t> EtcdStore::Append(std::string_view ticket_key, std::string_view 
   // The default's two requests, each sent again until the caller's deadline (both may be).
   COHORT_ASSIGN_OR_RETURN(int64_t ticket, TakeTicket(ticket_key, deadline));
   const std::string record = std::string(record_prefix) + std::to_string(ticket);
-  COHORT_RETURN_IF_ERROR(
-      impl_->UntilCallerDeadline(deadline, [&] { return impl_->Put(record, value, deadline); }));
+  COHORT_RETURN_IF_ERROR(impl_->Put(record, value, deadline, Impl::Resend::kUntilDeadline));
   return ticket;
 }
 
 Result<int64_t> EtcdStore::CountTickets(std::string_view key, Deadline deadline) {
   COHORT_ASSIGN_OR_RETURN(json r, impl_->Range(impl_->Full(key) + "/ticket", deadline));
-  auto kvs = r.find("kvs");
-  if (kvs == r.end() || !kvs->is_array() || kvs->empty()) return int64_t{0};
-  return Int((*kvs)[0], "version");
+  const json* kv = FirstKv(r);
+  return kv == nullptr ? int64_t{0} : Int(*kv, "version");
 }
 
 // One txn per beat: put the counter's next value if it is still the one this client last
@@ -1142,23 +1130,7 @@ Result<int64_t> EtcdStore::DeleteAll(Deadline deadline) {
 
 Result<std::vector<std::string>> EtcdStore::MultiGet(const std::vector<std::string>& keys,
                                                      Deadline deadline) {
-  // Read first (usually everything is there), then wait for each missing key on a watch,
-  // which hands over its value: one read plus one watch per missing key.
-  int64_t revision = 0;
-  COHORT_ASSIGN_OR_RETURN(auto values,
-                          impl_->ReadMany(keys, /*keys_only=*/false, deadline, &revision));
-  std::vector<std::string> out;
-  out.reserve(keys.size());
-  for (size_t k = 0; k < keys.size(); ++k) {
-    if (values[k]) {
-      out.push_back(std::move(*values[k]));
-      continue;
-    }
-    COHORT_ASSIGN_OR_RETURN(std::string v,
-                            impl_->GetBlocking(impl_->Full(keys[k]), deadline, revision));
-    out.push_back(std::move(v));
-  }
-  return out;
+  return impl_->ReadAllWaiting(keys, /*keys_only=*/false, deadline);
 }
 
 Status EtcdStore::MultiSet(const std::vector<std::string>& keys,

@@ -266,8 +266,9 @@ std::shared_ptr<EtcdStore> Connect(const std::vector<std::string>& endpoints,
 
 // etcd refuses a write while more than 5,000 committed entries wait to be applied ("too
 // many requests"; etcd 3.4's gateway answers it with gRPC code 2): at 5,000 and 10,000
-// simulated nodes this ended joins. A stand-in gateway answers the first writes so; the client retries them,
-// and does not retry the same code's "database space exceeded" (nothing to wait for).
+// simulated nodes this ended joins. A stand-in gateway answers the first writes so; the
+// client retries them, and does not retry the same code's "database space exceeded"
+// (nothing to wait for).
 TEST(EtcdOverloadTest, TooManyRequestsIsRetriedSpaceExceededIsNot) {
   httplib::Server server;
   std::atomic<int> puts{0}, refusals{2};
