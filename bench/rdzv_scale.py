@@ -44,9 +44,13 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import etcd_profile  # noqa: E402  (bench/etcd_profile.py)
 
 REPO = Path(__file__).resolve().parent.parent
 ETCD = "/usr/bin/etcd"
@@ -134,8 +138,9 @@ class EtcdStore:
     """etcd members on loopback (data in a temporary directory), stopped by PID."""
     keeps_wills = False  # cohort's etcd client: heartbeats only
 
-    def __init__(self, members):
+    def __init__(self, members, extra_flags, profile_dir):
         self.name = "etcd%d" % members
+        self.profile_dir, self.profiling, self.profile_paths = profile_dir, [], []
         self.dir = tempfile.mkdtemp(prefix="rdzv_scale-etcd-")
         ports = [(free_port(), free_port()) for _ in range(members)]
         cluster = ",".join("m%d=http://127.0.0.1:%d" % (i, p) for i, (_, p) in enumerate(ports))
@@ -148,7 +153,11 @@ class EtcdStore:
                  "--listen-client-urls", c, "--advertise-client-urls", c,
                  "--listen-peer-urls", p, "--initial-advertise-peer-urls", p,
                  "--initial-cluster", cluster, "--initial-cluster-state", "new",
-                 "--quota-backend-bytes", str(8 << 30)],
+                 "--quota-backend-bytes", str(8 << 30),
+                 # etcd 3.4's default logger (capnslog) leaves a zap logger unset that a
+                 # failed ReadIndex logs through: a member crashed so at 10,000 nodes
+                 "--logger", "zap"]
+                + (["--enable-pprof"] if profile_dir else []) + extra_flags,
                 stdout=log, stderr=log))
             self.endpoints.append("127.0.0.1:%d" % client)
         self.pids = [p.pid for p in self.procs]
@@ -167,6 +176,46 @@ class EtcdStore:
 
     def agent_flags(self, job):
         return ["--etcd", ",".join(self.endpoints), "--prefix", "%s-%s" % (job, os.urandom(4).hex())]
+
+    def start_profiles(self, tag, seconds):
+        """With --etcd-profile: each member's CPU profile over the next `seconds`, saved as
+        DIR/<tag>-m<i>.pb.gz (read them with bench/etcd_profile.py)."""
+        if not self.profile_dir:
+            return
+        os.makedirs(self.profile_dir, exist_ok=True)
+
+        def fetch(i, ep):
+            path = os.path.join(self.profile_dir, "%s-m%d.pb.gz" % (tag, i))
+            url = "http://%s/debug/pprof/profile?seconds=%d" % (ep, seconds)
+            try:
+                with urllib.request.urlopen(url, timeout=seconds + 120) as r:
+                    data = r.read()
+                with open(path, "wb") as f:
+                    f.write(data)
+                self.profile_paths.append(path)
+            except OSError as e:
+                print("  profile of member %d failed: %s" % (i, e), flush=True)
+        for i, ep in enumerate(self.endpoints):
+            t = threading.Thread(target=fetch, args=(i, ep))
+            t.start()
+            self.profiling.append(t)
+
+    def finish_profiles(self):
+        """Waits for the profiles; prints what etcd spent its CPU on (fails on an empty or
+        undecodable profile: the CI check runs this against real members)."""
+        for t in self.profiling:
+            t.join()
+        if not self.profiling:
+            return
+        self.profiling = []
+        paths, self.profile_paths = sorted(self.profile_paths), []
+        summary = etcd_profile.summarise(paths, top=1 << 20)
+        if summary["cpu_s"] <= 0 or not any(name.startswith("go.etcd.io/etcd/")
+                                             for name, _ in summary["cumulative"]):
+            raise RuntimeError("etcd profiles in %s hold no etcd samples" % self.profile_dir)
+        print("  etcd CPU profile: %.2f s over %d member(s); cumulative: %s" % (
+            summary["cpu_s"], len(paths), ", ".join("%s %.0f%%" % (name, pct) for name, pct
+                                                   in summary["cumulative"][:8])), flush=True)
 
     def requests(self, beats=True):
         """gRPC requests started on every member (a heartbeat is several on etcd: counted)."""
@@ -296,6 +345,8 @@ def static_job(sim, store, n, args, out):
         agents = [line.proc.pid for _, _, line in job.groups]
         cpu0 = sum(cpu_seconds(p) for p in store.pids)
         acpu0 = sum(cpu_seconds(p) for p in agents)
+        if hasattr(store, "start_profiles"):
+            store.start_profiles("static%d" % n, args.etcd_profile_s)
         t0 = job.go()
         _, last = job.wait_round(0)
         out["round_s"] = last - t0
@@ -303,6 +354,8 @@ def static_job(sim, store, n, args, out):
         out["round_store_cpu_s"] = sum(cpu_seconds(p) for p in store.pids) - cpu0
         out["round_agents_cpu_s"] = sum(cpu_seconds(p) for p in agents) - acpu0
         job.check_ranks(0)
+        if hasattr(store, "finish_profiles"):
+            store.finish_profiles()
         if args.check:
             return
         print("  round: " + json.dumps(out), flush=True)
@@ -371,13 +424,13 @@ def elastic_job(sim, store, n, args, out):
         job.stop()
 
 
-def make_store(name, sim):
+def make_store(name, sim, args):
     if name == "embedded":
         return EmbeddedStore(sim)
     if name in ("etcd1", "etcd3"):
         if not os.path.exists(ETCD):
             raise RuntimeError("%s missing (apt-get install etcd-server)" % ETCD)
-        return EtcdStore(int(name[-1]))
+        return EtcdStore(int(name[-1]), args.etcd_flags.split(), args.etcd_profile)
     raise ValueError("unknown backend %r" % name)
 
 
@@ -436,6 +489,14 @@ def main():
                     help="node counts for etcd (on this 2-core machine etcd spends ~7 ms of CPU "
                          "per joining node through its JSON gateway: 10,000 would take minutes)")
     ap.add_argument("--backends", default="embedded,etcd1,etcd3")
+    ap.add_argument("--etcd-flags", default="",
+                    help="more flags for every etcd member, e.g. raft timing: "
+                         "'--heartbeat-interval 500 --election-timeout 5000'")
+    ap.add_argument("--etcd-profile", metavar="DIR", default="",
+                    help="save each etcd member's CPU profile during the static round in DIR "
+                         "(summarise: python3 bench/etcd_profile.py DIR/*.pb.gz)")
+    ap.add_argument("--etcd-profile-s", type=int, default=10,
+                    help="length of those profiles, from the round's start")
     ap.add_argument("--sim", default=str(REPO / "build/dev/bench/rdzv_sim"))
     ap.add_argument("--local-world-size", type=int, default=8)
     ap.add_argument("--heartbeat-ms", type=int, default=1000)
@@ -454,7 +515,7 @@ def main():
         sizes = args.nodes if backend == "embedded" else args.etcd_nodes
         for n in map(int, sizes.split(",")):
             out = {"backend": backend, "n": n}
-            store = make_store(backend, args.sim)
+            store = make_store(backend, args.sim, args)
             try:
                 print("%s, %d nodes ..." % (backend, n), flush=True)
                 if "static" in args.jobs:
