@@ -219,13 +219,18 @@ class EtcdStore:
 
     def requests(self, beats=True):
         """gRPC requests started on every member (a heartbeat is several on etcd: counted)."""
-        total = 0
+        return sum(self.requests_by_method().values())
+
+    def requests_by_method(self):
+        """{gRPC method: requests started}, summed over the members."""
+        counts = {}
         for ep in self.endpoints:
             with urllib.request.urlopen("http://%s/metrics" % ep, timeout=120) as r:
                 for line in r.read().decode().splitlines():
                     if line.startswith("grpc_server_started_total{"):
-                        total += float(line.rsplit(" ", 1)[1])
-        return int(total)
+                        method = line.split('grpc_method="', 1)[1].split('"', 1)[0]
+                        counts[method] = counts.get(method, 0) + int(float(line.rsplit(" ", 1)[1]))
+        return counts
 
     def stop(self):
         for p in self.procs:
@@ -342,6 +347,7 @@ def static_job(sim, store, n, args, out):
     job = Job(sim, store, n, "%d:%d" % (n, n), args, "static%d" % n)
     try:
         req0 = store.requests(beats=False)
+        by_method0 = store.requests_by_method() if hasattr(store, "requests_by_method") else {}
         agents = [line.proc.pid for _, _, line in job.groups]
         cpu0 = sum(cpu_seconds(p) for p in store.pids)
         acpu0 = sum(cpu_seconds(p) for p in agents)
@@ -351,6 +357,11 @@ def static_job(sim, store, n, args, out):
         _, last = job.wait_round(0)
         out["round_s"] = last - t0
         out["req_per_join"] = (store.requests(beats=False) - req0) / n
+        if by_method0:  # etcd: which requests a join is made of
+            by_method = store.requests_by_method()
+            out["req_per_join_by_method"] = {
+                m: round((c - by_method0.get(m, 0)) / n, 3) for m, c in sorted(by_method.items())
+                if c > by_method0.get(m, 0)}
         out["round_store_cpu_s"] = sum(cpu_seconds(p) for p in store.pids) - cpu0
         out["round_agents_cpu_s"] = sum(cpu_seconds(p) for p in agents) - acpu0
         job.check_ranks(0)
