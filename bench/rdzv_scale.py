@@ -435,6 +435,54 @@ def elastic_job(sim, store, n, args, out):
         job.stop()
 
 
+def floor_job(args, store, n, out):
+    """etcd only: bench/etcd_join_floor's two-request join of n nodes (a design's cost, not
+    cohort's rendezvous; docs/scale.md), PER_PROCESS nodes per process."""
+    floor = os.path.join(os.path.dirname(args.sim), "etcd_join_floor")
+    prefix = "floor-%s" % os.urandom(4).hex()
+    procs = []
+    try:
+        for first in range(0, n, PER_PROCESS):
+            procs.append(subprocess.Popen(
+                [floor, "--etcd", ",".join(store.endpoints), "--nodes", str(n),
+                 "--first", str(first), "--count", str(min(PER_PROCESS, n - first)),
+                 "--prefix", prefix, "--timeout-s", "120"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+        for p in procs:
+            ready = json.loads(p.stdout.readline() or "{}")
+            if "ready" not in ready:
+                raise RuntimeError("etcd_join_floor did not connect: %s" % ready)
+        req0 = store.requests_by_method()
+        cpu0 = sum(cpu_seconds(p) for p in store.pids)
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        results = [json.loads(p.stdout.readline() or "{}") for p in procs]
+        errors = [e for r in results for e in r.get("errors", ["no answer"])]
+        slots = sorted(s for r in results for s in r.get("slots", []))
+        if errors or slots != list(range(1, n + 1)):
+            kinds = {}
+            for e in errors:
+                kind = e.split(": ", 1)[-1][:80]
+                kinds[kind] = kinds.get(kind, 0) + 1
+            raise RuntimeError("etcd_join_floor: %d slots of %d (1..n once each: %s); "
+                               "errors (the first 10 of each process) by kind: %s"
+                               % (len(slots), n, slots == list(range(1, n + 1)), kinds))
+        by_method = store.requests_by_method()
+        out["round_s"] = max(r["last"] for r in results) - min(r["go"] for r in results)
+        out["req_per_join"] = (sum(by_method.values()) - sum(req0.values())) / n
+        out["req_per_join_by_method"] = {m: round((c - req0.get(m, 0)) / n, 3)
+                                         for m, c in sorted(by_method.items())
+                                         if c > req0.get(m, 0)}
+        out["round_store_cpu_s"] = sum(cpu_seconds(p) for p in store.pids) - cpu0
+        out["round_agents_cpu_s"] = sum(r["nodes_cpu_s"] for r in results)
+        print("  two-request join: " + json.dumps(out), flush=True)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
 def make_store(name, sim, args):
     if name == "embedded":
         return EmbeddedStore(sim)
@@ -514,7 +562,9 @@ def main():
     ap.add_argument("--dead-ms", type=int, default=10000)
     ap.add_argument("--steady-s", type=float, default=10.0,
                     help="steady-state window; 0: measure the round only")
-    ap.add_argument("--jobs", default="static,elastic")
+    ap.add_argument("--jobs", default="static,elastic",
+                    help="static, elastic, and for etcd floor: the two-request join's cost "
+                         "(bench/etcd_join_floor; a design, not cohort's rendezvous)")
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--check", action="store_true",
                     help="correctness only (CI): rank checks, no steady-state window")
@@ -529,6 +579,8 @@ def main():
             store = make_store(backend, args.sim, args)
             try:
                 print("%s, %d nodes ..." % (backend, n), flush=True)
+                if "floor" in args.jobs and backend != "embedded":
+                    floor_job(args, store, n, out)
                 if "static" in args.jobs:
                     static_job(args.sim, store, n, args, out)
                 if "elastic" in args.jobs:
