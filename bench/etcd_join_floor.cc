@@ -3,15 +3,16 @@
 // node with its own kept-open HTTP connection to one member of an etcd cluster (JSON
 // gateway, libcurl), join one round the way that design does, without cohort's
 // rendezvous code:
-//   1. one txn: if the round is not closed (`closed` absent), put the ticket key with the
-//      node's record as its value (its previous version + 1 is the slot) and the node's
-//      marker; else read `closed`;
-//   2. slot 1 watches the ticket key from its txn's revision until N puts were made,
-//      replays the key's puts from its creation (the N records, in slot order), and puts
-//      the layout (N and slot 1's record) and `closed`; every other node watches the
-//      layout key from its txn's revision (no read) and takes N from it.
+//   1. one txn: if the round is not closed (`closed` absent) and this call's marker is
+//      absent, put the ticket key with the node's record as its value (its previous
+//      version + 1 is the slot) and the marker; else read both (a resent txn whose first
+//      send was applied finds its marker and reads the ticket key's version then);
+//   2. slot 1 watches the ticket key's puts from its creation (slot 1's own txn): they
+//      count the joins and carry the N records in slot order; at the N-th it puts the
+//      layout (here just N) and `closed`; every other node watches the layout key from
+//      its txn's revision (no read) and takes N from it.
 // It checks every node saw the same N and prints the slots taken. Requests and CPU are
-// measured by its caller (bench/rdzv_scale.py --etcd-join-floor) from etcd's side.
+// measured by its caller (bench/rdzv_scale.py --jobs floor) from etcd's side.
 //
 //   etcd_join_floor --etcd HOST:PORT,... --nodes N [--first I --count K] --prefix P
 //                   [--timeout-s S]
@@ -21,8 +22,8 @@
 //       "slots": [...], "errors": [...], "nodes_cpu_s": s} (CLOCK_MONOTONIC seconds; its
 //       caller checks the slots of all processes are 1..N once each).
 //
-// Thread-safety: each node thread owns its CURL handle; results go to a vector slot of
-// its own; the start gate and the finish count are guarded by one mutex.
+// Thread-safety: each node thread owns its Node (its CURL handle and its results, read by
+// the main thread after joining the thread); the start gate is guarded by one mutex.
 #include <curl/curl.h>
 #include <fmt/format.h>
 #include <openssl/evp.h>
