@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include <filesystem>
+
 #include "cohort/base/subprocess.h"
 
 namespace cohort::cli {
@@ -20,6 +22,24 @@ Status Ip(const std::vector<std::string>& args) {
   return Status::Ok();
 }
 
+// Removes the namespaces named `tag`br and `tag`h<i>, and the cables `tag`v<i> still in
+// this namespace, that a killed earlier process of this pid left.
+void RemoveLeftovers(const std::string& tag) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/run/netns", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(tag, 0) != 0) continue;
+    const std::string rest = name.substr(tag.size());
+    const bool ours = rest == "br" || (rest.size() > 1 && rest[0] == 'h' &&
+                                       rest.find_first_not_of("0123456789", 1) == rest.npos);
+    if (ours) (void)Ip({"netns", "del", name});
+  }
+  for (const auto& e : std::filesystem::directory_iterator("/sys/class/net", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(tag + "v", 0) == 0) (void)Ip({"link", "del", name});
+  }
+}
+
 }  // namespace
 
 Result<std::unique_ptr<NetnsHosts>> NetnsHosts::Create(int hosts) {
@@ -28,8 +48,12 @@ Result<std::unique_ptr<NetnsHosts>> NetnsHosts::Create(int hosts) {
                               "inside a Slurm allocation with --hosts slurm");
   }
   std::unique_ptr<NetnsHosts> h(new NetnsHosts());
-  h->tag_ = fmt::format("cs{}", ::getpid() % 100000);
+  // Named after this process (interface names stay within 15 characters: "cs" + at most 7
+  // digits + "v" + the host's index). Namespaces of that name can only be left by a dead
+  // process that had this pid and was killed before its destructor ran: removed first.
+  h->tag_ = fmt::format("cs{}", ::getpid());
   h->subnet_ = 1 + ::getpid() % 250;
+  RemoveLeftovers(h->tag_);
   const std::string bridge = h->tag_ + "br";
   COHORT_RETURN_IF_ERROR(Ip({"netns", "add", bridge}));
   h->namespaces_.push_back(bridge);

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -173,9 +174,14 @@ def test_bench_scaling_across_hosts(tmp_path):
             "--", str(TRAIN), "--model", "mlp", "--dataset", "synthetic", "--epochs", "100",
             "--batch-size", "32", "--max-steps", "300", "--log-every", "50"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=env)
-    print(p.stdout)
-    assert p.returncode == 0, p.stdout + p.stderr
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=900)
+    finally:
+        stop_scaling(proc)
+    print(stdout)
+    assert proc.returncode == 0, stdout + stderr + run_logs(out)
     rows = json.loads((out / "scaling.json").read_text())
     assert [r["nodes"] for r in rows] == [1, 2], rows
     assert all(r["samples_per_s"] and r["samples_per_s"] > 0 for r in rows), rows
@@ -195,7 +201,7 @@ def test_bench_scaling_across_hosts(tmp_path):
     assert line is not None and len(line.get("points").split()) == 2, svg
     # No namespace of the command is left behind.
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert not re.search(r"^cs\d+", left, re.M), left
+    assert not re.search(r"^cs%d[a-z]" % proc.pid, left, re.M), left
 
 
 def test_bench_scaling_interrupted_leaves_nothing_behind(tmp_path):
@@ -210,18 +216,67 @@ def test_bench_scaling_interrupted_leaves_nothing_behind(tmp_path):
                          env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True)
     try:
         log = out / "nodes2/output-node0.log"
-        netns.wait_for(lambda: log.exists() and "step 20/" in log.read_text(), 120,
-                       "the 2-node run training")
+        try:
+            netns.wait_for(lambda: log.exists() and "step 20/" in log.read_text(), 120,
+                           "the 2-node run training")
+        except AssertionError as e:
+            raise AssertionError("%s%s" % (e, run_logs(out))) from None
         os.kill(p.pid, 2)  # SIGINT, as Ctrl-C
         stdout, stderr = p.communicate(timeout=60)
     finally:
-        if p.poll() is None:
-            os.killpg(p.pid, 9)
-            p.wait()
+        stop_scaling(p)
     assert p.returncode == 130, (p.returncode, stderr[-3000:])
     assert "Interrupt" in stderr, stderr[-2000:]
     assert json.loads((out / "scaling.json").read_text())[0]["nodes"] == 2
     left = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True).stdout.split()
     assert left == [], "processes left: %s" % left
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert not re.search(r"^cs%d" % (p.pid % 100000), namespaces, re.M), namespaces
+    assert not re.search(r"^cs%d[a-z]" % p.pid, namespaces, re.M), namespaces
+
+
+def test_bench_scaling_removes_namespaces_a_killed_run_left(tmp_path):
+    """A run killed with SIGKILL cannot remove its hosts; the next `cohort bench scaling`
+    with that pid removes them instead of failing on `ip netns add` (the shell makes the
+    leftovers under its own pid, then execs cohort, which keeps that pid)."""
+    out = tmp_path / "scaling"
+    script = ('ip netns add cs$$br && ip netns add cs$$h0 && ip netns add cs$$h7 && '
+              'exec "$0" "$@"')
+    argv = ["bash", "-c", script, str(BIN), "bench", "scaling", "--nodes", "1", "--out",
+            str(out), "--", str(TRAIN), "--model", "mlp", "--dataset", "synthetic",
+            "--epochs", "1", "--max-steps", "20", "--log-every", "10"]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True)
+    try:
+        stdout, stderr = p.communicate(timeout=300)
+    finally:
+        stop_scaling(p)
+    assert p.returncode == 0, stderr[-3000:] + run_logs(out)
+    assert json.loads((out / "scaling.json").read_text())[0]["exit_code"] == 0
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert not re.search(r"^cs%d[a-z]" % p.pid, namespaces, re.M), namespaces
+
+
+def stop_scaling(p):
+    """A `cohort bench scaling` still running when its test gives up is stopped as a user
+    would (SIGTERM: it stops its runs and removes its hosts); SIGKILL only if that fails,
+    and then its namespaces are removed here, so that no later test or run meets them."""
+    if p.poll() is not None:
+        return
+    os.killpg(p.pid, signal.SIGTERM)
+    try:
+        p.communicate(timeout=60)
+        return
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for name in re.findall(r"^(cs%d[a-z]\w*)" % p.pid, listed, re.M):
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def run_logs(out):
+    """The tails of a scaling run's node logs, for a failure's message."""
+    text = ""
+    for f in sorted(Path(out).glob("nodes*/output-node*.log")):
+        text += "\n--- %s:\n%s" % (f, f.read_text(errors="replace")[-3000:])
+    return text
