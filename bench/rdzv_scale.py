@@ -175,7 +175,8 @@ class EtcdStore:
                 time.sleep(0.1)
 
     def agent_flags(self, job):
-        return ["--etcd", ",".join(self.endpoints), "--prefix", "%s-%s" % (job, os.urandom(4).hex())]
+        return ["--etcd", ",".join(self.endpoints),
+                "--prefix", "%s-%s" % (job, os.urandom(4).hex())]
 
     def start_profiles(self, tag, seconds):
         """With --etcd-profile: each member's CPU profile over the next `seconds`, saved as
@@ -229,7 +230,8 @@ class EtcdStore:
                 for line in r.read().decode().splitlines():
                     if line.startswith("grpc_server_started_total{"):
                         method = line.split('grpc_method="', 1)[1].split('"', 1)[0]
-                        counts[method] = counts.get(method, 0) + int(float(line.rsplit(" ", 1)[1]))
+                        count = int(float(line.rsplit(" ", 1)[1]))
+                        counts[method] = counts.get(method, 0) + count
         return counts
 
     def stop(self):
@@ -262,6 +264,8 @@ class Job:
                 "--local-world-size", str(self.args.local_world_size),
                 "--heartbeat-ms", str(self.args.heartbeat_ms),
                 "--dead-ms", str(self.args.dead_ms)] + self.store_flags
+        if self.args.quiet_start_nodes is not None:
+            argv += ["--quiet-start-nodes", str(self.args.quiet_start_nodes)]
         line = Line(argv, "agents")
         self.groups.append((first, count, line))
         return line
@@ -343,6 +347,12 @@ class Job:
             line.stop()
 
 
+def per_join(before, after, n):
+    """{method: requests per join} between two counts of requests by method."""
+    return {m: round((c - before.get(m, 0)) / n, 3) for m, c in sorted(after.items())
+            if c > before.get(m, 0)}
+
+
 def static_job(sim, store, n, args, out):
     job = Job(sim, store, n, "%d:%d" % (n, n), args, "static%d" % n)
     try:
@@ -354,14 +364,12 @@ def static_job(sim, store, n, args, out):
         if hasattr(store, "start_profiles"):
             store.start_profiles("static%d" % n, args.etcd_profile_s)
         t0 = job.go()
-        _, last = job.wait_round(0)
+        first, last = job.wait_round(0)
         out["round_s"] = last - t0
+        out["first_node_s"] = first - t0  # the first node that held the round (slot 1's)
         out["req_per_join"] = (store.requests(beats=False) - req0) / n
         if by_method0:  # etcd: which requests a join is made of
-            by_method = store.requests_by_method()
-            out["req_per_join_by_method"] = {
-                m: round((c - by_method0.get(m, 0)) / n, 3) for m, c in sorted(by_method.items())
-                if c > by_method0.get(m, 0)}
+            out["req_per_join_by_method"] = per_join(by_method0, store.requests_by_method(), n)
         out["round_store_cpu_s"] = sum(cpu_seconds(p) for p in store.pids) - cpu0
         out["round_agents_cpu_s"] = sum(cpu_seconds(p) for p in agents) - acpu0
         job.check_ranks(0)
@@ -471,9 +479,7 @@ def floor_job(args, store, n, out):
         by_method = store.requests_by_method()
         out["round_s"] = max(r["last"] for r in results) - min(r["go"] for r in results)
         out["req_per_join"] = (sum(by_method.values()) - sum(req0.values())) / n
-        out["req_per_join_by_method"] = {m: round((c - req0.get(m, 0)) / n, 3)
-                                         for m, c in sorted(by_method.items())
-                                         if c > req0.get(m, 0)}
+        out["req_per_join_by_method"] = per_join(req0, by_method, n)
         out["round_store_cpu_s"] = sum(cpu_seconds(p) for p in store.pids) - cpu0
         out["round_agents_cpu_s"] = sum(r["nodes_cpu_s"] for r in results)
         print("  two-request join: " + json.dumps(out), flush=True)
@@ -560,6 +566,9 @@ def main():
     ap.add_argument("--local-world-size", type=int, default=8)
     ap.add_argument("--heartbeat-ms", type=int, default=1000)
     ap.add_argument("--dead-ms", type=int, default=10000)
+    ap.add_argument("--quiet-start-nodes", type=int,
+                    help="rounds of at least this many nodes start quiet on etcd (no watch "
+                         "before a node's first beat; default: the rendezvous default, 500)")
     ap.add_argument("--steady-s", type=float, default=10.0,
                     help="steady-state window; 0: measure the round only")
     ap.add_argument("--jobs", default="static,elastic",

@@ -55,6 +55,8 @@ double RandomUnit() {
   return std::uniform_real_distribution<double>(0.0, 1.0)(engine);
 }
 
+double Seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
+
 std::string SignalName(int sig) {
   const char* name = sigabbrev_np(sig);
   return name ? fmt::format("SIG{}", name) : fmt::format("signal {}", sig);
@@ -200,12 +202,21 @@ Status Rendezvous::WaitForNextRound(int64_t round, Deadline deadline) {
 // the next one without waiting for the counter, or taking its lag for a running round).
 // A read that times out is made again until `retry_until` (a loaded store).
 Result<Rendezvous::JobState> Rendezvous::ReadJobState(Deadline retry_until) {
-  const std::vector<std::string> keys = {
-      Key("done"),      Key("restarts"), Key("round"), RoundKey(last_round_, "closed"),
-      RoundKey(last_round_, "next"), RoundKey(last_round_ + 1, "closed")};
+  const std::vector<std::string> keys = JobStateKeys();
   COHORT_ASSIGN_OR_RETURN(auto values, UntilDeadline(retry_until, [&] {
                             return store_->Peek(keys, CallDeadline().Earlier(retry_until));
                           }));
+  return ParseJobState(std::move(values));
+}
+
+std::vector<std::string> Rendezvous::JobStateKeys() const {
+  return {Key("done"),      Key("restarts"), Key("round"), RoundKey(last_round_, "closed"),
+          RoundKey(last_round_, "next"), RoundKey(last_round_ + 1, "closed")};
+}
+
+Result<Rendezvous::JobState> Rendezvous::ParseJobState(
+    std::vector<std::optional<std::string>> values) {
+  if (values.size() != 6) return DataLoss("the job state read {} keys, not 6", values.size());
   JobState s;
   s.done = values[0];
   auto counter = [](const std::optional<std::string>& v, std::string_view name) -> Result<int64_t> {
@@ -224,55 +235,97 @@ Result<Rendezvous::JobState> Rendezvous::ReadJobState(Deadline retry_until) {
 }
 
 // Protocol (each step a constant number of store calls):
-//  1. Refuse when the job is done or the restart budget is spent.
-//  2. Read the current round R (with step 1: one Peek). If R is already closed (running), this node is late: ask
-//     for a re-rendezvous when R has room (N < MAX), wait for R to end, go to 1.
-//  3. Take a slot S and publish node<S> in one call (Store::Append on r<R>/slot).
-//  4. Every node but slot 1: read r<R>/layout and node<1> (one MultiGet that waits until
-//     slot 1 published them; steps 5-7 are slot 1's). S > the layout's N: spare or late
-//     (step 8). Should the layout not come within layout_grace (a round that fills
-//     slowly, or slot 1 died), this node goes through steps 5-7 itself.
-//  5. Wait until MIN nodes have joined (node<MIN> exists), bounded by the join timeout.
-//  6. Unless closed already, give late nodes the last-call window, cut short when node<MAX>
-//     joined or the number of nodes the previous round's end expected (r<R>/expect).
+//  1. Join round R, the round this node expects (the last it saw; 0 at first), unless R is
+//     closed or the job is done, and read the restart count at that moment (one
+//     Store::Join: the slot S and node<S>'s record on r<R>/slot).
+//  2. Refuse when the job is done or the restart budget is spent. Refused at R: read the
+//     job's state (one Peek); the job is at a later round: join that one (step 1); R
+//     running (closed): this node is late: ask for a re-rendezvous when R has room
+//     (N < MAX), wait for R to end, go to 1 with R + 1.
+//  3. (Folded into step 1.)
+//  4. Every node but slot 1: wait for r<R>/layout, which carries node 1's record (one
+//     Store::GetSince from the join's moment; steps 5-7 are slot 1's). S > the layout's N:
+//     spare or late (step 8). Should the layout not come within layout_grace (a round that
+//     fills slowly, or slot 1 died), this node goes through steps 5-7 itself.
+//  5. Wait until MIN nodes have joined (Store::WaitAppended), bounded by the join timeout.
+//  6. Unless closed already, give late nodes the last-call window, cut short when MAX
+//     nodes joined or the number of nodes the previous round's end expected (r<R>/expect).
 //  7. Close: CompareSet(closed, "", min(slots taken, MAX)); the first writer's N holds.
-//     Slot 1 then reads the N node records and publishes the layout (run-length local
-//     world sizes); a node that took over after the grace gives slot 1 the grace again,
-//     then one such node (r<R>/publisher) publishes. Group rank = S - 1.
+//     Slot 1 then reads the N node records (Store::ReadAppended) and publishes the layout
+//     (run-length local world sizes and its own record); a node that took over after the
+//     grace gives slot 1 the grace again, then one such node (r<R>/publisher) publishes.
+//     Group rank = S - 1.
 //  8. S > N: spare or late; ask for a re-rendezvous when N < MAX, wait for the next round.
-// A join thus costs every node but slot 1 three requests (Peek, Append, MultiGet).
+// A join thus costs every node but slot 1 two requests on etcd (a txn and a watch) and
+// three on the embedded store (Peek, APPEND, GET), whatever the node count.
 Result<RendezvousInfo> Rendezvous::Next() {
   const Deadline join_deadline = Deadline::After(config_.join_timeout);
+  int64_t round = last_round_;
   for (;;) {
-    // Steps 1 and 2 read the job's state in one call.
-    COHORT_ASSIGN_OR_RETURN(JobState state, ReadJobState(join_deadline));
+    if (join_deadline.expired()) {
+      return DeadlineExceeded("rendezvous '{}' timed out: no round to join within the join "
+                              "timeout", config_.run_id);
+    }
+    // Steps 1 and 2: the join (unless the job is done or R closed; a round's `next` exists
+    // only once it closed, or with `done`) and the restart count in one call. Its retries (a
+    // loaded store: the call timed out) carry the same token: no second slot.
+    last_round_ = round;
+    store::Store::JoinRequest request{RoundKey(round, "slot"),
+                                      RoundKey(round, "node"),
+                                      self_.ToJson(),
+                                      {Key("done"), RoundKey(round, "closed")},
+                                      {Key("restarts")},
+                                      RandomHex(16)};
+    COHORT_ASSIGN_OR_RETURN(auto joined, UntilDeadline(join_deadline, [&] {
+                              return store_->Join(request, CallDeadline().Earlier(join_deadline));
+                            }));
+    JobState state;
+    if (joined.ticket == 0) {
+      // Refused: where is the job? (A second request, for late nodes only: the join txn
+      // stays small, and etcd's gateway decodes every op of it, taken or not.)
+      COHORT_ASSIGN_OR_RETURN(state, ReadJobState(join_deadline));
+    } else if (joined.read.size() == 1 && joined.read[0]) {
+      auto restarts = ParseInt64(*joined.read[0]);
+      if (!restarts) return DataLoss("rendezvous counter 'restarts' holds '{}'", *joined.read[0]);
+      state.restarts = *restarts;
+    }
     if (state.done) {
       return FailedPrecondition("job '{}' is already over ({})", config_.run_id, *state.done);
     }
-    const int64_t round = state.round;
     if (state.restarts > config_.max_restarts) {
       return FailedPrecondition("the job-wide restart budget is spent ({} failures, "
                                 "--max-restarts {})",
                                 state.restarts, config_.max_restarts);
     }
-    if (!state.closed_known) {
-      COHORT_ASSIGN_OR_RETURN(auto closed_now, store_->Peek({RoundKey(round, "closed")},
-                                                            CallDeadline()));
-      state.closed = std::move(closed_now[0]);
-    }
-    if (state.closed) {
-      const int64_t members = ParseInt64(*state.closed).value_or(0);
-      COHORT_RETURN_IF_ERROR(WaitOutRound(round, members, "is running"));
+    if (joined.ticket == 0) {
+      // Refused: round R is over (the job is at a later round: join that one) or running.
+      if (state.round > round) {
+        round = state.round;
+        continue;
+      }
+      std::optional<std::string> closed = state.closed;
+      if (state.round != round || !state.closed_known) {
+        // The counter lags behind R (its round ended a moment ago): read R itself.
+        COHORT_ASSIGN_OR_RETURN(auto now, store_->Peek({RoundKey(round, "closed"),
+                                                        RoundKey(round, "next")},
+                                                       CallDeadline()));
+        if (now[1]) {
+          ++round;
+          continue;
+        }
+        closed = std::move(now[0]);
+      }
+      if (!closed) continue;  // neither over nor closed now: join again
+      COHORT_RETURN_IF_ERROR(WaitOutRound(round, ParseInt64(*closed).value_or(0), "is running"));
+      ++round;
       continue;
     }
-    // Step 3.
-    COHORT_ASSIGN_OR_RETURN(int64_t slot, store_->Append(RoundKey(round, "slot"),
-                                                         RoundKey(round, "node"),
-                                                         self_.ToJson(), CallDeadline()));
+    const int64_t slot = joined.ticket;
     std::optional<Published> published;
     if (slot != 1) {
       // Step 4.
-      COHORT_ASSIGN_OR_RETURN(published, ReadPublished(round, GraceDeadline(join_deadline)));
+      COHORT_ASSIGN_OR_RETURN(published, ReadPublished(round, joined.seen,
+                                                       GraceDeadline(join_deadline)));
     }
     int64_t members = 0;
     if (published) {
@@ -289,7 +342,11 @@ Result<RendezvousInfo> Rendezvous::Next() {
       COHORT_RETURN_IF_ERROR(WaitOutRound(round, members, "closed"));
       continue;
     }
-    return MakeInfo(round, slot, std::move(*published), state.restarts);
+    // The layout's write is a later moment than the join (a watch from there replays less).
+    const int64_t seen = published->seen > 0 ? published->seen : joined.seen;
+    RendezvousInfo info = MakeInfo(round, slot, std::move(*published), state.restarts);
+    info.joined_at = seen;
+    return info;
   }
 }
 
@@ -301,8 +358,8 @@ Result<int64_t> Rendezvous::CloseRound(int64_t round, Deadline join_deadline) {
   if (round > 0) COHORT_RETURN_IF_ERROR(AdvanceRound(round - 1));
   // Step 5.
   Status enough = UntilDeadline(join_deadline, [&] {
-    return store_->Wait({RoundKey(round, fmt::format("node{}", config_.min_nodes))},
-                        join_deadline);
+    return store_->WaitAppended(RoundKey(round, "slot"), RoundKey(round, "node"),
+                                config_.min_nodes, join_deadline);
   });
   if (!enough.ok()) {
     if (!IsTimeout(enough)) return enough;
@@ -325,13 +382,14 @@ Result<int64_t> Rendezvous::CloseRound(int64_t round, Deadline join_deadline) {
       int64_t awaited = config_.max_nodes;
       const std::optional<int64_t> expect = now[1] ? ParseInt64(*now[1]) : std::nullopt;
       if (expect && *expect >= config_.min_nodes && *expect < awaited) awaited = *expect;
-      Status waited = store_->Wait({RoundKey(round, fmt::format("node{}", awaited))},
-                                   Deadline::After(config_.last_call).Earlier(join_deadline));
+      Status waited =
+          store_->WaitAppended(RoundKey(round, "slot"), RoundKey(round, "node"), awaited,
+                               Deadline::After(config_.last_call).Earlier(join_deadline));
       if (!waited.ok() && !IsTimeout(waited)) return waited;
       full = waited.ok() && awaited == config_.max_nodes;
     }
   }
-  // When node<MAX> exists, MAX slots are taken: no need to count them.
+  // When MAX nodes joined, MAX slots are taken: no need to count them.
   int64_t proposal = config_.max_nodes;
   if (!full) {
     COHORT_ASSIGN_OR_RETURN(int64_t taken,
@@ -360,20 +418,36 @@ Status Rendezvous::WaitOutRound(int64_t round, int64_t members, std::string_view
   return WaitForNextRound(round, Deadline::Infinite());
 }
 
-// Step 4: the layout and node 1's record, once slot 1 published them; nullopt when they did
-// not come by `deadline`.
+// r<R>/layout: the layout's text, a newline, then node 1's record.
+std::string Rendezvous::Published::Encode() const {
+  return layout.Encode() + "\n" + master.ToJson();
+}
+
+Result<Rendezvous::Published> Rendezvous::Published::Decode(std::string_view text) {
+  const size_t newline = text.find('\n');
+  if (newline == std::string_view::npos) {
+    return DataLoss("round layout without its master's record: '{}'", text.substr(0, 64));
+  }
+  COHORT_ASSIGN_OR_RETURN(RoundLayout layout, RoundLayout::Decode(text.substr(0, newline)));
+  COHORT_ASSIGN_OR_RETURN(NodeInfo master, NodeInfo::FromJson(text.substr(newline + 1)));
+  return Published{std::move(layout), std::move(master)};
+}
+
+// Step 4: the layout with node 1's record, once slot 1 published it; nullopt when it did
+// not come by `deadline`. `seen`: a Join's mark of a moment the layout was absent (0: none).
 Result<std::optional<Rendezvous::Published>> Rendezvous::ReadPublished(int64_t round,
+                                                                       int64_t seen,
                                                                        Deadline deadline) {
   auto read = UntilDeadline(deadline, [&] {
-    return store_->MultiGet({RoundKey(round, "layout"), RoundKey(round, "node1")}, deadline);
+    return store_->GetSince(RoundKey(round, "layout"), &seen, deadline);
   });
   if (!read.ok()) {
     if (IsTimeout(read.status())) return std::optional<Published>();
     return read.status();
   }
-  COHORT_ASSIGN_OR_RETURN(RoundLayout layout, RoundLayout::Decode((*read)[0]));
-  COHORT_ASSIGN_OR_RETURN(NodeInfo master, NodeInfo::FromJson((*read)[1]));
-  return std::optional<Published>(Published{std::move(layout), std::move(master)});
+  COHORT_ASSIGN_OR_RETURN(Published published, Published::Decode(*read));
+  published.seen = seen;
+  return std::optional<Published>(std::move(published));
 }
 
 // Step 7's end, for a round closed with `members` nodes: slot 1 reads the N node records
@@ -386,7 +460,7 @@ Result<Rendezvous::Published> Rendezvous::PublishLayout(int64_t round, int64_t m
                                                         int64_t slot, Deadline join_deadline) {
   std::optional<Published> published;
   if (slot != 1) {
-    COHORT_ASSIGN_OR_RETURN(published, ReadPublished(round, GraceDeadline(join_deadline)));
+    COHORT_ASSIGN_OR_RETURN(published, ReadPublished(round, 0, GraceDeadline(join_deadline)));
     if (!published) {
       const std::string me = std::to_string(slot);
       COHORT_ASSIGN_OR_RETURN(std::string publisher,
@@ -395,7 +469,8 @@ Result<Rendezvous::Published> Rendezvous::PublishLayout(int64_t round, int64_t m
       if (publisher != me) {
         // The claimant gets one grace too; should it die as well, this node publishes (the
         // layout's compare-and-set keeps the first writer's).
-        COHORT_ASSIGN_OR_RETURN(published, ReadPublished(round, GraceDeadline(join_deadline)));
+        COHORT_ASSIGN_OR_RETURN(published,
+                                ReadPublished(round, 0, GraceDeadline(join_deadline)));
       }
     }
   }
@@ -403,14 +478,11 @@ Result<Rendezvous::Published> Rendezvous::PublishLayout(int64_t round, int64_t m
     if (slot != 1) {
       COHORT_LOG_WARN(kLog, "round {}: node 1 did not publish the layout; publishing it", round);
     }
-    std::vector<std::string> keys;
-    keys.reserve(members);
-    for (int64_t s = 1; s <= members; ++s) {
-      keys.push_back(RoundKey(round, fmt::format("node{}", s)));
-    }
     const Deadline read_by = join_deadline.Earlier(CallDeadline());
     COHORT_ASSIGN_OR_RETURN(std::vector<std::string> records, UntilDeadline(read_by, [&] {
-                              return store_->MultiGet(keys, read_by);
+                              return store_->ReadAppended(RoundKey(round, "slot"),
+                                                          RoundKey(round, "node"), 1, members,
+                                                          read_by);
                             }));
     std::vector<NodeInfo> nodes;
     nodes.reserve(records.size());
@@ -418,12 +490,11 @@ Result<Rendezvous::Published> Rendezvous::PublishLayout(int64_t round, int64_t m
       COHORT_ASSIGN_OR_RETURN(NodeInfo node, NodeInfo::FromJson(r));
       nodes.push_back(std::move(node));
     }
+    const Published ours{RoundLayout::FromNodes(nodes), std::move(nodes[0])};
     COHORT_ASSIGN_OR_RETURN(std::string text,
-                            store_->CompareSet(RoundKey(round, "layout"), "",
-                                               RoundLayout::FromNodes(nodes).Encode(),
+                            store_->CompareSet(RoundKey(round, "layout"), "", ours.Encode(),
                                                CallDeadline()));
-    COHORT_ASSIGN_OR_RETURN(RoundLayout layout, RoundLayout::Decode(text));
-    published = Published{std::move(layout), std::move(nodes[0])};
+    COHORT_ASSIGN_OR_RETURN(published, Published::Decode(text));
   }
   if (published->layout.members != members) {
     return DataLoss("round {} layout has {} members, the round closed with {}", round,
@@ -547,14 +618,55 @@ Result<std::optional<RoundEnd>> Rendezvous::WatchStep(const RendezvousInfo& info
                                    LivenessPeriod(), CallDeadline())
                      .ok();
   }
-  const Duration period = BeatPeriod();
-  Deadline wake = Deadline::After(period);
+  // A large round on a store without wills may be quiet (below): its beat period is then
+  // bounded by quiet_beats_per_s from the first step on (the first beats are spread too).
   if (first) {
-    // Every node starts watching when the round closes: spread their beats over the period
-    // (the first step waits a random 10-100% of it) so that the store is not asked by all
-    // of them in the same milliseconds every period.
-    wake = Deadline::After(
-        std::chrono::duration_cast<Duration>(period * (0.1 + 0.9 * RandomUnit())));
+    quiet_ = !will_left_ && info.group_world_size >= config_.quiet_start_nodes;
+    quiet_nodes_ = info.group_world_size;
+  }
+  Duration period = BeatPeriod();
+  // Every node starts watching when the round closes: spread their beats over the period
+  // (the first step waits a random 10-100% of it) so that the store is not asked by all of
+  // them in the same milliseconds every period.
+  const double spread = 0.1 + 0.9 * RandomUnit();
+  Deadline wake = Deadline::After(first ? std::chrono::duration_cast<Duration>(period * spread)
+                                        : period);
+  if (first && !will_left_) {
+    // No beat yet (the watched peer is judged from the end of this step: it may not beat
+    // before then either): the first beats of the nodes of a round that just closed would
+    // compete with the joins still in flight. A large round's nodes do not even watch for
+    // the round's end in this step, on a store where that is a request (etcd: thousands of
+    // watches at once cost it more than the joins; docs/scale.md): the beat that ends the
+    // step reads `next`, so a round that ends this early is learned up to a period late.
+    if (quiet_) {
+      Status idle = store_->Idle(wake);
+      if (idle.ok()) {
+        if (info.slot == 1 && DeadTimeout() > config_.dead_timeout) {
+          COHORT_LOG_WARN(kLog,
+                          "round {}: {} nodes beat every {:.1f} s (at most {} beats a second "
+                          "in all), so a silent node is found after {:.0f} s, not the dead "
+                          "timeout of {:.0f} s",
+                          round, info.group_world_size, Seconds(BeatPeriod()),
+                          config_.quiet_beats_per_s, Seconds(DeadTimeout()),
+                          Seconds(config_.dead_timeout));
+        }
+        watched_change_ = SteadyClock::now();
+        return std::optional<RoundEnd>();
+      }
+      if (idle.code() != StatusCode::kFailedPrecondition) return idle;
+      quiet_ = false;  // the store offers no idle wait: an ordinary round
+      period = BeatPeriod();
+      wake = Deadline::After(std::chrono::duration_cast<Duration>(period * spread));
+    }
+    // Else: wait for the round's end, from the moment this node joined (etcd: one watch,
+    // where a beat is a txn and a watch).
+    int64_t since = info.joined_at;
+    auto ended = store_->GetSince(RoundKey(round, "next"), &since, wake);
+    // The watched peer's silence counts from here, as it too may not beat before now.
+    watched_change_ = SteadyClock::now();
+    if (IsTimeout(ended)) return std::optional<RoundEnd>();
+    COHORT_ASSIGN_OR_RETURN(std::string next, std::move(ended));
+    return std::optional<RoundEnd>(RoundEnd::Decode(next));
   }
   std::vector<std::string> peek;
   std::vector<std::string> wait = {RoundKey(round, "next")};
@@ -564,9 +676,21 @@ Result<std::optional<RoundEnd>> Rendezvous::WatchStep(const RendezvousInfo& info
     // Past the watched peer's deadline: look at once (its counter read by this call
     // decides); else wake when the deadline comes, if that is before the next beat.
     // (Never less than kLookNow: the store's answer must come before the call's deadline.)
-    const auto due = watched_change_ + config_.dead_timeout;
+    const auto due = watched_change_ + DeadTimeout();
     wake = wake.Earlier(Deadline::At(std::max(due + std::chrono::milliseconds(1), now + kLookNow)));
   }
+  // A quiet round (see the first step) reads `next` with the beat and then rests until the
+  // step's end, asking nothing: one request per step, the round's end learned at the next
+  // beat. Otherwise the beat call waits for `next` (and a will) itself.
+  const size_t next_at = peek.size();
+  if (quiet_) {
+    peek.push_back(wait[0]);
+    wait.clear();
+  }
+  auto rest = [&]() -> Result<std::optional<RoundEnd>> {
+    if (quiet_) COHORT_RETURN_IF_ERROR(store_->Idle(wake));
+    return std::optional<RoundEnd>();
+  };
   auto beat_result =
       store_->Beat(beat ? RoundKey(round, fmt::format("hb{}", info.slot)) : std::string(), peek,
                    wait, wake);
@@ -574,10 +698,13 @@ Result<std::optional<RoundEnd>> Rendezvous::WatchStep(const RendezvousInfo& info
   // about the peer: judge it at the next step.
   if (IsTimeout(beat_result.status())) return std::optional<RoundEnd>();
   COHORT_ASSIGN_OR_RETURN(store::Store::BeatResult step, std::move(beat_result));
+  if (quiet_ && step.peeked[next_at]) {
+    return std::optional<RoundEnd>(RoundEnd::Decode(*step.peeked[next_at]));
+  }
   if (step.waited && step.waited_index == 0) {
     return std::optional<RoundEnd>(RoundEnd::Decode(*step.waited));
   }
-  if (!watching) return std::optional<RoundEnd>();
+  if (!watching) return rest();
   const std::optional<std::string> gone = step.waited;  // the watched peer's will, if set
   std::optional<std::string> peer_beat = std::move(step.peeked[0]);
   if (gone) {
@@ -588,7 +715,7 @@ Result<std::optional<RoundEnd>> Rendezvous::WatchStep(const RendezvousInfo& info
   }
   COHORT_ASSIGN_OR_RETURN(int silent, JudgeWatchedPeer(info, peer_beat, step.peeked_age_ms[0],
                                                        gone.has_value(), now));
-  if (silent == 0) return std::optional<RoundEnd>();
+  if (silent == 0) return rest();
   const std::string host = PeerHost(round, silent);
   RoundEnd dead{RoundEnd::Kind::kDeadNode,
                 gone ? fmt::format("node {} ({}): {}", silent - 1, host, *gone)
@@ -606,6 +733,15 @@ Deadline Rendezvous::GraceDeadline(Deadline join_deadline) const {
   return join_deadline.Earlier(Deadline::After(config_.layout_grace));
 }
 
+// A quiet round's beats, N per beat period, stay within quiet_beats_per_s: its period is at
+// least N / that rate, and the dead timeout at least four periods.
+Duration Rendezvous::DeadTimeout() const {
+  if (!quiet_ || config_.quiet_beats_per_s <= 0) return config_.dead_timeout;
+  const auto period = std::chrono::duration_cast<Duration>(
+      std::chrono::duration<double>(double(quiet_nodes_) / config_.quiet_beats_per_s));
+  return std::max(config_.dead_timeout, 4 * period);
+}
+
 Duration Rendezvous::LivenessPeriod() const {
   return std::max(config_.heartbeat_interval, config_.dead_timeout / 3);
 }
@@ -620,7 +756,7 @@ Duration Rendezvous::LivenessPeriod() const {
 // docs/scale.md.)
 Duration Rendezvous::BeatPeriod() const {
   return will_left_ ? LivenessPeriod()
-                    : std::max(config_.heartbeat_interval, config_.dead_timeout / 4);
+                    : std::max(config_.heartbeat_interval, DeadTimeout() / 4);
 }
 
 // Sets up the watch of a new round (the successor); false once nobody is left to watch.
@@ -675,13 +811,14 @@ Result<int> Rendezvous::JudgeWatchedPeer(const RendezvousInfo& info,
     watched_change_ = seen;
     return 0;
   }
-  return seen - watched_change_ > config_.dead_timeout ? watched_slot_ : 0;
+  return seen - watched_change_ > DeadTimeout() ? watched_slot_ : 0;
 }
 
 std::string Rendezvous::PeerHost(int64_t round, int slot) {
-  auto record = store_->Peek({RoundKey(round, fmt::format("node{}", slot))}, CallDeadline());
-  if (!record.ok() || !(*record)[0]) return "unknown host";
-  auto node = NodeInfo::FromJson(*(*record)[0]);
+  auto record = store_->ReadAppended(RoundKey(round, "slot"), RoundKey(round, "node"), slot, 1,
+                                     CallDeadline());
+  if (!record.ok() || record->empty()) return "unknown host";
+  auto node = NodeInfo::FromJson((*record)[0]);
   if (!node.ok()) return "unknown host";
   // Several nodes may share a host name (containers, network namespaces): the address too.
   return node->addr.empty() || node->addr == node->host ? node->host

@@ -3,13 +3,15 @@
 //
 // Keys under "rdzv/<run_id>/" (see docs/rendezvous.md for the full protocol):
 //   round            the current round number (advanced by CompareSet only)
-//   r<R>/slot        join counter of round R; Append hands out slots 1, 2, ...
-//   r<R>/node<S>     NodeInfo of slot S (JSON), written with the slot (Store::Append)
+//   r<R>/slot        join counter of round R; Store::Join hands out slots 1, 2, ...
+//   r<R>/node<S>     NodeInfo of slot S (JSON), written with the slot (Store::Join, as
+//                    Append; read with ReadAppended: on etcd it is kept with the ticket)
 //   r<R>/hb<S>       slot S's heartbeat counter (absent until its first beat)
 //   r<R>/gone<S>     set by the store (a will) when slot S's watcher connection ended for
 //                    good: why ("its store connection closed")
 //   r<R>/layout      the closed round's member count and local world sizes, run-length
-//                    encoded ("N:8x9999,4x1"); written once by slot 1, read by every node
+//                    encoded ("N:8x9999,4x1"), then a newline and node 1's record;
+//                    written once by slot 1, read by every node
 //   r<R>/publisher   the slot that publishes the layout in place of a silent slot 1
 //   r<R>/closed      member count N of round R, set once by CompareSet (first writer wins)
 //   r<R>/expect      how many nodes round R expects (set when R-1 ended): its last call ends
@@ -20,11 +22,13 @@
 //   r<R>/finished<S> slot S finished successfully (not a dead node)
 //   restarts         job-wide count of rounds ended by a failure
 //   done             the job is over ("succeeded" or "failed: ...")
-// A join is three store round trips for every node but slot 1, whatever the node count, and
-// reads O(1) bytes per node (the layout is one run when all nodes run as many workers); only
-// slot 1 reads the N node records. Liveness is a ring: each node watches one peer (its
-// successor), so a heartbeat period costs the store O(N) requests in all; on a store that
-// keeps wills the connection carries liveness and the beats slow down (docs/scale.md).
+// A join is two store round trips on etcd and three on the embedded store for every node but
+// slot 1, whatever the node count, and reads O(1) bytes per node (the layout is one run when
+// all nodes run as many workers); only slot 1 reads the N node records. Liveness is a ring:
+// each node watches one peer (its successor), so a heartbeat period costs the store O(N)
+// requests in all; on a store that keeps wills the connection carries liveness and the beats
+// slow down; a large round on etcd is quiet (one txn per beat, no watch; beats bounded by
+// quiet_beats_per_s) (docs/scale.md).
 //
 // Thread-safety: a Rendezvous is used by one thread (the agent's); Watch runs on the
 // watcher's own Rendezvous object over its own store connection.
@@ -64,6 +68,14 @@ struct RendezvousConfig {
   // How long nodes wait for slot 1 to publish a closed round's layout before one of them
   // does (slot 1 died between joining and publishing).
   Duration layout_grace = std::chrono::seconds(30);
+  // Rounds of at least this many nodes: a watcher's first step (before its first beat)
+  // asks the store nothing where waiting is a request (Store::Idle; etcd), so a round that
+  // ends within its first beat period is learned up to a period late.
+  int quiet_start_nodes = 500;
+  // A quiet round beats at most this often in all (its beat period is at least N / this,
+  // and the dead timeout at least four periods; a warning says so): a store that pays for
+  // each request (etcd) is not asked more than it can answer. 0: no bound.
+  int quiet_beats_per_s = 500;
 };
 
 // How a closed round's global ranks fall on its nodes: the local world sizes of group
@@ -93,6 +105,9 @@ struct RendezvousInfo {
   int64_t restart_count = 0;  // job-wide rounds ended by a failure so far
   std::string store_prefix;   // per-round namespace for workers ("rdzv/<id>/r<R>/w")
   int slot = 0;               // join slot (1-based) in this round
+  // The store's mark of a moment after this node joined and before the round could end
+  // (Store::GetSince): the layout's write, or the join's.
+  int64_t joined_at = 0;
 
   int RankOffset() const { return rank_offset; }
   int WorldSize() const { return world_size; }
@@ -180,14 +195,21 @@ class Rendezvous {
     std::optional<std::string> closed;  // the round's member count once it is closed
   };
   Result<JobState> ReadJobState(Deadline retry_until);
+  // The keys ReadJobState reads (relative to the round seen last), and their reading.
+  std::vector<std::string> JobStateKeys() const;
+  Result<JobState> ParseJobState(std::vector<std::optional<std::string>> values);
   Status AdvanceRound(int64_t round);
   Status WaitForNextRound(int64_t round, Deadline join_deadline);
   // The steps of Next (the protocol is written out above it in rendezvous.cc).
-  struct Published {  // what slot 1 publishes for a closed round
+  struct Published {  // what slot 1 publishes for a closed round (r<R>/layout)
     RoundLayout layout;
     NodeInfo master;  // node 1's record
+    int64_t seen = 0;  // the store's mark of the layout's write (Store::GetSince), 0: none
+    std::string Encode() const;
+    static Result<Published> Decode(std::string_view text);
   };
-  Result<std::optional<Published>> ReadPublished(int64_t round, Deadline deadline);
+  Result<std::optional<Published>> ReadPublished(int64_t round, int64_t seen,
+                                                 Deadline deadline);
   // How long a node waits for slot 1's layout before it takes over: layout_grace.
   Deadline GraceDeadline(Deadline join_deadline) const;
   Result<int64_t> CloseRound(int64_t round, Deadline join_deadline);
@@ -217,6 +239,10 @@ class Rendezvous {
   // Dead-node detection state (watcher thread only): the one peer this node watches.
   int64_t first_step_round_ = -1;  // the round whose first watch step was taken
   bool will_left_ = false;         // this round's will (r<R>/gone<S>) is on the store
+  bool quiet_ = false;             // this round's steps rest between beats (Store::Idle)
+  int quiet_nodes_ = 0;            // the quiet round's node count
+  // The dead timeout of this round: config's, or longer for a quiet round (see there).
+  Duration DeadTimeout() const;
   int64_t watched_round_ = -1;
   int watched_slot_ = 0;       // 0: nobody left to watch (every other node finished)
   std::string watched_beat_;   // its counter as last read

@@ -16,6 +16,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <random>
 #include <set>
 #include <unordered_map>
 #include <thread>
@@ -380,6 +381,22 @@ struct EtcdStore::Impl {
     return rc;
   }
 
+  // Whether a transient error says the cluster is behind (not that a member is gone):
+  // refused because too many entries wait to be applied, or a proposal that did not commit
+  // in time (etcd's, or the gateway's own call into etcd).
+  static bool Overloaded(const Status& s) {
+    const std::string& m = s.message();
+    return m.find("too many requests") != std::string::npos ||
+           m.find("context deadline exceeded") != std::string::npos ||
+           m.find("request timed out") != std::string::npos;
+  }
+
+  // Uniform in [0, 1), per thread (jitter for backoffs; no cryptographic need).
+  static double RandomFraction() {
+    thread_local std::mt19937_64 engine{std::random_device{}()};
+    return std::uniform_real_distribution<double>(0.0, 1.0)(engine);
+  }
+
   // How a gRPC error (as the gateway reports it) maps to a Status; `transient` = worth
   // retrying on the next member.
   static Status GrpcError(const json& err, long http, bool* transient, bool* bad_token) {
@@ -403,7 +420,10 @@ struct EtcdStore::Impl {
     // a write while more than 5,000 committed entries wait to be applied: "too many
     // requests", nothing applied, worth a retry after the backoff), or HTTP 503.
     // (etcd 3.4 sends "too many requests" as gRPC code 2, unknown, not 8: the message tells.)
-    const bool overloaded = message.find("etcdserver: too many requests") != std::string::npos;
+    // The gateway's own call into etcd that timed out says "context deadline exceeded"
+    // with gRPC code 2 as well (at 10,000 simulated nodes): transient too.
+    const bool overloaded = message.find("etcdserver: too many requests") != std::string::npos ||
+                            message.find("context deadline exceeded") != std::string::npos;
     *transient = code == 14 || code == 4 || code == 10 || overloaded || http == 503;
     *bad_token = code == 16 || message.find("invalid auth token") != std::string::npos;
     std::string text = "etcd: " + message;
@@ -443,7 +463,8 @@ struct EtcdStore::Impl {
   //  1. call deadline = min(deadline, now + request_timeout)
   //  2. attempt on the current member; a refused/dropped connection, a timeout or a
   //     transient etcd error (no leader, leader changed, timed out) moves to the next member
-  //  3. after a full cycle of failures, back off (20 ms doubling to 500 ms) and cycle again
+  //  3. after a full cycle of failures, back off (20 ms doubling to 500 ms) and cycle again;
+  //     an attempt that timed out doubles the next attempt's time
   //  4. an invalid auth token is renewed once per call
   // `resend`: kUntilDeadline for requests that are safe to apply twice (a put of a fixed
   // value, a ticket txn with its marker): they are tried until the caller's deadline, not
@@ -464,6 +485,13 @@ struct EtcdStore::Impl {
     Status last;
     bool only_refused = true;  // every failure so far was a connection failure
     bool renewed = false;
+    // Each attempt that timed out doubles the next one's time: a member that is only slow
+    // (an overloaded cluster, whose queue a request sent again joins, as a second raft
+    // proposal) gets longer, while a stalled one is still left after the first share. A
+    // request sent until the caller's deadline (a join's, in a burst of thousands) starts
+    // with the whole request timeout.
+    Duration attempt = resend == Resend::kUntilDeadline ? options.request_timeout : share;
+    cohort::Backoff overload(std::chrono::milliseconds(250), std::chrono::seconds(4), d);
     size_t failures_in_cycle = 0;
     cohort::Backoff backoff(std::chrono::milliseconds(20), std::chrono::milliseconds(500), d);
     for (;;) {
@@ -480,8 +508,8 @@ struct EtcdStore::Impl {
       const std::string& url = urls[idx];
       Duration left = d.remaining();
       long http = 0;
-      CURLcode rc = Perform(*c, url + path, body, std::min(left, share), std::min(left, share),
-                            with_token, false, &http);
+      CURLcode rc = Perform(*c, url + path, body, std::min(left, attempt),
+                            std::min(left, share), with_token, false, &http);
       bool retry = false;
       if (rc == CURLE_OK) {
         json reply = json::parse(c->body, nullptr, /*allow_exceptions=*/false);
@@ -505,6 +533,16 @@ struct EtcdStore::Impl {
           if (!transient) return st;
           last = st.WithContext(url);
           only_refused = false;
+          if (Overloaded(st)) {
+            // The cluster (one raft log: every member) is behind: wait before the next try,
+            // longer each time and at a random part of it, or thousands of clients sending
+            // again at once keep it behind (each refusal still costs etcd the request's
+            // decoding: at 10,000 nodes retries were 8 txns per join).
+            Pause(std::chrono::duration_cast<Duration>(overload.Next() *
+                                                       (0.5 + 0.5 * RandomFraction())),
+                  d);
+            continue;
+          }
           retry = true;
         }
       } else if (rc == CURLE_ABORTED_BY_CALLBACK || aborted) {
@@ -514,7 +552,10 @@ struct EtcdStore::Impl {
                  rc == CURLE_UNSUPPORTED_PROTOCOL) {
         return FailedPrecondition("etcd at {}: {}", url, curl_easy_strerror(rc));
       } else {
-        if (rc == CURLE_OPERATION_TIMEDOUT) only_refused = false;
+        if (rc == CURLE_OPERATION_TIMEDOUT) {
+          only_refused = false;
+          attempt = std::min<Duration>(2 * attempt, std::chrono::minutes(1));
+        }
         last = Unavailable("{}: {}", url, curl_easy_strerror(rc));
         retry = true;
       }
@@ -626,13 +667,18 @@ struct EtcdStore::Impl {
     return std::optional<Values>(std::move(out));
   }
 
-  // Streams a watch on `full_key` until the key is there (a PUT event, or the read made
-  // once the watch is confirmed; returns its value), the watch is cancelled by etcd
-  // (returns nullopt: read again), or the deadline/abort/an error ends it. The watch starts
-  // after `absent_at`, the revision of a read that found the key missing (every put since
-  // comes as an event); with 0 it starts now and the key is read once it is confirmed.
+  // Which of a key's states a wait waits for (its kv as etcd shows it): by default any.
+  using KvAccept = std::function<bool(const json& kv)>;
+  static bool AnyKv(const json&) { return true; }
+
+  // Streams a watch on `full_key` until the key is there in a state `accept` takes (a PUT
+  // event, or the read made once the watch is confirmed; returns its value), the watch is
+  // cancelled by etcd (returns nullopt: read again), or the deadline/abort/an error ends
+  // it. The watch starts after `absent_at`, the revision of a read that found the key
+  // missing or not accepted (every put since comes as an event); with 0 it starts now and
+  // the key is read once it is confirmed.
   Result<std::optional<std::string>> Watch(const std::string& full_key, Deadline deadline,
-                                           int64_t absent_at) {
+                                           int64_t absent_at, const KvAccept& accept = AnyKv) {
     ConnRef c(this);
     const std::string b64_key = B64(full_key);
     std::optional<std::string> found;
@@ -664,7 +710,7 @@ struct EtcdStore::Impl {
           stream_error = value.status();
           return false;
         }
-        if (*value) {
+        if (*value && accept(*FirstKv(*now))) {
           found = std::move(**value);
           return false;
         }
@@ -674,7 +720,7 @@ struct EtcdStore::Impl {
       for (const auto& ev : *events) {
         if (ev.value("type", std::string("PUT")) != "PUT") continue;
         const json& kv = ev.value("kv", json::object());
-        if (kv.value("key", std::string()) != b64_key) continue;
+        if (kv.value("key", std::string()) != b64_key || !accept(kv)) continue;
         auto v = UnB64(kv.value("value", std::string()));
         found = v.ok() ? *v : std::string();
         return false;
@@ -722,16 +768,26 @@ struct EtcdStore::Impl {
   //  3. a PUT event carries the value; a cancelled watch (compacted history) or a lost one
   //     goes back to 1
   static constexpr int64_t kReadFirst = -1, kWatchNow = 0;
+  // (`accept`: a key there in a state it refuses counts as absent.)
+  // (`mod_revision`, when given, gets the revision of the value's write.)
   Result<std::string> GetBlocking(const std::string& full_key, Deadline deadline,
-                                  int64_t absent_at = kReadFirst) {
+                                  int64_t absent_at = kReadFirst,
+                                  const KvAccept& accept = AnyKv,
+                                  int64_t* mod_revision = nullptr) {
+    // The kv taken: its mod revision is the answer's mark.
+    auto take = [&](const json& kv) {
+      if (!accept(kv)) return false;
+      if (mod_revision != nullptr) *mod_revision = Int(kv, "mod_revision");
+      return true;
+    };
     for (;;) {
       if (absent_at == kReadFirst) {
         COHORT_ASSIGN_OR_RETURN(json r, Range(full_key, deadline));
         COHORT_ASSIGN_OR_RETURN(auto value, RangeValue(r));
-        if (value) return std::move(*value);
+        if (value && take(*FirstKv(r))) return std::move(*value);
         absent_at = std::max<int64_t>(HeaderRevision(r), kWatchNow);
       }
-      auto w = Watch(full_key, deadline, absent_at);
+      auto w = Watch(full_key, deadline, absent_at, take);
       absent_at = kReadFirst;
       if (w.ok()) {
         if (*w) return std::move(**w);
@@ -778,6 +834,140 @@ struct EtcdStore::Impl {
     json req = {{"key", B64(Full(key))}, {"value", B64(value)}};
     if (int64_t lease = lease_id.load()) req["lease"] = std::to_string(lease);
     return Post("/v3/kv/put", req, deadline, true, resend).status();
+  }
+
+  // ---- tickets and their records ----
+  // A ticket of "<key>" is a version of "<key>/ticket"; the caller's marker
+  // "<key>/t/<random>" is created in the same txn and holds its record. The markers in
+  // the order of their create revisions are therefore the tickets' records in ticket order.
+  std::string TicketKey(std::string_view key) const { return Full(key) + "/ticket"; }
+  std::string MarkerPrefix(std::string_view key) const { return Full(key) + "/t/"; }
+
+  // What a ticket txn answered: the ticket (0: refused), the answers of the reads, and the
+  // revision the txn ran at.
+  struct TicketAnswer {
+    int64_t ticket = 0;
+    std::vector<json> reads;  // range responses, one per read key
+    int64_t revision = 0;
+  };
+
+  // One txn: unless this call's marker or one of `unless` exists, put the ticket key asking
+  // for it as it was, create the marker holding `record` and read `reads`. etcd
+  // applies writes one at a time, so the previous version + 1 is this caller's position (1
+  // when the key was new), no two callers get the same one, and it costs etcd O(1) however
+  // many tickets were taken. Sent again until `deadline` when an answer is lost: a txn sent
+  // again finds its marker and takes no second ticket (its ticket is the version the ticket
+  // key had at the marker's revision). The marker has no lease: the records' order must
+  // not change while the job runs.
+  // `token` (non-empty) names the marker: the caller's retry of the same join with the same
+  // token (after this call gave up) takes no second ticket either.
+  Result<TicketAnswer> TicketTxn(std::string_view key, std::string_view record,
+                                 const std::vector<std::string>& unless,
+                                 const std::vector<std::string>& reads, Deadline deadline,
+                                 std::string_view token = {}) {
+    if (unless.size() + reads.size() + 2 > kMaxTxnOps) {
+      return InvalidArgument("a ticket txn of {} keys is more than etcd's {} ops",
+                             unless.size() + reads.size() + 2, kMaxTxnOps);
+    }
+    const std::string ticket_key = B64(TicketKey(key));
+    const std::string marker =
+        B64(MarkerPrefix(key) + (token.empty() ? RandomHex(16) : std::string(token)));
+    auto absent = [](const std::string& b64) {
+      return json{{"key", b64}, {"target", "CREATE"}, {"result", "EQUAL"},
+                  {"create_revision", "0"}};
+    };
+    json compare = json::array({absent(marker)});
+    for (const auto& k : unless) compare.push_back(absent(B64(Full(k))));
+    json success = json::array({{{"request_put", {{"key", ticket_key}, {"prev_kv", true}}}},
+                                {{"request_put", {{"key", marker}, {"value", B64(record)}}}}});
+    // (The failure branch reads the marker only: etcd's gateway decodes every op of a txn.)
+    json failure = json::array({{{"request_range", {{"key", marker}}}}});
+    for (const auto& k : reads) success.push_back({{"request_range", {{"key", B64(Full(k))}}}});
+    json txn = {{"compare", compare}, {"success", success}, {"failure", failure}};
+    COHORT_ASSIGN_OR_RETURN(json r,
+                            Post("/v3/kv/txn", txn, deadline, true, Resend::kUntilDeadline));
+    const json& responses = r.contains("responses") ? r["responses"] : json::array();
+    const bool succeeded = r.value("succeeded", false);
+    const size_t ops = succeeded ? 2 + reads.size() : 1;
+    if (responses.size() != ops) {
+      return DataLoss("etcd ticket txn answered {} ops, not {}", responses.size(), ops);
+    }
+    TicketAnswer out;
+    out.revision = HeaderRevision(r);
+    if (succeeded) {
+      for (size_t k = 0; k < reads.size(); ++k) {
+        out.reads.push_back(responses[2 + k].value("response_range", json::object()));
+      }
+      const json put = responses[0].value("response_put", json::object());
+      auto prev = put.find("prev_kv");
+      if (prev == put.end() || !prev->is_object()) {
+        out.ticket = 1;
+      } else {
+        const int64_t version = Int(*prev, "version");
+        if (version < 1) return DataLoss("etcd answered a ticket put with a versionless key");
+        out.ticket = version + 1;
+      }
+      return out;
+    }
+    const json marker_range = responses[0].value("response_range", json::object());
+    const json* marker_kv = FirstKv(marker_range);
+    if (marker_kv == nullptr) return out;  // refused: an `unless` key exists
+    // This call's first txn was applied: read the ticket key and `reads` as it left them.
+    const std::string at = std::to_string(Int(*marker_kv, "create_revision"));
+    json ranges = json::array({{{"request_range", {{"key", ticket_key}, {"revision", at}}}}});
+    for (const auto& k : reads) {
+      ranges.push_back({{"request_range", {{"key", B64(Full(k))}, {"revision", at}}}});
+    }
+    COHORT_ASSIGN_OR_RETURN(json then, Post("/v3/kv/txn", {{"success", ranges}}, deadline, true,
+                                            Resend::kUntilDeadline));
+    const json& answers = then.contains("responses") ? then["responses"] : json::array();
+    if (answers.size() != 1 + reads.size()) return DataLoss("etcd answered too few ranges");
+    const json ticket_range = answers[0].value("response_range", json::object());
+    const json* ticket_kv = FirstKv(ticket_range);
+    if (ticket_kv == nullptr) return DataLoss("etcd ticket key missing at revision {}", at);
+    out.ticket = Int(*ticket_kv, "version");
+    for (size_t k = 0; k < reads.size(); ++k) {
+      out.reads.push_back(answers[1 + k].value("response_range", json::object()));
+    }
+    return out;
+  }
+
+  // The records of tickets first..last of `key`: every marker, read a page at a time in
+  // key order (a range sorted by key stops at its limit; one sorted by create revision
+  // reads them all on every page), then put in the order of their create revisions.
+  // kNotFound when fewer than `last` tickets were taken.
+  Result<std::vector<std::string>> TicketRecords(std::string_view key, int64_t first,
+                                                 int64_t last, Deadline deadline) {
+    constexpr int64_t kPage = 1000;
+    const std::string prefix = MarkerPrefix(key);
+    std::vector<std::pair<int64_t, std::string>> markers;  // create revision, b64 record
+    std::string from = prefix;
+    for (;;) {
+      json range = {{"key", B64(from)},
+                    {"range_end", B64(PrefixEnd(prefix))},
+                    {"limit", std::to_string(kPage)}};
+      COHORT_ASSIGN_OR_RETURN(json r, Post("/v3/kv/range", range, deadline));
+      auto kvs = r.find("kvs");
+      if (kvs == r.end() || !kvs->is_array() || kvs->empty()) break;
+      for (const auto& kv : *kvs) {
+        markers.emplace_back(Int(kv, "create_revision"), kv.value("value", std::string()));
+      }
+      if (!r.value("more", false)) break;
+      COHORT_ASSIGN_OR_RETURN(std::string last_key,
+                              UnB64(kvs->back().value("key", std::string())));
+      from = last_key + std::string(1, '\0');
+    }
+    if (static_cast<int64_t>(markers.size()) < last) {
+      return NotFound("{} ticket(s) of '{}' have records, not {}", markers.size(), key, last);
+    }
+    std::sort(markers.begin(), markers.end());
+    std::vector<std::string> out;
+    out.reserve(static_cast<size_t>(last - first + 1));
+    for (int64_t t = first; t <= last; ++t) {
+      COHORT_ASSIGN_OR_RETURN(std::string record, UnB64(markers[t - 1].second));
+      out.push_back(std::move(record));
+    }
+    return out;
   }
 
   // The beat txn of EtcdStore::Beat: increments `beat_key` (known value and mod_revision
@@ -915,6 +1105,12 @@ std::string EtcdStore::endpoint() const {
   return impl_->urls[impl_->current.load() % impl_->urls.size()];
 }
 
+Status EtcdStore::Idle(Deadline deadline) {
+  if (!impl_->aborted) impl_->Pause(deadline.remaining(), deadline);
+  if (impl_->aborted) return Cancelled("etcd store client aborted");
+  return Status::Ok();
+}
+
 void EtcdStore::Abort() {
   Impl& i = *impl_;
   i.aborted = true;
@@ -1012,62 +1208,73 @@ Result<int64_t> EtcdStore::NumKeys(Deadline deadline) {
 }
 
 Result<int64_t> EtcdStore::TakeTicket(std::string_view key, Deadline deadline) {
-  // One txn: unless this call's marker exists, put the ticket key asking for it as it was
-  // and create the marker. etcd applies writes one at a time, so the previous version + 1
-  // is this caller's position (1 when the key was new), no two callers get the same one,
-  // and it costs etcd O(1) however many tickets were taken (counting a directory of ticket
-  // keys cost O(tickets) per ticket: O(N^2) per round). A txn sent again after a lost
-  // answer (failover) finds its marker and takes no second ticket: its ticket is the
-  // version the ticket key had at the marker's revision.
-  Impl& i = *impl_;
-  const std::string ticket_key = B64(i.Full(key) + "/ticket");
-  const std::string marker = B64(i.Full(key) + "/t/" + RandomHex(16));
-  json txn = {
-      {"compare", json::array({{{"key", marker},
-                                {"target", "CREATE"},
-                                {"result", "EQUAL"},
-                                {"create_revision", "0"}}})},
-      {"success", json::array({{{"request_put", {{"key", ticket_key}, {"prev_kv", true}}}},
-                               {{"request_put", {{"key", marker}}}}})},
-      {"failure", json::array({{{"request_range", {{"key", marker}}}}})}};
-  COHORT_ASSIGN_OR_RETURN(
-      json r, i.Post("/v3/kv/txn", txn, deadline, true, Impl::Resend::kUntilDeadline));
-  const json& responses = r.contains("responses") ? r["responses"] : json::array();
-  if (responses.empty()) return DataLoss("etcd ticket txn answered no ops");
-  if (r.value("succeeded", false)) {
-    const json put = responses[0].value("response_put", json::object());
-    auto prev = put.find("prev_kv");
-    if (prev == put.end() || !prev->is_object()) return int64_t{1};
-    const int64_t version = Int(*prev, "version");
-    if (version < 1) return DataLoss("etcd answered a ticket put with a versionless key");
-    return version + 1;
-  }
-  // This call's first txn was applied: read the ticket key as that txn left it.
-  const json marker_range = responses[0].value("response_range", json::object());
-  const json* marker_kv = FirstKv(marker_range);
-  if (marker_kv == nullptr) return DataLoss("etcd ticket marker vanished");
-  const int64_t at = Int(*marker_kv, "create_revision");
-  const json at_marker = {{"key", ticket_key}, {"revision", std::to_string(at)}};
-  COHORT_ASSIGN_OR_RETURN(
-      json then, i.Post("/v3/kv/range", at_marker, deadline, true, Impl::Resend::kUntilDeadline));
-  const json* ticket_kv = FirstKv(then);
-  if (ticket_kv == nullptr) return DataLoss("etcd ticket key missing at revision {}", at);
-  return Int(*ticket_kv, "version");
+  COHORT_ASSIGN_OR_RETURN(auto answer, impl_->TicketTxn(key, "", {}, {}, deadline));
+  if (answer.ticket < 1) return DataLoss("etcd ticket marker vanished");
+  return answer.ticket;
 }
 
 Result<int64_t> EtcdStore::Append(std::string_view ticket_key, std::string_view record_prefix,
                                   std::string_view value, Deadline deadline) {
-  // The default's two requests, each sent again until the caller's deadline (both may be).
-  COHORT_ASSIGN_OR_RETURN(int64_t ticket, TakeTicket(ticket_key, deadline));
-  const std::string record = std::string(record_prefix) + std::to_string(ticket);
-  COHORT_RETURN_IF_ERROR(impl_->Put(record, value, deadline, Impl::Resend::kUntilDeadline));
-  return ticket;
+  (void)record_prefix;  // the record is kept with the ticket (its marker)
+  COHORT_ASSIGN_OR_RETURN(auto answer, impl_->TicketTxn(ticket_key, value, {}, {}, deadline));
+  if (answer.ticket < 1) return DataLoss("etcd ticket marker vanished");
+  return answer.ticket;
 }
 
 Result<int64_t> EtcdStore::CountTickets(std::string_view key, Deadline deadline) {
-  COHORT_ASSIGN_OR_RETURN(json r, impl_->Range(impl_->Full(key) + "/ticket", deadline));
+  COHORT_ASSIGN_OR_RETURN(json r, impl_->Range(impl_->TicketKey(key), deadline));
   const json* kv = FirstKv(r);
   return kv == nullptr ? int64_t{0} : Int(*kv, "version");
+}
+
+Result<std::vector<std::string>> EtcdStore::ReadAppended(std::string_view ticket_key,
+                                                         std::string_view record_prefix,
+                                                         int64_t first, int64_t count,
+                                                         Deadline deadline) {
+  (void)record_prefix;
+  if (first < 1 || count < 0) return InvalidArgument("no tickets {}+{}", first, count);
+  if (count == 0) return std::vector<std::string>();
+  const int64_t last = first + count - 1;
+  auto records = impl_->TicketRecords(ticket_key, first, last, deadline);
+  if (records.ok() || records.status().code() != StatusCode::kNotFound) return records;
+  // Not all taken yet: wait for the last one, then read again.
+  COHORT_RETURN_IF_ERROR(WaitAppended(ticket_key, record_prefix, last, deadline));
+  return impl_->TicketRecords(ticket_key, first, last, deadline);
+}
+
+// The ticket key's version is the number of tickets taken, each with its record: wait (one
+// read, then a watch from its revision) until it reaches `ticket`.
+Status EtcdStore::WaitAppended(std::string_view ticket_key, std::string_view record_prefix,
+                               int64_t ticket, Deadline deadline) {
+  (void)record_prefix;
+  return impl_
+      ->GetBlocking(impl_->TicketKey(ticket_key), deadline, Impl::kReadFirst,
+                    [ticket](const json& kv) { return Int(kv, "version") >= ticket; })
+      .status();
+}
+
+// One ticket txn that also checks `unless_keys` and reads `read_keys`.
+Result<Store::JoinResult> EtcdStore::Join(const JoinRequest& request, Deadline deadline) {
+  COHORT_ASSIGN_OR_RETURN(auto answer,
+                          impl_->TicketTxn(request.ticket_key, request.record,
+                                           request.unless_keys, request.read_keys, deadline,
+                                           request.token));
+  JoinResult out;
+  out.ticket = answer.ticket;
+  out.seen = answer.revision;
+  for (const auto& range : answer.reads) {
+    COHORT_ASSIGN_OR_RETURN(auto v, RangeValue(range));
+    out.read.push_back(std::move(v));
+  }
+  return out;
+}
+
+// A key absent at revision `*seen`: one watch from the revision after it (etcd replays any
+// put since), no read first.
+Result<std::string> EtcdStore::GetSince(std::string_view key, int64_t* seen, Deadline deadline) {
+  const int64_t from = *seen > 0 ? *seen : Impl::kReadFirst;
+  *seen = 0;
+  return impl_->GetBlocking(impl_->Full(key), deadline, from, Impl::AnyKv, seen);
 }
 
 // One txn per beat: put the counter's next value if it is still the one this client last
@@ -1075,12 +1282,12 @@ Result<int64_t> EtcdStore::CountTickets(std::string_view key, Deadline deadline)
 // the peeked keys and the wait key in the same txn; a lost compare reads the counter
 // instead, and the beat is tried again with it. A wait key still missing is then watched
 // (GetBlocking: the watch and its read once confirmed). Three requests per step when
-// nothing happened, not Add + Peek + Get's six.
+// nothing happened, not Add + Peek + Get's six; with no wait key, the txn alone.
 Result<Store::BeatResult> EtcdStore::Beat(std::string_view beat_key,
                                           const std::vector<std::string>& peek_keys,
                                           const std::vector<std::string>& wait_keys,
                                           Deadline deadline) {
-  if (wait_keys.size() != 1) {
+  if (wait_keys.size() > 1) {
     return InvalidArgument("this store waits for one key per beat, not {}", wait_keys.size());
   }
   if (peek_keys.size() + 2 > kMaxTxnOps) {
@@ -1089,7 +1296,7 @@ Result<Store::BeatResult> EtcdStore::Beat(std::string_view beat_key,
   Impl& i = *impl_;
   json reads = json::array();
   for (const auto& k : peek_keys) reads.push_back({{"request_range", {{"key", B64(i.Full(k))}}}});
-  reads.push_back({{"request_range", {{"key", B64(i.Full(wait_keys[0]))}}}});
+  for (const auto& k : wait_keys) reads.push_back({{"request_range", {{"key", B64(i.Full(k))}}}});
   json r;
   if (beat_key.empty()) {
     COHORT_ASSIGN_OR_RETURN(r, i.Post("/v3/kv/txn", {{"success", reads}}, deadline));
@@ -1111,6 +1318,7 @@ Result<Store::BeatResult> EtcdStore::Beat(std::string_view beat_key,
     out.peeked.push_back(std::move(v));
   }
   out.peeked_age_ms.assign(peek_keys.size(), -1);
+  if (wait_keys.empty()) return out;  // no wait: the txn alone
   COHORT_ASSIGN_OR_RETURN(out.waited, value_of(peek_keys.size()));
   if (out.waited) return out;
   auto value = i.GetBlocking(i.Full(wait_keys[0]), deadline, HeaderRevision(r));

@@ -69,18 +69,34 @@ class EtcdStore final : public Store {
   // Tickets are the versions of the key "<key>/ticket": a ticket is one txn that puts it
   // and returns its previous version (no compare-and-swap retries however many callers
   // race, and O(1) for etcd); the count is the key's version. The txn also creates a
-  // marker of this call, so a txn sent again after a lost answer takes no second ticket.
+  // marker of this call, "<key>/t/<random>", so a txn sent again after a lost answer
+  // takes no second ticket; the marker holds the ticket's record (Append), and the markers
+  // by create revision are the records in ticket order (ReadAppended). An overloaded
+  // cluster's timeouts make the txn be sent again until `deadline`, not fail the join.
   Result<int64_t> TakeTicket(std::string_view key, Deadline deadline) override;
   Result<int64_t> CountTickets(std::string_view key, Deadline deadline) override;
-  // TakeTicket, then a put of the record; an overloaded cluster's timeouts make both be
-  // sent again until `deadline` (each is safe to send twice), not fail the join.
   Result<int64_t> Append(std::string_view ticket_key, std::string_view record_prefix,
                          std::string_view value, Deadline deadline) override;
+  // Reads every marker of the key (pages of 1,000 in key order) and orders them.
+  Result<std::vector<std::string>> ReadAppended(std::string_view ticket_key,
+                                                std::string_view record_prefix, int64_t first,
+                                                int64_t count, Deadline deadline) override;
+  // Waits for the ticket key's version (one read, then a watch).
+  Status WaitAppended(std::string_view ticket_key, std::string_view record_prefix,
+                      int64_t ticket, Deadline deadline) override;
+  // One txn: the ticket with its record unless an `unless` key exists, and the reads.
+  Result<JoinResult> Join(const JoinRequest& request, Deadline deadline) override;
+  // One watch from the revision after `*seen` (a Join's): no read first; gives back the
+  // value's mod revision.
+  Result<std::string> GetSince(std::string_view key, int64_t* seen, Deadline deadline) override;
   // One txn (increment the beat counter, read the peeked keys and the wait key), then a
   // watch when the wait key is missing. One wait key only, as the default; more peek keys
   // than one txn may hold go through the default (Add, Peek, Get).
   Result<BeatResult> Beat(std::string_view beat_key, const std::vector<std::string>& peek_keys,
                           const std::vector<std::string>& wait_keys, Deadline deadline) override;
+
+  // A pause that Abort() cuts short: no request.
+  Status Idle(Deadline deadline) override;
 
   // Deletes every key under this store's prefix (a finished job's keys); returns how many.
   Result<int64_t> DeleteAll(Deadline deadline);

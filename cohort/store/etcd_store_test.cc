@@ -331,10 +331,22 @@ class LateTicketGateway {
     server_.Post("/v3/kv/txn", [this](const httplib::Request& req, httplib::Response& res) {
       json answer;
       bool late = false;
+      const json q = json::parse(req.body);
       {
         std::lock_guard<std::mutex> lock(mu_);
+        if (!q.contains("compare")) {
+          // The reads at a marker's revision: the ticket key's version then.
+          json responses = json::array();
+          for (const auto& op : q["success"]) {
+            const int64_t at = std::stoll(op["request_range"]["revision"].get<std::string>());
+            json kv = {{"version", std::to_string(version_at_[at])}};
+            responses.push_back({{"response_range", {{"kvs", json::array({kv})}}}});
+          }
+          res.set_content(json{{"responses", responses}}.dump(), "application/json");
+          return;
+        }
         late = ++txns_ == 1;
-        answer = Apply(json::parse(req.body)["compare"][0]["key"]);
+        answer = Apply(q["compare"][0]["key"]);
       }
       if (late) std::this_thread::sleep_for(late_);
       res.set_content(answer.dump(), "application/json");
@@ -389,10 +401,10 @@ class LateTicketGateway {
   std::map<int64_t, int64_t> version_at_;           // revision -> the ticket key's version
 };
 
-// The client's attempt times out (request_timeout / members = 1.5 s) and it sends the same
-// txn to the next member: no second ticket is taken.
+// The client's attempt times out (a ticket txn's first attempt: the request timeout, 3 s) and
+// it sends the same txn to the next member: no second ticket is taken.
 TEST(EtcdOverloadTest, ARetriedTicketTxnTakesNoSecondTicket) {
-  LateTicketGateway gateway(2000ms);
+  LateTicketGateway gateway(3500ms);  // longer than the request timeout: sent again
   EtcdStoreOptions options;
   options.endpoints = {gateway.endpoint(), gateway.endpoint()};  // two "members"
   options.request_timeout = 3s;
@@ -410,7 +422,7 @@ TEST(EtcdOverloadTest, ARetriedTicketTxnTakesNoSecondTicket) {
 }
 
 // The whole request timeout (1 s) passes without an answer: a join's Append sends the same
-// ticket txn again until the caller's deadline, and writes its record, instead of failing
+// ticket txn (which holds its record) again until the caller's deadline, instead of failing
 // (at 10,000 simulated nodes an overloaded etcd failed joins so).
 TEST(EtcdOverloadTest, AnAppendOutlastsTheRequestTimeout) {
   LateTicketGateway gateway(1500ms);
@@ -424,7 +436,7 @@ TEST(EtcdOverloadTest, AnAppendOutlastsTheRequestTimeout) {
   EXPECT_EQ(*ticket, 5);
   EXPECT_EQ(gateway.txns(), 2);
   EXPECT_EQ(gateway.version(), 5);
-  EXPECT_EQ(gateway.puts(), 1) << "the record";
+  EXPECT_EQ(gateway.puts(), 0) << "the record goes in the ticket txn";
   store->reset();
 }
 
@@ -590,6 +602,73 @@ TEST_F(EtcdStoreTest, EightAgentsCompleteARendezvous) {
   EXPECT_EQ(ranks.size(), 8u);
   EXPECT_LT(SecondsSince(start), 10.0);
   std::printf("rendezvous of 8 agents on etcd: %.3f s\n", SecondsSince(start));
+}
+
+// A join sent again with the same token (its first call gave up, the txn was applied)
+// gets the ticket it took, not a second one; another token takes the next ticket.
+TEST_F(EtcdStoreTest, AJoinRetriedWithItsTokenTakesNoSecondTicket) {
+  Store::JoinRequest join{"slot", "node", "me", {"closed"}, {"state"}, "token-1"};
+  auto first = store_->Join(join, Soon());
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto again = Make()->Join(join, Soon());
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->ticket, first->ticket);
+  EXPECT_EQ(*store_->CountTickets("slot", Soon()), 1);
+  join.token = "token-2";
+  join.record = "you";
+  EXPECT_EQ(store_->Join(join, Soon())->ticket, 2);
+  EXPECT_EQ(*store_->ReadAppended("slot", "node", 1, 2, Soon()),
+            (std::vector<std::string>{"me", "you"}));
+}
+
+// A round of at least quiet_start_nodes on etcd starts quiet: a watcher's first step asks
+// etcd nothing (it rests), so a round that ended before it is learned at the second step,
+// by the beat that reads `next`; below that size the first step watches `next` and learns
+// it at once. Either way every node learns the end and why.
+TEST_F(EtcdStoreTest, AQuietRoundLearnsItsEndAtItsFirstBeat) {
+  for (const bool quiet : {true, false}) {
+    SCOPED_TRACE(quiet ? "quiet" : "watching");
+    rendezvous::RendezvousConfig c;
+    c.run_id = prefix_ + (quiet ? "-quiet" : "-watching");
+    c.min_nodes = c.max_nodes = 3;
+    c.join_timeout = 20s;
+    c.heartbeat_interval = 100ms;
+    c.dead_timeout = 2s;  // beat period 500 ms: the first step rests 50-500 ms
+    c.quiet_start_nodes = quiet ? 3 : 4;
+    std::vector<std::unique_ptr<rendezvous::Rendezvous>> nodes;
+    std::vector<std::optional<Result<rendezvous::RendezvousInfo>>> infos(3);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 3; ++i) {
+      rendezvous::NodeInfo self{"host" + std::to_string(i), "10.0.0.1", 1, ""};
+      nodes.push_back(std::make_unique<rendezvous::Rendezvous>(Make(), c, self));
+    }
+    for (int i = 0; i < 3; ++i) threads.emplace_back([&, i] { infos[i] = nodes[i]->Next(); });
+    for (auto& t : threads) t.join();
+    for (auto& info : infos) ASSERT_TRUE(info && info->ok()) << info->status().ToString();
+    // The node of slot 1 ends the round before anyone's first step.
+    rendezvous::FailureRecord failure{0, "host0", 1, 0, "boom"};
+    int ender = 0;
+    while ((*infos[ender])->slot != 1) ++ender;
+    ASSERT_TRUE(nodes[ender]
+                    ->EndRound(0, {rendezvous::RoundEnd::Kind::kFailure, "rank 0"}, &failure)
+                    .ok());
+    for (int i = 0; i < 3; ++i) {
+      if (i == ender) continue;
+      auto first = nodes[i]->WatchStep(**infos[i]);
+      ASSERT_TRUE(first.ok()) << first.status().ToString();
+      EXPECT_EQ(first->has_value(), !quiet) << "the first step learns the end only watching";
+      std::optional<rendezvous::RoundEnd> ended = *first;
+      for (int step = 0; !ended && step < 20; ++step) {
+        auto next = nodes[i]->WatchStep(**infos[i]);
+        ASSERT_TRUE(next.ok()) << next.status().ToString();
+        ended = *next;
+        EXPECT_TRUE(ended.has_value()) << "the first beat reads the end";
+      }
+      ASSERT_TRUE(ended.has_value());
+      EXPECT_EQ(ended->kind, rendezvous::RoundEnd::Kind::kFailure);
+      EXPECT_EQ(ended->detail, "rank 0");
+    }
+  }
 }
 
 TEST(EtcdAuthTest, UserPasswordAndTokenRenewal) {

@@ -14,6 +14,8 @@
 // TcpStore are serialized on its connection (open another TcpStore for a blocking watch).
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -59,10 +61,11 @@ class Store {
   virtual Result<int64_t> CountTickets(std::string_view key, Deadline deadline) {
     return Add(key, 0, deadline);
   }
-  // Takes a ticket for `ticket_key` (as TakeTicket) and stores `value` under
-  // `record_prefix` followed by the ticket ("r3/node" and ticket 17: "r3/node17"); returns
-  // the ticket. The default is TakeTicket then Set; TcpStore does both in one round trip
-  // (APPEND), so that joining a rendezvous round costs one request, not two.
+  // Takes a ticket for `ticket_key` (as TakeTicket) and stores `value` as that ticket's
+  // record (ReadAppended, WaitAppended); returns the ticket. The default is TakeTicket then
+  // Set of `record_prefix` followed by the ticket ("r3/node" and ticket 17: "r3/node17");
+  // TcpStore does both in one round trip (APPEND), EtcdStore in one txn that keeps the
+  // record with the ticket, so that joining a rendezvous round costs one request, not two.
   virtual Result<int64_t> Append(std::string_view ticket_key, std::string_view record_prefix,
                                  std::string_view value, Deadline deadline) {
     COHORT_ASSIGN_OR_RETURN(int64_t ticket, TakeTicket(ticket_key, deadline));
@@ -71,13 +74,92 @@ class Store {
     return ticket;
   }
 
+  // The records Append stored: those of tickets first..first+count-1 of `ticket_key`, in
+  // ticket order, waiting until each exists (kDeadlineExceeded when one does not by
+  // `deadline`). Where a record lives is the store's business: the default reads
+  // `record_prefix` + ticket (MultiGet); EtcdStore keeps it with the ticket.
+  virtual Result<std::vector<std::string>> ReadAppended(std::string_view ticket_key,
+                                                        std::string_view record_prefix,
+                                                        int64_t first, int64_t count,
+                                                        Deadline deadline) {
+    (void)ticket_key;
+    std::vector<std::string> keys;
+    keys.reserve(static_cast<size_t>(std::max<int64_t>(count, 0)));
+    for (int64_t t = first; t < first + count; ++t) {
+      keys.push_back(std::string(record_prefix) + std::to_string(t));
+    }
+    return MultiGet(keys, deadline);
+  }
+  // Waits until ticket `ticket` of `ticket_key` was appended with its record. The default
+  // waits for that record's key.
+  virtual Status WaitAppended(std::string_view ticket_key, std::string_view record_prefix,
+                              int64_t ticket, Deadline deadline) {
+    (void)ticket_key;
+    return Wait({std::string(record_prefix) + std::to_string(ticket)}, deadline);
+  }
+
+  // A rendezvous join as one step where the store can make it one request: unless one of
+  // `unless_keys` exists, Append(ticket_key, record_prefix, record) and read `read_keys`
+  // at that moment. `ticket` is 0 and `read` empty when refused (an unless key exists).
+  // `seen` is an opaque mark of that moment for GetSince (0: none). The default is Peek,
+  // then Append (not atomic: a key may appear between them, as with two calls); EtcdStore
+  // does it in one txn, sent again until `deadline` after a lost answer without joining
+  // twice.
+  struct JoinRequest {
+    std::string ticket_key;
+    std::string record_prefix;
+    std::string record;
+    std::vector<std::string> unless_keys;
+    std::vector<std::string> read_keys;
+    // The caller's name for this join (random, unique): sending the same request again
+    // after a call gave up takes no second ticket (EtcdStore; others ignore it).
+    std::string token;
+  };
+  struct JoinResult {
+    int64_t ticket = 0;
+    std::vector<std::optional<std::string>> read;
+    int64_t seen = 0;
+  };
+  virtual Result<JoinResult> Join(const JoinRequest& request, Deadline deadline) {
+    std::vector<std::string> keys = request.unless_keys;
+    keys.insert(keys.end(), request.read_keys.begin(), request.read_keys.end());
+    COHORT_ASSIGN_OR_RETURN(auto values, Peek(keys, deadline));
+    JoinResult out;
+    for (size_t k = 0; k < request.unless_keys.size(); ++k) {
+      if (values[k]) return out;
+    }
+    out.read.assign(values.begin() + static_cast<std::ptrdiff_t>(request.unless_keys.size()),
+                    values.end());
+    COHORT_ASSIGN_OR_RETURN(out.ticket, Append(request.ticket_key, request.record_prefix,
+                                               request.record, deadline));
+    return out;
+  }
+  // Get, for a key known absent at the moment `*seen` marks (a JoinResult::seen, or a mark
+  // this call gave back; 0: none): a store that dates its writes waits from that moment
+  // without reading first (EtcdStore: one watch from that revision). On return `*seen`
+  // marks the moment of the value's write (0: unknown). The default is Get.
+  virtual Result<std::string> GetSince(std::string_view key, int64_t* seen, Deadline deadline) {
+    *seen = 0;
+    return Get(key, deadline);
+  }
+
+  // Waits until `deadline` without asking the store anything; kCancelled once Abort() was
+  // called (before or during). Offered by stores whose waits cost the store a request each
+  // (EtcdStore: a watch), for callers that can afford not to be woken by a write; the
+  // others say kFailedPrecondition (the default) and the caller waits on a key instead.
+  virtual Status Idle(Deadline deadline) {
+    (void)deadline;
+    return FailedPrecondition("this store offers no idle wait");
+  }
+
   // One liveness step in one call (the rendezvous watcher's): Add(beat_key, 1) unless
   // beat_key is empty, read `peek_keys` at that moment (as Peek), then wait until one of
   // `wait_keys` exists or `deadline` passes. Returns the peeked values and the first wait
   // key that exists (its index and value), nullopt when the deadline passed first (not an
   // error). TcpStore does it in one round trip (BEAT), so that ten thousand watchers cost
   // the store one request each per step. The default is Add, Peek and Get, for one wait
-  // key only: waiting for any of several needs a store that does it natively (InvalidArgument).
+  // key at most (none: no wait): waiting for any of several needs a store that does it
+  // natively (InvalidArgument).
   struct BeatResult {
     std::vector<std::optional<std::string>> peeked;
     // Per peeked key, how long before the call it was last bumped by a beat, by the
@@ -89,13 +171,14 @@ class Store {
   virtual Result<BeatResult> Beat(std::string_view beat_key,
                                   const std::vector<std::string>& peek_keys,
                                   const std::vector<std::string>& wait_keys, Deadline deadline) {
-    if (wait_keys.size() != 1) {
+    if (wait_keys.size() > 1) {
       return InvalidArgument("this store waits for one key per beat, not {}", wait_keys.size());
     }
     BeatResult out;
     if (!beat_key.empty()) COHORT_RETURN_IF_ERROR(Add(beat_key, 1, deadline).status());
     COHORT_ASSIGN_OR_RETURN(out.peeked, Peek(peek_keys, deadline));
     out.peeked_age_ms.assign(peek_keys.size(), -1);
+    if (wait_keys.empty()) return out;
     auto value = Get(wait_keys[0], deadline);
     if (value.ok()) {
       out.waited = std::move(value).value();
@@ -191,6 +274,24 @@ class PrefixStore final : public Store {
                          std::string_view value, Deadline deadline) override {
     return base_->Append(Key(ticket_key), Key(record_prefix), value, deadline);
   }
+  Result<std::vector<std::string>> ReadAppended(std::string_view ticket_key,
+                                                std::string_view record_prefix, int64_t first,
+                                                int64_t count, Deadline deadline) override {
+    return base_->ReadAppended(Key(ticket_key), Key(record_prefix), first, count, deadline);
+  }
+  Status WaitAppended(std::string_view ticket_key, std::string_view record_prefix,
+                      int64_t ticket, Deadline deadline) override {
+    return base_->WaitAppended(Key(ticket_key), Key(record_prefix), ticket, deadline);
+  }
+  Result<JoinResult> Join(const JoinRequest& request, Deadline deadline) override {
+    JoinRequest prefixed = {Key(request.ticket_key), Key(request.record_prefix), request.record,
+                            Keys(request.unless_keys), Keys(request.read_keys), request.token};
+    return base_->Join(prefixed, deadline);
+  }
+  Result<std::string> GetSince(std::string_view key, int64_t* seen, Deadline deadline) override {
+    return base_->GetSince(Key(key), seen, deadline);
+  }
+  Status Idle(Deadline deadline) override { return base_->Idle(deadline); }
   Result<BeatResult> Beat(std::string_view beat_key, const std::vector<std::string>& peek_keys,
                           const std::vector<std::string>& wait_keys, Deadline deadline) override {
     return base_->Beat(beat_key.empty() ? std::string() : Key(beat_key), Keys(peek_keys),

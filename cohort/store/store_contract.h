@@ -127,9 +127,8 @@ TEST_P(StoreContract, AppendGivesDistinctTicketsWithTheirRecords) {
   // A waiter on the last record is woken by the append that writes it.
   std::thread waiter([&] {
     auto client = factory_->Make();
-    auto v = client->Get(fmt::format("rec{}", kClients * kEach), Deadline::AfterMs(20000));
-    ASSERT_TRUE(v.ok()) << v.status().ToString();
-    EXPECT_TRUE(v->starts_with("from "));
+    Status s = client->WaitAppended("tickets", "rec", kClients * kEach, Deadline::AfterMs(20000));
+    ASSERT_TRUE(s.ok()) << s.ToString();
   });
   for (int t = 0; t < kClients; ++t) {
     threads.emplace_back([&, t] {
@@ -143,12 +142,18 @@ TEST_P(StoreContract, AppendGivesDistinctTicketsWithTheirRecords) {
   }
   for (auto& th : threads) th.join();
   waiter.join();
+  auto records = store_->ReadAppended("tickets", "rec", 1, kClients * kEach, Soon());
+  ASSERT_TRUE(records.ok()) << records.status().ToString();
+  ASSERT_EQ(records->size(), size_t{kClients * kEach});
   std::set<int64_t> all;
   for (int t = 0; t < kClients; ++t) {
     for (int64_t ticket : tickets[t]) {
       all.insert(ticket);
-      // Each ticket's record is the one its taker wrote.
-      EXPECT_EQ(*store_->Get(fmt::format("rec{}", ticket), Soon()), fmt::format("from {}", t));
+      // Each ticket's record is the one its taker wrote, alone or among the others.
+      EXPECT_EQ((*records)[ticket - 1], fmt::format("from {}", t));
+      auto one = store_->ReadAppended("tickets", "rec", ticket, 1, Soon());
+      ASSERT_TRUE(one.ok()) << one.status().ToString();
+      EXPECT_EQ(one->at(0), fmt::format("from {}", t));
     }
   }
   ASSERT_EQ(all.size(), size_t{kClients * kEach});
@@ -156,6 +161,45 @@ TEST_P(StoreContract, AppendGivesDistinctTicketsWithTheirRecords) {
   EXPECT_EQ(*all.rbegin(), kClients * kEach);
   EXPECT_EQ(*store_->CountTickets("tickets", Soon()), kClients * kEach);
   EXPECT_EQ(*store_->CountTickets("no tickets", Soon()), 0);
+}
+
+TEST_P(StoreContract, JoinAppendsAndReadsUnlessAKeyExists) {
+  ASSERT_TRUE(store_->Set("state", "s1", Soon()).ok());
+  Store::JoinRequest join{"slot", "node", "me", {"closed"}, {"state", "absent"}};
+  auto first = store_->Join(join, Soon());
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->ticket, 1);
+  ASSERT_EQ(first->read.size(), 2u);
+  EXPECT_EQ(first->read[0], "s1");
+  EXPECT_EQ(first->read[1], std::nullopt);
+  join.record = "you";
+  auto second = factory_->Make()->Join(join, Soon());
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(second->ticket, 2);
+  // A key that appears after a join's moment is seen by GetSince from that moment on,
+  // whether it was written before the call (replayed) or during it (woken).
+  ASSERT_TRUE(store_->Set("layout", "L", Soon()).ok());
+  int64_t seen = second->seen;
+  EXPECT_EQ(*store_->GetSince("layout", &seen, Soon()), "L");
+  // The mark given back is of the value's write: a key written after it is seen from there.
+  std::thread writer([&] { ASSERT_TRUE(factory_->Make()->Set("later", "v", Soon()).ok()); });
+  auto later = store_->GetSince("later", &seen, Deadline::AfterMs(20000));
+  writer.join();
+  ASSERT_TRUE(later.ok()) << later.status().ToString();
+  EXPECT_EQ(*later, "v");
+  // Once an unless key exists the join is refused: no ticket, nothing read.
+  ASSERT_TRUE(store_->Set("closed", "2", Soon()).ok());
+  join.record = "late";
+  auto refused = store_->Join(join, Soon());
+  ASSERT_TRUE(refused.ok()) << refused.status().ToString();
+  EXPECT_EQ(refused->ticket, 0);
+  EXPECT_TRUE(refused->read.empty());
+  EXPECT_EQ(*store_->CountTickets("slot", Soon()), 2);
+  EXPECT_EQ(*store_->ReadAppended("slot", "node", 1, 2, Soon()),
+            (std::vector<std::string>{"me", "you"}));
+  // Waiting for a ticket not yet taken times out at the deadline.
+  EXPECT_EQ(store_->WaitAppended("slot", "node", 3, Deadline::AfterMs(300)).code(),
+            StatusCode::kDeadlineExceeded);
 }
 
 TEST_P(StoreContract, AddIsAtomicAcrossClients) {
