@@ -260,7 +260,8 @@ Result<Rendezvous::JobState> Rendezvous::ParseJobState(
 // three on the embedded store (Peek, APPEND, GET), whatever the node count.
 Result<RendezvousInfo> Rendezvous::Next() {
   const Deadline join_deadline = Deadline::After(config_.join_timeout);
-  int64_t round = last_round_;
+  // After holding round R, this is called once R ended: R + 1 is the round to try first.
+  int64_t round = std::max(last_round_, next_round_);
   for (;;) {
     if (join_deadline.expired()) {
       return DeadlineExceeded("rendezvous '{}' timed out: no round to join within the join "
@@ -346,6 +347,7 @@ Result<RendezvousInfo> Rendezvous::Next() {
     const int64_t seen = published->seen > 0 ? published->seen : joined.seen;
     RendezvousInfo info = MakeInfo(round, slot, std::move(*published), state.restarts);
     info.joined_at = seen;
+    next_round_ = round + 1;
     return info;
   }
 }

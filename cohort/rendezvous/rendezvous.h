@@ -248,6 +248,7 @@ class Rendezvous {
   std::string watched_beat_;   // its counter as last read
   SteadyClock::time_point watched_change_;  // when that counter last moved (as seen here)
   int64_t last_round_ = 0;  // the round seen last: ReadJobState reads its `closed` too
+  int64_t next_round_ = 0;  // the round after the one Next returned last
 };
 
 }  // namespace cohort::rendezvous
