@@ -2,17 +2,30 @@
 // connection, a name not yet in DNS, an unreachable etcd member, an engine polled for a job's
 // state). Each pause doubles from `first` up to `max` and never reaches past the deadline.
 // Callers that must stay interruptible wait Next() on their own fd or condition variable;
-// the others call Sleep().
+// the others call Sleep(). RandomUnit and NextJittered draw the jitter that spreads many
+// clients' retries.
 //
-// Thread-safety: a value owned by one thread.
+// Thread-safety: a Backoff is a value owned by one thread; RandomUnit keeps one engine per
+// thread.
 #pragma once
 
 #include <algorithm>
+#include <functional>
+#include <random>
 #include <thread>
 
 #include "cohort/base/time.h"
 
 namespace cohort {
+
+// Uniform in [0, 1), from a per-thread engine (seeded from the clock and the thread: the
+// jitter it draws needs no cryptographic seed, and thousands of threads start at once).
+inline double RandomUnit() {
+  thread_local std::mt19937_64 engine{
+      static_cast<uint64_t>(SteadyClock::now().time_since_epoch().count()) ^
+      std::hash<std::thread::id>()(std::this_thread::get_id())};
+  return std::uniform_real_distribution<double>(0.0, 1.0)(engine);
+}
 
 class Backoff {
  public:
@@ -25,6 +38,11 @@ class Backoff {
     const Duration pause = std::min(next_, deadline_.remaining());
     next_ = std::min(next_ * 2, max_);
     return pause;
+  }
+  // The next pause at a random 50-100% of it: many clients backing off from the same
+  // overloaded service do not all come back at once.
+  Duration NextJittered() {
+    return std::chrono::duration_cast<Duration>(Next() * (0.5 + 0.5 * RandomUnit()));
   }
   // Sleeps the next pause. False when the deadline has passed: no more tries.
   bool Sleep() {

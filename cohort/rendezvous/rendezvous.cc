@@ -4,10 +4,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <functional>
-#include <random>
-#include <thread>
-
 #include "cohort/base/backoff.h"
 #include "cohort/base/log.h"
 #include "cohort/base/settings.h"
@@ -46,16 +42,15 @@ auto UntilDeadline(Deadline deadline, const Call& call) -> decltype(call()) {
   }
 }
 
-// Uniform in [0, 1), from a per-thread engine (seeded from the clock and the thread: the
-// jitter it draws needs no cryptographic seed, and thousands of threads start at once).
-double RandomUnit() {
-  thread_local std::mt19937_64 engine{
-      static_cast<uint64_t>(SteadyClock::now().time_since_epoch().count()) ^
-      std::hash<std::thread::id>()(std::this_thread::get_id())};
-  return std::uniform_real_distribution<double>(0.0, 1.0)(engine);
-}
-
 double Seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
+
+// A rendezvous counter's value as read (absent = 0).
+Result<int64_t> ParseCounter(const std::optional<std::string>& v, std::string_view name) {
+  if (!v) return int64_t{0};
+  auto n = ParseInt64(*v);
+  if (!n) return DataLoss("rendezvous counter '{}' holds '{}', not a number", name, *v);
+  return *n;
+}
 
 std::string SignalName(int sig) {
   const char* name = sigabbrev_np(sig);
@@ -195,39 +190,26 @@ Status Rendezvous::WaitForNextRound(int64_t round, Deadline deadline) {
 }
 
 // Reads the job's state in one store call: whether it is done (and how), the failures so
-// far, the current round and, when the round is the one seen last or the one after it,
+// far, the current round and, when the round is the one seen last (L) or the one after it,
 // whether it is closed. The round counter moves after the round's `next` is written (by
-// the node that ended it): a round seen last whose `next` exists is over, and the current
-// one is the next, whatever the counter says yet (nodes woken by the end of a round join
-// the next one without waiting for the counter, or taking its lag for a running round).
+// the node that ended it): a round L whose `next` exists is over, and the current one is
+// at least L + 1, whatever the counter says yet (nodes woken by the end of a round join the
+// next one without waiting for the counter, or taking its lag for a running round); a
+// round L that is closed was reached, so the current one is at least L.
 // A read that times out is made again until `retry_until` (a loaded store).
 Result<Rendezvous::JobState> Rendezvous::ReadJobState(Deadline retry_until) {
-  const std::vector<std::string> keys = JobStateKeys();
+  const std::vector<std::string> keys = {
+      Key("done"),      Key("restarts"), Key("round"), RoundKey(last_round_, "closed"),
+      RoundKey(last_round_, "next"), RoundKey(last_round_ + 1, "closed")};
   COHORT_ASSIGN_OR_RETURN(auto values, UntilDeadline(retry_until, [&] {
                             return store_->Peek(keys, CallDeadline().Earlier(retry_until));
                           }));
-  return ParseJobState(std::move(values));
-}
-
-std::vector<std::string> Rendezvous::JobStateKeys() const {
-  return {Key("done"),      Key("restarts"), Key("round"), RoundKey(last_round_, "closed"),
-          RoundKey(last_round_, "next"), RoundKey(last_round_ + 1, "closed")};
-}
-
-Result<Rendezvous::JobState> Rendezvous::ParseJobState(
-    std::vector<std::optional<std::string>> values) {
-  if (values.size() != 6) return DataLoss("the job state read {} keys, not 6", values.size());
   JobState s;
   s.done = values[0];
-  auto counter = [](const std::optional<std::string>& v, std::string_view name) -> Result<int64_t> {
-    if (!v) return int64_t{0};
-    auto n = ParseInt64(*v);
-    if (!n) return DataLoss("rendezvous counter '{}' holds '{}', not a number", name, *v);
-    return *n;
-  };
-  COHORT_ASSIGN_OR_RETURN(s.restarts, counter(values[1], "restarts"));
-  COHORT_ASSIGN_OR_RETURN(s.round, counter(values[2], "round"));
-  if (s.round == last_round_ && values[4]) s.round = last_round_ + 1;
+  COHORT_ASSIGN_OR_RETURN(s.restarts, ParseCounter(values[1], "restarts"));
+  COHORT_ASSIGN_OR_RETURN(s.round, ParseCounter(values[2], "round"));
+  if (values[3]) s.round = std::max(s.round, last_round_);
+  if (values[4]) s.round = std::max(s.round, last_round_ + 1);
   s.closed_known = s.round == last_round_ || s.round == last_round_ + 1;
   if (s.closed_known) s.closed = std::move(values[s.round == last_round_ ? 3 : 5]);
   last_round_ = s.round;
@@ -285,10 +267,10 @@ Result<RendezvousInfo> Rendezvous::Next() {
       // Refused: where is the job? (A second request, for late nodes only: the join txn
       // stays small, and etcd's gateway decodes every op of it, taken or not.)
       COHORT_ASSIGN_OR_RETURN(state, ReadJobState(join_deadline));
-    } else if (joined.read.size() == 1 && joined.read[0]) {
-      auto restarts = ParseInt64(*joined.read[0]);
-      if (!restarts) return DataLoss("rendezvous counter 'restarts' holds '{}'", *joined.read[0]);
-      state.restarts = *restarts;
+    } else {
+      COHORT_ASSIGN_OR_RETURN(state.restarts,
+                              ParseCounter(joined.read.empty() ? std::nullopt : joined.read[0],
+                                           "restarts"));
     }
     if (state.done) {
       return FailedPrecondition("job '{}' is already over ({})", config_.run_id, *state.done);
@@ -299,25 +281,15 @@ Result<RendezvousInfo> Rendezvous::Next() {
                                 state.restarts, config_.max_restarts);
     }
     if (joined.ticket == 0) {
-      // Refused: round R is over (the job is at a later round: join that one) or running.
-      if (state.round > round) {
+      // Refused: round R is over (the job is at a later round: join that one) or running
+      // (closed: the state read says so, having read R's keys).
+      if (state.round != round) {
         round = state.round;
         continue;
       }
-      std::optional<std::string> closed = state.closed;
-      if (state.round != round || !state.closed_known) {
-        // The counter lags behind R (its round ended a moment ago): read R itself.
-        COHORT_ASSIGN_OR_RETURN(auto now, store_->Peek({RoundKey(round, "closed"),
-                                                        RoundKey(round, "next")},
-                                                       CallDeadline()));
-        if (now[1]) {
-          ++round;
-          continue;
-        }
-        closed = std::move(now[0]);
-      }
-      if (!closed) continue;  // neither over nor closed now: join again
-      COHORT_RETURN_IF_ERROR(WaitOutRound(round, ParseInt64(*closed).value_or(0), "is running"));
+      if (!state.closed) continue;  // neither over nor closed now: join again
+      COHORT_RETURN_IF_ERROR(
+          WaitOutRound(round, ParseInt64(*state.closed).value_or(0), "is running"));
       ++round;
       continue;
     }
@@ -622,11 +594,8 @@ Result<std::optional<RoundEnd>> Rendezvous::WatchStep(const RendezvousInfo& info
   }
   // A large round on a store without wills may be quiet (below): its beat period is then
   // bounded by quiet_beats_per_s from the first step on (the first beats are spread too).
-  if (first) {
-    quiet_ = !will_left_ && info.group_world_size >= config_.quiet_start_nodes;
-    quiet_nodes_ = info.group_world_size;
-  }
-  Duration period = BeatPeriod();
+  if (first) quiet_ = !will_left_ && info.group_world_size >= config_.quiet_start_nodes;
+  Duration period = BeatPeriod(info);
   // Every node starts watching when the round closes: spread their beats over the period
   // (the first step waits a random 10-100% of it) so that the store is not asked by all of
   // them in the same milliseconds every period.
@@ -643,13 +612,13 @@ Result<std::optional<RoundEnd>> Rendezvous::WatchStep(const RendezvousInfo& info
     if (quiet_) {
       Status idle = store_->Idle(wake);
       if (idle.ok()) {
-        if (info.slot == 1 && DeadTimeout() > config_.dead_timeout) {
+        if (info.slot == 1 && DeadTimeout(info) > config_.dead_timeout) {
           COHORT_LOG_WARN(kLog,
                           "round {}: {} nodes beat every {:.1f} s (at most {} beats a second "
                           "in all), so a silent node is found after {:.0f} s, not the dead "
                           "timeout of {:.0f} s",
-                          round, info.group_world_size, Seconds(BeatPeriod()),
-                          config_.quiet_beats_per_s, Seconds(DeadTimeout()),
+                          round, info.group_world_size, Seconds(BeatPeriod(info)),
+                          config_.quiet_beats_per_s, Seconds(DeadTimeout(info)),
                           Seconds(config_.dead_timeout));
         }
         watched_change_ = SteadyClock::now();
@@ -657,7 +626,7 @@ Result<std::optional<RoundEnd>> Rendezvous::WatchStep(const RendezvousInfo& info
       }
       if (idle.code() != StatusCode::kFailedPrecondition) return idle;
       quiet_ = false;  // the store offers no idle wait: an ordinary round
-      period = BeatPeriod();
+      period = BeatPeriod(info);
       wake = Deadline::After(std::chrono::duration_cast<Duration>(period * spread));
     }
     // Else: wait for the round's end, from the moment this node joined (etcd: one watch,
@@ -678,7 +647,7 @@ Result<std::optional<RoundEnd>> Rendezvous::WatchStep(const RendezvousInfo& info
     // Past the watched peer's deadline: look at once (its counter read by this call
     // decides); else wake when the deadline comes, if that is before the next beat.
     // (Never less than kLookNow: the store's answer must come before the call's deadline.)
-    const auto due = watched_change_ + DeadTimeout();
+    const auto due = watched_change_ + DeadTimeout(info);
     wake = wake.Earlier(Deadline::At(std::max(due + std::chrono::milliseconds(1), now + kLookNow)));
   }
   // A quiet round (see the first step) reads `next` with the beat and then rests until the
@@ -737,10 +706,10 @@ Deadline Rendezvous::GraceDeadline(Deadline join_deadline) const {
 
 // A quiet round's beats, N per beat period, stay within quiet_beats_per_s: its period is at
 // least N / that rate, and the dead timeout at least four periods.
-Duration Rendezvous::DeadTimeout() const {
+Duration Rendezvous::DeadTimeout(const RendezvousInfo& info) const {
   if (!quiet_ || config_.quiet_beats_per_s <= 0) return config_.dead_timeout;
-  const auto period = std::chrono::duration_cast<Duration>(
-      std::chrono::duration<double>(double(quiet_nodes_) / config_.quiet_beats_per_s));
+  const auto period = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(
+      double(info.group_world_size) / config_.quiet_beats_per_s));
   return std::max(config_.dead_timeout, 4 * period);
 }
 
@@ -756,9 +725,9 @@ Duration Rendezvous::LivenessPeriod() const {
 // deadline. (Not every heartbeat interval: at 5,000 nodes on etcd that was 5,000 raft
 // writes and watch streams a second, which three members on two cores could not carry;
 // docs/scale.md.)
-Duration Rendezvous::BeatPeriod() const {
+Duration Rendezvous::BeatPeriod(const RendezvousInfo& info) const {
   return will_left_ ? LivenessPeriod()
-                    : std::max(config_.heartbeat_interval, DeadTimeout() / 4);
+                    : std::max(config_.heartbeat_interval, DeadTimeout(info) / 4);
 }
 
 // Sets up the watch of a new round (the successor); false once nobody is left to watch.
@@ -813,7 +782,7 @@ Result<int> Rendezvous::JudgeWatchedPeer(const RendezvousInfo& info,
     watched_change_ = seen;
     return 0;
   }
-  return seen - watched_change_ > DeadTimeout() ? watched_slot_ : 0;
+  return seen - watched_change_ > DeadTimeout(info) ? watched_slot_ : 0;
 }
 
 std::string Rendezvous::PeerHost(int64_t round, int slot) {

@@ -195,9 +195,6 @@ class Rendezvous {
     std::optional<std::string> closed;  // the round's member count once it is closed
   };
   Result<JobState> ReadJobState(Deadline retry_until);
-  // The keys ReadJobState reads (relative to the round seen last), and their reading.
-  std::vector<std::string> JobStateKeys() const;
-  Result<JobState> ParseJobState(std::vector<std::optional<std::string>> values);
   Status AdvanceRound(int64_t round);
   Status WaitForNextRound(int64_t round, Deadline join_deadline);
   // The steps of Next (the protocol is written out above it in rendezvous.cc).
@@ -230,7 +227,7 @@ class Rendezvous {
   Duration LivenessPeriod() const;
   // How often a watcher beats: the liveness period with a will, else dead timeout / 4 (at
   // least the heartbeat interval).
-  Duration BeatPeriod() const;
+  Duration BeatPeriod(const RendezvousInfo& info) const;
   std::string PeerHost(int64_t round, int slot);
 
   std::shared_ptr<store::Store> store_;
@@ -240,9 +237,8 @@ class Rendezvous {
   int64_t first_step_round_ = -1;  // the round whose first watch step was taken
   bool will_left_ = false;         // this round's will (r<R>/gone<S>) is on the store
   bool quiet_ = false;             // this round's steps rest between beats (Store::Idle)
-  int quiet_nodes_ = 0;            // the quiet round's node count
   // The dead timeout of this round: config's, or longer for a quiet round (see there).
-  Duration DeadTimeout() const;
+  Duration DeadTimeout(const RendezvousInfo& info) const;
   int64_t watched_round_ = -1;
   int watched_slot_ = 0;       // 0: nobody left to watch (every other node finished)
   std::string watched_beat_;   // its counter as last read

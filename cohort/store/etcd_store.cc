@@ -16,7 +16,6 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <random>
 #include <set>
 #include <unordered_map>
 #include <thread>
@@ -140,10 +139,12 @@ Result<std::optional<Counter>> CounterIn(const json& range, std::string_view key
   if (!value) return InvalidArgument("Add on key '{}' whose value is not an integer", key);
   return std::optional<Counter>(Counter{*value, Int(*kv, "mod_revision")});
 }
+// The txn compare that holds while a key does not exist.
+json AbsentCompare(const std::string& b64_key) {
+  return {{"key", b64_key}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}};
+}
 json UnchangedCompare(const std::string& b64_key, const std::optional<Counter>& known) {
-  if (!known) {
-    return {{"key", b64_key}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}};
-  }
+  if (!known) return AbsentCompare(b64_key);
   return {{"key", b64_key},
           {"target", "MOD"},
           {"result", "EQUAL"},
@@ -381,20 +382,18 @@ struct EtcdStore::Impl {
     return rc;
   }
 
-  // Whether a transient error says the cluster is behind (not that a member is gone):
-  // refused because too many entries wait to be applied, or a proposal that did not commit
-  // in time (etcd's, or the gateway's own call into etcd).
-  static bool Overloaded(const Status& s) {
-    const std::string& m = s.message();
-    return m.find("too many requests") != std::string::npos ||
-           m.find("context deadline exceeded") != std::string::npos ||
-           m.find("request timed out") != std::string::npos;
+  // Whether etcd's error message says it is behind: a write refused while more than 5,000
+  // committed entries wait to be applied ("too many requests", nothing applied), or the
+  // gateway's own call into etcd that timed out ("context deadline exceeded"). etcd 3.4
+  // sends both as gRPC code 2, unknown: the message tells.
+  static bool Behind(std::string_view message) {
+    return message.find("etcdserver: too many requests") != std::string_view::npos ||
+           message.find("context deadline exceeded") != std::string_view::npos;
   }
-
-  // Uniform in [0, 1), per thread (jitter for backoffs; no cryptographic need).
-  static double RandomFraction() {
-    thread_local std::mt19937_64 engine{std::random_device{}()};
-    return std::uniform_real_distribution<double>(0.0, 1.0)(engine);
+  // The same, or a proposal etcd did not commit in time: not a member gone, the cluster
+  // (one raft log) behind.
+  static bool Overloaded(const Status& s) {
+    return Behind(s.message()) || s.message().find("request timed out") != std::string::npos;
   }
 
   // How a gRPC error (as the gateway reports it) maps to a Status; `transient` = worth
@@ -416,14 +415,9 @@ struct EtcdStore::Impl {
       message = str(*e, "message");
     }
     if (message.empty()) message = fmt::format("HTTP {}", http);
-    // Transient: unavailable, timed out, aborted (leader changed), overloaded (etcd refuses
-    // a write while more than 5,000 committed entries wait to be applied: "too many
-    // requests", nothing applied, worth a retry after the backoff), or HTTP 503.
-    // (etcd 3.4 sends "too many requests" as gRPC code 2, unknown, not 8: the message tells.)
-    // The gateway's own call into etcd that timed out says "context deadline exceeded"
-    // with gRPC code 2 as well (at 10,000 simulated nodes): transient too.
-    const bool overloaded = message.find("etcdserver: too many requests") != std::string::npos ||
-                            message.find("context deadline exceeded") != std::string::npos;
+    // Transient: unavailable, timed out, aborted (leader changed), etcd behind (Behind:
+    // worth a retry after a pause), or HTTP 503.
+    const bool overloaded = Behind(message);
     *transient = code == 14 || code == 4 || code == 10 || overloaded || http == 503;
     *bad_token = code == 16 || message.find("invalid auth token") != std::string::npos;
     std::string text = "etcd: " + message;
@@ -538,9 +532,7 @@ struct EtcdStore::Impl {
             // longer each time and at a random part of it, or thousands of clients sending
             // again at once keep it behind (each refusal still costs etcd the request's
             // decoding: at 10,000 nodes retries were 8 txns per join).
-            Pause(std::chrono::duration_cast<Duration>(overload.Next() *
-                                                       (0.5 + 0.5 * RandomFraction())),
-                  d);
+            Pause(overload.NextJittered(), d);
             continue;
           }
           retry = true;
@@ -872,12 +864,8 @@ struct EtcdStore::Impl {
     const std::string ticket_key = B64(TicketKey(key));
     const std::string marker =
         B64(MarkerPrefix(key) + (token.empty() ? RandomHex(16) : std::string(token)));
-    auto absent = [](const std::string& b64) {
-      return json{{"key", b64}, {"target", "CREATE"}, {"result", "EQUAL"},
-                  {"create_revision", "0"}};
-    };
-    json compare = json::array({absent(marker)});
-    for (const auto& k : unless) compare.push_back(absent(B64(Full(k))));
+    json compare = json::array({AbsentCompare(marker)});
+    for (const auto& k : unless) compare.push_back(AbsentCompare(B64(Full(k))));
     json success = json::array({{{"request_put", {{"key", ticket_key}, {"prev_kv", true}}}},
                                 {{"request_put", {{"key", marker}, {"value", B64(record)}}}}});
     // (The failure branch reads the marker only: etcd's gateway decodes every op of a txn.)
@@ -1159,7 +1147,7 @@ Result<std::string> EtcdStore::CompareSet(std::string_view key, std::string_view
   const std::string k = B64(i.Full(key));
   json compare =
       expected.empty()
-          ? json{{"key", k}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}}
+          ? AbsentCompare(k)
           : json{{"key", k}, {"target", "VALUE"}, {"result", "EQUAL"}, {"value", B64(expected)}};
   json txn = {{"compare", json::array({compare})},
               {"success", json::array({{{"request_put", {{"key", k}, {"value", B64(desired)}}}}})},
@@ -1208,9 +1196,7 @@ Result<int64_t> EtcdStore::NumKeys(Deadline deadline) {
 }
 
 Result<int64_t> EtcdStore::TakeTicket(std::string_view key, Deadline deadline) {
-  COHORT_ASSIGN_OR_RETURN(auto answer, impl_->TicketTxn(key, "", {}, {}, deadline));
-  if (answer.ticket < 1) return DataLoss("etcd ticket marker vanished");
-  return answer.ticket;
+  return Append(key, "", "", deadline);  // a ticket with an empty record
 }
 
 Result<int64_t> EtcdStore::Append(std::string_view ticket_key, std::string_view record_prefix,

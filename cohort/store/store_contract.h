@@ -165,7 +165,7 @@ TEST_P(StoreContract, AppendGivesDistinctTicketsWithTheirRecords) {
 
 TEST_P(StoreContract, JoinAppendsAndReadsUnlessAKeyExists) {
   ASSERT_TRUE(store_->Set("state", "s1", Soon()).ok());
-  Store::JoinRequest join{"slot", "node", "me", {"closed"}, {"state", "absent"}};
+  Store::JoinRequest join{"slot", "node", "me", {"closed"}, {"state", "absent"}, ""};
   auto first = store_->Join(join, Soon());
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   EXPECT_EQ(first->ticket, 1);
