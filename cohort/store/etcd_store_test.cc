@@ -644,7 +644,15 @@ TEST_F(EtcdStoreTest, AQuietRoundLearnsItsEndAtItsFirstBeat) {
     }
     for (int i = 0; i < 3; ++i) threads.emplace_back([&, i] { infos[i] = nodes[i]->Next(); });
     for (auto& t : threads) t.join();
-    for (auto& info : infos) ASSERT_TRUE(info && info->ok()) << info->status().ToString();
+    // The three form one round: ranks 0..2 once each, one world size.
+    std::set<int> ranks;
+    for (auto& info : infos) {
+      ASSERT_TRUE(info && info->ok()) << info->status().ToString();
+      EXPECT_EQ((*info)->group_world_size, 3);
+      EXPECT_EQ((*info)->WorldSize(), 3);
+      ranks.insert((*info)->group_rank);
+    }
+    EXPECT_EQ(ranks, (std::set<int>{0, 1, 2}));
     // The node of slot 1 ends the round before anyone's first step.
     rendezvous::FailureRecord failure{0, "host0", 1, 0, "boom"};
     int ender = 0;
