@@ -18,7 +18,7 @@ For each backend and node count N, two jobs:
           real node has its own machine); then the steady state (watchers only) for
           --steady-s seconds: store requests per node per second, store CPU (% of one core,
           utime+stime of the store processes over the window) and resident memory.
-  elastic (--nnodes N-20:N+10) round 0 (includes the 1 s last call, MIN < MAX); then
+  elastic (--nnodes N-20:N+10) round 0 (includes the last call, MIN < MAX: --last-call-ms); then
           one node killed (its thread stops, its connection closes): time from its
           deadline to every survivor holding the next round, and from the kill; then 10
           nodes killed at once, the same; then one node hung (no more beats, connection
@@ -30,6 +30,13 @@ For each backend and node count N, two jobs:
           (max(heartbeat, dead / 3)), whichever comes first.
 Every round's ranks are checked: group ranks 0..n-1 each once, global rank offsets dense
 (each node runs --local-world-size workers), one world size. A failed check fails the run.
+
+On etcd, --jobs floor first runs bench/etcd_join_floor on members of its own (cohort's jobs
+then start on fresh ones too): the two-request join (one txn, one watch) with nodes of its
+own and no rendezvous rules, the cost below which cohort's join cannot go; its round and
+etcd CPU are the table's "floor" columns.
+--repeat K runs each backend and size K times, each on a fresh store, and the table gives
+each measurement's median and the round's range (this machine's speed moves between runs).
 
 --check (CI): one backend, small sizes, the rank checks only; no times are asserted.
 Times are CLOCK_MONOTONIC, shared by the processes of this machine.
@@ -263,7 +270,8 @@ class Job:
                 "--nodes", self.nnodes, "--run-id", self.run_id,
                 "--local-world-size", str(self.args.local_world_size),
                 "--heartbeat-ms", str(self.args.heartbeat_ms),
-                "--dead-ms", str(self.args.dead_ms)] + self.store_flags
+                "--dead-ms", str(self.args.dead_ms),
+                "--last-call-ms", str(self.args.last_call_ms)] + self.store_flags
         if self.args.quiet_start_nodes is not None:
             argv += ["--quiet-start-nodes", str(self.args.quiet_start_nodes)]
         line = Line(argv, "agents")
@@ -446,13 +454,13 @@ def elastic_job(sim, store, n, args, out):
 def floor_job(args, store, n, out):
     """etcd only: bench/etcd_join_floor's two-request join of n nodes (a design's cost, not
     cohort's rendezvous; docs/scale.md), PER_PROCESS nodes per process."""
-    floor = os.path.join(os.path.dirname(args.sim), "etcd_join_floor")
+    binary = os.path.join(os.path.dirname(args.sim), "etcd_join_floor")
     prefix = "floor-%s" % os.urandom(4).hex()
     procs = []
     try:
         for first in range(0, n, PER_PROCESS):
             procs.append(subprocess.Popen(
-                [floor, "--etcd", ",".join(store.endpoints), "--nodes", str(n),
+                [binary, "--etcd", ",".join(store.endpoints), "--nodes", str(n),
                  "--first", str(first), "--count", str(min(PER_PROCESS, n - first)),
                  "--prefix", prefix, "--timeout-s", "120"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
@@ -462,6 +470,7 @@ def floor_job(args, store, n, out):
                 raise RuntimeError("etcd_join_floor did not connect: %s" % ready)
         req0 = store.requests_by_method()
         cpu0 = sum(cpu_seconds(p) for p in store.pids)
+        store.start_profiles("floor%d" % n, args.etcd_profile_s)
         for p in procs:
             p.stdin.write("go\n")
             p.stdin.flush()
@@ -477,12 +486,14 @@ def floor_job(args, store, n, out):
                                "errors (the first 10 of each process) by kind: %s"
                                % (len(slots), n, slots == list(range(1, n + 1)), kinds))
         by_method = store.requests_by_method()
-        out["round_s"] = max(r["last"] for r in results) - min(r["go"] for r in results)
-        out["req_per_join"] = (sum(by_method.values()) - sum(req0.values())) / n
-        out["req_per_join_by_method"] = per_join(req0, by_method, n)
-        out["round_store_cpu_s"] = sum(cpu_seconds(p) for p in store.pids) - cpu0
-        out["round_agents_cpu_s"] = sum(r["nodes_cpu_s"] for r in results)
-        print("  two-request join: " + json.dumps(out), flush=True)
+        floor = {"round_s": max(r["last"] for r in results) - min(r["go"] for r in results),
+                 "req_per_join": (sum(by_method.values()) - sum(req0.values())) / n,
+                 "req_per_join_by_method": per_join(req0, by_method, n),
+                 "round_store_cpu_s": sum(cpu_seconds(p) for p in store.pids) - cpu0,
+                 "round_agents_cpu_s": sum(r["nodes_cpu_s"] for r in results)}
+        store.finish_profiles()
+        out.update({"floor_" + k: v for k, v in floor.items()})
+        print("  two-request join: " + json.dumps(floor), flush=True)
     finally:
         for p in procs:
             p.kill()
@@ -516,9 +527,11 @@ def cell(v, fmt="%.2f"):
 
 def print_table(results, args):
     print()
-    print("rendezvous at scale: heartbeat %d ms, dead after %d ms, %d workers per node"
-          % (args.heartbeat_ms, args.dead_ms, args.local_world_size))
+    print("rendezvous at scale: heartbeat %d ms, dead after %d ms, %d workers per node%s"
+          % (args.heartbeat_ms, args.dead_ms, args.local_world_size,
+             "; each cell the median of %d runs" % args.repeat if args.repeat > 1 else ""))
     cols = [("backend", "backend", "%s"), ("nodes", "n", "%d"), ("round s", "round_s", "%.3f"),
+            ("round s (min-max)", "round_s_range", "%s"),
             ("req/join", "req_per_join", "%.1f"),
             ("store CPU s (round)", "round_store_cpu_s", "%.2f"),
             ("nodes' CPU s (round)", "round_agents_cpu_s", "%.2f"),
@@ -530,7 +543,11 @@ def print_table(results, args):
             ("1 lost: kill to next round s", "loss1_kill_s", "%.3f"),
             ("10 lost: closed after deadline s", "loss10_s", "%.3f"),
             ("1 hung: closed after deadline s", "hang1_s", "%.3f"),
-            ("1 joins: round s", "join_s", "%.3f")]
+            ("1 joins: round s", "join_s", "%.3f"),
+            ("floor: round s", "floor_round_s", "%.3f"),
+            ("floor: store CPU s", "floor_round_store_cpu_s", "%.2f")]
+    # Columns no run measured (the floor on the embedded store, one run each) are left out.
+    cols = cols[:2] + [c for c in cols[2:] if any(c[1] in r for r in results)]
     print("| " + " | ".join(c[0] for c in cols) + " |")
     print("|" + "---|" * len(cols))
     for r in results:
@@ -547,12 +564,62 @@ def print_table(results, args):
     sys.stdout.flush()
 
 
+def one_run(backend, n, args):
+    """The jobs of --jobs on a fresh store; their measurements ({"error"} when one failed)."""
+    out = {"backend": backend, "n": n}
+    print("%s, %d nodes ..." % (backend, n), flush=True)
+    if "floor" in args.jobs and backend != "embedded":
+        # On members of its own: cohort's job then starts on an etcd as fresh as the floor's.
+        store = make_store(backend, args.sim, args)
+        try:
+            floor_job(args, store, n, out)
+        except (RuntimeError, OSError) as e:
+            if args.check:
+                raise
+            out["error"] = "floor: " + str(e)[:300]
+        finally:
+            store.stop()
+    store = make_store(backend, args.sim, args)
+    try:
+        if "static" in args.jobs:
+            static_job(args.sim, store, n, args, out)
+        if "elastic" in args.jobs:
+            elastic_job(args.sim, store, n, args, out)
+    except (RuntimeError, OSError) as e:
+        if args.check:
+            raise
+        out["error"] = str(e)[:300]  # reported under the table; the run goes on
+    finally:
+        store.stop()
+    print("  " + json.dumps(out), flush=True)
+    return out
+
+
+def median_of(runs):
+    """One row from repeated runs: each number the median of the runs that measured it, the
+    round's range ("min-max"), and the first error."""
+    out = {"backend": runs[0]["backend"], "n": runs[0]["n"], "runs": len(runs)}
+    for key in dict.fromkeys(k for r in runs for k in r):
+        values = sorted(r[key] for r in runs if isinstance(r.get(key), (int, float)))
+        if values and key not in out:
+            mid = len(values) // 2
+            out[key] = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+    rounds = sorted(r["round_s"] for r in runs if "round_s" in r)
+    if rounds:
+        out["round_s_range"] = "%.2f-%.2f" % (rounds[0], rounds[-1])
+    errors = [r["error"] for r in runs if "error" in r]
+    if errors:
+        out["error"] = "%d of %d runs: %s" % (len(errors), len(runs), errors[0])
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--nodes", default="1000,2000,5000,10000", help="node counts (embedded)")
     ap.add_argument("--etcd-nodes", default="1000,2000",
-                    help="node counts for etcd (on this 2-core machine etcd spends ~7 ms of CPU "
-                         "per joining node through its JSON gateway: 10,000 would take minutes)")
+                    help="node counts for etcd (the elastic job's losses at 5,000 and 10,000 "
+                         "take minutes there: quiet rounds' dead timeouts are 40 s and 80 s; "
+                         "the round alone: --jobs floor,static --steady-s 0)")
     ap.add_argument("--backends", default="embedded,etcd1,etcd3")
     ap.add_argument("--etcd-flags", default="",
                     help="more flags for every etcd member, e.g. raft timing: "
@@ -566,6 +633,9 @@ def main():
     ap.add_argument("--local-world-size", type=int, default=8)
     ap.add_argument("--heartbeat-ms", type=int, default=1000)
     ap.add_argument("--dead-ms", type=int, default=10000)
+    ap.add_argument("--last-call-ms", type=int, default=1000,
+                    help="the elastic job's last call (rendezvous default 1 s): how long slot 1 "
+                         "waits for more nodes once MIN joined")
     ap.add_argument("--quiet-start-nodes", type=int,
                     help="rounds of at least this many nodes start quiet on etcd (no watch "
                          "before a node's first beat; default: the rendezvous default, 500)")
@@ -574,33 +644,25 @@ def main():
     ap.add_argument("--jobs", default="static,elastic",
                     help="static, elastic, and for etcd floor: the two-request join's cost "
                          "(bench/etcd_join_floor; a design, not cohort's rendezvous)")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs per backend and size, each on a fresh store; the table gives "
+                         "each measurement's median and the round's range")
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--check", action="store_true",
                     help="correctness only (CI): rank checks, no steady-state window")
     args = ap.parse_args()
+    if args.repeat < 1:
+        sys.exit("rdzv_scale: --repeat must be at least 1")
     if not os.path.exists(args.sim):
         sys.exit("rdzv_scale: %s not built (ninja -C build/dev)" % args.sim)
     results = []
     for backend in args.backends.split(","):
         sizes = args.nodes if backend == "embedded" else args.etcd_nodes
         for n in map(int, sizes.split(",")):
-            out = {"backend": backend, "n": n}
-            store = make_store(backend, args.sim, args)
-            try:
-                print("%s, %d nodes ..." % (backend, n), flush=True)
-                if "floor" in args.jobs and backend != "embedded":
-                    floor_job(args, store, n, out)
-                if "static" in args.jobs:
-                    static_job(args.sim, store, n, args, out)
-                if "elastic" in args.jobs:
-                    elastic_job(args.sim, store, n, args, out)
-            except (RuntimeError, OSError) as e:
-                if args.check:
-                    raise
-                out["error"] = str(e)[:300]  # reported under the table; the run goes on
-            finally:
-                store.stop()
-            print("  " + json.dumps(out), flush=True)
+            runs = [one_run(backend, n, args) for _ in range(args.repeat)]
+            out = runs[0] if len(runs) == 1 else median_of(runs)
+            if len(runs) > 1:
+                print("  median of %d runs: %s" % (len(runs), json.dumps(out)), flush=True)
             results.append(out)
     print_table(results, args)
     if args.json:
