@@ -326,13 +326,14 @@ class Job:
         plus the dead timeout, or, on a store that keeps wills (the embedded one), the end
         of its connection plus the will's grace (the liveness period), whichever is first."""
         deadlines, t0 = [], time.monotonic()
-        dead = self.args.dead_ms / 1000.0
         grace = max(self.args.heartbeat_ms, self.args.dead_ms / 3.0) / 1000.0
         for first, count, line in self.groups:
             mine = [i for i in indices if first <= i < first + count]
             if mine:
                 r = line.ask("kill " + " ".join(map(str, mine)))
-                for beat, closed in zip(r["last_beat"], r["closed"]):
+                # dead_s: the round's dead timeout as its watchers apply it (a quiet round's
+                # on etcd is longer than --dead-ms).
+                for beat, closed, dead in zip(r["last_beat"], r["closed"], r["dead_s"]):
                     d = beat + dead
                     if self.store.keeps_wills:
                         d = min(d, closed + grace)
@@ -341,14 +342,16 @@ class Job:
         return t0, max(deadlines)
 
     def hang(self, indices):
-        """The nodes stop beating but keep their connections; returns their last beat."""
-        beats = []
+        """The nodes stop beating but keep their connections; returns the latest of their
+        deadlines (last beat + their round's dead timeout)."""
+        deadlines = []
         for first, count, line in self.groups:
             mine = [i for i in indices if first <= i < first + count]
             if mine:
-                beats += line.ask("hang " + " ".join(map(str, mine)))["last_beat"]
+                r = line.ask("hang " + " ".join(map(str, mine)))
+                deadlines += [b + d for b, d in zip(r["last_beat"], r["dead_s"])]
         self.live = [i for i in self.live if i not in indices]
-        return max(beats)
+        return max(deadlines)
 
     def stop(self):
         for _, _, line in self.groups:
@@ -435,7 +438,7 @@ def elastic_job(sim, store, n, args, out):
             job.check_ranks(2)
         round_ = 3 if victims else 2
         # A hung node: connected, no more beats; only the beats' staleness tells.
-        deadline = job.hang([n // 4]) + args.dead_ms / 1000.0
+        deadline = job.hang([n // 4])
         _, last = job.wait_round(round_)
         out["hang1_s"] = last - deadline
         job.check_ranks(round_)

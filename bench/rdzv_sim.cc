@@ -24,10 +24,12 @@
 //                           group_world_size], ...]} for the agents here that got round R
 //         hang I [I ...]    those agents take no more watch steps (no more heartbeats) but
 //                           keep their connection, as a hung agent: {"hung": [...],
-//                           "last_beat": [t, ...]}
+//                           "last_beat": [t, ...], "dead_s": [s, ...]}
 //         kill I [I ...]    those agents stop (no more heartbeats) and close their store
 //                           connection: {"killed": [...], "last_beat": [t, ...],
-//                           "closed": [t, ...]} (when each connection was shut down)
+//                           "closed": [t, ...], "dead_s": [s, ...]} (closed: when each
+//                           connection was shut down; dead_s: the dead timeout of each
+//                           one's round, longer than --dead-ms in a quiet round)
 //         quit              every agent stops; the process exits
 //
 // Thread-safety: each agent thread owns its Rendezvous and store; the shared records are
@@ -168,38 +170,44 @@ class Sim {
   }
 
   std::string Kill(const std::vector<int>& indices) {
-    std::string killed, beats, closed;
+    std::string killed, beats, closed, dead;
     for (int index : indices) {
       Agent* a = Find(index);
       if (a == nullptr || a->stop) continue;
       closed += fmt::format("{}{:.6f}", closed.empty() ? "" : ", ", Now());
       Stop(*a);
-      double beat = 0;
+      double beat = 0, dead_s = 0;
       {
         MutexLock lock(&mu_);
         beat = last_beat_[index];
+        dead_s = DeadSeconds(index);
         ForgetLive(index);
       }
       killed += fmt::format("{}{}", killed.empty() ? "" : ", ", index);
       beats += fmt::format("{}{:.6f}", beats.empty() ? "" : ", ", beat);
+      dead += fmt::format("{}{:.3f}", dead.empty() ? "" : ", ", dead_s);
     }
-    return fmt::format("{{\"killed\": [{}], \"last_beat\": [{}], \"closed\": [{}]}}", killed,
-                       beats, closed);
+    return fmt::format(
+        "{{\"killed\": [{}], \"last_beat\": [{}], \"closed\": [{}], \"dead_s\": [{}]}}",
+        killed, beats, closed, dead);
   }
 
   // Hung agents: their step in progress ends, and no other begins (see RunAgent).
   std::string Hang(const std::vector<int>& indices) {
-    std::string hung, beats;
+    std::string hung, beats, dead;
     MutexLock lock(&mu_);
     for (int index : indices) {
       Agent* a = Find(index);
       if (a == nullptr || a->stop || a->hung) continue;
       a->hung = true;
+      const double dead_s = DeadSeconds(index);
       ForgetLive(index);
       hung += fmt::format("{}{}", hung.empty() ? "" : ", ", index);
       beats += fmt::format("{}{:.6f}", beats.empty() ? "" : ", ", last_beat_[index]);
+      dead += fmt::format("{}{:.3f}", dead.empty() ? "" : ", ", dead_s);
     }
-    return fmt::format("{{\"hung\": [{}], \"last_beat\": [{}]}}", hung, beats);
+    return fmt::format("{{\"hung\": [{}], \"last_beat\": [{}], \"dead_s\": [{}]}}", hung,
+                       beats, dead);
   }
 
   void StopAll() {
@@ -280,9 +288,19 @@ class Sim {
         }
         auto step = r.WatchStep(*info);
         if (!step.ok()) return Fail(a, step.status());
+        {
+          MutexLock lock(&mu_);
+          dead_s_[a.index] = std::chrono::duration<double>(r.DeadTimeout(*info)).count();
+        }
         if (*step) break;
       }
     }
+  }
+
+  // The dead timeout of the agent's round (--dead-ms before its first watch step).
+  double DeadSeconds(int index) COHORT_REQUIRES(mu_) {
+    auto it = dead_s_.find(index);
+    return it == dead_s_.end() ? o_.dead_ms / 1000.0 : it->second;
   }
 
   // A killed or hung node no longer counts among the live ones (Wait, Ranks).
@@ -336,6 +354,8 @@ class Sim {
   std::map<int, std::map<int64_t, RoundRecord>> records_ COHORT_GUARDED_BY(mu_);
   std::map<int64_t, int> at_round_ COHORT_GUARDED_BY(mu_);  // live agents by latest round
   std::map<int, double> last_beat_ COHORT_GUARDED_BY(mu_);
+  // The dead timeout its round's watchers apply (longer than --dead-ms in a quiet round).
+  std::map<int, double> dead_s_ COHORT_GUARDED_BY(mu_);
   std::vector<std::string> errors_ COHORT_GUARDED_BY(mu_);
   bool go_ COHORT_GUARDED_BY(mu_) = false;
 };

@@ -168,6 +168,10 @@ class Rendezvous {
   // one beat period (BeatPeriod; or until that peer's deadline) for the round to end or
   // that peer's will. Returns why it ended, or nullopt while the round is still running.
   Result<std::optional<RoundEnd>> WatchStep(const RendezvousInfo& info, bool beat = true);
+  // How long the round's watchers let a peer be silent before ending the round: the
+  // configured dead timeout, or longer for a quiet round (known from this node's first
+  // WatchStep of the round on: see quiet_start_nodes).
+  Duration DeadTimeout(const RendezvousInfo& info) const;
   // Records that this node's workers all succeeded; the last member closes the job.
   Status MarkFinished(const RendezvousInfo& info);
   // For the node serving the store: keeps heartbeating until the job is over, and returns
@@ -237,8 +241,6 @@ class Rendezvous {
   int64_t first_step_round_ = -1;  // the round whose first watch step was taken
   bool will_left_ = false;         // this round's will (r<R>/gone<S>) is on the store
   bool quiet_ = false;             // this round's steps rest between beats (Store::Idle)
-  // The dead timeout of this round: config's, or longer for a quiet round (see there).
-  Duration DeadTimeout(const RendezvousInfo& info) const;
   int64_t watched_round_ = -1;
   int watched_slot_ = 0;       // 0: nobody left to watch (every other node finished)
   std::string watched_beat_;   // its counter as last read
