@@ -567,33 +567,36 @@ def print_table(results, args):
     sys.stdout.flush()
 
 
+def on_fresh_store(backend, args, out, run, what=""):
+    """run(store) on a store of its own, stopped after; its error goes to out["error"]
+    (raised under --check)."""
+    store = make_store(backend, args.sim, args)
+    try:
+        run(store)
+    except (RuntimeError, OSError) as e:
+        if args.check:
+            raise
+        out["error"] = what + str(e)[:300]  # reported under the table; the run goes on
+    finally:
+        store.stop()
+
+
 def one_run(backend, n, args):
-    """The jobs of --jobs on a fresh store; their measurements ({"error"} when one failed)."""
+    """The jobs of --jobs, each kind on fresh stores; their measurements ({"error"} when one
+    failed)."""
     out = {"backend": backend, "n": n}
     print("%s, %d nodes ..." % (backend, n), flush=True)
     if "floor" in args.jobs and backend != "embedded":
         # On members of its own: cohort's job then starts on an etcd as fresh as the floor's.
-        store = make_store(backend, args.sim, args)
-        try:
-            floor_job(args, store, n, out)
-        except (RuntimeError, OSError) as e:
-            if args.check:
-                raise
-            out["error"] = "floor: " + str(e)[:300]
-        finally:
-            store.stop()
-    store = make_store(backend, args.sim, args)
-    try:
+        on_fresh_store(backend, args, out, lambda store: floor_job(args, store, n, out),
+                       "floor: ")
+
+    def cohort_jobs(store):
         if "static" in args.jobs:
             static_job(args.sim, store, n, args, out)
         if "elastic" in args.jobs:
             elastic_job(args.sim, store, n, args, out)
-    except (RuntimeError, OSError) as e:
-        if args.check:
-            raise
-        out["error"] = str(e)[:300]  # reported under the table; the run goes on
-    finally:
-        store.stop()
+    on_fresh_store(backend, args, out, cohort_jobs)
     print("  " + json.dumps(out), flush=True)
     return out
 
