@@ -110,6 +110,7 @@ class Line:
         return self.read()
 
     def stop(self):
+        """Asks the process to quit (kills it after 60 s); returns its exit status."""
         if self.proc.poll() is None:
             try:
                 self.send("quit")
@@ -117,6 +118,7 @@ class Line:
             except (BrokenPipeError, subprocess.TimeoutExpired):
                 self.proc.kill()
                 self.proc.wait()
+        return self.proc.returncode
 
 
 class EmbeddedStore:
@@ -304,6 +306,22 @@ class Job:
             replies.append(r)
         return min(r["first"] for r in replies), max(r["last"] for r in replies)
 
+    def wait_stepped(self, round_, timeout=300.0):
+        """Every live node took a watch step in `round_` (so it beats, and its round's dead
+        timeout is known): a failure is then the steady state's, not one in a node's first
+        step, before which it has not beaten (on etcd a large round's first step rests for
+        up to a beat period, 20 s at 10,000 nodes)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            stepped = sum(line.ask("stepped %d" % round_)["stepped"]
+                          for _, _, line in self.groups)
+            if stepped >= len(self.live):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError("%s: %d of %d nodes took a step in round %d within %.0f s"
+                                   % (self.run_id, stepped, len(self.live), round_, timeout))
+            time.sleep(0.2)
+
     def check_ranks(self, round_):
         ranks = []
         for _, _, line in self.groups:
@@ -354,8 +372,11 @@ class Job:
         return max(deadlines)
 
     def stop(self):
-        for _, _, line in self.groups:
-            line.stop()
+        """Stops every process of the job; one that did not exit cleanly (a crash while
+        quitting) is an error, unless one is already being raised."""
+        bad = [(line.name, rc) for _, _, line in self.groups for rc in [line.stop()] if rc]
+        if bad and sys.exc_info()[0] is None:
+            raise RuntimeError("%s: processes exited badly: %s" % (self.run_id, bad))
 
 
 def per_join(before, after, n):
@@ -425,6 +446,7 @@ def elastic_job(sim, store, n, args, out):
         _, last = job.wait_round(0)
         out["elastic_round0_s"] = last - t0
         job.check_ranks(0)
+        job.wait_stepped(0)
         killed, deadline = job.kill([n // 2])
         _, last = job.wait_round(1)
         out["loss1_s"] = last - deadline
@@ -432,12 +454,14 @@ def elastic_job(sim, store, n, args, out):
         job.check_ranks(1)
         victims = [n // 3 + 7 * k for k in range(10)] if n >= 100 else []
         if victims:
+            job.wait_stepped(1)
             _, deadline = job.kill(victims)
             _, last = job.wait_round(2)
             out["loss10_s"] = last - deadline
             job.check_ranks(2)
         round_ = 3 if victims else 2
         # A hung node: connected, no more beats; only the beats' staleness tells.
+        job.wait_stepped(round_ - 1)
         deadline = job.hang([n // 4])
         _, last = job.wait_round(round_)
         out["hang1_s"] = last - deadline

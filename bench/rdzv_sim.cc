@@ -22,6 +22,8 @@
 //                           (first/last: when the first/last of them got round R)
 //         ranks R           {"round": R, "ranks": [[group_rank, rank_offset, world_size,
 //                           group_world_size], ...]} for the agents here that got round R
+//         stepped R         {"round": R, "stepped": n}: how many live agents here took a
+//                           watch step in round R (past it: beating, their dead timeout set)
 //         hang I [I ...]    those agents take no more watch steps (no more heartbeats) but
 //                           keep their connection, as a hung agent: {"hung": [...],
 //                           "last_beat": [t, ...], "dead_s": [s, ...]}
@@ -156,6 +158,16 @@ class Sim {
         round, done, reached(), first, last, errors);
   }
 
+  std::string Stepped(int64_t round) {
+    MutexLock lock(&mu_);
+    int n = 0;
+    for (auto& [index, rounds] : records_) {
+      auto it = stepped_round_.find(index);
+      if (it != stepped_round_.end() && it->second >= round) ++n;
+    }
+    return fmt::format("{{\"round\": {}, \"stepped\": {}}}", round, n);
+  }
+
   std::string Ranks(int64_t round) {
     MutexLock lock(&mu_);
     std::string out;
@@ -213,7 +225,9 @@ class Sim {
   void StopAll() {
     for (auto& a : agents_) a->stop = true;
     Go();  // agents still at the gate see `stop`
-    for (auto& a : agents_) a->store->Abort();
+    for (auto& a : agents_) {
+      if (a->store) a->store->Abort();  // a killed agent's is gone
+    }
     for (auto& a : agents_) Stop(*a);
   }
 
@@ -291,6 +305,7 @@ class Sim {
         {
           MutexLock lock(&mu_);
           dead_s_[a.index] = std::chrono::duration<double>(r.DeadTimeout(*info)).count();
+          stepped_round_[a.index] = info->round;
         }
         if (*step) break;
       }
@@ -333,7 +348,9 @@ class Sim {
   }
 
   // Stops one agent: its pending call is cancelled, its thread ends, its connection closes.
+  // (Once: a killed agent has no store left.)
   void Stop(Agent& a) {
+    if (!a.store) return;
     {
       MutexLock lock(&mu_);
       a.stop = true;
@@ -356,6 +373,7 @@ class Sim {
   std::map<int, double> last_beat_ COHORT_GUARDED_BY(mu_);
   // The dead timeout its round's watchers apply (longer than --dead-ms in a quiet round).
   std::map<int, double> dead_s_ COHORT_GUARDED_BY(mu_);
+  std::map<int, int64_t> stepped_round_ COHORT_GUARDED_BY(mu_);  // its last watch step's
   std::vector<std::string> errors_ COHORT_GUARDED_BY(mu_);
   bool go_ COHORT_GUARDED_BY(mu_) = false;
 };
@@ -449,6 +467,10 @@ int RunAgents(const Options& o) {
       int64_t round = 0;
       in >> round;
       reply = sim.Ranks(round);
+    } else if (command == "stepped") {
+      int64_t round = 0;
+      in >> round;
+      reply = sim.Stepped(round);
     } else if (command == "hang") {
       std::vector<int> indices;
       for (int i; in >> i;) indices.push_back(i);

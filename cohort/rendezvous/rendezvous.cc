@@ -177,16 +177,19 @@ Deadline Rendezvous::CallDeadline() const { return Deadline::After(kCallTimeout)
 
 // The counter `round` is absent until round 0 ends (reads take absent as 0), so joining
 // writes nothing to it; it moves from R to R+1 by compare-and-set, once.
-Status Rendezvous::AdvanceRound(int64_t round) {
+Status Rendezvous::AdvanceRound(int64_t round, Deadline retry_until) {
   const std::string expected = round == 0 ? "" : std::to_string(round);
-  return store_->CompareSet(Key("round"), expected, std::to_string(round + 1), CallDeadline())
+  return UntilDeadline(retry_until, [&] {
+           return store_->CompareSet(Key("round"), expected, std::to_string(round + 1),
+                                     CallDeadline().Earlier(retry_until));
+         })
       .status();
 }
 
 // Waits until round `round` ends, then makes sure the round counter moved past it.
 Status Rendezvous::WaitForNextRound(int64_t round, Deadline deadline) {
   COHORT_RETURN_IF_ERROR(store_->Wait({RoundKey(round, "next")}, deadline));
-  return AdvanceRound(round);
+  return AdvanceRound(round, CallDeadline());
 }
 
 // Reads the job's state in one store call: whether it is done (and how), the failures so
@@ -329,7 +332,11 @@ Result<RendezvousInfo> Rendezvous::Next() {
 Result<int64_t> Rendezvous::CloseRound(int64_t round, Deadline join_deadline) {
   // The nodes that joined this round may have read the previous round's end before its
   // counter moved (ReadJobState): make sure it did.
-  if (round > 0) COHORT_RETURN_IF_ERROR(AdvanceRound(round - 1));
+  // Every call here may be repeated (reads; compare-and-sets from absent), and is made again
+  // when it times out: a node that took over from slot 1 after the grace does this while a
+  // large round loads the store (etcd at 10,000 nodes), and a timeout must not end it.
+  const auto call_deadline = [&] { return CallDeadline().Earlier(join_deadline); };
+  if (round > 0) COHORT_RETURN_IF_ERROR(AdvanceRound(round - 1, join_deadline));
   // Step 5.
   Status enough = UntilDeadline(join_deadline, [&] {
     return store_->WaitAppended(RoundKey(round, "slot"), RoundKey(round, "node"),
@@ -347,9 +354,11 @@ Result<int64_t> Rendezvous::CloseRound(int64_t round, Deadline join_deadline) {
   // Step 6 (nothing to wait for when MIN = MAX: node<MAX> exists already).
   bool full = config_.min_nodes == config_.max_nodes;
   if (!full) {
-    COHORT_ASSIGN_OR_RETURN(auto now, store_->Peek({RoundKey(round, "closed"),
-                                                    RoundKey(round, "expect")},
-                                                   CallDeadline()));
+    COHORT_ASSIGN_OR_RETURN(auto now, UntilDeadline(join_deadline, [&] {
+                              return store_->Peek(
+                                  {RoundKey(round, "closed"), RoundKey(round, "expect")},
+                                  call_deadline());
+                            }));
     if (!now[0]) {
       // The last call ends early once node<MAX> joined, or as many nodes as the previous
       // round's end expected (its members but a lost one, or plus a joiner).
@@ -366,13 +375,17 @@ Result<int64_t> Rendezvous::CloseRound(int64_t round, Deadline join_deadline) {
   // When MAX nodes joined, MAX slots are taken: no need to count them.
   int64_t proposal = config_.max_nodes;
   if (!full) {
-    COHORT_ASSIGN_OR_RETURN(int64_t taken,
-                            store_->CountTickets(RoundKey(round, "slot"), CallDeadline()));
+    COHORT_ASSIGN_OR_RETURN(int64_t taken, UntilDeadline(join_deadline, [&] {
+                              return store_->CountTickets(RoundKey(round, "slot"),
+                                                          call_deadline());
+                            }));
     proposal = std::min<int64_t>(taken, config_.max_nodes);
   }
-  COHORT_ASSIGN_OR_RETURN(std::string closed_value,
-                          store_->CompareSet(RoundKey(round, "closed"), "",
-                                             std::to_string(proposal), CallDeadline()));
+  COHORT_ASSIGN_OR_RETURN(std::string closed_value, UntilDeadline(join_deadline, [&] {
+                            return store_->CompareSet(RoundKey(round, "closed"), "",
+                                                      std::to_string(proposal),
+                                                      call_deadline());
+                          }));
   const int64_t members = ParseInt64(closed_value).value_or(0);
   if (members <= 0) return DataLoss("round {} closed with a bad member count", round);
   return members;
@@ -437,9 +450,10 @@ Result<Rendezvous::Published> Rendezvous::PublishLayout(int64_t round, int64_t m
     COHORT_ASSIGN_OR_RETURN(published, ReadPublished(round, 0, GraceDeadline(join_deadline)));
     if (!published) {
       const std::string me = std::to_string(slot);
-      COHORT_ASSIGN_OR_RETURN(std::string publisher,
-                              store_->CompareSet(RoundKey(round, "publisher"), "", me,
-                                                 CallDeadline()));
+      COHORT_ASSIGN_OR_RETURN(std::string publisher, UntilDeadline(join_deadline, [&] {
+                                return store_->CompareSet(RoundKey(round, "publisher"), "", me,
+                                                          CallDeadline().Earlier(join_deadline));
+                              }));
       if (publisher != me) {
         // The claimant gets one grace too; should it die as well, this node publishes (the
         // layout's compare-and-set keeps the first writer's).
@@ -452,11 +466,12 @@ Result<Rendezvous::Published> Rendezvous::PublishLayout(int64_t round, int64_t m
     if (slot != 1) {
       COHORT_LOG_WARN(kLog, "round {}: node 1 did not publish the layout; publishing it", round);
     }
-    const Deadline read_by = join_deadline.Earlier(CallDeadline());
-    COHORT_ASSIGN_OR_RETURN(std::vector<std::string> records, UntilDeadline(read_by, [&] {
+    // Bounded by the join's deadline, not one call's: N records are N/1,000 range requests
+    // on etcd, and under a 10,000-node join's load they took slot 1 over 30 s (it failed).
+    COHORT_ASSIGN_OR_RETURN(std::vector<std::string> records, UntilDeadline(join_deadline, [&] {
                               return store_->ReadAppended(RoundKey(round, "slot"),
                                                           RoundKey(round, "node"), 1, members,
-                                                          read_by);
+                                                          join_deadline);
                             }));
     std::vector<NodeInfo> nodes;
     nodes.reserve(records.size());
@@ -465,9 +480,11 @@ Result<Rendezvous::Published> Rendezvous::PublishLayout(int64_t round, int64_t m
       nodes.push_back(std::move(node));
     }
     const Published ours{RoundLayout::FromNodes(nodes), std::move(nodes[0])};
-    COHORT_ASSIGN_OR_RETURN(std::string text,
-                            store_->CompareSet(RoundKey(round, "layout"), "", ours.Encode(),
-                                               CallDeadline()));
+    COHORT_ASSIGN_OR_RETURN(std::string text, UntilDeadline(join_deadline, [&] {
+                              return store_->CompareSet(RoundKey(round, "layout"), "",
+                                                        ours.Encode(),
+                                                        CallDeadline().Earlier(join_deadline));
+                            }));
     COHORT_ASSIGN_OR_RETURN(published, Published::Decode(text));
   }
   if (published->layout.members != members) {
@@ -554,7 +571,7 @@ Result<bool> Rendezvous::EndRound(int64_t round, const RoundEnd& why,
     // The winner sets `next`; make sure it exists before returning so callers can rely on it.
     COHORT_RETURN_IF_ERROR(store_->Wait({RoundKey(round, "next")}, CallDeadline()));
   }
-  COHORT_RETURN_IF_ERROR(AdvanceRound(round));
+  COHORT_RETURN_IF_ERROR(AdvanceRound(round, CallDeadline()));
   return won;
 }
 
@@ -596,6 +613,7 @@ Result<std::optional<RoundEnd>> Rendezvous::WatchStep(const RendezvousInfo& info
   // bounded by quiet_beats_per_s from the first step on (the first beats are spread too).
   if (first) quiet_ = !will_left_ && info.group_world_size >= config_.quiet_start_nodes;
   Duration period = BeatPeriod(info);
+  if (first) quiet_period_ = quiet_ ? period : Duration{};
   // Every node starts watching when the round closes: spread their beats over the period
   // (the first step waits a random 10-100% of it) so that the store is not asked by all of
   // them in the same milliseconds every period.
@@ -626,6 +644,7 @@ Result<std::optional<RoundEnd>> Rendezvous::WatchStep(const RendezvousInfo& info
       }
       if (idle.code() != StatusCode::kFailedPrecondition) return idle;
       quiet_ = false;  // the store offers no idle wait: an ordinary round
+      quiet_period_ = Duration{};
       period = BeatPeriod(info);
       wake = Deadline::After(std::chrono::duration_cast<Duration>(period * spread));
     }
@@ -701,7 +720,7 @@ Result<std::optional<RoundEnd>> Rendezvous::WatchStep(const RendezvousInfo& info
 }
 
 Deadline Rendezvous::GraceDeadline(Deadline join_deadline) const {
-  return join_deadline.Earlier(Deadline::After(config_.layout_grace));
+  return join_deadline.Earlier(Deadline::After(config_.layout_grace + quiet_period_));
 }
 
 // A quiet round's beats, N per beat period, stay within quiet_beats_per_s: its period is at

@@ -66,7 +66,8 @@ struct RendezvousConfig {
   Duration dead_timeout = std::chrono::seconds(10);
   int64_t max_restarts = 0;  // Next() refuses to start a round once `restarts` exceeds it
   // How long nodes wait for slot 1 to publish a closed round's layout before one of them
-  // does (slot 1 died between joining and publishing).
+  // does (slot 1 died between joining and publishing); after a quiet round, its beat
+  // period longer (the nodes learned its end up to a period apart).
   Duration layout_grace = std::chrono::seconds(30);
   // Rounds of at least this many nodes: a watcher's first step (before its first beat)
   // asks the store nothing where waiting is a request (Store::Idle; etcd), so a round that
@@ -199,7 +200,9 @@ class Rendezvous {
     std::optional<std::string> closed;  // the round's member count once it is closed
   };
   Result<JobState> ReadJobState(Deadline retry_until);
-  Status AdvanceRound(int64_t round);
+  // (A store call that timed out is made again until `retry_until`: a compare-and-set
+  // from absent is safe to repeat.)
+  Status AdvanceRound(int64_t round, Deadline retry_until);
   Status WaitForNextRound(int64_t round, Deadline join_deadline);
   // The steps of Next (the protocol is written out above it in rendezvous.cc).
   struct Published {  // what slot 1 publishes for a closed round (r<R>/layout)
@@ -211,7 +214,9 @@ class Rendezvous {
   };
   Result<std::optional<Published>> ReadPublished(int64_t round, int64_t seen,
                                                  Deadline deadline);
-  // How long a node waits for slot 1's layout before it takes over: layout_grace.
+  // How long a node waits for slot 1's layout before it takes over: layout_grace, plus the
+  // beat period of the quiet round before (its nodes learned its end up to a period apart,
+  // so the next round fills over that period at least).
   Deadline GraceDeadline(Deadline join_deadline) const;
   Result<int64_t> CloseRound(int64_t round, Deadline join_deadline);
   Status WaitOutRound(int64_t round, int64_t members, std::string_view how);
@@ -241,6 +246,7 @@ class Rendezvous {
   int64_t first_step_round_ = -1;  // the round whose first watch step was taken
   bool will_left_ = false;         // this round's will (r<R>/gone<S>) is on the store
   bool quiet_ = false;             // this round's steps rest between beats (Store::Idle)
+  Duration quiet_period_{};        // a quiet round's beat period (0: not quiet); GraceDeadline
   int64_t watched_round_ = -1;
   int watched_slot_ = 0;       // 0: nobody left to watch (every other node finished)
   std::string watched_beat_;   // its counter as last read

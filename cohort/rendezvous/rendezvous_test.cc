@@ -11,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "cohort/base/mutex.h"
 #include "cohort/store/memory_store.h"
 #include "cohort/store/store_server.h"
 #include "cohort/store/tcp_store.h"
@@ -160,10 +161,17 @@ TEST(RendezvousTest, OthersPublishTheLayoutWhenSlotOneStalls) {
 // A store whose blocking reads time out long before the caller's deadline (as a loaded
 // etcd does with its own request timeout): every waiting MultiGet and Wait answers
 // DEADLINE_EXCEEDED after 20 ms. Counts the reads of more than two keys (the N records).
+// With TimeOutOnce(keys): each thread's first CompareSet or Peek of such a key times out
+// without being applied (a request etcd did not answer within its timeout).
 class EarlyTimeouts final : public store::Store {
  public:
   explicit EarlyTimeouts(std::shared_ptr<store::Store> base) : base_(std::move(base)) {}
   std::atomic<int> record_reads{0};
+  std::atomic<int> injected{0};
+  void TimeOutOnce(std::set<std::string> keys) {
+    MutexLock lock(&mu_);
+    time_out_once_ = std::move(keys);
+  }
 
   Status Set(std::string_view k, std::string_view v, Deadline d) override {
     return base_->Set(k, v, d);
@@ -174,6 +182,7 @@ class EarlyTimeouts final : public store::Store {
   }
   Result<std::string> CompareSet(std::string_view k, std::string_view e, std::string_view v,
                                  Deadline d) override {
+    if (FirstTimeHere({std::string(k)})) return DeadlineExceeded("injected: {}", k);
     return base_->CompareSet(k, e, v, d);
   }
   Status Wait(const std::vector<std::string>& keys, Deadline d) override {
@@ -184,6 +193,7 @@ class EarlyTimeouts final : public store::Store {
   }
   Result<std::vector<std::optional<std::string>>> Peek(const std::vector<std::string>& keys,
                                                        Deadline d) override {
+    if (FirstTimeHere(keys)) return DeadlineExceeded("injected: {}", keys[0]);
     return base_->Peek(keys, d);
   }
   Result<bool> Delete(std::string_view k, Deadline d) override { return base_->Delete(k, d); }
@@ -201,6 +211,20 @@ class EarlyTimeouts final : public store::Store {
 
  private:
   static Deadline Soon(Deadline d) { return d.Earlier(Deadline::AfterMs(20)); }
+  // Whether one of `keys` is to time out once on this thread, and it has not yet.
+  bool FirstTimeHere(const std::vector<std::string>& keys) {
+    MutexLock lock(&mu_);
+    for (const auto& k : keys) {
+      if (time_out_once_.count(k) && done_.insert({std::this_thread::get_id(), k}).second) {
+        ++injected;
+        return true;
+      }
+    }
+    return false;
+  }
+  Mutex mu_;
+  std::set<std::string> time_out_once_ COHORT_GUARDED_BY(mu_);
+  std::set<std::pair<std::thread::id, std::string>> done_ COHORT_GUARDED_BY(mu_);
   std::shared_ptr<store::Store> base_;
 };
 
@@ -242,6 +266,31 @@ TEST(RendezvousTest, OneNodeTakesOverFromAStalledSlotOne) {
     EXPECT_EQ(r->WorldSize(), 12);
     EXPECT_EQ(r->master.host, "host9");
   }
+  EXPECT_EQ(store->record_reads, 1) << "more than one node read the N records";
+}
+
+// Nodes that take over from a stalled slot 1 on a loaded store (etcd at 10,000 nodes): a
+// request that times out (the closing, the last call's read, the publisher's claim, the
+// layout's write) is made again, it does not end the node.
+TEST(RendezvousTest, NodesTakingOverThroughStoreTimeoutsStillFormTheRound) {
+  auto memory = std::make_shared<store::MemoryStore>();
+  auto store = std::make_shared<EarlyTimeouts>(memory);
+  store->TimeOutOnce({"rdzv/test/r0/closed", "rdzv/test/r0/publisher", "rdzv/test/r0/layout"});
+  auto config = Config(3, 8);  // elastic: the last call's read of `closed`, then a count
+  config.layout_grace = 200ms;
+  config.last_call = 100ms;
+  const Deadline d = Deadline::AfterMs(5000);
+  ASSERT_EQ(*memory->Append("rdzv/test/r0/slot", "rdzv/test/r0/node", Node(9).ToJson(), d), 1);
+  auto results = JoinAll(store, config, 5);
+  std::set<int> ranks;
+  for (auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->group_world_size, 6);
+    EXPECT_EQ(r->master.host, "host9");
+    ranks.insert(r->group_rank);
+  }
+  EXPECT_EQ(ranks, (std::set<int>{1, 2, 3, 4, 5}));
+  EXPECT_GE(store->injected.load(), 5) << "the takeover met no timeout";
   EXPECT_EQ(store->record_reads, 1) << "more than one node read the N records";
 }
 
