@@ -173,7 +173,9 @@ std::string Rendezvous::RoundKey(int64_t round, std::string_view suffix) const {
   return fmt::format("rdzv/{}/r{}/{}", config_.run_id, round, suffix);
 }
 
-Deadline Rendezvous::CallDeadline() const { return Deadline::After(kCallTimeout); }
+Deadline Rendezvous::CallDeadline(Deadline cap) const {
+  return Deadline::After(kCallTimeout).Earlier(cap);
+}
 
 // The counter `round` is absent until round 0 ends (reads take absent as 0), so joining
 // writes nothing to it; it moves from R to R+1 by compare-and-set, once.
@@ -181,7 +183,7 @@ Status Rendezvous::AdvanceRound(int64_t round, Deadline retry_until) {
   const std::string expected = round == 0 ? "" : std::to_string(round);
   return UntilDeadline(retry_until, [&] {
            return store_->CompareSet(Key("round"), expected, std::to_string(round + 1),
-                                     CallDeadline().Earlier(retry_until));
+                                     CallDeadline(retry_until));
          })
       .status();
 }
@@ -205,7 +207,7 @@ Result<Rendezvous::JobState> Rendezvous::ReadJobState(Deadline retry_until) {
       Key("done"),      Key("restarts"), Key("round"), RoundKey(last_round_, "closed"),
       RoundKey(last_round_, "next"), RoundKey(last_round_ + 1, "closed")};
   COHORT_ASSIGN_OR_RETURN(auto values, UntilDeadline(retry_until, [&] {
-                            return store_->Peek(keys, CallDeadline().Earlier(retry_until));
+                            return store_->Peek(keys, CallDeadline(retry_until));
                           }));
   JobState s;
   s.done = values[0];
@@ -263,7 +265,7 @@ Result<RendezvousInfo> Rendezvous::Next() {
                                       {Key("restarts")},
                                       RandomHex(16)};
     COHORT_ASSIGN_OR_RETURN(auto joined, UntilDeadline(join_deadline, [&] {
-                              return store_->Join(request, CallDeadline().Earlier(join_deadline));
+                              return store_->Join(request, CallDeadline(join_deadline));
                             }));
     JobState state;
     if (joined.ticket == 0) {
@@ -335,7 +337,6 @@ Result<int64_t> Rendezvous::CloseRound(int64_t round, Deadline join_deadline) {
   // Every call here may be repeated (reads; compare-and-sets from absent), and is made again
   // when it times out: a node that took over from slot 1 after the grace does this while a
   // large round loads the store (etcd at 10,000 nodes), and a timeout must not end it.
-  const auto call_deadline = [&] { return CallDeadline().Earlier(join_deadline); };
   if (round > 0) COHORT_RETURN_IF_ERROR(AdvanceRound(round - 1, join_deadline));
   // Step 5.
   Status enough = UntilDeadline(join_deadline, [&] {
@@ -357,7 +358,7 @@ Result<int64_t> Rendezvous::CloseRound(int64_t round, Deadline join_deadline) {
     COHORT_ASSIGN_OR_RETURN(auto now, UntilDeadline(join_deadline, [&] {
                               return store_->Peek(
                                   {RoundKey(round, "closed"), RoundKey(round, "expect")},
-                                  call_deadline());
+                                  CallDeadline(join_deadline));
                             }));
     if (!now[0]) {
       // The last call ends early once node<MAX> joined, or as many nodes as the previous
@@ -377,14 +378,14 @@ Result<int64_t> Rendezvous::CloseRound(int64_t round, Deadline join_deadline) {
   if (!full) {
     COHORT_ASSIGN_OR_RETURN(int64_t taken, UntilDeadline(join_deadline, [&] {
                               return store_->CountTickets(RoundKey(round, "slot"),
-                                                          call_deadline());
+                                                          CallDeadline(join_deadline));
                             }));
     proposal = std::min<int64_t>(taken, config_.max_nodes);
   }
   COHORT_ASSIGN_OR_RETURN(std::string closed_value, UntilDeadline(join_deadline, [&] {
                             return store_->CompareSet(RoundKey(round, "closed"), "",
                                                       std::to_string(proposal),
-                                                      call_deadline());
+                                                      CallDeadline(join_deadline));
                           }));
   const int64_t members = ParseInt64(closed_value).value_or(0);
   if (members <= 0) return DataLoss("round {} closed with a bad member count", round);
@@ -452,7 +453,7 @@ Result<Rendezvous::Published> Rendezvous::PublishLayout(int64_t round, int64_t m
       const std::string me = std::to_string(slot);
       COHORT_ASSIGN_OR_RETURN(std::string publisher, UntilDeadline(join_deadline, [&] {
                                 return store_->CompareSet(RoundKey(round, "publisher"), "", me,
-                                                          CallDeadline().Earlier(join_deadline));
+                                                          CallDeadline(join_deadline));
                               }));
       if (publisher != me) {
         // The claimant gets one grace too; should it die as well, this node publishes (the
@@ -483,7 +484,7 @@ Result<Rendezvous::Published> Rendezvous::PublishLayout(int64_t round, int64_t m
     COHORT_ASSIGN_OR_RETURN(std::string text, UntilDeadline(join_deadline, [&] {
                               return store_->CompareSet(RoundKey(round, "layout"), "",
                                                         ours.Encode(),
-                                                        CallDeadline().Earlier(join_deadline));
+                                                        CallDeadline(join_deadline));
                             }));
     COHORT_ASSIGN_OR_RETURN(published, Published::Decode(text));
   }

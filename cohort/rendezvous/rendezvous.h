@@ -191,7 +191,8 @@ class Rendezvous {
  private:
   std::string Key(std::string_view suffix) const;
   std::string RoundKey(int64_t round, std::string_view suffix) const;
-  Deadline CallDeadline() const;
+  // One store call's deadline (kCallTimeout from now), no later than `cap`.
+  Deadline CallDeadline(Deadline cap = Deadline::Infinite()) const;
   struct JobState {
     std::optional<std::string> done;  // the outcome once the job is over
     int64_t restarts = 0;
