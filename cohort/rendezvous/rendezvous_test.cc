@@ -162,7 +162,8 @@ TEST(RendezvousTest, OthersPublishTheLayoutWhenSlotOneStalls) {
 // etcd does with its own request timeout): every waiting MultiGet and Wait answers
 // DEADLINE_EXCEEDED after 20 ms. Counts the reads of more than two keys (the N records).
 // With TimeOutOnce(keys): each thread's first CompareSet or Peek of such a key times out
-// without being applied (a request etcd did not answer within its timeout).
+// without being applied (a request etcd did not answer within its timeout). With
+// OfferIdle(): it offers Idle (waits until the deadline), as etcd does: rounds go quiet.
 class EarlyTimeouts final : public store::Store {
  public:
   explicit EarlyTimeouts(std::shared_ptr<store::Store> base) : base_(std::move(base)) {}
@@ -171,6 +172,12 @@ class EarlyTimeouts final : public store::Store {
   void TimeOutOnce(std::set<std::string> keys) {
     MutexLock lock(&mu_);
     time_out_once_ = std::move(keys);
+  }
+  void OfferIdle() { offer_idle_ = true; }
+  Status Idle(Deadline d) override {
+    if (!offer_idle_) return store::Store::Idle(d);
+    std::this_thread::sleep_for(d.remaining());  // what Idle is: no request, no wake-up
+    return Status::Ok();
   }
 
   Status Set(std::string_view k, std::string_view v, Deadline d) override {
@@ -222,6 +229,7 @@ class EarlyTimeouts final : public store::Store {
     }
     return false;
   }
+  std::atomic<bool> offer_idle_{false};
   Mutex mu_;
   std::set<std::string> time_out_once_ COHORT_GUARDED_BY(mu_);
   std::set<std::pair<std::thread::id, std::string>> done_ COHORT_GUARDED_BY(mu_);
@@ -291,6 +299,63 @@ TEST(RendezvousTest, NodesTakingOverThroughStoreTimeoutsStillFormTheRound) {
   }
   EXPECT_EQ(ranks, (std::set<int>{1, 2, 3, 4, 5}));
   EXPECT_GE(store->injected.load(), 5) << "the takeover met no timeout";
+  EXPECT_EQ(store->record_reads, 1) << "more than one node read the N records";
+}
+
+// A quiet round's nodes learn its end up to a beat period apart, so the next round fills
+// over that long at least: its nodes give slot 1 the layout grace plus that period before
+// they take over (at 10,000 nodes on etcd, 30 s + 20 s; with 30 s alone the first joiners
+// took over from a slot 1 that was only waiting for the late learners).
+TEST(RendezvousTest, AfterAQuietRoundSlotOneGetsTheGracePlusItsBeatPeriod) {
+  auto memory = std::make_shared<store::MemoryStore>();
+  auto store = std::make_shared<EarlyTimeouts>(memory);
+  store->OfferIdle();
+  auto config = Config(2, 3);
+  config.quiet_start_nodes = 2;
+  config.quiet_beats_per_s = 4;  // two nodes: a beat period of 500 ms
+  config.layout_grace = 100ms;
+  std::vector<std::unique_ptr<Rendezvous>> nodes;
+  for (int i = 0; i < 2; ++i) nodes.push_back(std::make_unique<Rendezvous>(store, config, Node(i)));
+  std::vector<std::optional<Result<RendezvousInfo>>> first(2);
+  {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 2; ++i) threads.emplace_back([&, i] { first[i] = nodes[i]->Next(); });
+    for (auto& t : threads) t.join();
+  }
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(first[i]->ok()) << first[i]->status().ToString();
+    ASSERT_EQ((*first[i])->group_world_size, 2);
+    auto step = nodes[i]->WatchStep(**first[i]);  // the first step of a quiet round: rests
+    ASSERT_TRUE(step.ok()) << step.status().ToString();
+    ASSERT_FALSE(step->has_value());
+    ASSERT_GT(nodes[i]->DeadTimeout(**first[i]), config.dead_timeout) << "the round is not quiet";
+  }
+  ASSERT_TRUE(nodes[0]->EndRound(0, {RoundEnd::Kind::kJoin, "host9"}, nullptr).ok());
+  // Round 1's slot 1 joins and then never gets further.
+  const Deadline d = Deadline::AfterMs(5000);
+  ASSERT_EQ(*memory->Append("rdzv/test/r1/slot", "rdzv/test/r1/node", Node(9).ToJson(), d), 1);
+  std::vector<std::optional<Result<RendezvousInfo>>> second(2);
+  std::vector<double> took(2);
+  {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 2; ++i) {
+      threads.emplace_back([&, i] {
+        const auto start = SteadyClock::now();
+        second[i] = nodes[i]->Next();
+        took[i] = SecondsSince(start);
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(second[i]->ok()) << second[i]->status().ToString();
+    EXPECT_EQ((*second[i])->round, 1);
+    EXPECT_EQ((*second[i])->group_world_size, 3);
+    EXPECT_EQ((*second[i])->master.host, "host9");
+    // Taking over means at least one grace (two for the node that did not publish): 600 ms
+    // each, where the layout grace alone is 100 ms.
+    EXPECT_GE(took[i], 0.6) << "node " << i << " took over before the grace and the period";
+  }
   EXPECT_EQ(store->record_reads, 1) << "more than one node read the N records";
 }
 
