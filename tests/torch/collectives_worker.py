@@ -19,6 +19,13 @@ import cohort_torch
 FAILURES = []
 CHECKS = [0]
 
+
+def say(line):
+    """Prints one line in one write(2): the ranks under torchrun share one pipe, and a
+    print's text and newline could be written apart ("...over shmrank 1 of 2: ..." once)."""
+    sys.stdout.flush()
+    os.write(1, (line + "\n").encode())
+
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
           torch.int32, torch.int64]
 OPS = {"sum": dist.ReduceOp.SUM, "product": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
@@ -33,8 +40,7 @@ def check(name, got, want, tol=0.0):
     want = want.to(torch.float64)
     if got.shape != want.shape or not torch.allclose(got, want, rtol=tol, atol=tol):
         FAILURES.append(name + " (got)")
-        print(f"FAIL {name}: got {got.flatten()[:8].tolist()} want {want.flatten()[:8].tolist()}",
-              flush=True)
+        say(f"FAIL {name}: got {got.flatten()[:8].tolist()} want {want.flatten()[:8].tolist()}")
 
 
 def tolerance(dtype):
@@ -70,7 +76,7 @@ def main():
     assert dist.get_backend() == "cohort", dist.get_backend()
     assert dist.get_world_size() == world and dist.get_rank() == rank
     gloo = dist.new_group(backend="gloo")
-    print(f"rank {rank} of {world}: backend cohort over {cohort_torch.topology()}", flush=True)
+    say(f"rank {rank} of {world}: backend cohort over {cohort_torch.topology()}")
     n = 37  # odd: blocks do not align with anything
 
     # all_reduce: every dtype x op, against the hand result and gloo.
@@ -226,10 +232,10 @@ def main():
 
     for f in FAILURES:
         if "got" not in f:  # value mismatches were printed by check()
-            print(f"FAIL {f}", flush=True)
+            say(f"FAIL {f}")
     dist.barrier()
     digest = hashlib.sha256(str(CHECKS[0]).encode() + str(len(FAILURES)).encode()).hexdigest()[:12]
-    print(f"rank {rank} checks {CHECKS[0]} failures {len(FAILURES)} digest {digest}", flush=True)
+    say(f"rank {rank} checks {CHECKS[0]} failures {len(FAILURES)} digest {digest}")
     dist.destroy_process_group()
     return 1 if FAILURES else 0
 
