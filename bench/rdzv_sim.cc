@@ -162,8 +162,8 @@ class Sim {
     MutexLock lock(&mu_);
     int n = 0;
     for (auto& [index, rounds] : records_) {
-      auto it = stepped_round_.find(index);
-      if (it != stepped_round_.end() && it->second >= round) ++n;
+      auto it = last_step_.find(index);
+      if (it != last_step_.end() && it->second.round >= round) ++n;
     }
     return fmt::format("{{\"round\": {}, \"stepped\": {}}}", round, n);
   }
@@ -304,8 +304,8 @@ class Sim {
         if (!step.ok()) return Fail(a, step.status());
         {
           MutexLock lock(&mu_);
-          dead_s_[a.index] = std::chrono::duration<double>(r.DeadTimeout(*info)).count();
-          stepped_round_[a.index] = info->round;
+          last_step_[a.index] = {info->round,
+                                 std::chrono::duration<double>(r.DeadTimeout(*info)).count()};
         }
         if (*step) break;
       }
@@ -314,8 +314,8 @@ class Sim {
 
   // The dead timeout of the agent's round (--dead-ms before its first watch step).
   double DeadSeconds(int index) COHORT_REQUIRES(mu_) {
-    auto it = dead_s_.find(index);
-    return it == dead_s_.end() ? o_.dead_ms / 1000.0 : it->second;
+    auto it = last_step_.find(index);
+    return it == last_step_.end() ? o_.dead_ms / 1000.0 : it->second.dead_s;
   }
 
   // A killed or hung node no longer counts among the live ones (Wait, Ranks).
@@ -371,9 +371,13 @@ class Sim {
   std::map<int, std::map<int64_t, RoundRecord>> records_ COHORT_GUARDED_BY(mu_);
   std::map<int64_t, int> at_round_ COHORT_GUARDED_BY(mu_);  // live agents by latest round
   std::map<int, double> last_beat_ COHORT_GUARDED_BY(mu_);
-  // The dead timeout its round's watchers apply (longer than --dead-ms in a quiet round).
-  std::map<int, double> dead_s_ COHORT_GUARDED_BY(mu_);
-  std::map<int, int64_t> stepped_round_ COHORT_GUARDED_BY(mu_);  // its last watch step's
+  // Each agent's last watch step: its round, and the dead timeout its round's watchers apply
+  // (longer than --dead-ms in a quiet round).
+  struct LastStep {
+    int64_t round = 0;
+    double dead_s = 0;
+  };
+  std::map<int, LastStep> last_step_ COHORT_GUARDED_BY(mu_);
   std::vector<std::string> errors_ COHORT_GUARDED_BY(mu_);
   bool go_ COHORT_GUARDED_BY(mu_) = false;
 };

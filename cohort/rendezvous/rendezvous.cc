@@ -42,6 +42,14 @@ auto UntilDeadline(Deadline deadline, const Call& call) -> decltype(call()) {
   }
 }
 
+// The same for a request that may be repeated (a read, a compare-and-set from absent), not
+// a wait: call(d) gets each attempt's deadline, one call's timeout from then at most.
+template <typename Call>
+auto RequestUntilDeadline(Deadline deadline, const Call& call) -> decltype(call(deadline)) {
+  return UntilDeadline(deadline,
+                       [&] { return call(Deadline::After(kCallTimeout).Earlier(deadline)); });
+}
+
 double Seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
 
 // A rendezvous counter's value as read (absent = 0).
@@ -173,17 +181,14 @@ std::string Rendezvous::RoundKey(int64_t round, std::string_view suffix) const {
   return fmt::format("rdzv/{}/r{}/{}", config_.run_id, round, suffix);
 }
 
-Deadline Rendezvous::CallDeadline(Deadline cap) const {
-  return Deadline::After(kCallTimeout).Earlier(cap);
-}
+Deadline Rendezvous::CallDeadline() const { return Deadline::After(kCallTimeout); }
 
 // The counter `round` is absent until round 0 ends (reads take absent as 0), so joining
 // writes nothing to it; it moves from R to R+1 by compare-and-set, once.
 Status Rendezvous::AdvanceRound(int64_t round, Deadline retry_until) {
   const std::string expected = round == 0 ? "" : std::to_string(round);
-  return UntilDeadline(retry_until, [&] {
-           return store_->CompareSet(Key("round"), expected, std::to_string(round + 1),
-                                     CallDeadline(retry_until));
+  return RequestUntilDeadline(retry_until, [&](Deadline d) {
+           return store_->CompareSet(Key("round"), expected, std::to_string(round + 1), d);
          })
       .status();
 }
@@ -206,8 +211,8 @@ Result<Rendezvous::JobState> Rendezvous::ReadJobState(Deadline retry_until) {
   const std::vector<std::string> keys = {
       Key("done"),      Key("restarts"), Key("round"), RoundKey(last_round_, "closed"),
       RoundKey(last_round_, "next"), RoundKey(last_round_ + 1, "closed")};
-  COHORT_ASSIGN_OR_RETURN(auto values, UntilDeadline(retry_until, [&] {
-                            return store_->Peek(keys, CallDeadline(retry_until));
+  COHORT_ASSIGN_OR_RETURN(auto values, RequestUntilDeadline(retry_until, [&](Deadline d) {
+                            return store_->Peek(keys, d);
                           }));
   JobState s;
   s.done = values[0];
@@ -264,8 +269,8 @@ Result<RendezvousInfo> Rendezvous::Next() {
                                       {Key("done"), RoundKey(round, "closed")},
                                       {Key("restarts")},
                                       RandomHex(16)};
-    COHORT_ASSIGN_OR_RETURN(auto joined, UntilDeadline(join_deadline, [&] {
-                              return store_->Join(request, CallDeadline(join_deadline));
+    COHORT_ASSIGN_OR_RETURN(auto joined, RequestUntilDeadline(join_deadline, [&](Deadline d) {
+                              return store_->Join(request, d);
                             }));
     JobState state;
     if (joined.ticket == 0) {
@@ -334,9 +339,9 @@ Result<RendezvousInfo> Rendezvous::Next() {
 Result<int64_t> Rendezvous::CloseRound(int64_t round, Deadline join_deadline) {
   // The nodes that joined this round may have read the previous round's end before its
   // counter moved (ReadJobState): make sure it did.
-  // Every call here may be repeated (reads; compare-and-sets from absent), and is made again
-  // when it times out: a node that took over from slot 1 after the grace does this while a
-  // large round loads the store (etcd at 10,000 nodes), and a timeout must not end it.
+  // Every request here may be repeated and is made again when it times out
+  // (RequestUntilDeadline): a node that took over from slot 1 after the grace does this while
+  // a large round loads the store (etcd at 10,000 nodes), and a timeout must not end it.
   if (round > 0) COHORT_RETURN_IF_ERROR(AdvanceRound(round - 1, join_deadline));
   // Step 5.
   Status enough = UntilDeadline(join_deadline, [&] {
@@ -355,10 +360,9 @@ Result<int64_t> Rendezvous::CloseRound(int64_t round, Deadline join_deadline) {
   // Step 6 (nothing to wait for when MIN = MAX: node<MAX> exists already).
   bool full = config_.min_nodes == config_.max_nodes;
   if (!full) {
-    COHORT_ASSIGN_OR_RETURN(auto now, UntilDeadline(join_deadline, [&] {
+    COHORT_ASSIGN_OR_RETURN(auto now, RequestUntilDeadline(join_deadline, [&](Deadline d) {
                               return store_->Peek(
-                                  {RoundKey(round, "closed"), RoundKey(round, "expect")},
-                                  CallDeadline(join_deadline));
+                                  {RoundKey(round, "closed"), RoundKey(round, "expect")}, d);
                             }));
     if (!now[0]) {
       // The last call ends early once node<MAX> joined, or as many nodes as the previous
@@ -376,16 +380,15 @@ Result<int64_t> Rendezvous::CloseRound(int64_t round, Deadline join_deadline) {
   // When MAX nodes joined, MAX slots are taken: no need to count them.
   int64_t proposal = config_.max_nodes;
   if (!full) {
-    COHORT_ASSIGN_OR_RETURN(int64_t taken, UntilDeadline(join_deadline, [&] {
-                              return store_->CountTickets(RoundKey(round, "slot"),
-                                                          CallDeadline(join_deadline));
+    COHORT_ASSIGN_OR_RETURN(int64_t taken, RequestUntilDeadline(join_deadline, [&](Deadline d) {
+                              return store_->CountTickets(RoundKey(round, "slot"), d);
                             }));
     proposal = std::min<int64_t>(taken, config_.max_nodes);
   }
-  COHORT_ASSIGN_OR_RETURN(std::string closed_value, UntilDeadline(join_deadline, [&] {
+  COHORT_ASSIGN_OR_RETURN(std::string closed_value,
+                          RequestUntilDeadline(join_deadline, [&](Deadline d) {
                             return store_->CompareSet(RoundKey(round, "closed"), "",
-                                                      std::to_string(proposal),
-                                                      CallDeadline(join_deadline));
+                                                      std::to_string(proposal), d);
                           }));
   const int64_t members = ParseInt64(closed_value).value_or(0);
   if (members <= 0) return DataLoss("round {} closed with a bad member count", round);
@@ -451,9 +454,10 @@ Result<Rendezvous::Published> Rendezvous::PublishLayout(int64_t round, int64_t m
     COHORT_ASSIGN_OR_RETURN(published, ReadPublished(round, 0, GraceDeadline(join_deadline)));
     if (!published) {
       const std::string me = std::to_string(slot);
-      COHORT_ASSIGN_OR_RETURN(std::string publisher, UntilDeadline(join_deadline, [&] {
+      COHORT_ASSIGN_OR_RETURN(std::string publisher,
+                              RequestUntilDeadline(join_deadline, [&](Deadline d) {
                                 return store_->CompareSet(RoundKey(round, "publisher"), "", me,
-                                                          CallDeadline(join_deadline));
+                                                          d);
                               }));
       if (publisher != me) {
         // The claimant gets one grace too; should it die as well, this node publishes (the
@@ -481,10 +485,9 @@ Result<Rendezvous::Published> Rendezvous::PublishLayout(int64_t round, int64_t m
       nodes.push_back(std::move(node));
     }
     const Published ours{RoundLayout::FromNodes(nodes), std::move(nodes[0])};
-    COHORT_ASSIGN_OR_RETURN(std::string text, UntilDeadline(join_deadline, [&] {
+    COHORT_ASSIGN_OR_RETURN(std::string text, RequestUntilDeadline(join_deadline, [&](Deadline d) {
                               return store_->CompareSet(RoundKey(round, "layout"), "",
-                                                        ours.Encode(),
-                                                        CallDeadline(join_deadline));
+                                                        ours.Encode(), d);
                             }));
     COHORT_ASSIGN_OR_RETURN(published, Published::Decode(text));
   }

@@ -191,8 +191,7 @@ class Rendezvous {
  private:
   std::string Key(std::string_view suffix) const;
   std::string RoundKey(int64_t round, std::string_view suffix) const;
-  // One store call's deadline (kCallTimeout from now), no later than `cap`.
-  Deadline CallDeadline(Deadline cap = Deadline::Infinite()) const;
+  Deadline CallDeadline() const;
   struct JobState {
     std::optional<std::string> done;  // the outcome once the job is over
     int64_t restarts = 0;
@@ -201,8 +200,7 @@ class Rendezvous {
     std::optional<std::string> closed;  // the round's member count once it is closed
   };
   Result<JobState> ReadJobState(Deadline retry_until);
-  // (A store call that timed out is made again until `retry_until`: a compare-and-set
-  // from absent is safe to repeat.)
+  // (A compare-and-set from absent: made again when it times out, until `retry_until`.)
   Status AdvanceRound(int64_t round, Deadline retry_until);
   Status WaitForNextRound(int64_t round, Deadline join_deadline);
   // The steps of Next (the protocol is written out above it in rendezvous.cc).

@@ -161,8 +161,9 @@ TEST(RendezvousTest, OthersPublishTheLayoutWhenSlotOneStalls) {
 // A store whose blocking reads time out long before the caller's deadline (as a loaded
 // etcd does with its own request timeout): every waiting MultiGet and Wait answers
 // DEADLINE_EXCEEDED after 20 ms. Counts the reads of more than two keys (the N records).
-// With TimeOutOnce(keys): each thread's first CompareSet or Peek of such a key times out
-// without being applied (a request etcd did not answer within its timeout). With
+// With TimeOutOnce(keys): on each thread, the first CompareSet of such a key and the first
+// Peek that reads one time out without being applied (requests etcd did not answer within
+// its timeout). With
 // OfferIdle(): it offers Idle (waits until the deadline), as etcd does: rounds go quiet.
 class EarlyTimeouts final : public store::Store {
  public:
@@ -189,7 +190,7 @@ class EarlyTimeouts final : public store::Store {
   }
   Result<std::string> CompareSet(std::string_view k, std::string_view e, std::string_view v,
                                  Deadline d) override {
-    if (FirstTimeHere({std::string(k)})) return DeadlineExceeded("injected: {}", k);
+    if (FirstTimeHere("CompareSet", {std::string(k)})) return DeadlineExceeded("injected: {}", k);
     return base_->CompareSet(k, e, v, d);
   }
   Status Wait(const std::vector<std::string>& keys, Deadline d) override {
@@ -200,7 +201,7 @@ class EarlyTimeouts final : public store::Store {
   }
   Result<std::vector<std::optional<std::string>>> Peek(const std::vector<std::string>& keys,
                                                        Deadline d) override {
-    if (FirstTimeHere(keys)) return DeadlineExceeded("injected: {}", keys[0]);
+    if (FirstTimeHere("Peek", keys)) return DeadlineExceeded("injected: {}", keys[0]);
     return base_->Peek(keys, d);
   }
   Result<bool> Delete(std::string_view k, Deadline d) override { return base_->Delete(k, d); }
@@ -218,11 +219,12 @@ class EarlyTimeouts final : public store::Store {
 
  private:
   static Deadline Soon(Deadline d) { return d.Earlier(Deadline::AfterMs(20)); }
-  // Whether one of `keys` is to time out once on this thread, and it has not yet.
-  bool FirstTimeHere(const std::vector<std::string>& keys) {
+  // Whether `op` of one of `keys` is to time out once on this thread, and has not yet.
+  bool FirstTimeHere(const char* op, const std::vector<std::string>& keys) {
     MutexLock lock(&mu_);
     for (const auto& k : keys) {
-      if (time_out_once_.count(k) && done_.insert({std::this_thread::get_id(), k}).second) {
+      if (time_out_once_.count(k) &&
+          done_.insert({std::this_thread::get_id(), std::string(op) + " " + k}).second) {
         ++injected;
         return true;
       }

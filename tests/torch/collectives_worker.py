@@ -26,6 +26,7 @@ def say(line):
     sys.stdout.flush()
     os.write(1, (line + "\n").encode())
 
+
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
           torch.int32, torch.int64]
 OPS = {"sum": dist.ReduceOp.SUM, "product": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
