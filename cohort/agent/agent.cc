@@ -28,6 +28,7 @@
 #include "cohort/base/membership_channel.h"
 #include "cohort/base/mutex.h"
 #include "cohort/base/settings.h"
+#include "cohort/base/strings.h"
 #include "cohort/base/subprocess.h"
 #include "cohort/base/sweeper.h"
 #include "cohort/net/socket.h"
@@ -197,8 +198,11 @@ class Agent::Impl {
   int64_t last_round_ = -1;
   int starts_ = 0;  // worker-group starts (attempt directories)
   std::string attempt_dir_;
-  // The membership channel of the running group (empty: not offered) and its inotify fd.
+  // The membership channel of the running group (empty: not offered) and its inotify fd;
+  // the secret its messages carry (membership_channel.h), one per agent.
   std::string membership_dir_;
+  const std::string membership_secret_ = RandomHex(16);
+  std::string runtime_dir_;  // private (0700), removed by the sweeper's helper
   std::unique_ptr<membership_channel::ChannelWatch> channel_;
   std::optional<LostPeerReport> lost_;      // the report that ended the round
   std::optional<Deadline> reform_deadline_;  // while announced workers have not re-formed
@@ -275,9 +279,29 @@ Result<std::pair<std::string, int>> Agent::Impl::MasterEndpoint(const Rendezvous
     }
     if (torch_store_) torch_store_->Stop();
     torch_store_.reset();
-    auto server = store::TorchStoreServer::Start(
-        {.host = info.group_world_size == 1 && spec.master_addr.empty() ? "127.0.0.1" : "0.0.0.0",
-         .port = port});
+    // Listening on the address the workers are given (never every interface unless the
+    // user's --master-addr is not one this host can bind), admitting this user's processes
+    // of this host and the round's other nodes at the addresses they published.
+    store::TorchStoreServerOptions so{.host = "127.0.0.1", .port = port};
+    if (info.group_world_size > 1 || !spec.master_addr.empty()) {
+      so.host = net::ResolveIpv4(addr).value_or("0.0.0.0");
+      so.any_remote_host = settings::kTorchStoreAnyHost.Get();
+      if (!so.any_remote_host && info.group_world_size > 1) {
+        COHORT_ASSIGN_OR_RETURN(auto nodes, rdzv_->RoundNodes(info, Deadline::AfterMs(30000)));
+        for (const auto& n : nodes) {
+          so.remote_hosts.push_back(net::ResolveIpv4(n.addr).value_or(n.addr));
+        }
+      }
+    }
+    auto server = store::TorchStoreServer::Start(so);
+    if (!server.ok() && so.host != "0.0.0.0") {
+      // The address is not one of this host's (a name for a load balancer, a NAT): every
+      // interface, with the same admission.
+      COHORT_LOG_WARN(kLog, "cannot listen on MASTER_ADDR {} ({}); the workers' torch store "
+                      "listens on every interface", so.host, server.status().message());
+      so.host = "0.0.0.0";
+      server = store::TorchStoreServer::Start(so);
+    }
     if (!server.ok()) {
       return Status(server.status().code(),
                     fmt::format("cannot serve the workers' torch store on MASTER_PORT {}: {}",
@@ -358,6 +382,7 @@ Status Agent::Impl::StartWorkers(const RendezvousInfo& info) {
     we.flight_recorder_dir = FlightRecordDir(w.rank);
     we.metrics_dir = o_.metrics_dir;
     we.membership_dir = membership_dir_;
+    we.membership_secret = membership_dir_.empty() ? "" : membership_secret_;
     SpawnOptions so;
     so.argv = spec.argv;
     so.env = WorkerEnvironment(we, spec.extra_env);
@@ -386,19 +411,20 @@ Status Agent::Impl::StartWorkers(const RendezvousInfo& info) {
 }
 
 void Agent::Impl::OpenChannel() {
-  // In the temporary directory (only this machine's processes use it), one per agent and
-  // worker group; removed with the group (StopWorkers).
-  std::error_code ec;
-  fs::path tmp = fs::temp_directory_path(ec);
-  if (ec) tmp = "/tmp";
-  membership_dir_ =
-      (tmp / fmt::format("cohort-membership-{}-{}-{}", o_.spec.run_id, ::getpid(), starts_))
-          .string();
-  fs::create_directories(membership_dir_, ec);
-  auto watch = ec ? Result<std::unique_ptr<membership_channel::ChannelWatch>>(
-                         Internal("cannot create {}: {}", membership_dir_, ec.message()))
-                  : membership_channel::ChannelWatch::Open(membership_dir_);
+  // A private directory (mkdtemp: mode 0700, a name nobody can predict or prepare) in the
+  // agent's private runtime directory, one per worker group; removed with the group
+  // (StopWorkers), and with the runtime directory should the agent be killed.
+  auto dir = runtime_dir_.empty()
+                 ? Result<std::string>(FailedPrecondition("no private runtime directory"))
+                 : MakePrivateDir(runtime_dir_, "membership-");
+  auto watch = dir.ok() ? membership_channel::ChannelWatch::Open(*dir)
+                        : Result<std::unique_ptr<membership_channel::ChannelWatch>>(dir.status());
+  if (dir.ok()) membership_dir_ = *dir;
   if (!watch.ok()) {
+    if (dir.ok()) {
+      std::error_code ec;
+      fs::remove_all(*dir, ec);
+    }
     COHORT_LOG_WARN(kLog, "no membership channel ({}): workers will be restarted on a "
                     "membership change", watch.status().message());
     membership_dir_.clear();
@@ -857,7 +883,15 @@ std::optional<AgentResult> Agent::Impl::Setup() {
   }
   store_ = *store;
   rdzv_ = std::make_unique<Rendezvous>(store_, o_.rdzv, o_.self);
-  sweeper_ = std::make_unique<JobSweeper>();
+  // This agent's private runtime directory (membership channels): removed by the
+  // sweeper's helper when the agent ends, however it ends.
+  if (auto dir = MakePrivateDir("", "cohort-agent-"); dir.ok()) {
+    runtime_dir_ = *dir;
+  } else {
+    COHORT_LOG_WARN(kLog, "no private runtime directory ({}): workers will be restarted on a "
+                    "membership change", dir.status().message());
+  }
+  sweeper_ = std::make_unique<JobSweeper>(runtime_dir_);
   StartZygote();  // imports torch while the rendezvous runs
   return std::nullopt;
 }
@@ -974,7 +1008,8 @@ bool Agent::Impl::Announce(const RendezvousInfo& info) {
                          .store_prefix = info.store_prefix,
                          .restart_count = info.restart_count,
                          .master_addr = master->first,
-                         .master_port = master->second});
+                         .master_port = master->second},
+        membership_secret_);
   }
   if (!sent.ok()) {
     COHORT_LOG_WARN(kLog, "round {}: cannot keep the workers ({}); restarting them", info.round,
@@ -999,7 +1034,10 @@ std::optional<Agent::Impl::Outcome> Agent::Impl::ReadChannel() {
   }
   for (const auto& w : workers_) {
     if (!lost) break;
-    auto report = membership_channel::ReadLost(membership_dir_, w.local_rank);
+    auto report = membership_channel::ReadLost(membership_dir_, w.local_rank, membership_secret_);
+    if (!report.ok() && report.status().code() != StatusCode::kNotFound) {
+      COHORT_LOG_WARN(kLog, "local rank {}: {}", w.local_rank, report.status().message());
+    }
     // Reports of an earlier round come from a worker that had not yet seen the new one.
     if (report.ok() && report->round == last_round_) {
       lost_ = *report;

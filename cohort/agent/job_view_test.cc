@@ -2,11 +2,16 @@
 // (MemoryStore), real MetricsServers answering /api/state on loopback, and JobView merging
 // them: a running node with its ranks, a node that ended cleanly, a killed node shown as
 // LOST with the cause its survivors recorded, and an endpoint answered by another agent.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <httplib.h>
 
+#include <atomic>
 #include <fstream>
 #include <thread>
 
@@ -242,6 +247,87 @@ TEST(JobViewTest, LostCauseIsTheSurvivorsRecordNamingItAfterItWasLastSeen) {
   EXPECT_NE(cause.find("round 5"), std::string::npos) << cause;
   EXPECT_EQ(job["summary"]["lost"], 1);
   EXPECT_EQ(job["summary"]["running"], 2);  // the survivor and the odd one
+}
+
+// An agent that answers one byte at a time, forever (until the test ends): its answer never
+// completes, though each read gets a byte well within any read timeout.
+class DribblingAgent {
+ public:
+  DribblingAgent() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    EXPECT_EQ(::listen(fd_, 16), 0);
+    EXPECT_EQ(::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len), 0);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] {
+      const std::string answer = "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" +
+                                 std::string(1000, ' ');
+      while (!stop_) {
+        pollfd p{fd_, POLLIN, 0};
+        if (::poll(&p, 1, 20) <= 0) continue;
+        const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        for (size_t i = 0; c >= 0 && i < answer.size() && !stop_; ++i) {
+          if (::send(c, &answer[i], 1, MSG_NOSIGNAL) != 1) break;
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the attack's pace
+        }
+        if (c >= 0) ::close(c);
+      }
+    });
+  }
+  ~DribblingAgent() {
+    stop_ = true;
+    thread_.join();
+    ::close(fd_);
+  }
+  std::string url() const { return Url(port_); }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// Hostile answers from one node (nested 100,000 deep; no pid; a byte at a time) leave the
+// agent that asks running and the rest of the job shown, each poll within its bound.
+TEST(JobViewTest, AHostileOrSlowNodeNeitherCrashesNorBlanksTheView) {
+  store::MemoryStore store;
+  const Deadline d = Deadline::AfterMs(5000);
+  auto healthy = Agent({{"host", "h"}, {"pid", ::getpid()}, {"state", "HEALTHY"}}, nullptr);
+  FakeAgent deep(std::string(100000, '[') + std::string(100000, ']'));
+  FakeAgent deep_object(R"({"agent": {"host": "h", "pid": 5, "state": )" +
+                        std::string(100000, '[') + std::string(100000, ']') + "}}");
+  FakeAgent no_pid(R"({"agent": {"host": "h", "state": "HEALTHY"}})");
+  DribblingAgent slow;
+  ASSERT_TRUE(PublishEndpoint(store, "job", {{"url", Url(healthy->port())}, {"addr", "10.9.0.1"},
+                                             {"pid", ::getpid()}, {"host", "h"}}, d).ok());
+  for (const std::string& url : {deep.url(), deep_object.url(), no_pid.url(), slow.url()}) {
+    ASSERT_TRUE(PublishEndpoint(store, "job", {{"url", url}, {"pid", 5}, {"host", "h"}}, d).ok());
+  }
+  metrics::JobView view({.list = [&store] { return ReadDirectory(store, "job", Deadline::AfterMs(2000)); },
+                         .fetch_timeout = std::chrono::milliseconds(500),
+                         .reuse = Duration::zero()});
+  for (int poll = 0; poll < 3; ++poll) {
+    const auto started = SteadyClock::now();
+    json job = view.Snapshot();
+    EXPECT_LT(SecondsSince(started), 5.0) << "poll " << poll;
+    ASSERT_EQ(job["nodes"].size(), 5u) << job.dump(1).substr(0, 2000);
+    EXPECT_EQ(job["nodes"][0]["state"], "HEALTHY") << job["nodes"][0].dump();
+    for (int n = 1; n <= 4; ++n) {
+      EXPECT_EQ(job["nodes"][n]["state"], "UNREACHABLE") << job["nodes"][n].dump();
+    }
+    EXPECT_NE(job["nodes"][1]["cause"].get<std::string>().find("nested deeper"),
+              std::string::npos) << job["nodes"][1]["cause"];
+    EXPECT_NE(job["nodes"][3]["cause"].get<std::string>().find("another agent"),
+              std::string::npos) << job["nodes"][3]["cause"];
+    EXPECT_NE(job["nodes"][4]["cause"].get<std::string>().find("within 0.5 s"),
+              std::string::npos) << job["nodes"][4]["cause"];
+    EXPECT_EQ(job["summary"]["running"], 1);
+  }
 }
 
 TEST(JobViewTest, FetchJsonRefusesWhatIsNotAnHttpAddress) {

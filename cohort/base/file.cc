@@ -1,13 +1,17 @@
 // ReadFileToString and ReplaceFile (see file.h). Thread-safety: pure functions.
 #include "cohort/base/file.h"
 
+#include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 namespace cohort {
 
@@ -38,6 +42,63 @@ Status ReplaceFile(const std::string& path, const std::string& text) {
     return Internal("cannot rename {} to {}: {}", tmp, path, std::strerror(err));
   }
   return Status::Ok();
+}
+
+namespace {
+std::string TempRoot(const std::string& parent) {
+  if (!parent.empty()) return parent;
+  const char* tmp = std::getenv("TMPDIR");
+  return tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+}
+}  // namespace
+
+Status CheckPrivateDir(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT) return NotFound("{} does not exist", path);
+    return PermissionDenied("cannot inspect {}: {}", path, std::strerror(err));
+  }
+  if (S_ISLNK(st.st_mode)) {
+    return PermissionDenied("{} is a symbolic link, not a directory of this user's; remove it "
+                            "or choose another directory", path);
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return PermissionDenied("{} is not a directory; remove it or choose another directory",
+                            path);
+  }
+  if (st.st_uid != ::geteuid()) {
+    return PermissionDenied("{} belongs to uid {}, not to this user (uid {}): another user "
+                            "made it, so it is not used; remove it or choose another directory",
+                            path, st.st_uid, ::geteuid());
+  }
+  if ((st.st_mode & 077) != 0) {
+    return PermissionDenied("{} has mode {:o}: other users can reach it, so it is not used; "
+                            "run 'chmod 700 {}' or choose another directory",
+                            path, st.st_mode & 07777, path);
+  }
+  return Status::Ok();
+}
+
+Result<std::string> MakePrivateDir(const std::string& parent, const std::string& prefix) {
+  std::string pattern = TempRoot(parent) + "/" + prefix + "XXXXXX";
+  std::vector<char> buf(pattern.begin(), pattern.end());
+  buf.push_back('\0');
+  if (::mkdtemp(buf.data()) == nullptr) {
+    return Internal("cannot create a private directory {}: {}", pattern, std::strerror(errno));
+  }
+  std::string path(buf.data());
+  COHORT_RETURN_IF_ERROR(CheckPrivateDir(path));
+  return path;
+}
+
+Result<std::string> UserPrivateDir(const std::string& parent, const std::string& name) {
+  const std::string path = fmt::format("{}/{}-{}", TempRoot(parent), name, ::geteuid());
+  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
+    return Internal("cannot create {}: {}", path, std::strerror(errno));
+  }
+  COHORT_RETURN_IF_ERROR(CheckPrivateDir(path));
+  return path;
 }
 
 }  // namespace cohort

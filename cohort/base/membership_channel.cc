@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cohort/base/file.h"
+#include "cohort/base/json_bounded.h"
 #include "cohort/base/strings.h"
 
 namespace cohort {
@@ -23,15 +24,57 @@ NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(MembershipNotice, round, rank, w
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LostPeerReport, round, rank, reason)
 
 namespace {
+// At most this much of a malformed message goes into an error (a log line), not all of it.
+constexpr size_t kQuoted = 200;
+
+std::string Quoted(std::string_view text) {
+  return text.size() <= kQuoted ? std::string(text)
+                                : fmt::format("{}... ({} bytes)", text.substr(0, kQuoted),
+                                              text.size());
+}
+
+json ParseObject(std::string_view text) {
+  json j = ParseJsonBounded(text, 1u << 20);
+  return j.is_object() ? j : json(json::value_t::discarded);
+}
+
 template <typename Record>
-Result<Record> Parse(std::string_view text, const char* what) {
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return DataLoss("malformed {}: {}", what, text);
+Result<Record> FromObject(const json& j, std::string_view text, const char* what) {
+  if (j.is_discarded()) return DataLoss("malformed {}: {}", what, Quoted(text));
   try {
     return j.get<Record>();
   } catch (const json::exception&) {
-    return DataLoss("malformed {}: {}", what, text);
+    return DataLoss("malformed {}: {}", what, Quoted(text));
   }
+}
+
+template <typename Record>
+Result<Record> Parse(std::string_view text, const char* what) {
+  return FromObject<Record>(ParseObject(text), text, what);
+}
+
+// The record as the channel carries it: its JSON with the agent's secret beside it.
+template <typename Record>
+std::string Sealed(const Record& record, const std::string& secret) {
+  json j = record;
+  j["auth"] = secret;
+  return j.dump();
+}
+
+template <typename Record>
+Result<Record> Unsealed(const std::string& dir, const std::string& path,
+                        const std::string& secret, const char* what) {
+  COHORT_RETURN_IF_ERROR(CheckPrivateDir(dir));
+  COHORT_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  json j = ParseObject(text);
+  const json* auth = j.is_object() ? &j["auth"] : nullptr;
+  if (!j.is_discarded() &&
+      (secret.empty() || auth == nullptr || !auth->is_string() ||
+       !ConstantTimeEquals(auth->get_ref<const std::string&>(), secret))) {
+    return PermissionDenied("{} {} does not carry this agent's channel secret: refused", what,
+                            path);
+  }
+  return FromObject<Record>(j, text, what);
 }
 
 constexpr const char* kNames[] = {"ready", "notice", "formed", "lost"};
@@ -92,17 +135,19 @@ std::vector<std::pair<File, int>> ChannelWatch::Changed() {
   return changed;
 }
 
-Status WriteNotice(const std::string& dir, int local_rank, const MembershipNotice& notice) {
-  return ReplaceFile(PathOf(dir, File::kNotice, local_rank), notice.ToJson());
+Status WriteNotice(const std::string& dir, int local_rank, const MembershipNotice& notice,
+                   const std::string& secret) {
+  return ReplaceFile(PathOf(dir, File::kNotice, local_rank), Sealed(notice, secret));
 }
 
-Result<MembershipNotice> ReadNotice(const std::string& dir, int local_rank) {
-  COHORT_ASSIGN_OR_RETURN(std::string text,
-                          ReadFileToString(PathOf(dir, File::kNotice, local_rank)));
-  return MembershipNotice::FromJson(text);
+Result<MembershipNotice> ReadNotice(const std::string& dir, int local_rank,
+                                    const std::string& secret) {
+  return Unsealed<MembershipNotice>(dir, PathOf(dir, File::kNotice, local_rank), secret,
+                                    "membership notice");
 }
 
 Status MarkReady(const std::string& dir, int local_rank) {
+  COHORT_RETURN_IF_ERROR(CheckPrivateDir(dir));
   return ReplaceFile(PathOf(dir, File::kReady, local_rank), "1\n");
 }
 
@@ -120,14 +165,15 @@ std::optional<int64_t> ReadFormed(const std::string& dir, int local_rank) {
   return ParseInt64(Trim(*text));
 }
 
-Status WriteLost(const std::string& dir, int local_rank, const LostPeerReport& report) {
-  return ReplaceFile(PathOf(dir, File::kLost, local_rank), report.ToJson());
+Status WriteLost(const std::string& dir, int local_rank, const LostPeerReport& report,
+                 const std::string& secret) {
+  return ReplaceFile(PathOf(dir, File::kLost, local_rank), Sealed(report, secret));
 }
 
-Result<LostPeerReport> ReadLost(const std::string& dir, int local_rank) {
-  COHORT_ASSIGN_OR_RETURN(std::string text,
-                          ReadFileToString(PathOf(dir, File::kLost, local_rank)));
-  return LostPeerReport::FromJson(text);
+Result<LostPeerReport> ReadLost(const std::string& dir, int local_rank,
+                                const std::string& secret) {
+  return Unsealed<LostPeerReport>(dir, PathOf(dir, File::kLost, local_rank), secret,
+                                  "lost-peer report");
 }
 
 }  // namespace membership_channel

@@ -11,6 +11,12 @@
 // next; each has exactly one writer. A directory watched with inotify (IN_MOVED_TO) sees
 // every change. Absence of ready.L means the worker cannot re-form: it is restarted.
 //
+// Who can talk on it: the directory is private (mkdtemp, mode 0700, this user's; every
+// reader and the worker's first write check that with CheckPrivateDir, so a directory
+// another user prepared is refused), and the messages that steer (notice, lost) carry the
+// agent's channel secret (COHORT_MEMBERSHIP_SECRET, which only the agent's workers
+// inherit): a message without it is refused, never acted on.
+//
 // Thread-safety: free functions over files; no state.
 #pragma once
 
@@ -78,10 +84,16 @@ class ChannelWatch {
   const int fd_;
 };
 
-Status WriteNotice(const std::string& dir, int local_rank, const MembershipNotice& notice);
+// `secret`: the agent's channel secret, which the notice and report files carry and their
+// readers require (kPermissionDenied otherwise, as for a directory that is not private).
+Status WriteNotice(const std::string& dir, int local_rank, const MembershipNotice& notice,
+                   const std::string& secret);
 // kNotFound when the agent announced nothing yet.
-Result<MembershipNotice> ReadNotice(const std::string& dir, int local_rank);
+Result<MembershipNotice> ReadNotice(const std::string& dir, int local_rank,
+                                    const std::string& secret);
 
+// The worker's first word on the channel: refused (kPermissionDenied) unless the directory
+// is private to this user.
 Status MarkReady(const std::string& dir, int local_rank);
 bool IsReady(const std::string& dir, int local_rank);
 
@@ -89,8 +101,10 @@ Status WriteFormed(const std::string& dir, int local_rank, int64_t round);
 // The round the worker formed last, nullopt before its first re-form.
 std::optional<int64_t> ReadFormed(const std::string& dir, int local_rank);
 
-Status WriteLost(const std::string& dir, int local_rank, const LostPeerReport& report);
-Result<LostPeerReport> ReadLost(const std::string& dir, int local_rank);
+Status WriteLost(const std::string& dir, int local_rank, const LostPeerReport& report,
+                 const std::string& secret);
+Result<LostPeerReport> ReadLost(const std::string& dir, int local_rank,
+                                const std::string& secret);
 
 }  // namespace membership_channel
 }  // namespace cohort

@@ -87,6 +87,10 @@ const Setting<std::string> kNvmlLibrary{
     "COHORT_NVML_LIBRARY", "libnvidia-ml.so.1", "the NVML library GPU metrics are read with"};
 const Setting<std::string> kPython{
     "COHORT_PYTHON", "python3", "the interpreter `cohort run script.py` starts workers with"};
+const Setting<bool> kTorchStoreAnyHost{
+    "COHORT_TORCH_STORE_ANY_HOST", false,
+    "let every host reach the workers' torch store (MASTER_PORT), not only the round's nodes "
+    "at the addresses they published (for nodes that reach MASTER_ADDR from another address)"};
 const Setting<bool> kLiveReconfig{
     "COHORT_LIVE_RECONFIG", true,
     "keep the workers through a node loss or join when they can re-form in place (cohort "

@@ -139,6 +139,7 @@ extern const Setting<std::string> kReduceKernel;
 extern const Setting<std::string> kNvmlLibrary;
 // The launcher and the job commands.
 extern const Setting<std::string> kPython;
+extern const Setting<bool> kTorchStoreAnyHost;
 // Live reconfiguration (docs/multinode.md).
 extern const Setting<bool> kLiveReconfig;
 extern const Setting<double> kReconfigTimeout;

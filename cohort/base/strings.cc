@@ -106,6 +106,33 @@ std::optional<std::pair<std::string, int>> ParseHostPort(std::string_view text,
   return std::make_pair(host, port);
 }
 
+std::string StripControl(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if ((c < 0x20 && c != '\n') || c == 0x7f) continue;
+    // U+0080..U+009F in UTF-8: 0xC2 then 0x80..0x9F (CSI is U+009B).
+    if (c == 0xc2 && i + 1 < text.size() && (static_cast<unsigned char>(text[i + 1]) & 0xe0) == 0x80) {
+      ++i;
+      continue;
+    }
+    out.push_back(static_cast<char>(c));
+  }
+  return out;
+}
+
+bool ConstantTimeEquals(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  const size_t n = std::max(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff |= x ^ y;
+  }
+  return diff == 0;
+}
+
 std::string RandomHex(size_t bytes) {
   std::string raw(bytes, '\0');
   int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);

@@ -18,6 +18,12 @@ std::string ToLower(std::string_view text);
 std::optional<std::pair<std::string, int>> ParseHostPort(std::string_view text, int default_port);
 // Random lowercase hex string of `bytes` random bytes from /dev/urandom.
 std::string RandomHex(size_t bytes);
+// `text` without terminal control characters: C0 controls but newline (ESC included, so
+// no escape sequence survives), DEL, and the C1 controls U+0080..U+009F. For text from
+// elsewhere printed to a terminal.
+std::string StripControl(std::string_view text);
+// Equality of two secrets in time that depends only on their lengths, not their contents.
+bool ConstantTimeEquals(std::string_view a, std::string_view b);
 // Whole-text numbers and booleans ("12", "1.5e3", "true"/"1"/"yes"); nullopt otherwise.
 std::optional<int64_t> ParseInt64(std::string_view text);
 std::optional<double> ParseDouble(std::string_view text);

@@ -113,8 +113,10 @@ int SweepAll(const char* needle, size_t needle_len, Match match) {
 
 }  // namespace
 
-JobSweeper::JobSweeper()
+JobSweeper::JobSweeper(std::string remove_dir)
     : cookie_(RandomHex(12)), family_(std::string(worker_env::kJobCookie) + "=" + cookie_) {
+  // Built before the fork: the helper may only exec it (async-signal-safe).
+  const char* rm_argv[] = {"rm", "-rf", "--", remove_dir.c_str(), nullptr};
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
     COHORT_LOG_WARN("sweeper", "no orphan sweeper (pipe: {}); leftovers of a SIGKILLed job "
@@ -144,6 +146,7 @@ JobSweeper::JobSweeper()
       if (r == 0 || (r < 0 && errno != EINTR)) break;  // the agent is gone
     }
     SweepAll(needle, needle_len, Match::kFamily);
+    if (!remove_dir.empty()) ::execv("/bin/rm", const_cast<char* const*>(rm_argv));
     ::_exit(0);
   }
   ::close(fds[0]);

@@ -8,7 +8,8 @@
 // parts; Sweep(part) only those of one part. A helper process, forked at construction into
 // its own process group, holds the read end of a pipe whose only write end is ours: when
 // this process goes away, however it ends, the helper reads EOF, sweeps every part and
-// exits. A process that scrubs its whole environment escapes this; nothing else does.
+// exits, then removes the directory it was given, if any. A process that scrubs its whole
+// environment escapes this; nothing else does.
 //
 // Thread-safety: construct and destroy on one thread; SweepNow() and Sweep() from any
 // thread (they only read /proc and send signals). The helper runs only async-signal-safe
@@ -24,7 +25,10 @@ namespace cohort {
 
 class JobSweeper {
  public:
-  JobSweeper();
+  // `remove_dir` (optional): a directory the helper removes, with everything in it, after
+  // its sweep (the agent's private runtime directory: nothing of it outlives the agent,
+  // SIGKILL included).
+  explicit JobSweeper(std::string remove_dir = "");
   ~JobSweeper();  // the helper sweeps and exits; waited for (bounded)
   JobSweeper(const JobSweeper&) = delete;
   JobSweeper& operator=(const JobSweeper&) = delete;

@@ -1,4 +1,4 @@
-// TempDir: a private directory under the system temp dir, removed with everything in it when
+// TempDir: a private directory (mode 0700) under the system temp dir, removed with everything in it when
 // the object goes away; File() writes a file (creating parent directories), Read() reads
 // one back. For tests. Thread-safety: one owner.
 #pragma once
@@ -17,6 +17,8 @@ class TempDir {
   explicit TempDir(const std::string& prefix = "cohort-test-")
       : path_(std::filesystem::temp_directory_path() / (prefix + RandomHex(6))) {
     std::filesystem::create_directories(path_);
+    std::filesystem::permissions(path_, std::filesystem::perms::owner_all,
+                                 std::filesystem::perm_options::replace);
   }
   ~TempDir() {
     std::error_code ec;

@@ -101,6 +101,7 @@ std::vector<std::pair<std::string, std::string>> WriteWorkerEnv(const WorkerEnv&
   add(we::kFlightRecorderDir, w.flight_recorder_dir);
   add(we::kMetricsDir, w.metrics_dir);
   add(we::kMembershipDir, w.membership_dir);
+  add(we::kMembershipSecret, w.membership_secret);
   add_positive(we::kMetricsHistory, w.metrics_history_s);
   return env;
 }
@@ -113,7 +114,8 @@ const std::vector<std::string>& AgentOwnedVariables() {
       we::kUseAgentStore, we::kToken, we::kStoreAddr, we::kStorePort, we::kStorePrefix,
       we::kEtcdEndpoints, we::kEtcdPrefix, we::kEtcdCaCert, we::kEtcdCert, we::kEtcdKey,
       we::kEtcdUser, we::kEtcdRequestTimeout, we::kCohortRunId, we::kAttempt, we::kRound,
-      we::kJobCookie, we::kListenAddr, we::kFlightRecorderDir, we::kMembershipDir};
+      we::kJobCookie, we::kListenAddr, we::kFlightRecorderDir, we::kMembershipDir,
+      we::kMembershipSecret};
   return kNames;
 }
 
@@ -204,6 +206,7 @@ Result<WorkerEnv> ReadWorkerEnv() {
   w.flight_recorder_dir = Get(we::kFlightRecorderDir);
   w.metrics_dir = Get(we::kMetricsDir);
   w.membership_dir = Get(we::kMembershipDir);
+  w.membership_secret = Get(we::kMembershipSecret);
   COHORT_RETURN_IF_ERROR(ReadSeconds(we::kMetricsHistory, &w.metrics_history_s));
   return w;
 }

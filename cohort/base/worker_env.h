@@ -73,6 +73,9 @@ inline constexpr char kMetricsDir[] = "COHORT_METRICS_DIR";
 // The membership channel's directory (base/membership_channel.h): set when the agent can
 // keep this worker through a membership change (live reconfiguration).
 inline constexpr char kMembershipDir[] = "COHORT_MEMBERSHIP_DIR";
+// The secret that the channel's steering messages carry (random per agent, inherited only
+// by its workers): a file in the directory without it is refused.
+inline constexpr char kMembershipSecret[] = "COHORT_MEMBERSHIP_SECRET";
 inline constexpr char kMetricsHistory[] = "COHORT_METRICS_HISTORY_S";
 
 // The value the launcher process itself was given (e.g. COHORT_TOKEN set by the user
@@ -129,6 +132,7 @@ struct WorkerEnv {
   std::string flight_recorder_dir;  // where a collective's flight record is dumped
   std::string metrics_dir;          // where the worker exports rank<R>.json for the agent
   std::string membership_dir;       // live reconfiguration channel; empty: not offered
+  std::string membership_secret;    // what the channel's messages carry (its authentication)
   double metrics_history_s = 0;     // 0: the exporter's default
 };
 

@@ -205,7 +205,7 @@ Result<std::string> SpecText(const std::string& path, const std::vector<std::str
     values[key] = set.substr(eq + 1);
   }
   std::set<std::string> missing;
-  auto text = pipeline::SubstituteTemplates(*spec_text, [&](const pipeline::Ref& ref)
+  auto text = pipeline::SubstituteTemplatesInYaml(*spec_text, [&](const pipeline::Ref& ref)
                                                               -> Result<std::string> {
     auto it = values.find(ref.ToString());
     if (it != values.end()) return it->second;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -14,6 +15,7 @@
 #include "cohort/agent/agent.h"
 #include "cohort/agent/job_directory.h"
 #include "cohort/base/exit_codes.h"
+#include "cohort/base/file.h"
 #include "cohort/base/log.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
@@ -102,7 +104,8 @@ void AddFlags(CLI::App& app, RunFlags& f) {
       "accepted for torchrun compatibility (workers are always exec'd)");
   opt("--role", f.role, "PET_ROLE", "worker role name");
   opt("--log-dir,--log_dir", f.log_dir, "PET_LOG_DIR",
-      "directory for per-attempt, per-rank logs (default: $TMPDIR/cohort-logs)");
+      "directory for per-attempt, per-rank logs (default: $TMPDIR/cohort-logs-<uid>, "
+      "private to this user)");
   opt("-r,--redirects", f.redirects, "PET_REDIRECTS",
       "streams sent to log files only: 0 none, 1 stdout, 2 stderr, 3 both, or 0:1,1:2");
   opt("-t,--tee", f.tee, "PET_TEE", "streams sent to console and files (same syntax)");
@@ -239,22 +242,29 @@ Status ApplyRdzvConf(const std::string& text, rendezvous::RendezvousConfig& c,
     std::string key = std::string(Trim(item.substr(0, eq)));
     std::string value = std::string(Trim(item.substr(eq + 1)));
     auto seconds = ParseDouble(value);
-    auto dur = [&](Duration& out) -> Status {
-      if (!seconds || *seconds < 0) {
-        return InvalidArgument("--rdzv-conf {}={} is not a number of seconds", key, value);
+    // A finite number of seconds within [lo, hi]: nan, inf and 1e300 would overflow the
+    // clock (a deadline already past), 0 beats would spin.
+    auto dur = [&](Duration& out, double lo, double hi) -> Status {
+      if (!seconds || !std::isfinite(*seconds) || *seconds < lo || *seconds > hi) {
+        return InvalidArgument("--rdzv-conf {}={} must be a number of seconds from {:g} to {:g}",
+                               key, value, lo, hi);
       }
       out = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(*seconds));
       return Status::Ok();
     };
+    constexpr double kWeek = 7 * 24 * 3600;
     if (key == "join_timeout" || key == "timeout") {
-      COHORT_RETURN_IF_ERROR(dur(c.join_timeout));
+      COHORT_RETURN_IF_ERROR(dur(c.join_timeout, 0.001, kWeek));
     } else if (key == "last_call_timeout") {
-      COHORT_RETURN_IF_ERROR(dur(c.last_call));
+      COHORT_RETURN_IF_ERROR(dur(c.last_call, 0, 3600));
     } else if (key == "keep_alive_interval") {
-      COHORT_RETURN_IF_ERROR(dur(c.heartbeat_interval));
+      COHORT_RETURN_IF_ERROR(dur(c.heartbeat_interval, 0.01, 3600));
     } else if (key == "keep_alive_max_attempt") {
       auto n = ParseInt64(value);
-      if (!n || *n < 1) return InvalidArgument("--rdzv-conf keep_alive_max_attempt={}", value);
+      if (!n || *n < 1 || *n > 1000) {
+        return InvalidArgument("--rdzv-conf keep_alive_max_attempt={} must be a count from 1 "
+                               "to 1000", value);
+      }
       keep_alive_attempts = *n;
     } else if (key == "is_host") {
       auto b = ParseBool(value);
@@ -262,7 +272,7 @@ Status ApplyRdzvConf(const std::string& text, rendezvous::RendezvousConfig& c,
       is_host = *b;
     } else if (key == "close_timeout" || key == "read_timeout") {
       Duration ignored;
-      COHORT_RETURN_IF_ERROR(dur(ignored));
+      COHORT_RETURN_IF_ERROR(dur(ignored, 0, kWeek));
     } else {
       return InvalidArgument(
           "--rdzv-conf: unknown key '{}' (known: join_timeout, last_call_timeout, "
@@ -404,6 +414,11 @@ int CheckValues(const RunFlags& f, int nproc, CheckedValues* out) {
   if (f.max_restarts < 0) return Fail(kExitInvalidValue, "--max-restarts must be >= 0");
   if (!(f.stop_grace >= 0 && f.stop_grace <= 86400)) {  // also refuses nan
     return Fail(kExitInvalidValue, "--stop-grace must be a number of seconds from 0 to 86400");
+  }
+  // Accepted as torchrun does, unused (worker exits are seen at once), but still a number.
+  if (!(f.monitor_interval > 0 && f.monitor_interval <= 3600)) {
+    return Fail(kExitInvalidValue,
+                "--monitor-interval must be a number of seconds above 0, at most 3600");
   }
   if (f.master_port < 0 || f.master_port > 65535) {
     return Fail(kExitInvalidValue, fmt::format("--master-port {} is not a port (0 to 65535; "
@@ -718,6 +733,17 @@ int Resolve(ResolvedRun* r) {
     return Fail(code, argv.status().message());
   }
   r->argv = *argv;
+  if (r->f.log_dir.empty()) {
+    // This user's own log directory ($TMPDIR/cohort-logs-<uid>, mode 0700): the logs of one
+    // user's jobs are not readable by another, and no user's directory blocks another's.
+    auto logs = UserPrivateDir("", "cohort-logs");
+    if (!logs.ok()) {
+      return Fail(kExitInvalidValue, fmt::format("the default log directory cannot be used: "
+                                                 "{}; or pass --log-dir DIR",
+                                                 logs.status().message()));
+    }
+    r->f.log_dir = *logs;
+  }
   r->single = r->rdzv.max_nodes == 1;
   if (int rc = PlanStore(f, r->use_etcd, r->single, r->is_host, &r->plan); rc >= 0) return rc;
   r->rdzv.run_id = f.rdzv_id;
@@ -755,9 +781,7 @@ agent::AgentOptions AgentOptionsFor(const ResolvedRun& r, const std::string& sto
   o.spec.role = f.role;
   o.spec.max_restarts = f.max_restarts;
   o.spec.run_id = r.rdzv.run_id;
-  o.spec.log_dir = !f.log_dir.empty()
-                       ? f.log_dir
-                       : fmt::format("{}/cohort-logs", SystemEnv("TMPDIR").value_or("/tmp"));
+  o.spec.log_dir = f.log_dir;  // Resolve chose this user's directory when none was given
   o.spec.redirects = r.checked.redirects;
   o.spec.tee = r.checked.tee;
   o.spec.local_ranks_filter = r.checked.local_ranks_filter;

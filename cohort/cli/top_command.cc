@@ -241,8 +241,11 @@ int TopCommand(const std::vector<std::string>& args) {
                                        job.status().message()),
                            kExitRendezvous);
     }
-    std::string frame = job.ok() ? Render(*job, source, TerminalWidth(), log_lines)
-                                 : fmt::format("cohort top: {} (retrying)\n", job.status().message());
+    // Every text in the frame came from agents (log lines, causes, host names): control
+    // characters are dropped, so none can move the cursor, set the title or the clipboard.
+    std::string frame = StripControl(
+        job.ok() ? Render(*job, source, TerminalWidth(), log_lines)
+                 : fmt::format("cohort top: {} (retrying)\n", job.status().message()));
     if (tty && !once) frame = "\x1b[H\x1b[2J" + frame;
     fmt::print("{}", frame);
     std::fflush(stdout);
@@ -250,10 +253,10 @@ int TopCommand(const std::vector<std::string>& args) {
       if (!job.ok()) return kExitRendezvous;
       if (!Str(*job, "directory_error").empty() || Arr(*job, "nodes").empty()) {
         fmt::print(stderr, "cohort top: {}\n",
-                   Str(*job, "directory_error").empty()
+                   StripControl(Str(*job, "directory_error").empty()
                        ? "no agent of this job has published its metrics endpoint: is the job "
                          "running with --metrics-port, and is --rdzv-id right?"
-                       : "the job's store did not answer: " + Str(*job, "directory_error"));
+                       : "the job's store did not answer: " + Str(*job, "directory_error")));
         return kExitRendezvous;
       }
       return kExitOk;

@@ -52,7 +52,7 @@ void LiveMembership::Watch(std::unique_ptr<mc::ChannelWatch> channel) {
 }
 
 void LiveMembership::OnNotice() {
-  Result<MembershipNotice> n = mc::ReadNotice(env_.membership_dir, env_.local_rank);
+  Result<MembershipNotice> n = mc::ReadNotice(env_.membership_dir, env_.local_rank, env_.membership_secret);
   if (!n.ok()) {
     if (n.status().code() != StatusCode::kNotFound) {
       COHORT_LOG_WARN(kLog, "ignoring the membership notice: {}", n.status().message());
@@ -87,7 +87,8 @@ Result<MembershipNotice> LiveMembership::AwaitChange(const Status& why, Deadline
                     why.message());
     COHORT_RETURN_IF_ERROR(mc::WriteLost(
         env_.membership_dir, env_.local_rank,
-        LostPeerReport{.round = round_, .rank = comm_->rank(), .reason = why.message()}));
+        LostPeerReport{.round = round_, .rank = comm_->rank(), .reason = why.message()},
+        env_.membership_secret));
   }
   MutexLock lock(&mu_);
   while (!(newest_ && newest_->round > round_)) {

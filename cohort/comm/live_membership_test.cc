@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <thread>
 
 #include "cohort/base/file.h"
@@ -16,6 +17,8 @@ namespace cohort::comm {
 namespace {
 
 namespace mc = membership_channel;
+
+constexpr char kSecret[] = "0123456789abcdef";
 
 class LiveMembershipTest : public ::testing::Test {
  protected:
@@ -38,6 +41,7 @@ class LiveMembershipTest : public ::testing::Test {
     env.store.port = server_->port();
     env.store.round_prefix = "r0";
     env.membership_dir = dir;
+    env.membership_secret = kSecret;
     return env;
   }
 
@@ -83,13 +87,13 @@ TEST_F(LiveMembershipTest, ANoticeInterruptsAStepAndTheGroupReformsThere) {
   std::vector<float> buf(1024, 1.0f);
   auto blocked = c1->AllReduce(buf.data(), buf.data(), buf.size(), DataType::kF32,
                                ReduceOp::kSum, Exec::kAsync);
-  ASSERT_TRUE(mc::WriteNotice(d1.path(), 0, Notice(1, 0, 2)).ok());
+  ASSERT_TRUE(mc::WriteNotice(d1.path(), 0, Notice(1, 0, 2), kSecret).ok());
   Status st = blocked->Wait(Deadline::AfterMs(20000));
   EXPECT_EQ(st.code(), StatusCode::kAborted) << st.ToString();
   EXPECT_NE(st.message().find("membership changed"), std::string::npos) << st.ToString();
   // (Rank 0's agent announces a moment later; had it been first, rank 1 would have seen
   // its connection close: a transport error, which AwaitChange handles too.)
-  ASSERT_TRUE(mc::WriteNotice(d0.path(), 0, Notice(1, 1, 2)).ok());
+  ASSERT_TRUE(mc::WriteNotice(d0.path(), 0, Notice(1, 1, 2), kSecret).ok());
   // Both re-form in round 1; a notice-caused abort is not reported as a lost peer.
   Status r0, r1;
   std::thread t0([&] {
@@ -110,7 +114,7 @@ TEST_F(LiveMembershipTest, ANoticeInterruptsAStepAndTheGroupReformsThere) {
   EXPECT_EQ((*l0)->round(), 1);
   EXPECT_EQ(mc::ReadFormed(d0.path(), 0), 1);
   EXPECT_EQ(mc::ReadFormed(d1.path(), 0), 1);
-  EXPECT_FALSE(mc::ReadLost(d1.path(), 0).ok());
+  EXPECT_FALSE(mc::ReadLost(d1.path(), 0, kSecret).ok());
   // The re-formed group works.
   float v0 = 1, v1 = 2;
   std::thread t2([&] {
@@ -138,13 +142,13 @@ TEST_F(LiveMembershipTest, ATransportFailureIsReportedToTheAgentAsALostPeer) {
   // The agent's side: the report arrives, then the agent announces the next round.
   Result<LostPeerReport> report = NotFound("no report");
   for (Deadline until = Deadline::AfterMs(20000); !report.ok() && !until.expired();) {
-    report = mc::ReadLost(d.path(), 0);
+    report = mc::ReadLost(d.path(), 0, kSecret);
     if (!report.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   EXPECT_EQ(report->round, 0);
   EXPECT_EQ(report->reason, "rank 1 closed its connection");
-  ASSERT_TRUE(mc::WriteNotice(d.path(), 0, Notice(1, 0, 1)).ok());
+  ASSERT_TRUE(mc::WriteNotice(d.path(), 0, Notice(1, 0, 1), kSecret).ok());
   waiter.join();
   ASSERT_TRUE(next.ok()) << next.status().ToString();
   EXPECT_EQ(next->round, 1);
@@ -158,7 +162,7 @@ TEST_F(LiveMembershipTest, ANewerNoticeAbandonsAFormationThatCannotComplete) {
   auto live = LiveMembership::Start(e, c.get());
   ASSERT_TRUE(live.ok() && *live);
   // Round 1 expects a peer that was lost meanwhile: its formation would wait 60 s.
-  ASSERT_TRUE(mc::WriteNotice(d.path(), 0, Notice(1, 0, 2)).ok());
+  ASSERT_TRUE(mc::WriteNotice(d.path(), 0, Notice(1, 0, 2), kSecret).ok());
   ASSERT_TRUE((*live)->AwaitChange(Status(StatusCode::kAborted, "notice"),
                                    Deadline::AfterMs(20000)).ok());
   const auto started = SteadyClock::now();
@@ -169,7 +173,7 @@ TEST_F(LiveMembershipTest, ANewerNoticeAbandonsAFormationThatCannotComplete) {
   ASSERT_TRUE(probe.ok());
   ASSERT_TRUE((*probe)->Wait({"r1/comm/default/host/0"}, Deadline::AfterMs(20000)).ok());
   // ... round 2, alone: the stale formation is aborted and Reform forms round 2 instead.
-  ASSERT_TRUE(mc::WriteNotice(d.path(), 0, Notice(2, 0, 1)).ok());
+  ASSERT_TRUE(mc::WriteNotice(d.path(), 0, Notice(2, 0, 1), kSecret).ok());
   reform.join();
   ASSERT_TRUE(formed.ok()) << formed.ToString();
   EXPECT_LT(SecondsSince(started), 30.0);
@@ -185,11 +189,11 @@ TEST(MembershipChannelTest, FilesRoundTripAndNamesParse) {
   const MembershipNotice n{.round = 7, .rank = 3, .world_size = 5, .group_rank = 1,
                            .group_world_size = 2, .store_prefix = "rdzv/x/r7/w",
                            .restart_count = 2, .master_addr = "10.0.0.1", .master_port = 29500};
-  ASSERT_TRUE(mc::WriteNotice(d.path(), 1, n).ok());
-  auto back = mc::ReadNotice(d.path(), 1);
+  ASSERT_TRUE(mc::WriteNotice(d.path(), 1, n, kSecret).ok());
+  auto back = mc::ReadNotice(d.path(), 1, kSecret);
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(back->ToJson(), n.ToJson());
-  EXPECT_EQ(mc::ReadNotice(d.path(), 0).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(mc::ReadNotice(d.path(), 0, kSecret).status().code(), StatusCode::kNotFound);
   EXPECT_FALSE(mc::IsReady(d.path(), 1));
   ASSERT_TRUE(mc::MarkReady(d.path(), 1).ok());
   EXPECT_TRUE(mc::IsReady(d.path(), 1));
@@ -202,7 +206,67 @@ TEST(MembershipChannelTest, FilesRoundTripAndNamesParse) {
   EXPECT_EQ(mc::FileOf("other.1"), std::nullopt);
   EXPECT_EQ(mc::FileOf("ready"), std::nullopt);
   ASSERT_TRUE(ReplaceFile(mc::PathOf(d.path(), mc::File::kLost, 0), "{not json").ok());
-  EXPECT_EQ(mc::ReadLost(d.path(), 0).status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(mc::ReadLost(d.path(), 0, kSecret).status().code(), StatusCode::kDataLoss);
+}
+
+// The channel as another local user would attack it (the worker's own checks; the agent
+// makes the directory with mkdtemp, so its name cannot be prepared in advance).
+TEST(MembershipChannelTest, AMessageWithoutTheAgentsSecretIsRefused) {
+  TempDir d;
+  MembershipNotice n;
+  n.round = 3;
+  n.master_addr = "10.9.9.9";
+  ASSERT_TRUE(mc::WriteNotice(d.path(), 0, n, "not-the-secret").ok());
+  EXPECT_EQ(mc::ReadNotice(d.path(), 0, kSecret).status().code(),
+            StatusCode::kPermissionDenied);
+  ASSERT_TRUE(ReplaceFile(mc::PathOf(d.path(), mc::File::kNotice, 0), n.ToJson()).ok());
+  EXPECT_EQ(mc::ReadNotice(d.path(), 0, kSecret).status().code(),
+            StatusCode::kPermissionDenied);
+  EXPECT_EQ(mc::ReadNotice(d.path(), 0, "").status().code(), StatusCode::kPermissionDenied);
+  ASSERT_TRUE(mc::WriteLost(d.path(), 0, LostPeerReport{.round = 1}, "forged").ok());
+  EXPECT_EQ(mc::ReadLost(d.path(), 0, kSecret).status().code(), StatusCode::kPermissionDenied);
+  // A malformed message is quoted in the error only in part (it goes to a log).
+  ASSERT_TRUE(ReplaceFile(mc::PathOf(d.path(), mc::File::kNotice, 1),
+                          "{" + std::string(1 << 20, 'x')).ok());
+  auto bad = mc::ReadNotice(d.path(), 1, kSecret);
+  EXPECT_EQ(bad.status().code(), StatusCode::kDataLoss);
+  EXPECT_LT(bad.status().message().size(), 1000u);
+}
+
+TEST(MembershipChannelTest, ADirectoryOthersCanWriteIsRefused) {
+  TempDir d;
+  ASSERT_TRUE(mc::WriteNotice(d.path(), 0, MembershipNotice{}, kSecret).ok());
+  std::filesystem::permissions(d.path(), std::filesystem::perms::all);  // 0777
+  EXPECT_EQ(mc::ReadNotice(d.path(), 0, kSecret).status().code(),
+            StatusCode::kPermissionDenied);
+  Status ready = mc::MarkReady(d.path(), 0);
+  EXPECT_EQ(ready.code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(ready.message().find("mode 777"), std::string::npos) << ready.ToString();
+  // A link to a private directory is not one.
+  std::filesystem::permissions(d.path(), std::filesystem::perms::owner_all,
+                               std::filesystem::perm_options::replace);
+  const std::string link = d.path() + "-link";
+  std::filesystem::create_directory_symlink(d.path(), link);
+  EXPECT_EQ(mc::MarkReady(link, 0).code(), StatusCode::kPermissionDenied);
+  std::filesystem::remove(link);
+  // mkdtemp's directories pass, each with a new name.
+  auto a = MakePrivateDir(d.path(), "m-");
+  auto b = MakePrivateDir(d.path(), "m-");
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString();
+  EXPECT_NE(*a, *b);
+  EXPECT_TRUE(mc::MarkReady(*a, 0).ok());
+}
+
+TEST(MembershipChannelTest, AUsersDirectoryIsCreatedPrivateAndAnotherUsersRefused) {
+  TempDir d;
+  auto mine = UserPrivateDir(d.path(), "logs");
+  ASSERT_TRUE(mine.ok()) << mine.status().ToString();
+  EXPECT_TRUE(CheckPrivateDir(*mine).ok());
+  auto again = UserPrivateDir(d.path(), "logs");  // idempotent
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *mine);
+  std::filesystem::permissions(*mine, std::filesystem::perms::all);
+  EXPECT_EQ(UserPrivateDir(d.path(), "logs").status().code(), StatusCode::kPermissionDenied);
 }
 
 }  // namespace

@@ -27,7 +27,7 @@ pre{background:#111;color:#ddd;padding:8px;max-height:260px;overflow:auto;font-s
 <h2>Recent log lines</h2><pre id="logs"></pre>
 <script>
 let since = 0, ticks = 0, logs = [], restarts = [];
-const esc = t => String(t).replace(/[&<>"']/g, c => ({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;',"'":'&#39;'}[c]));
+const esc = t => String(t ?? '').replace(/[&<>"']/g, c => ({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;',"'":'&#39;'}[c]));
 const fmt = (v, d) => (v === undefined || v === null) ? '-' :
   (d > 2 && v !== 0 && Math.abs(v) < 0.01) ? Number(v).toExponential(2) : Number(v).toFixed(d);
 function metric(m, name, labels) {
@@ -60,7 +60,7 @@ async function draw() {
     const c = colors[i % colors.length];
     out += '<polyline fill="none" stroke="' + c + '" stroke-width="2" points="' +
       s.pts.map(p => x(p[0]).toFixed(1) + ',' + y(p[1]).toFixed(1)).join(' ') + '"/>' +
-      '<text x="606" y="' + (20 + 14 * i) + '" font-size="11" fill="' + c + '">rank ' + s.rank + '</text>';
+      '<text x="606" y="' + (20 + 14 * i) + '" font-size="11" fill="' + c + '">rank ' + esc(s.rank) + '</text>';
   });
   svg.innerHTML = out;
 }
@@ -74,7 +74,7 @@ async function tick() {
     ['restarts', (a.restarts ?? 0) + ' / ' + (a.max_restarts ?? 0)], ['node', (a.group_rank ?? '-') + ' of ' + (a.group_world_size ?? '-')],
     ['node CPU %', fmt(s.system && s.system.node && s.system.node.cpu_percent, 0)]];
   document.getElementById('cards').innerHTML = cards.map(c =>
-    '<div class="card">' + c[0] + '<b class="' + c[1] + '">' + (c[1] ?? '-') + '</b></div>').join('');
+    '<div class="card">' + esc(c[0]) + '<b class="' + esc(c[1]) + '">' + esc(c[1] ?? '-') + '</b></div>').join('');
   const usage = {};
   for (const w of ((s.system || {}).workers || [])) usage[w.rank] = w;
   const states = {};
@@ -91,7 +91,7 @@ async function tick() {
     const bytes = sumPrefix(m, 'cohort_comm_bytes_total'), secs = sumPrefix(m, 'cohort_comm_seconds_total');
     const bw = bytes && secs ? bytes / secs / 1e9 : undefined;
     const wait = metric(m, 'cohort_train_comm_wait_fraction');
-    rows.push('<tr><td>' + rank + '</td><td class="l ' + (states[rank] || '') + '">' + (states[rank] || '-') +
+    rows.push('<tr><td>' + esc(rank) + '</td><td class="l ' + esc(states[rank] || '') + '">' + esc(states[rank] || '-') +
       '</td><td>' + fmt(metric(m, 'cohort_train_step'), 0) + '</td><td>' + fmt(metric(m, 'cohort_train_loss'), 4) +
       '</td><td>' + fmt(sps, 0) + '</td><td>' + (wait === undefined ? '-' : fmt(100 * wait, 1) + '%') +
       '</td><td>' + fmt(bw, 2) + '</td><td>' + fmt(u.cpu_percent, 0) + '</td><td>' +
@@ -109,8 +109,8 @@ async function tick() {
   pre.textContent = logs.join('\n');
   pre.scrollTop = pre.scrollHeight;  // newest lines in view
   if (restarts.length) document.getElementById('restarts').innerHTML = '<table><tr><th class="l">time</th><th class="l">event</th><th class="l">cause</th></tr>' +
-    restarts.slice(-20).map(e => '<tr><td class="l">' + new Date(e.time * 1000).toLocaleTimeString() + '</td><td class="l">' + e.type +
-      (e.round !== undefined ? ' (round ' + e.round + ')' : '') + '</td><td class="l">' + esc(e.cause || '') + '</td></tr>').join('') + '</table>';
+    restarts.slice(-20).map(e => '<tr><td class="l">' + esc(new Date(e.time * 1000).toLocaleTimeString()) + '</td><td class="l">' + esc(e.type) +
+      (e.round !== undefined ? ' (round ' + esc(e.round) + ')' : '') + '</td><td class="l">' + esc(e.cause || '') + '</td></tr>').join('') + '</table>';
   const g = (s.system || {}).gpus || {};
   document.getElementById('gpus').textContent = g.available ?
     (g.devices || []).map(d => 'GPU ' + d.index + ' ' + (d.name || '') + ': ' + d.utilization_percent + '% busy, ' +

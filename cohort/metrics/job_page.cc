@@ -3,7 +3,9 @@
 // job (state, round, restarts, CPU, GPUs, and for a node that left, why), one row per rank
 // (state, step, loss, samples/s, communication wait and volume, CPU, RSS), the restarts
 // with their causes, and the recent log lines of any rank (filterable). Rows carry
-// data-* attributes (node, addr, state, rank) for scripts and tests.
+// data-* attributes (node, addr, state, rank) for scripts and tests. Every value from an
+// agent's answer reaches the DOM escaped (esc) or as text, and a link only when it is
+// http(s): another node's answer is not trusted to be well-formed.
 // Thread-safety: a constant string.
 #include "cohort/metrics/http_server.h"
 #include "cohort/metrics/page_style.h"
@@ -33,6 +35,8 @@ pre{background:#111;color:#ddd;padding:8px;max-height:300px;overflow:auto;font-s
 <p class="muted">One node's own dashboard: <a href="/">/</a>. Data: <a href="/api/job">/api/job</a>.</p>
 <script>
 const esc = t => String(t ?? '').replace(/[&<>"']/g, c => ({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;',"'":'&#39;'}[c]));
+// A link target only when it is http(s)://, else none (no javascript: or data: URLs).
+const href = u => /^https?:\/\//i.test(String(u ?? '')) ? esc(u) : '#';
 const fmt = (v, d) => (v === undefined || v === null) ? '-' :
   (d > 2 && v !== 0 && Math.abs(v) < 0.01) ? Number(v).toExponential(2) : Number(v).toFixed(d);
 let last = null;
@@ -59,19 +63,19 @@ async function tick() {
   const cards = [['nodes', s.nodes], ['running', s.running], ['lost', s.lost], ['unreachable', s.unreachable], ['finished', s.finished],
     ['failed', s.failed], ['ranks', s.ranks], ['world size', s.world_size], ['samples/s', fmt(s.samples_per_s, 0)]];
   document.getElementById('cards').innerHTML = cards.map(c =>
-    '<div class="card">' + c[0] + '<b>' + esc(c[1] ?? '-') + '</b></div>').join('');
+    '<div class="card">' + esc(c[0]) + '<b>' + esc(c[1] ?? '-') + '</b></div>').join('');
   const nodes = j.nodes || [];
   document.querySelector('#nodes tbody').innerHTML = nodes.map(n =>
-    '<tr class="node ' + esc(n.state) + '" data-node="' + n.index + '" data-addr="' + esc(n.addr) + '" data-state="' + esc(n.state) + '">' +
-    '<td>' + n.index + '</td><td class="l">' + esc(n.host) + '</td><td class="l"><a href="' + esc(n.url) + '">' + esc(n.addr) + '</a></td>' +
+    '<tr class="node ' + esc(n.state) + '" data-node="' + esc(n.index) + '" data-addr="' + esc(n.addr) + '" data-state="' + esc(n.state) + '">' +
+    '<td>' + esc(n.index) + '</td><td class="l">' + esc(n.host) + '</td><td class="l"><a href="' + href(n.url) + '">' + esc(n.addr) + '</a></td>' +
     '<td class="l ' + esc(n.state) + '">' + esc(n.state) + '</td><td>' + fmt(n.round, 0) + '</td><td>' + fmt(n.group_rank, 0) +
     '</td><td>' + fmt(n.restarts, 0) + '</td><td>' + fmt(n.cpu_percent, 0) + '</td><td class="l" title="' + esc(n.gpus) + '">' +
     esc(String(n.gpus ?? '').split(' (')[0]) +
     '</td><td class="l cause">' + esc(n.cause) + '</td></tr>').join('');
   const rows = [];
   for (const n of nodes) for (const r of (n.ranks || [])) rows.push(
-    '<tr class="rank ' + esc(r.state) + '" data-node="' + n.index + '" data-rank="' + r.rank + '" data-state="' + esc(r.state) + '">' +
-    '<td class="l">' + esc(n.addr || n.host) + '</td><td>' + r.rank + '</td><td class="l ' + esc(r.state) + '">' + esc(r.state) + '</td><td>' +
+    '<tr class="rank ' + esc(r.state) + '" data-node="' + esc(n.index) + '" data-rank="' + esc(r.rank) + '" data-state="' + esc(r.state) + '">' +
+    '<td class="l">' + esc(n.addr || n.host) + '</td><td>' + esc(r.rank) + '</td><td class="l ' + esc(r.state) + '">' + esc(r.state) + '</td><td>' +
     fmt(r.step, 0) + '</td><td>' + fmt(r.loss, 4) + '</td><td>' + fmt(r.samples_per_s, 0) + '</td><td>' +
     (r.comm_wait === null ? '-' : fmt(100 * r.comm_wait, 1) + '%') + '</td><td>' +
     fmt(r.comm_bytes === null ? null : r.comm_bytes / 1e6, 1) + '</td><td>' + fmt(r.comm_operations, 0) + '</td><td>' +
@@ -82,9 +86,9 @@ async function tick() {
   events.sort((a, b) => a[1].time - b[1].time);
   if (events.length) document.getElementById('restarts').innerHTML =
     '<table><tr><th class="l">time</th><th class="l">node</th><th class="l">event</th><th class="l">cause</th></tr>' +
-    events.slice(-30).map(([n, e]) => '<tr><td class="l">' + new Date(e.time * 1000).toLocaleTimeString() +
+    events.slice(-30).map(([n, e]) => '<tr><td class="l">' + esc(new Date(e.time * 1000).toLocaleTimeString()) +
       '</td><td class="l">' + esc(n.addr || n.host) + '</td><td class="l">' + esc(e.type) +
-      (e.round !== undefined ? ' (round ' + e.round + ')' : '') + '</td><td class="l">' + esc(e.cause) + '</td></tr>').join('') + '</table>';
+      (e.round !== undefined ? ' (round ' + esc(e.round) + ')' : '') + '</td><td class="l">' + esc(e.cause) + '</td></tr>').join('') + '</table>';
   logs();
 }
 document.getElementById('filter').addEventListener('input', () => rankFilter() !== null ? tick() : logs());

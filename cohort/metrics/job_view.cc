@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "cohort/base/json_bounded.h"
 #include "cohort/base/settings.h"
 #include "cohort/metrics/json_read.h"
 
@@ -22,6 +23,7 @@ using namespace json_read;  // NOLINT: the readers of foreign JSON
 constexpr size_t kHistoryPerNode = 50;
 constexpr size_t kLogsPerRank = 100;
 constexpr int kMaxFetchThreads = 16;
+constexpr size_t kMaxAnswerBytes = 32u << 20;
 
 // "http://host:port/path" -> ("http://host:port", "/path").
 std::pair<std::string, std::string> SplitUrl(const std::string& url) {
@@ -91,20 +93,62 @@ Result<json> FetchJson(const std::string& url, Duration timeout) {
   }
   auto [base, path] = SplitUrl(url);
   httplib::Result res(nullptr, httplib::Error::Unknown);
+  std::string body;
+  bool too_big = false;
+  const Deadline deadline = Deadline::After(timeout);
   try {
     httplib::Client client(base);  // throws on a port that is not a number
     const auto us = std::chrono::duration_cast<std::chrono::microseconds>(timeout).count();
     client.set_connection_timeout(us / 1000000, us % 1000000);
     client.set_read_timeout(us / 1000000, us % 1000000);
     client.set_write_timeout(us / 1000000, us % 1000000);
-    res = client.Get(path);
+    // httplib's timeouts bound each read, not the answer: an agent that sends a byte a
+    // second would hold the caller for ever. The whole exchange gets `timeout`: a watchdog
+    // stops the client then (slow headers included), and the body reader stops at the
+    // deadline or past kMaxAnswerBytes.
+    Mutex mu;
+    CondVar cv;
+    bool done = false;
+    std::thread watchdog([&] {
+      MutexLock lock(&mu);
+      while (!done) {
+        if (!cv.WaitUntil(&mu, deadline)) {
+          client.stop();
+          return;
+        }
+      }
+    });
+    res = client.Get(path, [&](const char* data, size_t n) {
+      if (body.size() + n > kMaxAnswerBytes) {
+        too_big = true;
+        return false;
+      }
+      body.append(data, n);
+      return !deadline.expired();
+    });
+    {
+      MutexLock lock(&mu);
+      done = true;
+      cv.SignalAll();
+    }
+    watchdog.join();
   } catch (const std::exception& e) {
     return InvalidArgument("'{}' is not an http://host:port/ address: {}", url, e.what());
   }
+  if (too_big) return Unavailable("{} answered more than {} MiB", url, kMaxAnswerBytes >> 20);
+  if (deadline.expired() && (!res || res->status == 200)) {
+    return Unavailable("no whole answer from {} within {:.1f} s", base,
+                       std::chrono::duration<double>(timeout).count());
+  }
   if (!res) return Unavailable("no answer from {}: {}", base, httplib::to_string(res.error()));
   if (res->status != 200) return Unavailable("{} answered HTTP {}", url, res->status);
-  json j = json::parse(res->body, nullptr, false);
-  if (j.is_discarded()) return Unavailable("{} did not answer JSON", url);
+  // Another node's answer: bounded in size and nesting, so a hostile or broken agent cannot
+  // crash the one that asks (a 100,000-deep array took its stack).
+  json j = ParseJsonBounded(body, kMaxAnswerBytes);
+  if (j.is_discarded()) {
+    return Unavailable("{} did not answer JSON (or answered more than {} MiB or nested "
+                       "deeper than {})", url, kMaxAnswerBytes >> 20, kJsonMaxDepth);
+  }
   return j;
 }
 
@@ -149,13 +193,15 @@ void JobView::Absorb(Known& k, Result<json> answer, double now) {
     // The answer is from the agent that published this entry (pid and host), not from
     // another one listening at the same address: a replaced agent on a fixed port, or a
     // loopback address published by an agent of another host.
+    // An answer that names no pid is not from that agent either.
     const json& agent = At(*answer, "agent");
-    if (At(agent, "pid").is_number() && At(k.record, "pid").is_number() &&
-        (agent["pid"] != k.record["pid"] || Str(agent, "host") != Str(k.record, "host"))) {
+    if (At(k.record, "pid").is_number() &&
+        (!At(agent, "pid").is_number() || agent["pid"] != k.record["pid"] ||
+         Str(agent, "host") != Str(k.record, "host"))) {
       answer = Unavailable(
           "another agent (pid {} on {}) answers at {}: this node's agent was replaced, or it "
           "listens on loopback only (--metrics-host 0.0.0.0 lets other hosts reach it)",
-          agent["pid"].dump(), Str(agent, "host"), Str(k.record, "url"));
+          At(agent, "pid").dump(), Str(agent, "host"), Str(k.record, "url"));
     }
   }
   if (!answer.ok()) {

@@ -1,6 +1,8 @@
 // Tests for sockets with deadlines and the frame codec, on 127.0.0.1 port 0.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <thread>
 
@@ -40,6 +42,48 @@ TEST(SocketTest, ConnectSendReceive) {
   EXPECT_EQ(i64, -5);
   EXPECT_EQ(s, "hello");
   EXPECT_EQ(list, (std::vector<std::string>{"a", "bc"}));
+}
+
+// The owner of a connection's other end, as the kernel's socket diagnostics report it: this
+// process's user for a connection of its own, another user's for a child that dropped to
+// nobody (the torch store admits only the first).
+TEST(SocketTest, LocalPeerUidNamesTheConnectingUser) {
+  auto listener = Listen({.host = "127.0.0.1", .port = 0});
+  ASSERT_TRUE(listener.ok());
+  const int port = *listener->LocalPort();
+  auto client = Connect("127.0.0.1", port, Deadline::AfterMs(2000));
+  ASSERT_TRUE(client.ok());
+  ASSERT_TRUE(*listener->WaitReadable(Deadline::AfterMs(2000)));
+  Socket accepted(::accept4(listener->fd(), nullptr, nullptr, SOCK_CLOEXEC));
+  auto uid = LocalPeerUid(accepted.fd());
+  ASSERT_TRUE(uid.ok()) << uid.status().ToString();
+  ASSERT_TRUE(uid->has_value());
+  EXPECT_EQ(**uid, ::geteuid());
+  if (::geteuid() != 0) return;
+  int up[2], down[2];  // child -> parent: connected; parent -> child: looked
+  ASSERT_EQ(::pipe(up), 0);
+  ASSERT_EQ(::pipe(down), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(2);
+    auto c = Connect("127.0.0.1", port, Deadline::AfterMs(2000));
+    char b = 0;
+    (void)!::write(up[1], &b, 1);
+    (void)!::read(down[0], &b, 1);  // the connection is held until the parent looked
+    ::_exit(c.ok() ? 0 : 3);
+  }
+  char b = 0;
+  ASSERT_EQ(::read(up[0], &b, 1), 1);
+  ASSERT_TRUE(*listener->WaitReadable(Deadline::AfterMs(2000)));
+  Socket theirs(::accept4(listener->fd(), nullptr, nullptr, SOCK_CLOEXEC));
+  auto other = LocalPeerUid(theirs.fd());
+  (void)!::write(down[1], &b, 1);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  for (int fd : {up[0], up[1], down[0], down[1]}) ::close(fd);
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  ASSERT_TRUE(other->has_value());
+  EXPECT_EQ(**other, 65534u);
 }
 
 TEST(SocketTest, ReceiveTimesOutAndDetectsClose) {

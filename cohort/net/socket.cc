@@ -5,6 +5,9 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -249,6 +252,76 @@ std::string HostName() {
   utsname u{};
   if (::uname(&u) != 0) return "localhost";
   return u.nodename;
+}
+
+Result<std::optional<uint32_t>> LocalPeerUid(int fd) {
+  sockaddr_storage ours{}, theirs{};
+  socklen_t ours_len = sizeof(ours), theirs_len = sizeof(theirs);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ours), &ours_len) != 0 ||
+      ::getpeername(fd, reinterpret_cast<sockaddr*>(&theirs), &theirs_len) != 0) {
+    return ErrnoStatus("getsockname/getpeername", errno);
+  }
+  // The peer's socket, looked up by its exact four-tuple: source = the peer, destination =
+  // us. One request, one answer (not a dump of every socket).
+  struct {
+    nlmsghdr header;
+    inet_diag_req_v2 request;
+  } ask{};
+  ask.header.nlmsg_len = sizeof(ask);
+  ask.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+  ask.header.nlmsg_flags = NLM_F_REQUEST;
+  ask.request.sdiag_family = static_cast<uint8_t>(theirs.ss_family);
+  ask.request.sdiag_protocol = IPPROTO_TCP;
+  ask.request.idiag_states = ~0u;
+  ask.request.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
+  ask.request.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+  if (theirs.ss_family == AF_INET) {
+    const auto& t = reinterpret_cast<const sockaddr_in&>(theirs);
+    const auto& o = reinterpret_cast<const sockaddr_in&>(ours);
+    ask.request.id.idiag_sport = t.sin_port;
+    ask.request.id.idiag_dport = o.sin_port;
+    std::memcpy(ask.request.id.idiag_src, &t.sin_addr, 4);
+    std::memcpy(ask.request.id.idiag_dst, &o.sin_addr, 4);
+  } else if (theirs.ss_family == AF_INET6) {
+    const auto& t = reinterpret_cast<const sockaddr_in6&>(theirs);
+    const auto& o = reinterpret_cast<const sockaddr_in6&>(ours);
+    ask.request.id.idiag_sport = t.sin6_port;
+    ask.request.id.idiag_dport = o.sin6_port;
+    std::memcpy(ask.request.id.idiag_src, &t.sin6_addr, 16);
+    std::memcpy(ask.request.id.idiag_dst, &o.sin6_addr, 16);
+  } else {
+    return InvalidArgument("not a TCP/IP connection");
+  }
+  const int nl = ::socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+  if (nl < 0) return ErrnoStatus("socket(NETLINK_SOCK_DIAG)", errno);
+  timeval wait{1, 0};  // the kernel answers at once; bound it all the same
+  ::setsockopt(nl, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof(wait));
+  sockaddr_nl kernel{};
+  kernel.nl_family = AF_NETLINK;
+  if (::sendto(nl, &ask, sizeof(ask), 0, reinterpret_cast<sockaddr*>(&kernel),
+               sizeof(kernel)) != static_cast<ssize_t>(sizeof(ask))) {
+    const int err = errno;
+    ::close(nl);
+    return ErrnoStatus("sock_diag request", err);
+  }
+  alignas(nlmsghdr) char buf[8192];
+  const ssize_t n = ::recv(nl, buf, sizeof(buf), 0);
+  const int err = errno;
+  ::close(nl);
+  if (n < 0) return ErrnoStatus("sock_diag answer", err);
+  auto* answer = reinterpret_cast<nlmsghdr*>(buf);
+  if (!NLMSG_OK(answer, static_cast<unsigned>(n))) return Internal("malformed sock_diag answer");
+  if (answer->nlmsg_type == NLMSG_ERROR) {
+    const auto* e = static_cast<const nlmsgerr*>(NLMSG_DATA(answer));
+    if (e->error == -ENOENT) return std::optional<uint32_t>();  // not a socket of this host
+    return ErrnoStatus("sock_diag lookup", -e->error);
+  }
+  if (answer->nlmsg_type != SOCK_DIAG_BY_FAMILY ||
+      answer->nlmsg_len < NLMSG_LENGTH(sizeof(inet_diag_msg))) {
+    return Internal("unexpected sock_diag answer (type {})", answer->nlmsg_type);
+  }
+  const auto* msg = static_cast<const inet_diag_msg*>(NLMSG_DATA(answer));
+  return std::optional<uint32_t>(msg->idiag_uid);
 }
 
 }  // namespace cohort::net

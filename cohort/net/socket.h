@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -74,6 +75,11 @@ Result<Socket> Connect(std::string_view host, int port, Deadline deadline);
 Result<std::string> ResolveIpv4(std::string_view host);
 // True when `host` resolves to an address configured on this machine (or loopback).
 bool IsLocalHost(std::string_view host);
+// The user that owns the other end of the accepted TCP connection `fd` when that end is a
+// socket of this host (this network namespace), found through the kernel's socket
+// diagnostics (NETLINK_SOCK_DIAG, as `ss -e` shows it); nullopt when the peer is another
+// host. An error when the kernel cannot be asked.
+Result<std::optional<uint32_t>> LocalPeerUid(int fd);
 // The hostname of this machine (uname nodename).
 std::string HostName();
 

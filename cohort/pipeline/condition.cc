@@ -1,6 +1,9 @@
 // Templates and conditions (see condition.h). Thread-safety: pure functions.
 #include "cohort/pipeline/condition.h"
 
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <regex>
@@ -68,6 +71,79 @@ Result<std::string> SubstituteTemplates(
   }
   out.append(text, pos, std::string::npos);
   return out;
+}
+
+Result<std::string> SubstituteTemplatesInYaml(
+    const std::string& text, const std::function<Result<std::string>(const Ref&)>& lookup) {
+  COHORT_ASSIGN_OR_RETURN(auto uses, FindTemplates(text));
+  if (uses.empty()) return text;
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument("line {}, column {}: YAML syntax error: {}", e.mark.line + 1,
+                           e.mark.column + 1, e.msg);
+  }
+  Status status;
+  size_t filled = 0;  // templates found in scalar values
+  // Nodes are references into the document: assigning to one changes it in place.
+  std::function<void(YAML::Node, int)> fill = [&](YAML::Node node, int depth) {
+    if (!status.ok()) return;
+    if (depth > 256) {
+      status = InvalidArgument("the document nests deeper than 256 levels");
+      return;
+    }
+    if (node.IsScalar()) {
+      if (node.Scalar().find("{{") == std::string::npos) return;
+      auto inner = FindTemplates(node.Scalar());
+      if (inner.ok()) filled += inner->size();
+      auto value = SubstituteTemplates(node.Scalar(), lookup);
+      if (!value.ok()) {
+        status = value.status();
+        return;
+      }
+      node = *value;
+    } else if (node.IsSequence()) {
+      for (YAML::Node child : node) fill(child, depth + 1);
+    } else if (node.IsMap()) {
+      // `key: {{params.n}}` unquoted is YAML for a mapping whose one key is the mapping
+      // {params.n: null}: the template is the whole value, filled in as one scalar.
+      if (node.size() == 1) {
+        auto entry = *node.begin();
+        if (entry.first.IsMap() && entry.first.size() == 1 && entry.second.IsNull()) {
+          auto inner = *entry.first.begin();
+          if (inner.first.IsScalar() && inner.second.IsNull()) {
+            auto ref = ParseRef(inner.first.Scalar());
+            if (ref.ok()) {
+              auto value = lookup(*ref);
+              if (!value.ok()) {
+                status = value.status();
+                return;
+              }
+              ++filled;
+              node = *value;
+              return;
+            }
+          }
+        }
+      }
+      for (auto entry : node) fill(entry.second, depth + 1);
+    }
+  };
+  fill(root, 0);
+  COHORT_RETURN_IF_ERROR(status);
+  if (filled < uses.size()) {
+    // A template outside any string value (unquoted, "{{...}}" is a YAML flow mapping; or
+    // in a key or a comment): it cannot be filled in as data.
+    return InvalidArgument("{} of its {} template(s) are not inside a string value (unquoted, "
+                           "{{{{...}}}} is a YAML mapping; or in a key or a comment); quote each, "
+                           "e.g. \"{{{{{}}}}}\", so that it is filled in as one value",
+                           uses.size() - filled, uses.size(), uses[0].ref.ToString());
+  }
+  YAML::Emitter out;
+  out << root;
+  if (!out.good()) return Internal("cannot write the filled-in document: {}", out.GetLastError());
+  return std::string(out.c_str()) + "\n";
 }
 
 Value Value::String(std::string s) {

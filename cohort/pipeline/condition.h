@@ -52,6 +52,14 @@ Result<std::vector<TemplateUse>> FindTemplates(const std::string& text);
 Result<std::string> SubstituteTemplates(
     const std::string& text, const std::function<Result<std::string>(const Ref&)>& lookup);
 
+// The same for a YAML document (a job spec): the text is parsed first and the templates of
+// each scalar value are filled in there, so a value is always data in the field that named
+// it: "1\nmax_restarts: 50" stays one string, it never adds a field. The result is the
+// document written out again (text without templates is returned as it is).
+// kInvalidArgument for text that is not YAML.
+Result<std::string> SubstituteTemplatesInYaml(
+    const std::string& text, const std::function<Result<std::string>(const Ref&)>& lookup);
+
 // A typed value: parameters carry their declared type, step outputs are strings.
 struct Value {
   enum class Kind { kString, kNumber, kBool };

@@ -608,7 +608,7 @@ Result<ResolvedStep> ResolveStep(const Step& step, const std::string& base_dir,
     r.job_path = Absolute(base_dir, path);
     auto text = ReadFileToString(r.job_path);
     if (!text.ok()) return NotFound("cannot read the job spec {}", r.job_path);
-    COHORT_ASSIGN_OR_RETURN(r.job_text, SubstituteTemplates(*text, lookup));
+    COHORT_ASSIGN_OR_RETURN(r.job_text, SubstituteTemplatesInYaml(*text, lookup));
   }
   return r;
 }

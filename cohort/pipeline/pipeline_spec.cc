@@ -579,7 +579,7 @@ void CheckJobSteps(const PipelineSpec& spec, const std::map<std::string, std::st
       problems->push_back({where, fmt::format("cannot read the job spec {}", p.string())});
       continue;
     }
-    auto substituted = SubstituteTemplates(*text, lookup_params);
+    auto substituted = SubstituteTemplatesInYaml(*text, lookup_params);
     if (!substituted.ok()) {
       if (substituted.status().code() != StatusCode::kFailedPrecondition) {
         problems->push_back({where, fmt::format("{}: {}", p.string(),

@@ -5,6 +5,7 @@
 // and the schema of @kubernetes-models/argo-workflows through tests/k8s/validate-argo.mjs
 // when node and tests/k8s/node_modules are present).
 #include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -143,6 +144,43 @@ TEST(PipelineTemplatesTest, FindAndSubstitute) {
   EXPECT_FALSE(FindTemplates("{{params.x").ok());
   EXPECT_FALSE(FindTemplates("{{steps.s.o}}").ok());
   EXPECT_TRUE(FindTemplates("no templates ${HOME} {x}").ok());
+}
+
+// A value is data in the field that named it: a --set value or a step's output cannot add
+// fields to a job spec (before: "1\nmax_restarts: 50" pasted into the text added one).
+TEST(PipelineTemplatesTest, ValuesFillYamlFieldsAndNeverAddOnes) {
+  const std::string spec =
+      "name: job  # a comment\n"
+      "entrypoint: train\n"
+      "args: [--lr, \"{{params.lr}}\", \"--out={{steps.a.outputs.dir}}/x\"]\n"
+      "env: {TAG: \"{{params.tag}}\"}\n";
+  auto r = SubstituteTemplatesInYaml(spec, [](const Ref& ref) -> Result<std::string> {
+    if (ref.kind == Ref::Kind::kStepOutput) return std::string("/d\"]\nmax_restarts: 9 #");
+    if (ref.param == "lr") return std::string("0.1\nmax_restarts: 50");
+    return std::string("{a: 1}");
+  });
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  YAML::Node doc = YAML::Load(*r);
+  EXPECT_FALSE(doc["max_restarts"]) << *r;
+  ASSERT_EQ(doc["args"].size(), 3u) << *r;
+  EXPECT_EQ(doc["args"][1].as<std::string>(), "0.1\nmax_restarts: 50");
+  EXPECT_EQ(doc["args"][2].as<std::string>(), "--out=/d\"]\nmax_restarts: 9 #/x");
+  EXPECT_EQ(doc["env"]["TAG"].as<std::string>(), "{a: 1}");
+  EXPECT_EQ(doc["name"].as<std::string>(), "job");
+  // Without templates the text is kept as written (comments too).
+  EXPECT_EQ(*SubstituteTemplatesInYaml("a: 1  # c\n", nullptr), "a: 1  # c\n");
+  // An unquoted template that is the whole value (YAML reads it as a mapping) is one value.
+  auto five = [](const Ref&) -> Result<std::string> { return std::string("5\nx: 1"); };
+  auto unquoted = SubstituteTemplatesInYaml("max_steps: {{params.n}}\nname: j\n", five);
+  ASSERT_TRUE(unquoted.ok()) << unquoted.status().ToString();
+  YAML::Node filled = YAML::Load(*unquoted);
+  EXPECT_EQ(filled["max_steps"].as<std::string>(), "5\nx: 1");
+  EXPECT_FALSE(filled["x"]);
+  // One in a key or a comment cannot be filled in as a value: said so, with the fix.
+  auto in_comment = SubstituteTemplatesInYaml("a: 1  # {{params.n}}\n", five);
+  EXPECT_EQ(in_comment.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(in_comment.status().message().find("quote"), std::string::npos)
+      << in_comment.status().ToString();
 }
 
 // ---------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cohort/base/backoff.h"
+#include "cohort/base/json_bounded.h"
 #include "cohort/base/log.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
@@ -75,7 +76,7 @@ namespace {
 
 template <typename Record>
 Result<Record> ParseRecord(std::string_view text, const char* what) {
-  json j = json::parse(text, nullptr, false);
+  json j = ParseJsonBounded(text, 1u << 20);  // another node's record
   if (j.is_discarded() || !j.is_object()) return DataLoss("malformed {}", what);
   try {
     return j.get<Record>();
@@ -496,6 +497,21 @@ Result<Rendezvous::Published> Rendezvous::PublishLayout(int64_t round, int64_t m
                     published->layout.members, members);
   }
   return std::move(*published);
+}
+
+Result<std::vector<NodeInfo>> Rendezvous::RoundNodes(const RendezvousInfo& info,
+                                                     Deadline deadline) {
+  COHORT_ASSIGN_OR_RETURN(std::vector<std::string> records,
+                          store_->ReadAppended(RoundKey(info.round, "slot"),
+                                               RoundKey(info.round, "node"), 1,
+                                               info.group_world_size, deadline));
+  std::vector<NodeInfo> nodes;
+  nodes.reserve(records.size());
+  for (const auto& r : records) {
+    COHORT_ASSIGN_OR_RETURN(NodeInfo node, NodeInfo::FromJson(r));
+    nodes.push_back(std::move(node));
+  }
+  return nodes;
 }
 
 RendezvousInfo Rendezvous::MakeInfo(int64_t round, int64_t slot, Published published,

@@ -184,6 +184,9 @@ class Rendezvous {
   // The store key where node 0 publishes round `round`'s MASTER_PORT (the torch store the
   // agent serves); the other nodes wait for it. Keys under a round are this layer's.
   std::string MasterPortKey(int64_t round) const { return RoundKey(round, "master_port"); }
+  // The records of the round's nodes, in slot order (node 0, which serves the workers'
+  // torch store, admits the others' addresses). One ranged read of the round's records.
+  Result<std::vector<NodeInfo>> RoundNodes(const RendezvousInfo& info, Deadline deadline);
 
   const RendezvousConfig& config() const { return config_; }
   store::Store& store() { return *store_; }

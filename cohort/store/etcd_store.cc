@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -21,6 +22,7 @@
 #include <thread>
 
 #include "cohort/base/backoff.h"
+#include "cohort/base/json_bounded.h"
 #include "cohort/base/log.h"
 #include "cohort/base/mutex.h"
 #include "cohort/base/settings.h"
@@ -33,6 +35,9 @@ using json = nlohmann::json;
 namespace {
 
 constexpr const char* kLog = "store";
+// etcd's answers are parsed within these bounds (json_bounded.h): nesting as any answer of
+// the v3 JSON gateway has, and a size well above the largest range page.
+constexpr size_t kMaxReplyBytes = size_t{1} << 30;
 constexpr size_t kMaxTxnOps = 128;  // etcd's default --max-txn-ops
 constexpr size_t kPrefixReadMinKeys = 8;
 constexpr size_t kMaxIdleConns = 8;
@@ -452,6 +457,38 @@ struct EtcdStore::Impl {
     }
   }
 
+  // Outage reports (any thread): when requests have failed for kOutageWarnMs in a row (no
+  // quorum, no member reachable, the cluster behind), a warning says so, again every
+  // kOutageRepeatMs while it lasts, and one line when etcd answers again. The job keeps
+  // running meanwhile; without this an agent was silent through 23 s without quorum.
+  static constexpr int64_t kOutageWarnMs = 2000, kOutageRepeatMs = 10000;
+  std::atomic<int64_t> failing_since_ms{0};  // steady clock; 0: the last request succeeded
+  std::atomic<int64_t> warned_at_ms{0};      // 0: no warning for the current outage
+  static int64_t NowMs() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+  void NoteFailure(const Status& last) {
+    const int64_t now = NowMs();
+    int64_t none = 0;
+    failing_since_ms.compare_exchange_strong(none, now);
+    const int64_t since = failing_since_ms.load();
+    int64_t warned = warned_at_ms.load();
+    if (since != 0 && now - since >= kOutageWarnMs && now - warned >= kOutageRepeatMs &&
+        warned_at_ms.compare_exchange_strong(warned, now)) {
+      COHORT_LOG_WARN(kLog, "etcd at {} has not answered for {:.0f} s (no quorum, no member "
+                      "reachable, or the cluster is behind): {}; still retrying",
+                      Join(urls), (now - since) / 1000.0, last.message());
+    }
+  }
+  void NoteAnswer() {
+    const int64_t since = failing_since_ms.exchange(0);
+    if (since != 0 && warned_at_ms.exchange(0) != 0) {
+      COHORT_LOG_WARN(kLog, "etcd at {} answers again, after {:.1f} s", Join(urls),
+                      (NowMs() - since) / 1000.0);
+    }
+  }
+
   // A unary request with failover: tries the members in turn, each attempt bounded by a
   // share of the request timeout, until one answers or the call's time is up.
   //  1. call deadline = min(deadline, now + request_timeout)
@@ -506,13 +543,14 @@ struct EtcdStore::Impl {
                             std::min(left, share), with_token, false, &http);
       bool retry = false;
       if (rc == CURLE_OK) {
-        json reply = json::parse(c->body, nullptr, /*allow_exceptions=*/false);
+        json reply = ParseJsonBounded(c->body, kMaxReplyBytes);
         if (reply.is_discarded()) {
           last = DataLoss("etcd at {} answered {} with non-JSON (HTTP {})", url, path, http);
           only_refused = false;
           retry = true;
         } else if (http == 200 && !reply.contains("error")) {
           if (reply.contains("result") && reply.size() == 1) reply = reply["result"];
+          NoteAnswer();
           return reply;
         } else {
           bool transient = false, bad_token = false;
@@ -527,6 +565,7 @@ struct EtcdStore::Impl {
           if (!transient) return st;
           last = st.WithContext(url);
           only_refused = false;
+          NoteFailure(last);
           if (Overloaded(st)) {
             // The cluster (one raft log: every member) is behind: wait before the next try,
             // longer each time and at a random part of it, or thousands of clients sending
@@ -552,6 +591,7 @@ struct EtcdStore::Impl {
         retry = true;
       }
       if (retry) {
+        NoteFailure(last);
         COHORT_LOG_DEBUG(kLog, "etcd {} failed on {}: {}", path, url, last.message());
         Rotate(idx);
         if (++failures_in_cycle >= urls.size()) {
@@ -677,7 +717,7 @@ struct EtcdStore::Impl {
     bool cancelled = false;
     Status stream_error;
     c->on_line = [&](std::string_view line) {
-      json msg = json::parse(line, nullptr, false);
+      json msg = ParseJsonBounded(line, kMaxReplyBytes);
       if (msg.is_discarded()) return true;
       if (msg.contains("error")) {
         bool transient = false, bad_token = false;

@@ -822,6 +822,7 @@ TEST(EtcdClusterTest, FailoverThenQuorumLoss) {
       break;
     }
   }
+  testing::internal::CaptureStderr();
   auto start = SteadyClock::now();
   Status put = client->Set("x", "1", Deadline::AfterMs(30000));
   double took = SecondsSince(start);
@@ -835,6 +836,9 @@ TEST(EtcdClusterTest, FailoverThenQuorumLoss) {
               get.status().code() == StatusCode::kUnavailable)
       << get.status().ToString();
   EXPECT_LT(SecondsSince(start), 4.0);
+  // The outage is said in the log while it lasts, not only in the calls' errors.
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("has not answered for"), std::string::npos) << log;
   std::printf("calls without quorum failed after %.2f s: %s\n", took, put.ToString().c_str());
 }
 

@@ -5,16 +5,19 @@
 #include <fcntl.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <asio.hpp>
 #include <atomic>
 #include <deque>
 #include <mutex>
 #include <queue>
+#include <random>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "cohort/base/log.h"
+#include "cohort/base/strings.h"
 #include "cohort/base/worker_env.h"
 #include "cohort/net/codec.h"
 #include "cohort/store/asio_listen.h"
@@ -101,16 +104,6 @@ struct Will {
   std::shared_ptr<asio::steady_timer> timer;
 };
 
-bool ConstantTimeEquals(std::string_view a, std::string_view b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  size_t n = std::max(a.size(), b.size());
-  for (size_t i = 0; i < n; ++i) {
-    unsigned char x = i < a.size() ? a[i] : 0;
-    unsigned char y = i < b.size() ? b[i] : 0;
-    diff |= x ^ y;
-  }
-  return diff == 0;
-}
 
 net::Writer OkResponse(uint64_t id) {
   net::Writer w;
@@ -169,17 +162,20 @@ class StoreServer::Impl {
   // A new connection (io thread): refused at once while strangers hold every slot, else
   // given the handshake deadline and read.
   void Accept(tcp::socket socket) {
-    if (unauthenticated_ >= options_.max_unauthenticated) {
-      // Strangers hold every slot: refuse at once (the job's clients retry connecting).
-      ++rejected_;
-      asio::error_code ignored;
-      socket.close(ignored);
+    if (unauthenticated_ >= options_.max_unauthenticated && !unauthenticated_list_.empty()) {
+      // Every slot is held by a connection that has not authenticated: shed one of them,
+      // chosen at random, and take the new one (as sshd's MaxStartups drops at random). A
+      // stranger holding every slot is shed slot by slot while a client of the job, which
+      // sends its HELLO at once, authenticates: the slots never lock everyone out.
       if (!warned_full_) {
-        COHORT_LOG_WARN("store", "{} connections have not authenticated; refusing new ones "
-                        "until they do or time out", unauthenticated_.load());
+        COHORT_LOG_WARN("store", "{} connections have not authenticated; shedding them at "
+                        "random as new ones arrive", unauthenticated_.load());
         warned_full_ = true;
       }
-      return;
+      std::uniform_int_distribution<size_t> pick(0, unauthenticated_list_.size() - 1);
+      auto victim = unauthenticated_list_[pick(shed_random_)];
+      ++rejected_;
+      Close(victim, "");  // not logged: a flood would flood the log
     }
     auto conn = std::make_shared<Connection>(std::move(socket));
     asio::error_code ignored;
@@ -189,6 +185,7 @@ class StoreServer::Impl {
     ++accepted_;
     ++open_;
     ++unauthenticated_;
+    unauthenticated_list_.push_back(conn);
     conn->handshake_timer.expires_after(options_.handshake_timeout);
     conn->handshake_timer.async_wait([this, weak = std::weak_ptr<Connection>(conn)](
                                          asio::error_code ec) {
@@ -247,7 +244,9 @@ class StoreServer::Impl {
       }
       ++requests_;
       Handle(conn, std::string_view(in).substr(at + 4, n));
-      if (conn->closed) return false;
+      // A refused HELLO ends the connection once its answer is written: nothing it sent
+      // after it (another HELLO, pipelined) is looked at.
+      if (conn->closed || conn->close_after_write) return false;
       at += 4 + n;
     }
     in.erase(0, at);
@@ -266,7 +265,7 @@ class StoreServer::Impl {
       COHORT_LOG_WARN("store", "closing connection from {}: {}", conn->peer, reason);
     }
     conn->closed = true;
-    if (!conn->authenticated) --unauthenticated_;
+    if (!conn->authenticated) Authenticated(conn);
     if (unauthenticated_ < options_.max_unauthenticated) warned_full_ = false;
     conn->handshake_timer.cancel();
     for (auto& w : conn->waiters) Finish(w);
@@ -555,6 +554,16 @@ class StoreServer::Impl {
     }
   }
 
+  // The connection no longer holds a pre-authentication slot (it authenticated or closed).
+  void Authenticated(const std::shared_ptr<Connection>& conn) {
+    --unauthenticated_;
+    auto at = std::find(unauthenticated_list_.begin(), unauthenticated_list_.end(), conn);
+    if (at != unauthenticated_list_.end()) {
+      *at = std::move(unauthenticated_list_.back());
+      unauthenticated_list_.pop_back();
+    }
+  }
+
   // Step 1 of every connection: HELLO(magic, version, token). Anything else is refused.
   void HandleHello(const std::shared_ptr<Connection>& conn, net::Reader& r, Op op, uint64_t id) {
     std::string magic, token;
@@ -585,7 +594,7 @@ class StoreServer::Impl {
       return;
     }
     conn->authenticated = true;
-    --unauthenticated_;
+    Authenticated(conn);
     conn->handshake_timer.cancel();
     Send(conn, std::move(OkResponse(id).Finish()));
   }
@@ -730,6 +739,9 @@ class StoreServer::Impl {
 
   const StoreServerOptions options_;
   AsioServer server_;  // first in, last out: the connections below use its io_context
+  // The connections that hold a pre-authentication slot, for shedding one at random.
+  std::vector<std::shared_ptr<Connection>> unauthenticated_list_;
+  std::minstd_rand shed_random_{std::random_device{}()};
   std::atomic<int64_t> accepted_{0}, rejected_{0}, open_{0}, requests_{0}, unauthenticated_{0},
       beats_{0}, wills_fired_{0};
   bool warned_full_ = false;  // event-loop thread

@@ -9,8 +9,10 @@
 // token, a malformed frame or an oversized frame closes that client's connection with a
 // logged reason (never the token) and does not disturb other clients. Before HELLO a
 // client may send at most kMaxHelloFrame bytes, must authenticate within
-// handshake_timeout, and at most max_unauthenticated such connections are open at once:
-// a stranger cannot make the server allocate memory or hold its descriptors. A client
+// handshake_timeout, and at most max_unauthenticated such connections are open at once
+// (when all are held, a new connection sheds one of them at random, so strangers cannot
+// lock the job's clients out): a stranger cannot make the server allocate memory or hold
+// its descriptors. A refused HELLO ends the connection; nothing pipelined after it counts. A client
 // that stops reading its responses is disconnected once max_output_bytes are queued.
 //
 // Thread-safety: Start/Stop/port/stats may be called from any thread; all store state is

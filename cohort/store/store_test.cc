@@ -218,6 +218,61 @@ TEST_F(StoreServerTest, RequestsBeforeHelloAreRefused) {
   EXPECT_TRUE(ClosedByServer(sock));
 }
 
+// HELLO frames: `token` each, all sent in one write.
+std::string Hellos(const std::vector<std::string>& tokens) {
+  std::string out;
+  uint64_t id = 1;
+  for (const auto& token : tokens) {
+    net::Writer w;
+    w.U8(static_cast<uint8_t>(protocol::Op::kHello)).U64(id++).Str(std::string(protocol::kMagic))
+        .U32(protocol::kVersion).Str(token);
+    out += w.Finish();
+  }
+  return out;
+}
+
+// A wrong HELLO ends the connection: the guesses pipelined after it are not looked at, and
+// a right token after a wrong one does not authenticate (2,000 guesses in 30 ms before).
+TEST_F(StoreServerTest, PipelinedHellosAfterAWrongOneAreNotEvaluated) {
+  net::Socket sock = Raw();
+  std::vector<std::string> tokens(500, "guess");
+  tokens.push_back(token_);
+  const std::string frames = Hellos(tokens);
+  const auto rejected_before = server_->stats().connections_rejected;
+  ASSERT_TRUE(sock.SendAll(frames.data(), frames.size(), Soon()).ok());
+  EXPECT_TRUE(ClosedByServer(sock));
+  EXPECT_EQ(server_->stats().connections_rejected - rejected_before, 1);
+  EXPECT_EQ(server_->stats().connections_unauthenticated, 0);
+}
+
+// Strangers that hold every pre-authentication slot are shed at random as new connections
+// arrive, so the job's clients still get in (530 silent connections locked out 121 of 121
+// HELLOs before).
+TEST(StoreServerSheddingTest, SilentStrangersNeverLockOutTheJob) {
+  const std::string token = RandomHex(16);
+  auto server = StoreServer::Start({.host = "127.0.0.1", .port = 0, .token = token,
+                                    .max_unauthenticated = 16}).value();
+  std::vector<net::Socket> strangers;
+  for (int i = 0; i < 40; ++i) {
+    auto s = net::Connect("127.0.0.1", server->port(), Soon());
+    ASSERT_TRUE(s.ok());
+    strangers.push_back(std::move(*s));
+  }
+  int joined = 0;
+  for (int i = 0; i < 20; ++i) {
+    auto client = TcpStore::Connect({.host = "127.0.0.1", .port = server->port(), .token = token},
+                                    Soon());
+    if (client.ok() && (*client)->Set("k", std::to_string(i), Soon()).ok()) ++joined;
+    // More strangers between the job's clients.
+    for (int j = 0; j < 4; ++j) {
+      auto s = net::Connect("127.0.0.1", server->port(), Soon());
+      if (s.ok()) strangers.push_back(std::move(*s));
+    }
+  }
+  EXPECT_EQ(joined, 20);
+  EXPECT_LE(server->stats().connections_unauthenticated, 16);
+}
+
 TEST_F(StoreServerTest, MalformedAndOversizedFramesCloseOnlyThatClient) {
   auto good = Client(token_);
   ASSERT_TRUE(good.ok());

@@ -9,15 +9,17 @@
 //   WAIT 5 keys                -> u8 0 once every key exists
 //   GETNUMKEYS 6               -> i64
 //   DELETE_KEY 8 key           -> i64 (keys deleted)
-// Anything else (WATCH_KEY 7, unknown queries, oversized fields) closes the connection.
+// Anything else (WATCH_KEY 7, unknown queries, fields over the limits) closes the
+// connection.
 //
-// Thread-safety: every member of Impl except server_ (its Start and Stop) is touched only by
-// the event-loop thread.
+// Thread-safety: every member of Impl except server_ (its Start and Stop) and the stats
+// counters (atomics) is touched only by the event-loop thread.
 #include "cohort/store/torch_store_server.h"
 
-#include <fcntl.h>
+#include <unistd.h>
 
 #include <asio.hpp>
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <thread>
@@ -25,6 +27,7 @@
 #include <unordered_set>
 
 #include "cohort/base/log.h"
+#include "cohort/net/socket.h"
 #include "cohort/store/asio_listen.h"
 #include "cohort/store/kv_state.h"
 
@@ -45,14 +48,45 @@ enum Query : uint8_t {
   kDelete = 8,
 };
 
-constexpr uint64_t kMaxField = 256u << 20;  // one key or value
-constexpr uint64_t kMaxKeys = 1u << 16;     // keys in one CHECK or WAIT
+constexpr uint64_t kMaxKeys = 1u << 16;  // keys in one CHECK or WAIT
 constexpr size_t kMaxQueuedOutput = 512u << 20;
+
+// The fields of a query, in order: s = a string, i = an i64, k = a key list.
+const char* FieldsOf(uint8_t q) {
+  switch (q) {
+    case kSet: return "ss";
+    case kCompareSet: return "sss";
+    case kGet: return "s";
+    case kAdd: return "si";
+    case kCheck:
+    case kWait: return "k";
+    case kNumKeys: return "";
+    case kDelete: return "s";
+    default: return nullptr;
+  }
+}
+
+// One request being read. Each field is taken from the input once it is whole and never
+// looked at again: a request that arrives a byte at a time costs what it would at once.
+struct Pending {
+  bool started = false;
+  uint8_t query = 0;
+  size_t field = 0;               // index into FieldsOf(query)
+  std::vector<std::string> strs;  // the string fields read ('s')
+  int64_t number = 0;             // the 'i' field
+  bool have_count = false;        // the 'k' field: its count, then its keys
+  uint64_t count = 0;
+  std::vector<std::string> keys;
+  size_t bytes = 0;
+};
 
 struct Conn {
   explicit Conn(tcp::socket s) : socket(std::move(s)) {}
   tcp::socket socket;
-  std::string in;           // received, not yet parsed
+  std::string peer;
+  std::string in;           // received; bytes before `pos` are parsed
+  size_t pos = 0;
+  Pending pending;
   std::deque<std::string> out;
   size_t out_bytes = 0;
   bool writing = false;
@@ -64,50 +98,6 @@ struct Conn {
 struct Waiter {
   std::weak_ptr<Conn> conn;
   std::vector<std::string> keys;
-};
-
-// Parses one request from the front of `in`; nullopt when more bytes are needed.
-class Parser {
- public:
-  explicit Parser(std::string_view in) : in_(in) {}
-  bool U8(uint8_t* v) { return Raw(v, 1); }
-  bool I64(int64_t* v) { return Raw(v, 8); }
-  bool Str(std::string* s) {
-    uint64_t n;
-    if (!Raw(&n, 8)) return false;
-    if (n > kMaxField) return Bad();
-    if (in_.size() - pos_ < n) return false;
-    s->assign(in_.substr(pos_, n));
-    pos_ += n;
-    return true;
-  }
-  bool Keys(std::vector<std::string>* keys) {
-    uint64_t n;
-    if (!Raw(&n, 8)) return false;
-    if (n > kMaxKeys) return Bad();
-    keys->resize(n);
-    for (auto& k : *keys) {
-      if (!Str(&k)) return false;
-    }
-    return true;
-  }
-  size_t consumed() const { return pos_; }
-  bool bad() const { return bad_; }
-
- private:
-  bool Raw(void* out, size_t n) {
-    if (in_.size() - pos_ < n) return false;
-    std::memcpy(out, in_.data() + pos_, n);
-    pos_ += n;
-    return true;
-  }
-  bool Bad() {
-    bad_ = true;
-    return false;
-  }
-  std::string_view in_;
-  size_t pos_ = 0;
-  bool bad_ = false;
 };
 
 std::string Value(std::string_view v) {
@@ -124,12 +114,13 @@ std::string Byte(uint8_t v) { return std::string(1, static_cast<char>(v)); }
 
 class TorchStoreServer::Impl {
  public:
-  Status Open(const TorchStoreServerOptions& o) {
-    return server_.Start(o.host, o.port, "torch store", "torch-store", [this](tcp::socket s) {
-      auto c = std::make_shared<Conn>(std::move(s));
-      conns_.insert(c);
-      Read(c);
-    });
+  explicit Impl(TorchStoreServerOptions o) : o_(std::move(o)) {
+    remote_.insert(o_.remote_hosts.begin(), o_.remote_hosts.end());
+  }
+
+  Status Open() {
+    return server_.Start(o_.host, o_.port, "torch store", "torch-store",
+                         [this](tcp::socket s) { Accept(std::move(s)); });
   }
 
   void Stop() {
@@ -140,98 +131,235 @@ class TorchStoreServer::Impl {
   }
 
   int port() const { return server_.port(); }
+  TorchStoreServerStats stats() const {
+    return {admitted_, refused_, closed_for_limits_, open_, stored_bytes_};
+  }
 
  private:
+  // Admission (see the header): why the peer may not use the store, or "" when it may.
+  std::string Refusal(tcp::socket& s, const std::string& peer_addr) {
+    auto uid = net::LocalPeerUid(s.native_handle());
+    if (!uid.ok()) return "cannot tell who connects: " + uid.status().message();
+    if (uid->has_value()) {
+      return **uid == ::geteuid()
+                 ? ""
+                 : fmt::format("a process of this host run by uid {}, not by this job's user "
+                               "(uid {})", **uid, ::geteuid());
+    }
+    if (o_.any_remote_host || remote_.count(peer_addr)) return "";
+    return fmt::format("{} is not the address of a node of this job's round (set "
+                       "COHORT_TORCH_STORE_ANY_HOST=1 if a node of the job reaches MASTER_ADDR "
+                       "from another address)", peer_addr);
+  }
+
+  void Accept(tcp::socket s) {
+    asio::error_code ec;
+    const auto remote = s.remote_endpoint(ec);
+    const std::string addr = ec ? "?" : remote.address().to_string();
+    std::string why = open_ >= o_.max_connections
+                          ? fmt::format("its limit of {} connections is reached",
+                                        o_.max_connections)
+                          : Refusal(s, addr);
+    if (!why.empty()) {
+      ++refused_;
+      // Once per address and reason: a flood from one stranger is one line.
+      if (warned_.size() < 1024 && warned_.insert(addr + "|" + why).second) {
+        COHORT_LOG_WARN("store", "torch store: refused a connection from {}: {}", addr, why);
+      }
+      s.close(ec);
+      return;
+    }
+    ++admitted_;
+    ++open_;
+    auto c = std::make_shared<Conn>(std::move(s));
+    c->peer = fmt::format("{}:{}", addr, ec ? 0 : remote.port());
+    conns_.insert(c);
+    Read(c);
+  }
+
   void Read(const std::shared_ptr<Conn>& c) {
     c->socket.async_read_some(asio::buffer(c->chunk), [this, c](asio::error_code ec, size_t n) {
       if (c->closed) return;
       if (ec) return Close(c);
       c->in.append(c->chunk, n);
-      size_t used = 0;
       for (;;) {
-        Parser p(std::string_view(c->in).substr(used));
-        if (!HandleOne(c, p)) {
-          if (p.bad()) return Close(c);
+        std::string problem;
+        if (!Parse(*c, &problem)) {
+          if (!problem.empty()) return CloseFor(c, problem);
           break;
         }
-        used += p.consumed();
+        Handle(c);
+        c->pending = Pending();
         if (c->closed) return;
       }
-      c->in.erase(0, used);
+      c->in.erase(0, c->pos);
+      c->pos = 0;
       Read(c);
     });
   }
 
-  // Handles the request at the parser's front; false when it is incomplete or malformed
-  // (p.bad()). Protocol: see the top of this file.
-  bool HandleOne(const std::shared_ptr<Conn>& c, Parser& p) {
-    uint8_t q;
-    if (!p.U8(&q)) return false;
-    std::string key, a, b;
-    int64_t n;
-    std::vector<std::string> keys;
-    switch (q) {
-      case kSet:
-        if (!p.Str(&key) || !p.Str(&a)) return false;
-        state_.Set(key, a);
-        Notify();
-        return true;
-      case kCompareSet: {
-        if (!p.Str(&key) || !p.Str(&a) || !p.Str(&b)) return false;
-        const bool missing = state_.Find(key) == nullptr;
-        if (missing && !a.empty()) {
-          Send(c, Value(a));  // as torch: a missing key answers with the expected value
-          return true;
+  // Reads fields of the pending request from c.in; true when it is whole. False with
+  // `problem` empty when more bytes are needed, set when the request is refused.
+  bool Parse(Conn& c, std::string* problem) {
+    Pending& p = c.pending;
+    const std::string_view in(c.in);
+    auto avail = [&] { return in.size() - c.pos; };
+    if (!p.started) {
+      if (avail() < 1) return false;
+      p.query = static_cast<uint8_t>(in[c.pos++]);
+      p.started = true;
+      p.bytes = 1;
+      if (FieldsOf(p.query) == nullptr) {
+        *problem = fmt::format("query {} is not supported", static_cast<int>(p.query));
+        return false;
+      }
+    }
+    // One string at c.pos into `out`, when whole.
+    auto str = [&](std::string* out) -> int {  // 1 read, 0 more bytes needed, -1 refused
+      if (avail() < 8) return 0;
+      uint64_t n;
+      std::memcpy(&n, in.data() + c.pos, 8);
+      if (n > o_.max_value_bytes || p.bytes + 8 + n > o_.max_request_bytes) {
+        *problem = fmt::format("a field of {} bytes (limits: {} a field, {} a request)", n,
+                               o_.max_value_bytes, o_.max_request_bytes);
+        return -1;
+      }
+      if (avail() < 8 + n) return 0;
+      out->assign(in.substr(c.pos + 8, n));
+      c.pos += 8 + n;
+      p.bytes += 8 + n;
+      return 1;
+    };
+    const std::string_view fields = FieldsOf(p.query);
+    for (; p.field < fields.size(); ++p.field) {
+      switch (fields[p.field]) {
+        case 's': {
+          std::string s;
+          const int got = str(&s);
+          if (got <= 0) return false;
+          p.strs.push_back(std::move(s));
+          break;
         }
-        Send(c, Value(state_.CompareSet(key, a, b)));
-        if (missing) Notify();
-        return true;
+        case 'i':
+          if (avail() < 8) return false;
+          std::memcpy(&p.number, in.data() + c.pos, 8);
+          c.pos += 8;
+          p.bytes += 8;
+          break;
+        case 'k':
+          if (!p.have_count) {
+            if (avail() < 8) return false;
+            std::memcpy(&p.count, in.data() + c.pos, 8);
+            if (p.count > kMaxKeys) {
+              *problem = fmt::format("{} keys in one request (at most {})", p.count, kMaxKeys);
+              return false;
+            }
+            c.pos += 8;
+            p.bytes += 8;
+            p.have_count = true;
+          }
+          while (p.keys.size() < p.count) {
+            std::string k;
+            const int got = str(&k);
+            if (got <= 0) return false;
+            p.keys.push_back(std::move(k));
+          }
+          break;
+      }
+    }
+    return true;
+  }
+
+  // Whether setting `key` to `bytes` bytes keeps the store within its limit.
+  bool Fits(const std::string& key, size_t bytes) const {
+    const std::string* old = state_.Find(key);
+    const size_t now = static_cast<size_t>(stored_bytes_) -
+                       (old ? key.size() + old->size() : 0);
+    return now + key.size() + bytes <= o_.max_store_bytes;
+  }
+  void Account(const std::string& key, const std::string* before, const std::string* after) {
+    stored_bytes_ += (after ? static_cast<int64_t>(key.size() + after->size()) : 0) -
+                     (before ? static_cast<int64_t>(key.size() + before->size()) : 0);
+  }
+
+  // Handles the whole request in c->pending. Protocol: see the top of this file.
+  void Handle(const std::shared_ptr<Conn>& c) {
+    Pending& p = c->pending;
+    auto full = [&](const std::string& key, size_t bytes) {
+      CloseFor(c, fmt::format("the store holds {} bytes; setting '{}' to {} bytes would pass "
+                              "its limit of {}", stored_bytes_.load(), key.substr(0, 100),
+                              bytes, o_.max_store_bytes));
+    };
+    switch (p.query) {
+      case kSet: {
+        const std::string& key = p.strs[0];
+        if (!Fits(key, p.strs[1].size())) return full(key, p.strs[1].size());
+        const std::string* old = state_.Find(key);
+        const size_t old_size = old ? old->size() : 0;
+        const bool had = old != nullptr;
+        state_.Set(key, p.strs[1]);
+        stored_bytes_ += static_cast<int64_t>(p.strs[1].size()) -
+                         static_cast<int64_t>(old_size) + (had ? 0 : key.size());
+        Notify();
+        return;
+      }
+      case kCompareSet: {
+        const std::string& key = p.strs[0];
+        const std::string* old = state_.Find(key);
+        if (old == nullptr && !p.strs[1].empty()) {
+          Send(c, Value(p.strs[1]));  // as torch: a missing key answers with the expected value
+          return;
+        }
+        if (!Fits(key, p.strs[2].size())) return full(key, p.strs[2].size());
+        const std::string before = old ? *old : std::string();
+        const bool had = old != nullptr;
+        Send(c, Value(state_.CompareSet(key, p.strs[1], p.strs[2])));
+        const std::string* now = state_.Find(key);
+        Account(key, had ? &before : nullptr, now);
+        if (!had) Notify();
+        return;
       }
       case kGet: {
-        if (!p.Str(&key)) return false;
-        const std::string* v = state_.Find(key);
+        const std::string* v = state_.Find(p.strs[0]);
         Send(c, Value(v ? *v : std::string()));
-        return true;
+        return;
       }
       case kAdd: {
-        if (!p.Str(&key) || !p.I64(&n)) return false;
-        auto r = state_.Add(key, n);
-        if (!r.ok()) {
-          COHORT_LOG_WARN("store", "torch store: add to '{}': {}", key, r.status().message());
-          Close(c);
-          return true;
-        }
+        const std::string& key = p.strs[0];
+        if (!Fits(key, 24)) return full(key, 24);
+        const std::string* old = state_.Find(key);
+        const std::string before = old ? *old : std::string();
+        const bool had = old != nullptr;
+        auto r = state_.Add(key, p.number);
+        if (!r.ok()) return CloseFor(c, fmt::format("add to '{}': {}", key.substr(0, 100),
+                                                    r.status().message()));
+        Account(key, had ? &before : nullptr, state_.Find(key));
         Send(c, Int(*r));
         Notify();
-        return true;
+        return;
       }
       case kCheck:
-        if (!p.Keys(&keys)) return false;
-        Send(c, Byte(state_.ContainsAll(keys) ? 0 : 1));
-        return true;
+        Send(c, Byte(state_.ContainsAll(p.keys) ? 0 : 1));
+        return;
       case kWait:
-        if (!p.Keys(&keys)) return false;
-        if (state_.ContainsAll(keys) && c->waits == 0) {
+        if (state_.ContainsAll(p.keys) && c->waits == 0) {
           Send(c, Byte(0));
         } else {
           ++c->waits;
-          auto w = std::make_shared<Waiter>(Waiter{c, std::move(keys)});
+          auto w = std::make_shared<Waiter>(Waiter{c, std::move(p.keys)});
           waiters_.push_back(w);
           if (state_.ContainsAll(w->keys)) Notify();
         }
-        return true;
+        return;
       case kNumKeys:
         Send(c, Int(state_.size()));
-        return true;
-      case kDelete:
-        if (!p.Str(&key)) return false;
-        Send(c, Int(state_.Delete(key) ? 1 : 0));
-        return true;
-      default:
-        COHORT_LOG_WARN("store", "torch store: query {} is not supported; closing the "
-                        "connection", static_cast<int>(q));
-        Close(c);
-        return true;
+        return;
+      case kDelete: {
+        const std::string* old = state_.Find(p.strs[0]);
+        if (old) stored_bytes_ -= static_cast<int64_t>(p.strs[0].size() + old->size());
+        Send(c, Int(state_.Delete(p.strs[0]) ? 1 : 0));
+        return;
+      }
     }
   }
 
@@ -256,7 +384,9 @@ class TorchStoreServer::Impl {
 
   void Send(const std::shared_ptr<Conn>& c, std::string bytes) {
     if (c->closed) return;
-    if (c->out_bytes + bytes.size() > kMaxQueuedOutput) return Close(c);
+    if (c->out_bytes + bytes.size() > kMaxQueuedOutput) {
+      return CloseFor(c, "the client does not read its answers");
+    }
     c->out_bytes += bytes.size();
     c->out.push_back(std::move(bytes));
     if (!c->writing) Flush(c);
@@ -278,6 +408,12 @@ class TorchStoreServer::Impl {
                       });
   }
 
+  void CloseFor(const std::shared_ptr<Conn>& c, const std::string& why) {
+    ++closed_for_limits_;
+    COHORT_LOG_WARN("store", "torch store: closing the connection from {}: {}", c->peer, why);
+    Close(c);
+  }
+
   void Close(const std::shared_ptr<Conn>& c) {
     if (c->closed) return;
     c->closed = true;
@@ -285,24 +421,31 @@ class TorchStoreServer::Impl {
     c->socket.shutdown(tcp::socket::shutdown_both, ignored);
     c->socket.close(ignored);
     conns_.erase(c);
+    --open_;
   }
 
+  const TorchStoreServerOptions o_;
+  std::unordered_set<std::string> remote_;
   AsioServer server_;  // first in, last out: the connections below use its io_context
   std::unordered_set<std::shared_ptr<Conn>> conns_;
   std::vector<std::shared_ptr<Waiter>> waiters_;
+  std::unordered_set<std::string> warned_;  // (address, reason) refused and logged
   KvState state_;
+  std::atomic<int64_t> admitted_{0}, refused_{0}, closed_for_limits_{0}, open_{0},
+      stored_bytes_{0};
 };
 
 Result<std::unique_ptr<TorchStoreServer>> TorchStoreServer::Start(
     const TorchStoreServerOptions& options) {
-  auto impl = std::make_unique<Impl>();
-  COHORT_RETURN_IF_ERROR(impl->Open(options));
+  auto impl = std::make_unique<Impl>(options);
+  COHORT_RETURN_IF_ERROR(impl->Open());
   return std::unique_ptr<TorchStoreServer>(new TorchStoreServer(std::move(impl)));
 }
 
 TorchStoreServer::TorchStoreServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TorchStoreServer::~TorchStoreServer() { Stop(); }
 int TorchStoreServer::port() const { return impl_->port(); }
+TorchStoreServerStats TorchStoreServer::stats() const { return impl_->stats(); }
 void TorchStoreServer::Stop() { impl_->Stop(); }
 
 }  // namespace cohort::store

@@ -31,8 +31,8 @@ void BindChannel(py::module_& m) {
   namespace mc = cohort::membership_channel;
   m.def(
       "read_notice",
-      [](const std::string& dir, int local_rank) -> py::object {
-        auto n = mc::ReadNotice(dir, local_rank);
+      [](const std::string& dir, int local_rank, const std::string& secret) -> py::object {
+        auto n = mc::ReadNotice(dir, local_rank, secret);
         if (!n.ok()) {
           if (n.status().code() == cohort::StatusCode::kNotFound) return py::none();
           throw std::runtime_error(n.status().ToString());
@@ -49,8 +49,9 @@ void BindChannel(py::module_& m) {
         d["master_port"] = n->master_port;
         return d;
       },
-      py::arg("dir"), py::arg("local_rank"),
-      "The agent's newest membership notice for this worker, or None.");
+      py::arg("dir"), py::arg("local_rank"), py::arg("secret"),
+      "The agent's newest membership notice for this worker, or None; raises when the "
+      "directory is not private to this user or the notice lacks the agent's secret.");
   m.def("mark_ready", [](const std::string& dir, int local) { Check(mc::MarkReady(dir, local)); },
         py::arg("dir"), py::arg("local_rank"), "Declares that this worker re-forms in place.");
   m.def(
@@ -62,11 +63,12 @@ void BindChannel(py::module_& m) {
       "Tells the agent the worker formed its group in `round`.");
   m.def(
       "write_lost",
-      [](const std::string& dir, int local, int64_t round, int rank, const std::string& why) {
-        Check(mc::WriteLost(dir, local, cohort::LostPeerReport{round, rank, why}));
+      [](const std::string& dir, int local, int64_t round, int rank, const std::string& why,
+         const std::string& secret) {
+        Check(mc::WriteLost(dir, local, cohort::LostPeerReport{round, rank, why}, secret));
       },
       py::arg("dir"), py::arg("local_rank"), py::arg("round"), py::arg("rank"),
-      py::arg("reason"), "Tells the agent a collective of `round` failed: a peer went away.");
+      py::arg("reason"), py::arg("secret"), "Tells the agent a collective of `round` failed: a peer went away.");
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "cohort/base/json_bounded.h"
 #include "cohort/base/log.h"
 
 namespace cohort::train {
@@ -155,17 +156,47 @@ Result<TrainState> StateCodec::Decode(CheckpointBlob blob, const std::string& pa
   json meta;
   TrainState state;
   std::string saved_model, saved_opt, saved_sig;
+  // Every field is checked before it is used: a checksum-valid file may still come from a
+  // hostile or buggy writer, and a field out of range must be a data-loss error here, not
+  // an overflow or a failed CHECK later (world_size -3, batch_size 0, global_step 1e30).
   try {
-    meta = json::parse(blob.meta);
+    meta = ParseJsonBounded(blob.meta, 1u << 20);
+    if (!meta.is_object()) return DataLoss("{}: bad metadata: not a JSON object", path);
     saved_model = meta.at("model").get<std::string>();
     saved_opt = meta.at("optimizer").get<std::string>();
     saved_sig = meta.at("signature").get<std::string>();
-    state.global_step = meta.at("global_step").get<int64_t>();
-    state.epoch = meta.at("epoch").get<int64_t>();
-    state.batch_in_epoch = meta.at("batch_in_epoch").get<int64_t>();
+    auto integer = [&](const char* key, int64_t lo, int64_t hi) -> Result<int64_t> {
+      const json& v = meta.at(key);
+      if (!v.is_number_integer()) return DataLoss("{}: bad metadata: {} is not an integer", path, key);
+      const bool out_of_range =
+          v.is_number_unsigned()
+              ? v.get<uint64_t>() > static_cast<uint64_t>(hi) ||
+                    static_cast<int64_t>(v.get<uint64_t>()) < lo
+              : v.get<int64_t>() < lo || v.get<int64_t>() > hi;
+      if (out_of_range) {
+        return DataLoss("{}: bad metadata: {} is {}, outside {}..{}", path, key, v.dump(), lo, hi);
+      }
+      return v.get<int64_t>();
+    };
+    constexpr int64_t kMaxCount = int64_t{1} << 53;
+    COHORT_ASSIGN_OR_RETURN(state.global_step, integer("global_step", 0, kMaxCount));
+    COHORT_ASSIGN_OR_RETURN(state.epoch, integer("epoch", 0, kMaxCount));
+    COHORT_ASSIGN_OR_RETURN(state.batch_in_epoch, integer("batch_in_epoch", 0, kMaxCount));
+    COHORT_ASSIGN_OR_RETURN(int64_t world, integer("world_size", 1, 1 << 24));
+    state.world_size = static_cast<int>(world);
+    // 0: not recorded (files of tests and older writers); the position is then not rescaled.
+    COHORT_ASSIGN_OR_RETURN(state.batch_size, integer("batch_size", 0, 1 << 30));
+    int64_t samples = 0;  // what a resume at another world size computes: it must fit
+    if (__builtin_mul_overflow(state.batch_in_epoch, state.batch_size, &samples) ||
+        __builtin_mul_overflow(samples, int64_t{state.world_size}, &samples)) {
+      return DataLoss("{}: bad metadata: batch_in_epoch {} x batch_size {} x world_size {} "
+                      "overflows", path, state.batch_in_epoch, state.batch_size,
+                      state.world_size);
+    }
+    if (!meta.at("seed").is_number_integer()) {
+      return DataLoss("{}: bad metadata: seed is not an integer", path);
+    }
     state.seed = meta.at("seed").get<uint64_t>();
-    state.world_size = meta.at("world_size").get<int>();
-    state.batch_size = meta.at("batch_size").get<int64_t>();
   } catch (const json::exception& e) {
     return DataLoss("{}: bad metadata: {}", path, e.what());
   }

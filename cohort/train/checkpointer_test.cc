@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "cohort/train/models.h"
 
 namespace cohort::train {
@@ -182,6 +184,42 @@ TEST_F(CheckpointerTest, AnotherModelIsAClearError) {
   r = Checkpointer(dir_.string(), "mlp", "adam", 3).LoadLatest(*mlp, &adam);
   EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(fs::last_write_time(CheckpointDir(dir_.string()).PathFor(1)), before);
+}
+
+// A blob whose checksum would verify but whose metadata is hostile: each field out of range
+// is a data-loss error naming the field (before: a failed CHECK, or an overflow, later on).
+TEST_F(CheckpointerTest, HostileMetadataIsADataLossError) {
+  auto m = Model(1);
+  torch::optim::SGD opt(m->parameters(), torch::optim::SGDOptions(0.1));
+  StateCodec codec("mlp", "sgd");
+  auto blob = codec.Encode({.global_step = 1, .world_size = 1, .batch_size = 8}, *m, &opt);
+  ASSERT_TRUE(blob.ok());
+  ASSERT_TRUE(codec.Decode(*blob, "good", *m, &opt).ok());
+  const nlohmann::json meta = nlohmann::json::parse(blob->meta);
+  const std::vector<std::pair<std::string, nlohmann::json>> hostile = {
+      {"world_size", -3},   {"world_size", 0},  {"batch_in_epoch", -7},
+      {"global_step", 1e30}, {"batch_size", -1}, {"epoch", "1"},
+      {"global_step", 18446744073709551615u},    {"seed", -1.5}};
+  for (const auto& [key, value] : hostile) {
+    nlohmann::json bad = meta;
+    bad[key] = value;
+    auto r = codec.Decode(CheckpointBlob{bad.dump(), blob->payload}, "hostile", *m, &opt);
+    ASSERT_FALSE(r.ok()) << key << "=" << value.dump();
+    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss) << r.status().ToString();
+    EXPECT_NE(r.status().message().find(key), std::string::npos) << r.status().ToString();
+  }
+  // Each in range, their product (a resume at another world size) not.
+  nlohmann::json big = meta;
+  big["batch_in_epoch"] = int64_t{1} << 50;
+  big["batch_size"] = 1 << 20;
+  auto overflow = codec.Decode(CheckpointBlob{big.dump(), blob->payload}, "big", *m, &opt);
+  EXPECT_EQ(overflow.status().code(), StatusCode::kDataLoss) << overflow.status().ToString();
+  EXPECT_NE(overflow.status().message().find("overflows"), std::string::npos);
+  // Nested 100,000 deep: refused, not parsed.
+  auto deep = codec.Decode(
+      CheckpointBlob{std::string(100000, '[') + std::string(100000, ']'), blob->payload}, "deep",
+      *m, &opt);
+  EXPECT_EQ(deep.status().code(), StatusCode::kDataLoss);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <algorithm>
 #include <climits>
@@ -59,6 +60,35 @@ bool ProcessAlive(int pid) {
   return state != 'Z' && state != 'X';
 }
 
+// The creator's segment names: "/cohort-" and 16 hex digits.
+bool SegmentName(const std::string& name) {
+  constexpr std::string_view kPrefix = "/cohort-";
+  if (name.size() != kPrefix.size() + 16 || name.compare(0, kPrefix.size(), kPrefix) != 0) {
+    return false;
+  }
+  return std::all_of(name.begin() + kPrefix.size(), name.end(),
+                     [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+}
+
+// Whether the segment behind `fd`, named by the store, can be this group's: created by
+// this user (every rank of a job runs as the agent's user), private to it, of its size.
+// Anyone who can write the store's key could otherwise make this rank map a segment they
+// made, and read what the rank reduces through it.
+Status CheckSegment(int fd, const std::string& name, size_t bytes) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return ErrnoStatus(fmt::format("fstat {}", name), errno);
+  if (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
+    return PermissionDenied("the shared segment {} named by the store belongs to uid {} with "
+                            "mode {:o}, not to this user (uid {}) alone: refused",
+                            name, st.st_uid, st.st_mode & 0777, ::geteuid());
+  }
+  if (static_cast<size_t>(st.st_size) != bytes) {
+    return FailedPrecondition("the shared segment {} has {} bytes, not this group's {}", name,
+                              st.st_size, bytes);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 struct ShmGroup::Control {
@@ -102,30 +132,43 @@ Result<std::unique_ptr<ShmGroup>> ShmGroup::Create(store::Store& store, const st
   const std::string name_key = fmt::format("{}/shm/name", prefix);
   std::string name;
   int fd;
+  // The creator's segment is unlinked on every way out of this function (an error, a
+  // timeout, success once every member mapped it): a failed formation leaks nothing.
+  struct Unlinker {
+    std::string name;
+    ~Unlinker() {
+      if (!name.empty()) ::shm_unlink(name.c_str());
+    }
+  } unlink_at_exit;
   // Step 1.
   if (index == 0) {
     name = "/cohort-" + RandomHex(8);
     fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) return ErrnoStatus(fmt::format("shm_open {}", name), errno);
+    unlink_at_exit.name = name;
     if (::ftruncate(fd, static_cast<off_t>(g->mapped_bytes_)) != 0) {
       int err = errno;
       ::close(fd);
-      ::shm_unlink(name.c_str());
       return ErrnoStatus("ftruncate shared segment", err);
     }
   } else {
     // Step 2.
     COHORT_ASSIGN_OR_RETURN(name, store.Get(name_key, deadline));
-    fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
+    if (!SegmentName(name)) {
+      return PermissionDenied("the store names '{}' as this group's shared segment: not a "
+                              "segment cohort creates; refused", name.substr(0, 100));
+    }
+    fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) return ErrnoStatus(fmt::format("shm_open {}", name), errno);
+    if (Status ok = CheckSegment(fd, name, g->mapped_bytes_); !ok.ok()) {
+      ::close(fd);
+      return ok;
+    }
   }
   void* base = ::mmap(nullptr, g->mapped_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   int map_errno = errno;
   ::close(fd);
-  if (base == MAP_FAILED) {
-    if (index == 0) ::shm_unlink(name.c_str());
-    return ErrnoStatus("mmap shared segment", map_errno);
-  }
+  if (base == MAP_FAILED) return ErrnoStatus("mmap shared segment", map_errno);
   g->base_ = static_cast<char*>(base);
   auto* header = reinterpret_cast<SegmentHeader*>(g->base_);
   if (index == 0) {
@@ -138,11 +181,7 @@ Result<std::unique_ptr<ShmGroup>> ShmGroup::Create(store::Store& store, const st
     }
     header->magic = kMagic;
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    Status st = store.Set(name_key, name, deadline);
-    if (!st.ok()) {
-      ::shm_unlink(name.c_str());
-      return st;
-    }
+    COHORT_RETURN_IF_ERROR(store.Set(name_key, name, deadline));
   } else if (header->magic != kMagic || header->members != static_cast<uint32_t>(n) ||
              header->slot_bytes != g->slot_bytes_) {
     return FailedPrecondition("shared segment {} does not match this group ({} members)", name,
@@ -160,11 +199,9 @@ Result<std::unique_ptr<ShmGroup>> ShmGroup::Create(store::Store& store, const st
   if (index == 0) {
     std::vector<std::string> keys;
     for (int m = 0; m < n; ++m) keys.push_back(fmt::format("{}/shm/member{}", prefix, m));
-    Status all = store.Wait(keys, deadline);
-    ::shm_unlink(name.c_str());
-    COHORT_RETURN_IF_ERROR(all);
+    COHORT_RETURN_IF_ERROR(store.Wait(keys, deadline));
   }
-  return g;
+  return g;  // (the creator's segment is unlinked here: every member has it mapped)
 }
 
 ShmGroup::~ShmGroup() {

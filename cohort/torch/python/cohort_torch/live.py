@@ -25,13 +25,20 @@ examples/torch_live_reconfig.py is a complete loop. Under torchrun, or with
 COHORT_LIVE_RECONFIG=0, start() returns None and the script restarts from its checkpoint as
 any elastic script does.
 
+The channel is a private directory of the agent's user, and the agent's notices carry a
+secret that only its workers inherit (COHORT_MEMBERSHIP_SECRET): anything else is refused.
+share() sends the state as data, never as a pickle: tensors, numbers, strings and lists,
+tuples and dicts of them (model and optimizer state_dicts), in cohort's typed format
+(_state_codec.py) with a SHA-256 digest; anything malformed is refused, nothing is run.
+
 Thread-safety: the methods are for the training thread; a watcher thread of the object's
 own interrupts the current group when a newer membership is announced (under a lock that
 reform() holds while it replaces the group).
 """
 import datetime
-import io
+import hashlib
 import os
+import sys
 import threading
 import time
 
@@ -39,8 +46,13 @@ import torch
 import torch.distributed as dist
 
 from . import _C
+from . import _state_codec
 
 __all__ = ["Live", "start"]
+
+
+# The largest training state share() moves (a guard against a corrupt or hostile header).
+_MAX_STATE_BYTES = 1 << 40
 
 
 def _seconds(name, default):
@@ -53,14 +65,16 @@ def _seconds(name, default):
 class Live:
     """This worker's side of the membership channel (cohort/base/membership_channel.h)."""
 
-    def __init__(self, directory, local_rank, round_):
+    def __init__(self, directory, local_rank, round_, secret):
         self.directory = directory
         self.local_rank = local_rank
+        self._secret = secret
         self.round = round_  # the round the current group was formed in
         self.timeout = _seconds("COHORT_RECONFIG_TIMEOUT", 60.0)
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._newest = _C.read_notice(directory, local_rank)  # the watcher keeps it current
+        # The watcher keeps it current. Raises when the channel is not the agent's own.
+        self._newest = _C.read_notice(directory, local_rank, secret)
         _C.mark_ready(directory, local_rank)
         self._watcher = threading.Thread(target=self._watch, name="cohort-live-watch",
                                          daemon=True)
@@ -74,8 +88,16 @@ class Live:
 
     def _watch(self):
         interrupted = self.round
+        refused = None
         while not self._stop.wait(0.02):
-            notice = _C.read_notice(self.directory, self.local_rank)
+            try:
+                notice = _C.read_notice(self.directory, self.local_rank, self._secret)
+            except RuntimeError as error:  # not from the agent: never acted on
+                if str(error) != refused:
+                    refused = str(error)
+                    print("cohort_torch.live: ignoring the membership notice: %s" % refused[:300],
+                          file=sys.stderr, flush=True)
+                continue
             if notice is None or notice["round"] <= interrupted:
                 continue
             self._newest = notice
@@ -131,7 +153,7 @@ class Live:
         if notice is None and error is not None:
             rank = dist.get_rank() if dist.is_initialized() else -1
             text = str(error).strip().splitlines()[0][:1000] if str(error).strip() else "error"
-            _C.write_lost(self.directory, self.local_rank, self.round, rank, text)
+            _C.write_lost(self.directory, self.local_rank, self.round, rank, text, self._secret)
         while notice is None:
             if time.monotonic() > deadline:
                 raise RuntimeError("cohort: no new membership announced after: %s" % error)
@@ -165,18 +187,33 @@ class Live:
                               dtype=torch.int64)
         dist.all_reduce(source, op=dist.ReduceOp.MIN)
         source = int(source[0])
+        # Header: the payload's size, then its SHA-256 digest as 32 bytes.
+        header = torch.zeros(5, dtype=torch.int64)
         payload = torch.empty(0, dtype=torch.uint8)
         if dist.get_rank() == source:
-            buf = io.BytesIO()
-            torch.save(state, buf)
-            payload = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
-        size = torch.tensor([payload.numel()], dtype=torch.int64)
-        dist.broadcast(size, src=source)
+            data = _state_codec.encode(state)
+            payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+            header[0] = len(data)
+            header[1:] = torch.frombuffer(bytearray(hashlib.sha256(data).digest()),
+                                          dtype=torch.int64)
+        dist.broadcast(header, src=source)
+        size = int(header[0])
+        if size < 0 or size > _MAX_STATE_BYTES:
+            raise RuntimeError("cohort_torch.live: rank %d announced a state of %d bytes "
+                               "(at most %d): refused" % (source, size, _MAX_STATE_BYTES))
         if dist.get_rank() != source:
-            payload = torch.empty(int(size[0]), dtype=torch.uint8)
+            payload = torch.empty(size, dtype=torch.uint8)
         dist.broadcast(payload, src=source)
         if dist.get_rank() != source:
-            state = torch.load(io.BytesIO(payload.numpy().tobytes()))
+            data = payload.numpy().tobytes()
+            if hashlib.sha256(data).digest() != header[1:].numpy().tobytes():
+                raise RuntimeError("cohort_torch.live: the state from rank %d does not match "
+                                   "its SHA-256 digest: refused" % source)
+            try:
+                state = _state_codec.decode(data)
+            except ValueError as error:
+                raise RuntimeError("cohort_torch.live: the state from rank %d is malformed: "
+                                   "refused (%s)" % (source, str(error)[:300])) from None
         return state, newest
 
     def close(self):
@@ -191,4 +228,5 @@ def start():
     if not directory:
         return None
     return Live(directory, int(os.environ.get("LOCAL_RANK", "0")),
-                int(os.environ.get("COHORT_ROUND", "0") or 0))
+                int(os.environ.get("COHORT_ROUND", "0") or 0),
+                os.environ.get("COHORT_MEMBERSHIP_SECRET", ""))
