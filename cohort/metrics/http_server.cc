@@ -5,11 +5,74 @@
 #include <httplib.h>
 #include <pthread.h>
 
+#include <deque>
+#include <functional>
+#include <thread>
+#include <vector>
+
 #include "cohort/base/settings.h"
 #include "cohort/base/time.h"
 #include "cohort/metrics/exporter.h"
 
 namespace cohort::metrics {
+namespace {
+
+// httplib serves each connection on a thread of its task queue for as long as the client
+// holds it (up to the read timeout per read). A fixed pool of N threads is held by N slow
+// or silent clients, and every scrape then waits behind them (100 such connections made 2
+// of 4 scrapes miss 5 s against 32 threads). This pool adds a thread whenever a connection
+// would otherwise wait, up to kMaxThreads, so a scrape is served at once while fewer than
+// that many connections are held; threads stay for the server's lifetime.
+class GrowingPool final : public httplib::TaskQueue {
+ public:
+  static constexpr size_t kMaxThreads = 1024;
+
+  void enqueue(std::function<void()> fn) override {
+    MutexLock lock(&mu_);
+    jobs_.push_back(std::move(fn));
+    if (jobs_.size() > idle_ && threads_.size() < kMaxThreads) {
+      threads_.emplace_back([this] { Work(); });
+    }
+    work_.Signal();
+  }
+
+  void shutdown() override {
+    std::vector<std::thread> threads;
+    {
+      MutexLock lock(&mu_);
+      stop_ = true;
+      work_.SignalAll();
+      threads.swap(threads_);
+    }
+    for (auto& t : threads) t.join();
+  }
+
+ private:
+  void Work() {
+    for (;;) {
+      std::function<void()> fn;
+      {
+        MutexLock lock(&mu_);
+        ++idle_;
+        while (!stop_ && jobs_.empty()) work_.Wait(&mu_);
+        --idle_;
+        if (jobs_.empty()) return;  // stopping, nothing left
+        fn = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      fn();
+    }
+  }
+
+  Mutex mu_;
+  CondVar work_;
+  std::deque<std::function<void()>> jobs_ COHORT_GUARDED_BY(mu_);
+  std::vector<std::thread> threads_ COHORT_GUARDED_BY(mu_);
+  size_t idle_ COHORT_GUARDED_BY(mu_) = 0;
+  bool stop_ COHORT_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
 
 MetricsServer::MetricsServer(ServerOptions options) : o_(std::move(options)) {
   if (!o_.registry) o_.registry = &DefaultRegistry();
@@ -25,11 +88,12 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(ServerOptions option
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
   // Slow or silent clients must not lock the dashboard out: requests are short, so a client
-  // gets 2 s per read and per idle keep-alive, and 32 threads serve (httplib's default is 8,
-  // which 8 clients that send a request line and stop could hold).
+  // gets 2 s per read and per idle keep-alive, and a thread is added for every connection
+  // that would otherwise wait (GrowingPool; httplib's default is 8 fixed threads, which 8
+  // clients that send a request line and stop could hold).
   s->server_->set_read_timeout(2, 0);
   s->server_->set_keep_alive_timeout(2);
-  s->server_->new_task_queue = [] { return new httplib::ThreadPool(32); };
+  s->server_->new_task_queue = [] { return new GrowingPool(); };
   MetricsServer* self = s.get();
   s->server_->Get("/metrics", [self](const httplib::Request&, httplib::Response& res) {
     res.set_content(self->MetricsText(), "text/plain; version=0.0.4; charset=utf-8");

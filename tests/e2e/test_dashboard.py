@@ -191,8 +191,9 @@ def test_bench_scaling_prints_the_table_and_writes_the_plot(cohort, need_train, 
 
 
 def test_slow_clients_do_not_lock_out_the_dashboard(cohort, tmp_path):
-    """12 clients that send a request line and stop: /metrics still answers at once, and the
-    endpoint listens on loopback by default (it shows logs and PIDs without auth)."""
+    """100 clients that send a request line and stop: /metrics still answers, every time
+    (before: 1-2 of 4 scrapes within 5 s with ~100 held connections), and the endpoint
+    listens on loopback by default (it shows logs and PIDs without auth)."""
     marker = U.new_marker()
     log = open(tmp_path / "run.log", "wb")
     proc = subprocess.Popen([cohort, "run", "--nproc-per-node", "1", "--metrics-port", "0",
@@ -207,12 +208,13 @@ def test_slow_clients_do_not_lock_out_the_dashboard(cohort, tmp_path):
                        what="the metrics URL")
         host, port = m.group(1), int(m.group(2))
         assert host == "127.0.0.1", "the metrics endpoint must default to loopback"
-        for _ in range(12):
+        for _ in range(100):
             c = socket.create_connection((host, port), timeout=5)
             c.sendall(b"GET /metrics HTTP/1.1\r\n")
             slow.append(c)
-        text = get("http://%s:%d/metrics" % (host, port), timeout=5)
-        assert "cohort_agent" in text or "# TYPE" in text, text[:500]
+        for _ in range(4):
+            text = get("http://%s:%d/metrics" % (host, port), timeout=5)
+            assert "cohort_agent" in text or "# TYPE" in text, text[:500]
     finally:
         for c in slow:
             c.close()
