@@ -675,6 +675,10 @@ void Agent::Impl::StopWorkers(int first_signal) {
     if (int n = sweeper_->SweepNow(); n > 0) {
       COHORT_LOG_INFO(kLog, "killed {} process(es) the workers left outside their groups", n);
     }
+    // Segments of a group whose creator died before every member mapped them.
+    if (int n = sweeper_->RemoveSegments(); n > 0) {
+      COHORT_LOG_INFO(kLog, "removed {} shared-memory segment(s) the workers left", n);
+    }
   }
   if (out_console_) out_console_->FlushAll();
   if (err_console_) err_console_->FlushAll();

@@ -1,8 +1,10 @@
 // Unit tests for Status, Result, strings, settings parsing and Spawn.
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "cohort/base/backoff.h"
@@ -13,6 +15,7 @@
 #include "cohort/base/strings.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/subprocess.h"
+#include "cohort/base/sweeper.h"
 #include "cohort/base/temp_dir.h"
 #include "cohort/base/time.h"
 
@@ -42,6 +45,34 @@ TEST(StatusTest, ResultPropagates) {
   auto r = Quarter(6);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(), "3 is odd");
+}
+
+// What a job leaves in /dev/shm under its cookie, and its private runtime directory, go with
+// the sweeper: at once when asked, and by its helper when the agent goes away.
+TEST(SweeperTest, SegmentsAndTheRuntimeDirectoryGoWithTheJob) {
+  auto segment = [](const std::string& cookie) {
+    const std::string name = "/cohort-" + cookie + "-" + RandomHex(8);
+    const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    EXPECT_GE(fd, 0);
+    ::close(fd);
+    return "/dev/shm" + name;
+  };
+  auto dir = MakePrivateDir("", "cohort-sweeper-test-");
+  ASSERT_TRUE(dir.ok());
+  ASSERT_TRUE(ReplaceFile(*dir + "/file", "x").ok());
+  std::string left;
+  {
+    JobSweeper sweeper(*dir);
+    const std::string first = segment(sweeper.cookie());
+    const std::string other = segment("0123abcd");  // another job's: kept
+    EXPECT_EQ(sweeper.RemoveSegments(), 1);
+    EXPECT_FALSE(std::filesystem::exists(first));
+    EXPECT_TRUE(std::filesystem::exists(other));
+    ::unlink(other.c_str());
+    left = segment(sweeper.cookie());
+  }  // the helper sweeps, then removes the segment and the directory
+  EXPECT_FALSE(std::filesystem::exists(left));
+  EXPECT_FALSE(std::filesystem::exists(*dir));
 }
 
 TEST(StringsTest, SplitTrimHostPort) {

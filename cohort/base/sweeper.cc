@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -115,8 +116,10 @@ int SweepAll(const char* needle, size_t needle_len, Match match) {
 
 JobSweeper::JobSweeper(std::string remove_dir)
     : cookie_(RandomHex(12)), family_(std::string(worker_env::kJobCookie) + "=" + cookie_) {
-  // Built before the fork: the helper may only exec it (async-signal-safe).
-  const char* rm_argv[] = {"rm", "-rf", "--", remove_dir.c_str(), nullptr};
+  // Built before the fork: the helper may only exec it (async-signal-safe). The cookie is
+  // hex, so the pattern needs no quoting.
+  const std::string script = "rm -rf -- \"$1\" /dev/shm/cohort-" + cookie_ + "-*";
+  const char* rm_argv[] = {"sh", "-c", script.c_str(), "sh", remove_dir.c_str(), nullptr};
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
     COHORT_LOG_WARN("sweeper", "no orphan sweeper (pipe: {}); leftovers of a SIGKILLed job "
@@ -146,7 +149,7 @@ JobSweeper::JobSweeper(std::string remove_dir)
       if (r == 0 || (r < 0 && errno != EINTR)) break;  // the agent is gone
     }
     SweepAll(needle, needle_len, Match::kFamily);
-    if (!remove_dir.empty()) ::execv("/bin/rm", const_cast<char* const*>(rm_argv));
+    ::execv("/bin/sh", const_cast<char* const*>(rm_argv));
     ::_exit(0);
   }
   ::close(fds[0]);
@@ -172,6 +175,19 @@ JobSweeper::~JobSweeper() {
   int status;
   while (::waitpid(helper_, &status, 0) < 0 && errno == EINTR) {
   }
+}
+
+int JobSweeper::RemoveSegments() const {
+  const std::string prefix = "cohort-" + cookie_ + "-";
+  int removed = 0;
+  if (DIR* d = ::opendir("/dev/shm")) {
+    while (dirent* e = ::readdir(d)) {
+      if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) != 0) continue;
+      removed += ::shm_unlink(("/" + std::string(e->d_name)).c_str()) == 0;
+    }
+    ::closedir(d);
+  }
+  return removed;
 }
 
 std::string JobSweeper::CookieFor(std::string_view part) const {

@@ -25,9 +25,10 @@ namespace cohort {
 
 class JobSweeper {
  public:
-  // `remove_dir` (optional): a directory the helper removes, with everything in it, after
-  // its sweep (the agent's private runtime directory: nothing of it outlives the agent,
-  // SIGKILL included).
+  // After its sweep the helper removes the shared-memory segments named with the cookie
+  // (/dev/shm/cohort-<cookie>-*: libcohort's, whose creator was killed before it could
+  // unlink them) and `remove_dir` (optional) with everything in it (the agent's private
+  // runtime directory): nothing of it outlives the agent, SIGKILL included.
   explicit JobSweeper(std::string remove_dir = "");
   ~JobSweeper();  // the helper sweeps and exits; waited for (bounded)
   JobSweeper(const JobSweeper&) = delete;
@@ -39,6 +40,8 @@ class JobSweeper {
   // Kill every process carrying the cookie (or one of its parts), until none is left;
   // return how many.
   int SweepNow() const;
+  // Unlinks the shared-memory segments named with the cookie; returns how many.
+  int RemoveSegments() const;
   int Sweep(std::string_view part) const;
 
  private:

@@ -10,6 +10,9 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/inotify.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 
 #include <filesystem>
@@ -22,6 +25,7 @@
 #include "cohort/base/strings.h"
 #include "cohort/base/subprocess.h"
 #include "cohort/comm/reduce.h"
+#include "cohort/comm/transport/shm/shm_group.h"
 #include "cohort/store/memory_store.h"
 #include "cohort/store/store_server.h"
 #include "cohort/store/tcp_store.h"
@@ -594,6 +598,43 @@ INSTANTIATE_TEST_SUITE_P(Peers, PeerFailureTest,
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_" + std::get<1>(info.param);
                          });
+
+// The store names a group's shared segment; a rank maps it only when it has cohort's form,
+// belongs to this user alone and has the group's size: whoever could write the store's key
+// could otherwise make a rank map a segment they made and read what it reduces. And the
+// creator leaves no segment behind when the group does not form.
+TEST(ShmGroupTest, ASegmentNamedByTheStoreMustBeThisUsersOwnAndNoneIsLeaked) {
+  store::MemoryStore store;
+  const Deadline soon = Deadline::AfterMs(5000);
+  ASSERT_TRUE(store.Set("a/shm/name", "/../etc/passwd", soon).ok());
+  auto form = ShmGroup::Create(store, "a", {0, 1}, 1, 4096, Deadline::AfterMs(2000));
+  EXPECT_EQ(form.status().code(), StatusCode::kPermissionDenied) << form.status().ToString();
+
+  const std::string name = "/cohort-" + RandomHex(8);
+  const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::fchmod(fd, 0644), 0);  // others may read it
+  ASSERT_TRUE(store.Set("b/shm/name", name, soon).ok());
+  auto shared = ShmGroup::Create(store, "b", {0, 1}, 1, 4096, Deadline::AfterMs(2000));
+  EXPECT_EQ(shared.status().code(), StatusCode::kPermissionDenied) << shared.status().ToString();
+  if (::geteuid() == 0) {
+    ASSERT_EQ(::fchmod(fd, 0600), 0);
+    ASSERT_EQ(::fchown(fd, 65534, 65534), 0);  // another user's
+    auto theirs = ShmGroup::Create(store, "b", {0, 1}, 1, 4096, Deadline::AfterMs(2000));
+    EXPECT_EQ(theirs.status().code(), StatusCode::kPermissionDenied)
+        << theirs.status().ToString();
+    EXPECT_NE(theirs.status().message().find("uid 65534"), std::string::npos);
+  }
+  ::close(fd);
+  ::shm_unlink(name.c_str());
+
+  // Rank 0 creates the segment; rank 1 never comes: the formation fails, nothing is left.
+  auto alone = ShmGroup::Create(store, "c", {0, 1}, 0, 4096, Deadline::AfterMs(300));
+  EXPECT_FALSE(alone.ok());
+  auto created = store.Get("c/shm/name", soon);  // published before the wait for rank 1
+  ASSERT_TRUE(created.ok());
+  EXPECT_FALSE(std::filesystem::exists("/dev/shm" + *created)) << *created;
+}
 
 }  // namespace
 }  // namespace cohort::comm

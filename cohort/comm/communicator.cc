@@ -245,7 +245,8 @@ Status Communicator::Impl::Setup(store::Store& store, Deadline form_by) {
   leader_ = local_index == 0;
   if (local.size() > 1 && !tcp_only_) {
     COHORT_ASSIGN_OR_RETURN(shm_, ShmGroup::Create(store, fmt::format("{}/shm{}", prefix, local[0]),
-                                                   local, local_index, slot, deadline));
+                                                   local, local_index, slot, deadline,
+                                                   o_.job_cookie));
   }
   if (transport == "shm" && !single_host_) {
     return FailedPrecondition("transport 'shm' needs every rank on one host; ranks span {} hosts",
@@ -500,6 +501,7 @@ Result<std::unique_ptr<Communicator>> Communicator::Create(std::shared_ptr<store
 void ApplyWorkerEnv(const WorkerEnv& env, CommOptions& options) {
   if (options.listen_addr.empty()) options.listen_addr = env.listen_addr;
   if (options.flight_recorder_dir.empty()) options.flight_recorder_dir = env.flight_recorder_dir;
+  if (options.job_cookie.empty()) options.job_cookie = env.job_cookie;
 }
 
 Result<std::unique_ptr<Communicator>> Communicator::FromEnvironment(CommOptions options) {

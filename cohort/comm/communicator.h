@@ -54,6 +54,9 @@ struct CommOptions {
   size_t flight_recorder = 64;    // entries kept
   std::string listen_addr;        // address peers reach this rank at (default: hostname's)
   std::string flight_recorder_dir;  // where a timeout or abort dumps the flight record
+  // The job's cookie (COHORT_JOB_COOKIE): shared-memory segments carry it in their names,
+  // so the agent removes what a killed worker left (base/sweeper.h).
+  std::string job_cookie;
 };
 
 // Options left empty take the launcher's choices from the worker environment: the address

@@ -60,14 +60,24 @@ bool ProcessAlive(int pid) {
   return state != 'Z' && state != 'X';
 }
 
-// The creator's segment names: "/cohort-" and 16 hex digits.
+bool Hex(std::string_view text) {
+  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+    return std::isxdigit(static_cast<unsigned char>(c));
+  });
+}
+
+// The creator's segment names: "/cohort-", optionally the job's cookie and '-', 16 hex.
 bool SegmentName(const std::string& name) {
   constexpr std::string_view kPrefix = "/cohort-";
-  if (name.size() != kPrefix.size() + 16 || name.compare(0, kPrefix.size(), kPrefix) != 0) {
+  if (name.size() < kPrefix.size() + 16 || name.compare(0, kPrefix.size(), kPrefix) != 0) {
     return false;
   }
-  return std::all_of(name.begin() + kPrefix.size(), name.end(),
-                     [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+  std::string_view rest = std::string_view(name).substr(kPrefix.size());
+  if (const size_t dash = rest.find('-'); dash != std::string_view::npos) {
+    if (dash > 64 || !Hex(rest.substr(0, dash))) return false;
+    rest.remove_prefix(dash + 1);
+  }
+  return rest.size() == 16 && Hex(rest);
 }
 
 // Whether the segment behind `fd`, named by the store, can be this group's: created by
@@ -122,7 +132,8 @@ char* ShmGroup::slot(int member, int buffer) const {
 
 Result<std::unique_ptr<ShmGroup>> ShmGroup::Create(store::Store& store, const std::string& prefix,
                                                    std::vector<int> ranks, int index,
-                                                   size_t slot_bytes, Deadline deadline) {
+                                                   size_t slot_bytes, Deadline deadline,
+                                                   const std::string& job_cookie) {
   std::unique_ptr<ShmGroup> g(new ShmGroup(std::move(ranks), index, AlignUp(slot_bytes, 4096)));
   const int n = g->size();
   g->control_offset_ = AlignUp(sizeof(SegmentHeader), 64);
@@ -142,7 +153,8 @@ Result<std::unique_ptr<ShmGroup>> ShmGroup::Create(store::Store& store, const st
   } unlink_at_exit;
   // Step 1.
   if (index == 0) {
-    name = "/cohort-" + RandomHex(8);
+    const std::string family = job_cookie.substr(0, job_cookie.find('.'));
+    name = "/cohort-" + (Hex(family) && family.size() <= 64 ? family + "-" : "") + RandomHex(8);
     fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
     if (fd < 0) return ErrnoStatus(fmt::format("shm_open {}", name), errno);
     unlink_at_exit.name = name;

@@ -15,7 +15,10 @@
 //
 // Setup steps (Create): 1. member 0 creates the segment (shm_open O_EXCL), sizes and
 // initializes it, publishes its name in the store; 2. the others map it and report;
-// 3. member 0 unlinks the name once all have mapped it, so no crash leaks it.
+// 3. member 0 unlinks the name once all have mapped it, so no crash leaks it (and on every
+// way out of a formation that fails; a member SIGKILLed before that leaves the name to the
+// job's sweeper). The others map only a segment of cohort's name form that is this user's,
+// private and of the group's size.
 //
 // Thread-safety: one owner thread per member (the communicator's runner); Abort() from any
 // thread.
@@ -36,9 +39,13 @@ namespace cohort::comm {
 class ShmGroup {
  public:
   // `ranks` are the global ranks of the members, in member order; `index` is ours.
+  // `job_cookie` (hex; the part before a '.'): the segment is named
+  // /cohort-<cookie>-<16 hex>, which the job's sweeper removes should a member be killed
+  // before step 3 (JobSweeper::RemoveSegments); without one, /cohort-<16 hex>.
   static Result<std::unique_ptr<ShmGroup>> Create(store::Store& store, const std::string& prefix,
                                                   std::vector<int> ranks, int index,
-                                                  size_t slot_bytes, Deadline deadline);
+                                                  size_t slot_bytes, Deadline deadline,
+                                                  const std::string& job_cookie = "");
   ~ShmGroup();
 
   int index() const { return index_; }
