@@ -887,13 +887,16 @@ std::optional<AgentResult> Agent::Impl::Setup() {
   }
   store_ = *store;
   rdzv_ = std::make_unique<Rendezvous>(store_, o_.rdzv, o_.self);
-  // This agent's private runtime directory (membership channels): removed by the
-  // sweeper's helper when the agent ends, however it ends.
-  if (auto dir = MakePrivateDir("", "cohort-agent-"); dir.ok()) {
-    runtime_dir_ = *dir;
-  } else {
-    COHORT_LOG_WARN(kLog, "no private runtime directory ({}): workers will be restarted on a "
-                    "membership change", dir.status().message());
+  // This agent's private runtime directory (membership channels, when it may offer them):
+  // removed by the sweeper's helper when the agent ends, however it ends.
+  if (LiveOffered()) {
+    auto dir = MakePrivateDir("", "cohort-agent-");
+    if (dir.ok()) {
+      runtime_dir_ = *dir;
+    } else {
+      COHORT_LOG_WARN(kLog, "no private runtime directory ({}): workers will be restarted on "
+                      "a membership change", dir.status().message());
+    }
   }
   sweeper_ = std::make_unique<JobSweeper>(runtime_dir_);
   StartZygote();  // imports torch while the rendezvous runs

@@ -140,17 +140,22 @@ def test_another_users_log_directory_is_refused(cohort, tmp_path, marker):
     shared = tmp_path / "tmp"
     shared.mkdir()
     os.chmod(shared, 0o1777)  # like /tmp
+    # The attack on the shared directory used before (every user's logs in one place, the
+    # first user's directory): nobody prepares it, and this user's name too.
+    old_shared = shared / "cohort-logs"
     theirs = shared / ("cohort-logs-%d" % os.geteuid())
-    os.mkdir(theirs)
-    os.chown(theirs, NOBODY, NOBODY)
-    os.chmod(theirs, 0o777)
+    for d in (old_shared, theirs):
+        os.mkdir(d)
+        os.chown(d, NOBODY, NOBODY)
+        os.chmod(d, 0o777)
     env = U.clean_env(TMPDIR=shared)
     p = subprocess.run([cohort, "run", "--nproc-per-node", "1", "--no-python", "--",
                         "/bin/echo", marker], capture_output=True, text=True, timeout=120,
                        env=env)
     assert p.returncode == 3, (p.returncode, p.stderr)
     assert "belongs to uid 65534" in p.stderr and "--log-dir" in p.stderr, p.stderr
-    assert os.listdir(theirs) == [], "cohort wrote into another user's directory"
+    assert os.listdir(theirs) == [] and os.listdir(old_shared) == [], \
+        "cohort wrote into another user's directory"
     # Without it, the default directory is made private, and the job logs there.
     os.rmdir(theirs)
     p = subprocess.run([cohort, "run", "--nproc-per-node", "1", "--no-python", "--",
@@ -161,6 +166,7 @@ def test_another_users_log_directory_is_refused(cohort, tmp_path, marker):
     assert st.st_uid == os.geteuid() and (st.st_mode & 0o777) == 0o700, oct(st.st_mode)
     logs = list(theirs.rglob("stdout.log"))
     assert logs and marker in logs[0].read_text(), logs
+    assert os.listdir(old_shared) == [], "cohort wrote into another user's directory"
 
 
 def test_an_agent_killed_leaves_no_channel_directory(cohort, launcher, marker):

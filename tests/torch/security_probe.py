@@ -4,8 +4,9 @@ rendezvous (the agent's torch store), says where its store and channel are, wait
 OUT_DIR/go (bounded), all-reduces its rank + 1 and prints the sum.
 
 Usage: security_probe.py OUT_DIR BACKEND [--live] [marker]. Prints `rank R port P`,
-`rank R channel DIR` (with --live, after cohort_torch.live.start()), then
-`rank R sum S world W`.
+`rank R channel DIR` (with --live, after cohort_torch.live.start()), then, rank 0 only,
+`attack key present|absent` (whether the store holds the key `attack/key`, which only a
+stranger would set), then `rank R sum S world W`.
 """
 import datetime
 import os
@@ -35,6 +36,14 @@ def main():
         time.sleep(0.05)  # the test's signal: a file it creates
     if live is not None and live.pending():
         sys.exit("rank %d: a membership notice was accepted: %r" % (rank, live.pending()))
+    if rank == 0:
+        root = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                             is_master=False, timeout=datetime.timedelta(seconds=30))
+        try:
+            root.wait(["attack/key"], datetime.timedelta(milliseconds=300))
+            print("attack key present", flush=True)
+        except RuntimeError:  # torch's wait timed out: the key does not exist
+            print("attack key absent", flush=True)
     t = torch.tensor([float(rank + 1)])
     dist.all_reduce(t)
     print("rank %d sum %d world %d" % (rank, int(t.item()), dist.get_world_size()), flush=True)

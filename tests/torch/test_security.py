@@ -56,6 +56,8 @@ def test_another_user_cannot_use_the_torch_store(cohort, need_torch, need_root, 
                180, what="both ranks in their group")
     assert p.poll() is None, p.describe()
     port = int(re.search(r"rank \d port (\d+)", p.stdout).group(1))
+    # Every action waits for the server's answer (torch's set does not: it is followed by
+    # a get of the same key), so "served" means the store answered.
     attack = """
 import datetime
 import torch.distributed as dist
@@ -69,7 +71,8 @@ for action in ("get", "add", "set"):
         elif action == "add":
             s.add("default_pg/store_based_barrier_key:1", 1)
         else:
-            s.set("shm/name", "/cohort-0000000000000000")
+            s.set("attack/key", "x")
+            s.get("attack/key")
         said.append(action + ":served")
     except Exception:
         said.append(action + ":refused")
@@ -79,6 +82,7 @@ print(" ".join(said))
     assert said.split() == ["get:refused", "add:refused", "set:refused"], said
     (out / "go").write_text("1")
     assert p.wait(180) == 0, p.describe()
+    assert "attack key absent" in p.stdout, p.describe()
     sums = re.findall(r"rank (\d) sum (\d+) world (\d)", p.stdout)
     assert sorted(sums) == [("0", "3", "2"), ("1", "3", "2")], p.describe()
     assert "refused a connection from 127.0.0.1: a process of this host run by uid 65534" in \
