@@ -222,6 +222,18 @@ def test_dry_run_prints_the_commands(jobs):
     assert jobs.history() == []
 
 
+def test_a_set_value_is_one_value_never_a_new_field(jobs):
+    """A --set value lands in the field that names it, whatever it holds: before, the text
+    was pasted into the YAML and "1\nmax_restarts: 50" added a field."""
+    spec = jobs.spec("tpl.yaml", 'name: tpl\nentrypoint: /bin/echo\nargs: ["{{params.lr}}"]\n'
+                                 'max_restarts: 0\n')
+    r = jobs.run("submit", spec, "--dry-run", "--set", "lr=0.1\nmax_restarts: 50")
+    assert r.returncode == 0, r.stderr
+    assert "--max-restarts 0" in r.stdout and "--max-restarts 50" not in r.stdout, r.stdout
+    assert "max_restarts: 50" in r.stdout, r.stdout  # the argument, as one (quoted) word
+    assert jobs.history() == []
+
+
 @pytest.fixture
 def postgres(postgres_server):
     """The server with a table of shards."""
