@@ -6,6 +6,8 @@
 
 #include <algorithm>
 
+#include "cohort/base/json_bounded.h"
+
 namespace cohort::agent {
 namespace {
 
@@ -15,7 +17,8 @@ std::string Key(const std::string& run_id, std::string_view what) {
 
 std::optional<nlohmann::json> ParseObject(const std::optional<std::string>& text) {
   if (!text) return std::nullopt;
-  nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+  // Another agent's record: bounded like every answer from another node.
+  nlohmann::json j = ParseJsonBounded(*text, 1u << 20);
   if (j.is_discarded() || !j.is_object()) return std::nullopt;
   return j;
 }
