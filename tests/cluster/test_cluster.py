@@ -338,6 +338,49 @@ def test_pytorch_loop_keeps_its_processes_through_a_join_and_a_loss(cluster, tmp
     assert len({d for _, d in digests}) == 1, digests
 
 
+@pytest.mark.skipif(not os.path.exists("/usr/bin/python3"), reason="no Debian python3")
+def test_pytorch_loop_keeps_its_processes_through_a_loss_then_a_join(cluster, tmp_path):
+    """A node is lost, then a node joins: the survivors re-form as 2 ranks, then with the
+    newcomer as 3, all within seconds, keeping their processes. Before, every worker hung in
+    the join's round until COHORT_RECONFIG_TIMEOUT and the group was restarted: the loss
+    counted as a restart, so the newcomer's torch-store keys were under /worker/attempt_1
+    while the survivors' stayed under attempt_0."""
+    c = cluster(3)
+    ckpt = tmp_path / "ckpt"
+    env = lambda i: dict(node_env(c, i), COHORT_PYTHON="/usr/bin/python3",  # noqa: E731
+                         COHORT_RECONFIG_TIMEOUT="60")
+    nodes = [c.start(i, torch_argv(c, i, ckpt), env(i), "node%d" % i) for i in range(3)]
+    netns.wait_for(lambda: any(len(g) == 3 for g in torch_groups(nodes).values()), 120,
+                   "3 ranks")
+    first = torch_groups(nodes)
+    pids_three = {p for g in first.values() if len(g) == 3 for _, p in g.values()}
+    nodes[2].kill()
+    survivors = nodes[:2]
+    netns.wait_for(lambda: any(len(g) == 2 and {w for w, _ in g.values()} == {2} and
+                               {p for _, p in g.values()} <= pids_three
+                               for r, g in torch_groups(survivors).items() if r > max(first)),
+                   120, "the survivors re-formed as 2 ranks")
+    lost_round = max(torch_groups(survivors))
+    survivor_pids = {p for _, p in torch_groups(survivors)[lost_round].values()}
+    newcomer = c.start(2, torch_argv(c, 2, ckpt), env(2), "node2-again")
+    procs = survivors + [newcomer]
+    t0 = time.monotonic()
+    netns.wait_for(lambda: any(len(g) == 3 and {w for w, _ in g.values()} == {3} and
+                               survivor_pids <= {p for _, p in g.values()}
+                               for r, g in torch_groups(procs).items() if r > lost_round),
+                   120, "the survivors and the newcomer formed 3 ranks")
+    # Well within the re-form timeout (60 s) that the hang ran into.
+    assert time.monotonic() - t0 < 45, "the join took %.1f s" % (time.monotonic() - t0)
+    for p in procs:
+        assert p.wait(JOB_TIMEOUT) == 0, p.describe()
+    errs = "".join(p.stderr for p in procs)
+    assert "did not re-form" not in errs, errs[-3000:]
+    assert "resumed at step" not in newcomer.stdout, "the newcomer read the checkpoint"
+    digests = re.findall(r"^\[rank\d+\]: rank (\d+) digest (\w+)$", all_out(procs), re.M)
+    assert sorted(int(r) for r, _ in digests) == [0, 1, 2], digests
+    assert len({d for _, d in digests}) == 1, digests
+
+
 def test_a_script_without_support_is_restarted_after_a_node_loss(cluster, tmp_path):
     """A torchrun-style script (gloo, no cohort_torch.live) never declares that it re-forms
     in place: after a node loss the survivors' workers are restarted and resume from the

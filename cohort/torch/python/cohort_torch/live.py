@@ -123,7 +123,12 @@ class Live:
             with self._lock:
                 self._drop_group("re-forming in round %d" % notice["round"])
                 # Newcomers of this round start with exactly these variables (env://).
+                # TORCHELASTIC_RESTART_COUNT too: torch's env:// puts the agent-store keys
+                # under /worker/attempt_<it>, and a newcomer after a loss (which counts as
+                # a restart) has the round's count: a survivor that kept its own waited
+                # in another namespace until the re-form timed out.
                 os.environ.update({
+                    "TORCHELASTIC_RESTART_COUNT": str(notice["restart_count"]),
                     "RANK": str(notice["rank"]), "WORLD_SIZE": str(notice["world_size"]),
                     "GROUP_RANK": str(notice["group_rank"]),
                     "GROUP_WORLD_SIZE": str(notice["group_world_size"]),
