@@ -101,6 +101,10 @@ const Setting<double> kReconfigTimeout{
 const Setting<std::string> kHome{
     "COHORT_HOME", "",
     "job history, pipeline runs and local job logs (empty: ~/.cohort; --home overrides)"};
+const Setting<std::string> kTensorboardDir{
+    "COHORT_TENSORBOARD_DIR", "",
+    "where rank 0 of a PyTorch script writes the TensorBoard scalars cohort_torch.report() "
+    "records (train/loss, train/samples_per_second); empty: none"};
 const Setting<int64_t> kTrainFaultRank{
     "COHORT_TRAIN_FAULT_RANK", -1,
     "cohort-train: this rank kills itself (SIGKILL) at COHORT_TRAIN_FAULT_STEP of its first "

@@ -144,6 +144,8 @@ extern const Setting<bool> kTorchStoreAnyHost;
 extern const Setting<bool> kLiveReconfig;
 extern const Setting<double> kReconfigTimeout;
 extern const Setting<std::string> kHome;
+// cohort_torch.report (a PyTorch script's progress).
+extern const Setting<std::string> kTensorboardDir;
 // cohort-train's fault injection (tests and demos).
 extern const Setting<int64_t> kTrainFaultRank;
 extern const Setting<int64_t> kTrainFaultStep;

@@ -5,10 +5,12 @@
 // Thread-safety: the creator runs with the GIL released (it may wait for peers).
 #include <pybind11/chrono.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include "cohort/base/membership_channel.h"
 #include "cohort/torch/process_group.h"
+#include "cohort/torch/progress.h"
 
 namespace py = pybind11;
 
@@ -95,4 +97,15 @@ PYBIND11_MODULE(_C, m) {
       "Fails the group's pending operations ('membership changed: <why>') and closes its "
       "connections: a rank blocked on a peer that left returns at once.");
   BindChannel(m);
+  m.def(
+      "report",
+      [](std::optional<int64_t> step, std::optional<double> loss, std::optional<double> samples,
+         std::optional<double> epoch, const std::string& tensorboard_dir) {
+        cohort::torch_backend::Report({step, loss, samples, epoch, tensorboard_dir});
+      },
+      py::arg("step") = py::none(), py::arg("loss") = py::none(),
+      py::arg("samples") = py::none(), py::arg("epoch") = py::none(),
+      py::arg("tensorboard_dir") = "",
+      "Records the loop's progress for the agent's views (and TensorBoard): see "
+      "cohort_torch.report.");
 }

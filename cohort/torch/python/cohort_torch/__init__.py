@@ -12,9 +12,29 @@ import torch.distributed as _dist
 
 from . import _C
 
-__all__ = ["BACKEND", "topology"]
+__all__ = ["BACKEND", "report", "topology"]
 
 BACKEND = "cohort"
+
+
+def report(step=None, loss=None, samples=None, epoch=None, tensorboard_dir=""):
+    """Tells cohort how the training loop is doing, for `/job`, `cohort top`,
+    `cohort bench scaling` and TensorBoard, as cohort-train does:
+
+        cohort_torch.report(step=step, loss=loss.item(), samples=len(batch))
+
+    `step`: optimizer steps done; `loss`: a float (a tensor is converted); `samples`: samples
+    this rank trained since its previous report (samples/s is measured from them); `epoch`:
+    epochs done. With `tensorboard_dir` (or COHORT_TENSORBOARD_DIR) rank 0 also writes
+    train/loss and train/samples_per_second scalars there. Cheap enough for every step; a
+    no-op for the views outside `cohort run`. Works with any backend (gloo, nccl, cohort)."""
+    if loss is not None and hasattr(loss, "item"):
+        loss = loss.item()
+    _C.report(step=None if step is None else int(step),
+              loss=None if loss is None else float(loss),
+              samples=None if samples is None else float(samples),
+              epoch=None if epoch is None else float(epoch),
+              tensorboard_dir=str(tensorboard_dir or ""))
 
 
 def topology(group=None):

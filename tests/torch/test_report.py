@@ -1,0 +1,55 @@
+"""A PyTorch script's progress in cohort's views: a gloo DDP loop that calls
+cohort_torch.report(step=, loss=, samples=) each step shows its step, loss and samples/s per
+rank in the agent's /api/job and in `cohort top` (before: "-" for every PyTorch job), and
+rank 0 writes the TensorBoard scalars.
+"""
+import json
+import re
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import e2e_util as U
+
+PROBE = Path(__file__).resolve().parent / "report_probe.py"
+
+
+def test_a_pytorch_loop_reports_its_progress(cohort, need_torch, launcher, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    tb = tmp_path / "tb"
+    env = U.clean_env(COHORT_TENSORBOARD_DIR=tb, COHORT_METRICS_HISTORY_S="0.2")
+    p = launcher.start([cohort, "run", "--nproc-per-node", 2, "--metrics-port", 0,
+                        "--log-dir", tmp_path / "logs", PROBE, out, launcher.marker], env=env)
+    m = U.wait_for(lambda: re.search(r"metrics on (http://[\d.]+:\d+/)metrics", p.stderr + p.stdout),
+                   120, what="the metrics URL")
+    url = m.group(1)
+
+    def ranks_reporting():
+        try:
+            with urllib.request.urlopen(url + "api/job", timeout=5) as r:
+                job = json.loads(r.read())
+        except OSError:
+            return None
+        rows = [r for n in job.get("nodes", []) for r in n.get("ranks", [])]
+        ok = len(rows) == 2 and all(isinstance(r.get("step"), (int, float)) and r["step"] >= 5
+                                    and isinstance(r.get("loss"), (int, float))
+                                    and (r.get("samples_per_s") or 0) > 0 for r in rows)
+        return rows if ok else None
+    rows = U.wait_for(ranks_reporting, 120, interval=0.3, what="both ranks' step, loss, samples/s")
+    assert sorted(r["rank"] for r in rows) == [0, 1], rows
+    top = subprocess.run([cohort, "top", url, "--once"], capture_output=True, text=True,
+                         timeout=60, env=U.clean_env())
+    assert top.returncode == 0, top.stderr
+    # RANK NODE STATE STEP LOSS SAMPLES/S ...: numbers, not "-", for both ranks.
+    ranks_table = re.split(r"^\s*RANK\s+NODE", top.stdout, flags=re.M)[1]
+    rows = re.findall(r"^\s+([01])\s+.*?HEALTHY\s+(\d+)\s+([0-9.e+-]+)\s+(\d+)\s", ranks_table,
+                      re.M)
+    assert sorted(r[0] for r in rows) == ["0", "1"], top.stdout
+    assert all(int(step) >= 5 and int(sps) > 0 for _, step, _, sps in rows), top.stdout
+    (out / "stop").write_text("1")
+    assert p.wait(120) == 0, p.describe()
+    events = list(tb.glob("events.out.tfevents.*"))
+    assert len(events) == 1, events  # rank 0 only
+    data = events[0].read_bytes()
+    assert b"train/loss" in data and b"train/samples_per_second" in data
