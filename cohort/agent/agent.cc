@@ -203,6 +203,8 @@ class Agent::Impl {
   std::string membership_dir_;
   const std::string membership_secret_ = RandomHex(16);
   std::string runtime_dir_;  // private (0700), removed by the sweeper's helper
+  int64_t worker_restarts_ = 0;  // rounds after the first that started new workers
+  int64_t live_reforms_ = 0;     // rounds the workers joined in place
   std::unique_ptr<membership_channel::ChannelWatch> channel_;
   std::optional<LostPeerReport> lost_;      // the report that ended the round
   std::optional<Deadline> reform_deadline_;  // while announced workers have not re-formed
@@ -732,7 +734,12 @@ void Agent::Impl::PublishStatus() {
     s["world_size"] = info_->WorldSize();
     s["group_rank"] = info_->group_rank;
     s["group_world_size"] = info_->group_world_size;
-    s["restarts"] = info_->restart_count;
+    // What a user reads as restarts is what happened to this node's workers: restarted
+    // (new processes) or re-formed live (the same processes); the job-wide budget spent
+    // (failures and lost nodes, re-forms included) is shown beside max_restarts.
+    s["restarts"] = worker_restarts_;
+    s["reforms"] = live_reforms_;
+    s["budget_used"] = info_->restart_count;
   }
   o_.status->Set(std::move(s));
 }
@@ -920,6 +927,11 @@ void Agent::Impl::RecordRound(const RendezvousInfo& info, bool first, bool live)
                                            info.WorldSize())
                              : fmt::format("world size {}, restart {} of {}", info.WorldSize(),
                                            info.restart_count, o_.spec.max_restarts)}});
+  if (live) {
+    ++live_reforms_;
+  } else if (!first) {
+    ++worker_restarts_;
+  }
   if (live) {
     reg.GetCounter("cohort_agent_live_reconfigurations_total",
                    "Rounds this node's workers joined without a restart")

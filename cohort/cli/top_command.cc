@@ -71,15 +71,17 @@ std::string Render(const json& job, const std::string& source, size_t width, int
     out += "no agent of this job has published its endpoint (yet): agents publish theirs when "
            "started with --metrics-port\n";
   }
-  out += fmt::format("\n{:>4}  {:<28} {:<11} {:>5} {:>5} {:>8} {:>5}  {}\n", "NODE", "HOST",
-                     "STATE", "ROUND", "RANK", "RESTARTS", "CPU%", "CAUSE / GPUS");
+  out += fmt::format("\n{:>4}  {:<28} {:<11} {:>5} {:>5} {:>8} {:>7} {:>5}  {}\n", "NODE",
+                     "HOST", "STATE", "ROUND", "RANK", "RESTARTS", "REFORMS", "CPU%",
+                     "CAUSE / GPUS");
   for (const auto& n : Arr(job, "nodes")) {
     std::string tail = Str(n, "cause");
     if (tail.empty()) tail = Str(n, "gpus");
-    std::string line = fmt::format("{:>4}  {:<28} {:<11} {:>5} {:>5} {:>8} {:>5}  {}",
+    std::string line = fmt::format("{:>4}  {:<28} {:<11} {:>5} {:>5} {:>8} {:>7} {:>5}  {}",
                                    Int(n, "index"), Cut(NodeName(n), 28), Str(n, "state", "?"),
                                    Num(At(n, "round"), 0), Num(At(n, "group_rank"), 0),
-                                   Num(At(n, "restarts"), 0), Num(At(n, "cpu_percent"), 0), tail);
+                                   Num(At(n, "restarts"), 0), Num(At(n, "reforms"), 0),
+                                   Num(At(n, "cpu_percent"), 0), tail);
     out += Cut(line, width) + "\n";
   }
   out += fmt::format("\n{:>5}  {:<22} {:<11} {:>8} {:>9} {:>10} {:>9} {:>9} {:>5} {:>8}\n",

@@ -71,7 +71,8 @@ async function tick() {
   const a = s.agent || {};
   document.getElementById('run').textContent = (a.run_id || '') + ' on ' + (a.host || '');
   const cards = [['state', a.state], ['round', a.round], ['world size', a.world_size],
-    ['restarts', (a.restarts ?? 0) + ' / ' + (a.max_restarts ?? 0)], ['node', (a.group_rank ?? '-') + ' of ' + (a.group_world_size ?? '-')],
+    ['restarts', a.restarts ?? 0], ['re-forms', a.reforms ?? 0],
+    ['restart budget', (a.budget_used ?? 0) + ' / ' + (a.max_restarts ?? 0)], ['node', (a.group_rank ?? '-') + ' of ' + (a.group_world_size ?? '-')],
     ['node CPU %', fmt(s.system && s.system.node && s.system.node.cpu_percent, 0)]];
   document.getElementById('cards').innerHTML = cards.map(c =>
     '<div class="card">' + esc(c[0]) + '<b class="' + esc(c[1]) + '">' + esc(c[1] ?? '-') + '</b></div>').join('');

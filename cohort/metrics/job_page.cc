@@ -24,7 +24,7 @@ pre{background:#111;color:#ddd;padding:8px;max-height:300px;overflow:auto;font-s
 <div class="cards" id="cards"></div>
 <h2>Nodes</h2>
 <table id="nodes"><thead><tr><th>#</th><th class="l">host</th><th class="l">address</th>
-<th class="l">state</th><th>round</th><th>node rank</th><th>restarts</th><th>CPU %</th><th class="l">GPUs</th>
+<th class="l">state</th><th>round</th><th>node rank</th><th>restarts</th><th>re-forms</th><th>CPU %</th><th class="l">GPUs</th>
 <th class="l">cause</th></tr></thead><tbody></tbody></table>
 <h2>Ranks</h2>
 <table id="ranks"><thead><tr><th class="l">node</th><th>rank</th><th class="l">state</th><th>step</th>
@@ -69,7 +69,7 @@ async function tick() {
     '<tr class="node ' + esc(n.state) + '" data-node="' + esc(n.index) + '" data-addr="' + esc(n.addr) + '" data-state="' + esc(n.state) + '">' +
     '<td>' + esc(n.index) + '</td><td class="l">' + esc(n.host) + '</td><td class="l"><a href="' + href(n.url) + '">' + esc(n.addr) + '</a></td>' +
     '<td class="l ' + esc(n.state) + '">' + esc(n.state) + '</td><td>' + fmt(n.round, 0) + '</td><td>' + fmt(n.group_rank, 0) +
-    '</td><td>' + fmt(n.restarts, 0) + '</td><td>' + fmt(n.cpu_percent, 0) + '</td><td class="l" title="' + esc(n.gpus) + '">' +
+    '</td><td>' + fmt(n.restarts, 0) + '</td><td>' + fmt(n.reforms, 0) + '</td><td>' + fmt(n.cpu_percent, 0) + '</td><td class="l" title="' + esc(n.gpus) + '">' +
     esc(String(n.gpus ?? '').split(' (')[0]) +
     '</td><td class="l cause">' + esc(n.cause) + '</td></tr>').join('');
   const rows = [];

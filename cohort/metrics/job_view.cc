@@ -390,6 +390,8 @@ json JobView::Build(double now, json* logs_out) {
                      {"world_size", At(agent, "world_size")},
                      {"group_rank", At(agent, "group_rank")},
                      {"restarts", At(agent, "restarts")},
+                     {"reforms", At(agent, "reforms")},
+                     {"budget_used", At(agent, "budget_used")},
                      {"max_restarts", At(agent, "max_restarts")},
                      {"cpu_percent", running ? At(At(sys, "node"), "cpu_percent") : json()},
                      {"gpus", GpuSummary(At(sys, "gpus"))},

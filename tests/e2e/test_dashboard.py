@@ -238,3 +238,58 @@ def test_top_refuses_bad_input_clearly(cohort, tmp_path):
     p = subprocess.run([cohort, "top", "x:1", "--interval", "0"], capture_output=True,
                        text=True, timeout=60, env=U.clean_env())
     assert p.returncode == 3, p.stderr
+
+
+def test_a_live_reform_is_counted_as_a_reform_not_a_restart(cohort, need_train, tmp_path):
+    """A node joins a running cohort-train job (two agents on this machine): node 0's
+    workers re-form in place, so its /api/state says reforms 1, restarts 0 (before: a live
+    re-form after a loss showed RESTARTS 1 though no process restarted), and `cohort top`
+    has a REFORMS column."""
+    marker = U.new_marker()
+    port = U.free_port()
+    env = U.clean_env(COHORT_TOKEN=os.urandom(16).hex(), COHORT_METRICS_HISTORY_S="0.2")
+    common = ["--nnodes", "1:2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+              "--rdzv-endpoint", "127.0.0.1:%d" % port, "--rdzv-id", marker,
+              "--rdzv-conf", "last_call_timeout=0.2", "--log-dir", str(tmp_path / "logs"),
+              str(TRAIN), "--dataset", "synthetic", "--model", "mlp", "--epochs", "1000",
+              "--batch-size", "16", "--max-steps", "100000", "--log-every", "5",
+              "--tag", marker]
+    procs = []
+    try:
+        log0 = tmp_path / "node0.log"
+        procs.append(subprocess.Popen([cohort, "run", "--metrics-port", "0", *common],
+                                      stdout=open(log0, "wb"), stderr=subprocess.STDOUT,
+                                      env=env, start_new_session=True))
+        m = U.wait_for(lambda: re.search(r"metrics on (http://[\d.]+:\d+/)metrics",
+                                         log0.read_text()), 60, what="the metrics URL")
+        url = m.group(1)
+
+        def agent():
+            try:
+                return json.loads(get(url + "api/state"))["agent"]
+            except (OSError, ValueError, KeyError):
+                return {}
+        U.wait_for(lambda: agent().get("world_size") == 1 and "step" in log0.read_text(),
+                   120, what="node 0 training alone")
+        procs.append(subprocess.Popen([cohort, "run", *common],
+                                      stdout=open(tmp_path / "node1.log", "wb"),
+                                      stderr=subprocess.STDOUT, env=env,
+                                      start_new_session=True))
+        a = U.wait_for(lambda: agent() if agent().get("world_size") == 2 else None, 120,
+                       what="node 0 in a round of world size 2")
+        assert a["reforms"] == 1 and a["restarts"] == 0, a
+        top = subprocess.run([cohort, "top", url, "--once"], capture_output=True, text=True,
+                             timeout=60, env=U.clean_env())
+        assert top.returncode == 0, top.stderr
+        assert "REFORMS" in top.stdout, top.stdout
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGINT)
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        assert U.kill_marker_procs(marker) == []
