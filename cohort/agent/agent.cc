@@ -203,8 +203,7 @@ class Agent::Impl {
   std::string membership_dir_;
   const std::string membership_secret_ = RandomHex(16);
   std::string runtime_dir_;  // private (0700), removed by the sweeper's helper
-  int64_t worker_restarts_ = 0;  // rounds after the first that started new workers
-  int64_t live_reforms_ = 0;     // rounds the workers joined in place
+  int64_t live_reforms_ = 0;  // rounds the workers joined in place (announced to them)
   std::unique_ptr<membership_channel::ChannelWatch> channel_;
   std::optional<LostPeerReport> lost_;      // the report that ended the round
   std::optional<Deadline> reform_deadline_;  // while announced workers have not re-formed
@@ -289,7 +288,10 @@ Result<std::pair<std::string, int>> Agent::Impl::MasterEndpoint(const Rendezvous
       so.host = net::ResolveIpv4(addr).value_or("0.0.0.0");
       so.any_remote_host = settings::kTorchStoreAnyHost.Get();
       if (!so.any_remote_host && info.group_world_size > 1) {
-        COHORT_ASSIGN_OR_RETURN(auto nodes, rdzv_->RoundNodes(info, Deadline::AfterMs(30000)));
+        // Bounded by the join timeout, as slot 1's read of the same records (a large round
+        // on a loaded etcd takes more than one call's 30 s).
+        COHORT_ASSIGN_OR_RETURN(auto nodes,
+                                rdzv_->RoundNodes(info, Deadline::After(o_.rdzv.join_timeout)));
         for (const auto& n : nodes) {
           so.remote_hosts.push_back(net::ResolveIpv4(n.addr).value_or(n.addr));
         }
@@ -737,7 +739,7 @@ void Agent::Impl::PublishStatus() {
     // What a user reads as restarts is what happened to this node's workers: restarted
     // (new processes) or re-formed live (the same processes); the job-wide budget spent
     // (failures and lost nodes, re-forms included) is shown beside max_restarts.
-    s["restarts"] = worker_restarts_;
+    s["restarts"] = std::max(0, starts_ - 1);  // worker groups started after the first
     s["reforms"] = live_reforms_;
     s["budget_used"] = info_->restart_count;
   }
@@ -928,11 +930,6 @@ void Agent::Impl::RecordRound(const RendezvousInfo& info, bool first, bool live)
                              : fmt::format("world size {}, restart {} of {}", info.WorldSize(),
                                            info.restart_count, o_.spec.max_restarts)}});
   if (live) {
-    ++live_reforms_;
-  } else if (!first) {
-    ++worker_restarts_;
-  }
-  if (live) {
     reg.GetCounter("cohort_agent_live_reconfigurations_total",
                    "Rounds this node's workers joined without a restart")
         .Add();
@@ -1039,6 +1036,7 @@ bool Agent::Impl::Announce(const RendezvousInfo& info) {
   }
   reform_started_ = SteadyClock::now();
   reform_deadline_ = Deadline::After(ReconfigTimeout());
+  ++live_reforms_;  // counted once announced: a failed announcement restarts them instead
   state_ = WorkerState::kHealthy;
   for (const auto& w : workers_) PublishWorker(w);
   PublishStatus();

@@ -6,6 +6,7 @@
 #include <pthread.h>
 
 #include <deque>
+#include <system_error>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -31,7 +32,12 @@ class GrowingPool final : public httplib::TaskQueue {
     MutexLock lock(&mu_);
     jobs_.push_back(std::move(fn));
     if (jobs_.size() > idle_ && threads_.size() < kMaxThreads) {
-      threads_.emplace_back([this] { Work(); });
+      try {
+        threads_.emplace_back([this] { Work(); });
+      } catch (const std::system_error&) {
+        // No thread to be had (a pids cgroup, RLIMIT_NPROC): the connection waits for one
+        // of the running threads, as in a fixed pool; the agent goes on.
+      }
     }
     work_.Signal();
   }

@@ -320,7 +320,30 @@ Result<std::optional<uint32_t>> LocalPeerUid(int fd) {
       answer->nlmsg_len < NLMSG_LENGTH(sizeof(inet_diag_msg))) {
     return Internal("unexpected sock_diag answer (type {})", answer->nlmsg_type);
   }
+  // The kernel's lookup falls back to a listening socket on the destination port, and a
+  // socket in TIME_WAIT reports uid 0: only a connected socket with exactly the asked
+  // four-tuple names the peer's owner. Anything else is not a socket of this host's that
+  // can be trusted: the peer is treated as another host.
   const auto* msg = static_cast<const inet_diag_msg*>(NLMSG_DATA(answer));
+  constexpr uint8_t kEstablished = 1;  // TCP_ESTABLISHED
+  const auto& got = msg->id;
+  const auto& want = ask.request.id;
+  bool same = msg->idiag_state == kEstablished && got.idiag_sport == want.idiag_sport &&
+              got.idiag_dport == want.idiag_dport;
+  if (same && msg->idiag_family == ask.request.sdiag_family) {
+    const size_t words = msg->idiag_family == AF_INET ? 1 : 4;
+    same = std::equal(got.idiag_src, got.idiag_src + words, want.idiag_src) &&
+           std::equal(got.idiag_dst, got.idiag_dst + words, want.idiag_dst);
+  } else if (same && msg->idiag_family == AF_INET6 && ask.request.sdiag_family == AF_INET) {
+    // An IPv6 socket connected to an IPv4 address: its addresses are v4-mapped.
+    auto mapped = [](const uint32_t* a, uint32_t v4) {
+      return a[0] == 0 && a[1] == 0 && a[2] == htonl(0xffff) && a[3] == v4;
+    };
+    same = mapped(got.idiag_src, want.idiag_src[0]) && mapped(got.idiag_dst, want.idiag_dst[0]);
+  } else {
+    same = false;
+  }
+  if (!same) return std::optional<uint32_t>();
   return std::optional<uint32_t>(msg->idiag_uid);
 }
 

@@ -77,8 +77,10 @@ Result<std::string> ResolveIpv4(std::string_view host);
 bool IsLocalHost(std::string_view host);
 // The user that owns the other end of the accepted TCP connection `fd` when that end is a
 // socket of this host (this network namespace), found through the kernel's socket
-// diagnostics (NETLINK_SOCK_DIAG, as `ss -e` shows it); nullopt when the peer is another
-// host. An error when the kernel cannot be asked.
+// diagnostics (NETLINK_SOCK_DIAG, as `ss -e` shows it), when that socket is connected and
+// has exactly this connection's addresses and ports; nullopt otherwise (the peer is another
+// host, or its socket is already closing, or the kernel named a listener instead). An
+// error when the kernel cannot be asked.
 Result<std::optional<uint32_t>> LocalPeerUid(int fd);
 // The hostname of this machine (uname nodename).
 std::string HostName();

@@ -86,6 +86,9 @@ Result<std::string> SubstituteTemplatesInYaml(
   }
   Status status;
   size_t filled = 0;  // templates found in scalar values
+  // A YAML alias (*x) is the node its anchor (&x) names: each node is filled in once, or a
+  // value would be filled in again (its text read as templates) and counted twice.
+  std::vector<YAML::Node> seen;
   // Nodes are references into the document: assigning to one changes it in place.
   std::function<void(YAML::Node, int)> fill = [&](YAML::Node node, int depth) {
     if (!status.ok()) return;
@@ -93,6 +96,10 @@ Result<std::string> SubstituteTemplatesInYaml(
       status = InvalidArgument("the document nests deeper than 256 levels");
       return;
     }
+    for (const auto& s : seen) {
+      if (s.is(node)) return;
+    }
+    seen.push_back(node);
     if (node.IsScalar()) {
       if (node.Scalar().find("{{") == std::string::npos) return;
       auto inner = FindTemplates(node.Scalar());

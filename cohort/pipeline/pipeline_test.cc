@@ -176,6 +176,17 @@ TEST(PipelineTemplatesTest, ValuesFillYamlFieldsAndNeverAddOnes) {
   YAML::Node filled = YAML::Load(*unquoted);
   EXPECT_EQ(filled["max_steps"].as<std::string>(), "5\nx: 1");
   EXPECT_FALSE(filled["x"]);
+  // An alias is its anchor's node: filled in once (a value holding "{{...}}" is not read
+  // again as a template).
+  auto aliased = SubstituteTemplatesInYaml("a: &x \"{{params.p}}\"\nb: *x\n",
+                                           [](const Ref& r) -> Result<std::string> {
+                                             return std::string(r.param == "p" ? "{{params.q}}"
+                                                                               : "Q");
+                                           });
+  ASSERT_TRUE(aliased.ok()) << aliased.status().ToString();
+  YAML::Node twice = YAML::Load(*aliased);
+  EXPECT_EQ(twice["a"].as<std::string>(), "{{params.q}}");
+  EXPECT_EQ(twice["b"].as<std::string>(), "{{params.q}}");
   // One in a key or a comment cannot be filled in as a value: said so, with the fix.
   auto in_comment = SubstituteTemplatesInYaml("a: 1  # {{params.n}}\n", five);
   EXPECT_EQ(in_comment.status().code(), StatusCode::kInvalidArgument);
