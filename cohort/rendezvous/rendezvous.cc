@@ -474,17 +474,7 @@ Result<Rendezvous::Published> Rendezvous::PublishLayout(int64_t round, int64_t m
     }
     // Bounded by the join's deadline, not one call's: N records are N/1,000 range requests
     // on etcd, and under a 10,000-node join's load they took slot 1 over 30 s (it failed).
-    COHORT_ASSIGN_OR_RETURN(std::vector<std::string> records, UntilDeadline(join_deadline, [&] {
-                              return store_->ReadAppended(RoundKey(round, "slot"),
-                                                          RoundKey(round, "node"), 1, members,
-                                                          join_deadline);
-                            }));
-    std::vector<NodeInfo> nodes;
-    nodes.reserve(records.size());
-    for (const auto& r : records) {
-      COHORT_ASSIGN_OR_RETURN(NodeInfo node, NodeInfo::FromJson(r));
-      nodes.push_back(std::move(node));
-    }
+    COHORT_ASSIGN_OR_RETURN(std::vector<NodeInfo> nodes, ReadNodes(round, members, join_deadline));
     const Published ours{RoundLayout::FromNodes(nodes), std::move(nodes[0])};
     COHORT_ASSIGN_OR_RETURN(std::string text, RequestUntilDeadline(join_deadline, [&](Deadline d) {
                               return store_->CompareSet(RoundKey(round, "layout"), "",
@@ -501,10 +491,16 @@ Result<Rendezvous::Published> Rendezvous::PublishLayout(int64_t round, int64_t m
 
 Result<std::vector<NodeInfo>> Rendezvous::RoundNodes(const RendezvousInfo& info,
                                                      Deadline deadline) {
-  COHORT_ASSIGN_OR_RETURN(std::vector<std::string> records,
-                          store_->ReadAppended(RoundKey(info.round, "slot"),
-                                               RoundKey(info.round, "node"), 1,
-                                               info.group_world_size, deadline));
+  return ReadNodes(info.round, info.group_world_size, deadline);
+}
+
+Result<std::vector<NodeInfo>> Rendezvous::ReadNodes(int64_t round, int64_t members,
+                                                    Deadline deadline) {
+  COHORT_ASSIGN_OR_RETURN(std::vector<std::string> records, UntilDeadline(deadline, [&] {
+                            return store_->ReadAppended(RoundKey(round, "slot"),
+                                                        RoundKey(round, "node"), 1, members,
+                                                        deadline);
+                          }));
   std::vector<NodeInfo> nodes;
   nodes.reserve(records.size());
   for (const auto& r : records) {

@@ -202,6 +202,9 @@ class Rendezvous {
     bool closed_known = false;          // whether `closed` below is that of `round`
     std::optional<std::string> closed;  // the round's member count once it is closed
   };
+  // The N node records of `round`, in slot order, read again on a timeout until `deadline`
+  // (Next's layout publication and RoundNodes).
+  Result<std::vector<NodeInfo>> ReadNodes(int64_t round, int64_t members, Deadline deadline);
   Result<JobState> ReadJobState(Deadline retry_until);
   // (A compare-and-set from absent: made again when it times out, until `retry_until`.)
   Status AdvanceRound(int64_t round, Deadline retry_until);

@@ -276,16 +276,16 @@ class TorchStoreServer::Impl {
     return true;
   }
 
+  // The bytes `key` holds (its name and value; 0 when missing): stored_bytes_ is their sum,
+  // kept by adding Held(key) after a change minus Held(key) before it.
+  int64_t Held(const std::string& key) const {
+    const std::string* v = state_.Find(key);
+    return v ? static_cast<int64_t>(key.size() + v->size()) : 0;
+  }
   // Whether setting `key` to `bytes` bytes keeps the store within its limit.
   bool Fits(const std::string& key, size_t bytes) const {
-    const std::string* old = state_.Find(key);
-    const size_t now = static_cast<size_t>(stored_bytes_) -
-                       (old ? key.size() + old->size() : 0);
-    return now + key.size() + bytes <= o_.max_store_bytes;
-  }
-  void Account(const std::string& key, const std::string* before, const std::string* after) {
-    stored_bytes_ += (after ? static_cast<int64_t>(key.size() + after->size()) : 0) -
-                     (before ? static_cast<int64_t>(key.size() + before->size()) : 0);
+    return static_cast<size_t>(stored_bytes_ - Held(key)) + key.size() + bytes <=
+           o_.max_store_bytes;
   }
 
   // Handles the whole request in c->pending. Protocol: see the top of this file.
@@ -300,12 +300,9 @@ class TorchStoreServer::Impl {
       case kSet: {
         const std::string& key = p.strs[0];
         if (!Fits(key, p.strs[1].size())) return full(key, p.strs[1].size());
-        const std::string* old = state_.Find(key);
-        const size_t old_size = old ? old->size() : 0;
-        const bool had = old != nullptr;
+        const int64_t before = Held(key);
         state_.Set(key, p.strs[1]);
-        stored_bytes_ += static_cast<int64_t>(p.strs[1].size()) -
-                         static_cast<int64_t>(old_size) + (had ? 0 : key.size());
+        stored_bytes_ += Held(key) - before;
         Notify();
         return;
       }
@@ -317,11 +314,10 @@ class TorchStoreServer::Impl {
           return;
         }
         if (!Fits(key, p.strs[2].size())) return full(key, p.strs[2].size());
-        const std::string before = old ? *old : std::string();
         const bool had = old != nullptr;
+        const int64_t before = Held(key);
         Send(c, Value(state_.CompareSet(key, p.strs[1], p.strs[2])));
-        const std::string* now = state_.Find(key);
-        Account(key, had ? &before : nullptr, now);
+        stored_bytes_ += Held(key) - before;
         if (!had) Notify();
         return;
       }
@@ -333,13 +329,11 @@ class TorchStoreServer::Impl {
       case kAdd: {
         const std::string& key = p.strs[0];
         if (!Fits(key, 24)) return full(key, 24);
-        const std::string* old = state_.Find(key);
-        const std::string before = old ? *old : std::string();
-        const bool had = old != nullptr;
+        const int64_t before = Held(key);
         auto r = state_.Add(key, p.number);
         if (!r.ok()) return CloseFor(c, fmt::format("add to '{}': {}", key.substr(0, 100),
                                                     r.status().message()));
-        Account(key, had ? &before : nullptr, state_.Find(key));
+        stored_bytes_ += Held(key) - before;
         Send(c, Int(*r));
         Notify();
         return;
@@ -361,8 +355,7 @@ class TorchStoreServer::Impl {
         Send(c, Int(state_.size()));
         return;
       case kDelete: {
-        const std::string* old = state_.Find(p.strs[0]);
-        if (old) stored_bytes_ -= static_cast<int64_t>(p.strs[0].size() + old->size());
+        stored_bytes_ -= Held(p.strs[0]);
         Send(c, Int(state_.Delete(p.strs[0]) ? 1 : 0));
         return;
       }

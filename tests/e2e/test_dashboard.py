@@ -45,7 +45,8 @@ def start_training(cohort, tmp_path, marker, extra=()):
     return proc, tmp_path / "run.log"
 
 
-def stop(proc, marker):
+def interrupt(proc):
+    """Ctrl-C to a launcher's group, SIGKILL after 30 s."""
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGINT)
         try:
@@ -53,6 +54,10 @@ def stop(proc, marker):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def stop(proc, marker):
+    interrupt(proc)
     assert U.kill_marker_procs(marker) == []
 
 
@@ -283,13 +288,6 @@ def test_a_live_reform_is_counted_as_a_reform_not_a_restart(cohort, need_train, 
         assert top.returncode == 0, top.stderr
         assert "REFORMS" in top.stdout, top.stdout
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGINT)
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+        for p in reversed(procs):  # the joining node first, the store's host last
+            interrupt(p)
         assert U.kill_marker_procs(marker) == []
