@@ -305,7 +305,9 @@ Result<std::optional<uint32_t>> LocalPeerUid(int fd) {
     return ErrnoStatus("sock_diag request", err);
   }
   alignas(nlmsghdr) char buf[8192];
-  const ssize_t n = ::recv(nl, buf, sizeof(buf), 0);
+  ssize_t n;
+  while ((n = ::recv(nl, buf, sizeof(buf), 0)) < 0 && errno == EINTR) {
+  }
   const int err = errno;
   ::close(nl);
   if (n < 0) return ErrnoStatus("sock_diag answer", err);
