@@ -6,7 +6,7 @@ restarting its processes (cohort's live reconfiguration, docs/multinode.md):
         -- examples/torch_live_reconfig.py --steps 2000 --ckpt-dir /shared/ckpt
 
 When a node is lost the survivors' step fails (or is interrupted), they re-form the
-"cohort" process group at the new rank and world size, take the newest state among them
+process group (the `cohort` backend, or --backend gloo) at the new rank and world size, take the newest state among them
 and go on; a node that joins receives the model, optimizer state and step from the others.
 Under torchrun, or with COHORT_LIVE_RECONFIG=0, it is an ordinary elastic script: every
 membership change restarts it and it resumes from its checkpoint.
@@ -124,11 +124,12 @@ def main(argv):
     ap.add_argument("--ckpt-every", type=int, default=10)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--step-sleep", type=float, default=0.0)
+    ap.add_argument("--backend", default="cohort", help="cohort, gloo or nccl")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     if args.ckpt_dir:
         os.makedirs(args.ckpt_dir, exist_ok=True)
-    dist.init_process_group("cohort", init_method="env://")
+    dist.init_process_group(args.backend, init_method="env://")
     live = cohort_torch.live.start()  # None under torchrun or with COHORT_LIVE_RECONFIG=0
     t = Trainer(args)
     t.formed(live, had_state=False)
@@ -137,14 +138,19 @@ def main(argv):
             if live is not None and live.pending():
                 raise RuntimeError("a new membership was announced")
             t.one_step()
+            continue
         except RuntimeError as error:
             if live is None:
                 raise
-            began = time.monotonic()
-            live.reform(error)
-            t.formed(live, had_state=True)
-            print("rank %d: re-formed live in %.0f ms at step %d" % (
-                dist.get_rank(), 1000 * (time.monotonic() - began), t.step), flush=True)
+            why = str(error)  # only the text: the traceback holds the failed step's tensors
+        began = time.monotonic()
+        # Nothing may keep the old group alive: with gloo, its connections close only when
+        # the group is destroyed, and a peer blocked on them waits until then.
+        t.ddp = None
+        live.reform(why)
+        t.formed(live, had_state=True)
+        print("rank %d: re-formed live in %.0f ms at step %d" % (
+            dist.get_rank(), 1000 * (time.monotonic() - began), t.step), flush=True)
     print("rank %d digest %s" % (dist.get_rank(), digest(t.model)), flush=True)
     dist.barrier()
     dist.destroy_process_group()

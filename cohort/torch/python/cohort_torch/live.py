@@ -2,7 +2,9 @@
 reconfiguration"): under `cohort run` across nodes, a worker that uses this module keeps its
 process, model and optimizer through a node loss or join; it re-forms the "cohort" process
 group at the new rank and world size between steps, and a newcomer receives the state from
-the others instead of reading a checkpoint.
+the others instead of reading a checkpoint. Any backend: the group is re-formed with the
+one the script chose (gloo, nccl, cohort). cohort_torch.elastic builds a training loop on
+this in a few lines; this module is its lower layer.
 
     import cohort_torch.live
     dist.init_process_group("cohort")
@@ -71,6 +73,8 @@ class Live:
         self._secret = secret
         self.round = round_  # the round the current group was formed in
         self.timeout = _seconds("COHORT_RECONFIG_TIMEOUT", 60.0)
+        # Re-formed groups use the script's own backend (gloo, nccl or cohort).
+        self.backend = dist.get_backend() if dist.is_initialized() else "cohort"
         self._lock = threading.Lock()
         self._stop = threading.Event()
         # The watcher keeps it current. Raises when the channel is not the agent's own.
@@ -112,9 +116,10 @@ class Live:
             interrupted = notice["round"]
 
     def reform(self, error=None):
-        """Waits for the new membership (after `error`, a failed collective, telling the agent
-        that a peer went away unless a notice explains it), then replaces the default process
-        group with one at the new rank and world size. A group that does not form (its round
+        """Waits for the new membership (after `error`, a failed collective or its text,
+        telling the agent that a peer went away unless a notice explains it), then replaces
+        the default process group with one of the same backend at the new rank and world
+        size. A group that does not form (its round
         ended meanwhile) is reported like a failed collective and the next one is formed.
         Returns the notice of the round formed."""
         deadline = time.monotonic() + 2 * self.timeout  # the agent decides; this bounds it
@@ -143,7 +148,7 @@ class Live:
                 dist.distributed_c10d._group_count = 0
                 try:
                     dist.init_process_group(
-                        "cohort", init_method="env://",
+                        self.backend, init_method="env://",
                         timeout=datetime.timedelta(seconds=2 * self.timeout))
                 except RuntimeError as failed:
                     self.round = notice["round"]  # the round that did not form

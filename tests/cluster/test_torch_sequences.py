@@ -1,0 +1,213 @@
+"""The sequences of membership changes a long PyTorch job meets, on network-namespace hosts
+(one `cohort run` agent per host, the embedded store on host 0), for both ways a PyTorch
+script keeps its processes and both CPU backends:
+
+- scripts: examples/torch_live_reconfig.py (cohort_torch.live, the lower layer) and
+  examples/fashion_elastic.py (cohort_torch.elastic: the plain DDP script
+  examples/fashion_ddp.py with 8 changed lines, training on Fashion-MNIST);
+- backends: `cohort` and gloo.
+
+Sequences:
+- loss -> join -> loss (and so join -> loss): 3 nodes; node 2 is SIGKILLed and the
+  survivors re-form as 2 ranks with the same PIDs; a new node 2 joins and the 3 ranks
+  include those PIDs, the newcomer having received the state from the others (it did not
+  read the checkpoint); node 1 is SIGKILLed and the survivors re-form as 2 again. Every
+  rank of every group reports the same world size; the job ends with equal parameter
+  digests on ranks 0 and 1, and no agent restarted its workers.
+- a loss during a re-form: node 2's worker is frozen (SIGSTOP) and node 1 is SIGKILLed, so
+  the group of the next round cannot form; then node 2 is SIGKILLed: node 0's worker, the
+  same process, re-forms alone (--nnodes 1:3) and finishes.
+
+Needs root (skipped otherwise).
+"""
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import netns  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent.parent
+BIN = Path(os.environ.get("COHORT_BIN", REPO / "build/dev/cohort/cli/cohort"))
+JOB_TIMEOUT = 180
+SCRIPTS = ("live", "elastic")
+BACKENDS = ("cohort", "gloo")
+
+pytestmark = [
+    pytest.mark.skipif(netns.available() is not None, reason=str(netns.available())),
+    pytest.mark.skipif(not os.path.exists("/usr/bin/python3"), reason="no Debian python3"),
+]
+
+# `rank R of W round N pid P` (the example) or `cohort_torch.elastic: rank R of W round N
+# pid P step S ...` (the elastic API): one line per rank each time a group forms.
+GROUP_RE = re.compile(r"^\[rank\d+\]: (?:cohort_torch\.elastic: )?rank (\d+) of (\d+) "
+                      r"round (\d+) pid (\d+)", re.M)
+DIGEST_RE = re.compile(r"^\[rank\d+\]: rank (\d+) digest (\w+)$", re.M)
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    made = []
+
+    def make(n):
+        c = netns.Cluster(n, tmp_path)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.close()
+
+
+def script_argv(script, backend, ckpt, length):
+    """The training program; `length` scales how long it trains (about 6 s of training at
+    3 ranks per unit)."""
+    if script == "live":
+        return [str(REPO / "examples/torch_live_reconfig.py"), "--steps", str(150 * length),
+                "--ckpt-dir", str(ckpt), "--step-sleep", "0.02", "--backend", backend]
+    return [str(REPO / "examples/fashion_elastic.py"), "--epochs", str(2 * length),
+            "--limit", "3000", "--batch", "16", "--ckpt", str(ckpt / "fashion.pt"),
+            "--step-sleep", "0.02", "--backend", backend]
+
+
+def start(c, i, nnodes, script, backend, ckpt, length, name=None):
+    argv = [str(BIN), "run", "--nnodes", nnodes, "--nproc-per-node", "1",
+            "--rdzv-endpoint", "%s:29400" % c.addr(0), "--rdzv-id", c.tag,
+            "--local-addr", c.addr(i), "--max-restarts", "3",
+            "--rdzv-conf", "join_timeout=60,last_call_timeout=1,keep_alive_interval=0.5,"
+                           "keep_alive_max_attempt=6",
+            "--", *script_argv(script, backend, ckpt, length)]
+    env = dict(os.environ)
+    for k in list(env):
+        if k.startswith(("PET_", "TORCHELASTIC_")) or k in ("RANK", "WORLD_SIZE"):
+            del env[k]
+    env.update(COHORT_TOKEN="t" + c.tag, COHORT_HOST_ID="host%d" % i, COHORT_COMM_TIMEOUT="8",
+               OMP_NUM_THREADS="1", COHORT_PYTHON="/usr/bin/python3",
+               COHORT_RECONFIG_TIMEOUT="60", GLOO_SOCKET_IFNAME="eth0")
+    return c.start(i, argv, env, name or "node%d" % i)
+
+
+def out(procs):
+    return "".join(p.stdout for p in procs)
+
+
+def groups(procs):
+    """{round: {rank: (world, pid)}} from every rank's group line."""
+    seen = {}
+    for m in GROUP_RE.finditer(out(procs)):
+        seen.setdefault(int(m.group(3)), {})[int(m.group(1))] = (int(m.group(2)),
+                                                                 int(m.group(4)))
+    return seen
+
+
+def wait_group(procs, world, after, timeout=120, keep=frozenset()):
+    """Waits for a round after `after` whose ranks 0..world-1 all report `world` and whose
+    processes include `keep`; returns (round, {pids})."""
+    found = {}
+
+    def formed():
+        for rnd, ranks in sorted(groups(procs).items()):
+            pids = {p for _, p in ranks.values()}
+            if rnd > after and sorted(ranks) == list(range(world)) and \
+                    {w for w, _ in ranks.values()} == {world} and keep <= pids:
+                found.update(round=rnd, pids=pids)
+                return True
+        return False
+    netns.wait_for(formed, timeout, "a group of %d ranks after round %d keeping %s" % (
+        world, after, sorted(keep)))
+    return found["round"], found["pids"]
+
+
+def wait_training(procs, rnd, timeout=60):
+    """Waits until the group of round `rnd` made a step (a line after its group lines)."""
+    step_re = re.compile(r"^\[rank0\]: (?:step \d+ loss|epoch \d+ loss)", re.M)
+
+    def stepped():
+        for p in procs:
+            m = re.search(r"^\[rank0\]: (?:cohort_torch\.elastic: )?rank 0 of \d+ round %d "
+                          % rnd, p.stdout, re.M)
+            if m and step_re.search(p.stdout, m.end()):
+                return True
+        return False
+    netns.wait_for(stepped, timeout, "round %d training" % rnd)
+
+
+def assert_clean_end(procs, world):
+    for p in procs:
+        assert p.wait(JOB_TIMEOUT) == 0, p.describe()
+    err = "".join(p.stderr for p in procs)
+    assert "restarting the workers" not in err, err[-4000:]
+    assert "did not re-form" not in err, err[-4000:]
+    digests = {int(r): d for r, d in DIGEST_RE.findall(out(procs))}
+    assert sorted(digests) == list(range(world)), digests
+    assert len(set(digests.values())) == 1, digests
+
+
+def read_checkpoint(script, text):
+    return ("resumed from /" in text) if script == "elastic" else ("resumed at step" in text)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_loss_join_loss(cluster, tmp_path, script, backend):
+    c = cluster(3)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    nodes = [start(c, i, "2:3", script, backend, ckpt, 6) for i in range(3)]
+    r3, pids3 = wait_group(nodes, 3, after=-1)
+    wait_training(nodes, r3)
+    t = time.monotonic()
+    nodes[2].kill()
+    survivors = nodes[:2]
+    r2, pids2 = wait_group(survivors, 2, after=r3, keep=frozenset())
+    assert pids2 <= pids3, (pids2, pids3)  # the survivors kept their processes
+    print("\n[%s/%s] loss: re-formed as 2 in %.1f s" % (script, backend, time.monotonic() - t))
+    wait_training(survivors, r2)
+    t = time.monotonic()
+    newcomer = start(c, 2, "2:3", script, backend, ckpt, 6, "node2-again")
+    procs = survivors + [newcomer]
+    r3b, pids3b = wait_group(procs, 3, after=r2, keep=frozenset(pids2))
+    print("[%s/%s] join: 3 ranks in %.1f s" % (script, backend, time.monotonic() - t))
+    assert not read_checkpoint(script, newcomer.stdout), newcomer.stdout[-2000:]
+    wait_training(procs, r3b)
+    t = time.monotonic()
+    nodes[1].kill()
+    last = [nodes[0], newcomer]
+    r2b, pids2b = wait_group(last, 2, after=r3b)
+    assert pids2b <= pids3b, (pids2b, pids3b)
+    print("[%s/%s] second loss: re-formed as 2 in %.1f s" % (script, backend,
+                                                             time.monotonic() - t))
+    assert_clean_end(last, 2)
+    # Node 0's worker lived through all of it: one process in every group.
+    node0_pid = {pid for rank, (w, pid) in groups(nodes[:1])[r3].items()}
+    for rnd in (r3, r2, r3b, r2b):
+        assert node0_pid <= {p for _, p in groups(nodes + [newcomer])[rnd].values()}, rnd
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_loss_during_a_reform(cluster, tmp_path, script, backend):
+    c = cluster(3)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    nodes = [start(c, i, "1:3", script, backend, ckpt, 4) for i in range(3)]
+    r3, pids3 = wait_group(nodes, 3, after=-1)
+    wait_training(nodes, r3)
+    node2_pid = groups(nodes[2:])[r3]
+    (frozen,) = {pid for _, pid in node2_pid.values()}
+    (node0_pid,) = {pid for _, pid in groups(nodes[:1])[r3].values()}
+    os.kill(frozen, signal.SIGSTOP)  # node 2's worker cannot join the next group
+    nodes[1].kill()
+    netns.wait_for(lambda: "keeping the workers, world size 2" in nodes[0].stderr, 60,
+                   "the survivors' agents to announce a group of 2")
+    t = time.monotonic()
+    nodes[2].kill()
+    r1, pids1 = wait_group(nodes[:1], 1, after=r3, keep=frozenset({node0_pid}))
+    print("\n[%s/%s] second loss during a re-form: node 0 alone in %.1f s" % (
+        script, backend, time.monotonic() - t))
+    assert_clean_end(nodes[:1], 1)
