@@ -43,13 +43,20 @@ COHORT = REPO / "build/dev/cohort/cli/cohort"
 SCRIPT = REPO / "examples/torch_live_reconfig.py"
 PY = "/usr/bin/python3"
 TORCHRUN = "/usr/bin/torchrun"
-KINDS = ("cohort-live", "cohort-restart", "torchrun")
+ELASTIC = REPO / "bench/elastic_worker.py"
+KINDS = ("cohort-live", "cohort-restart", "torchrun", "elastic-cohort", "elastic-gloo",
+         "elastic-torchrun")
 
 
 def launcher_argv(kind, c, i, work, steps):
-    script = [str(SCRIPT), "--steps", str(steps), "--ckpt-dir", str(work / "ckpt"),
-              "--ckpt-every", "1", "--step-sleep", "0.01"]
-    if kind.startswith("cohort"):
+    if kind.startswith("elastic"):  # cohort_torch.elastic; under torchrun on gloo
+        backend = "cohort" if kind == "elastic-cohort" else "gloo"
+        script = [str(ELASTIC), "--backend", backend]
+    else:
+        script = [str(SCRIPT)]
+    script += ["--steps", str(steps), "--ckpt-dir", str(work / "ckpt"), "--ckpt-every", "1",
+               "--step-sleep", "0.01"]
+    if kind.startswith("cohort") or kind in ("elastic-cohort", "elastic-gloo"):
         inner = [str(COHORT), "run", "--nnodes", "2:3", "--nproc-per-node", "1",
                  "--rdzv-endpoint", "%s:29400" % c.addr(0), "--rdzv-id", "bench",
                  "--local-addr", c.addr(i), "--max-restarts", "3",
