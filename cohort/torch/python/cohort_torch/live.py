@@ -147,18 +147,64 @@ class Live:
                 # group's store barrier is keyed by that count: keep it a newcomer's.
                 dist.distributed_c10d._group_count = 0
                 try:
-                    dist.init_process_group(
-                        self.backend, init_method="env://",
-                        timeout=datetime.timedelta(seconds=2 * self.timeout))
-                except RuntimeError as failed:
+                    store = self._round_store(notice, deadline)
+                    if store is not None:
+                        dist.init_process_group(
+                            self.backend, store=store, rank=notice["rank"],
+                            world_size=notice["world_size"],
+                            timeout=datetime.timedelta(seconds=2 * self.timeout))
+                except (RuntimeError, OSError) as failed:
                     self.round = notice["round"]  # the round that did not form
                     error = failed
+                    continue
+                if store is None:  # a newer round was announced: form that one
+                    error = None
                     continue
                 self.round = notice["round"]
             _C.write_formed(self.directory, self.local_rank, self.round)
             return notice
 
+    def _round_store(self, notice, deadline):
+        """The torch store of the notice's round (node 0's agent serves a new one every
+        round), as env:// makes it; None when a newer round was announced meanwhile. A
+        round that ended has no store any more, and torch's client retries a refused
+        connection for its whole timeout without letting other threads run: so the
+        connection is tried a second at a time, reading the agent's newest notice between
+        tries."""
+        while True:
+            newest = self._read_notice()
+            if newest is not None and newest["round"] > notice["round"]:
+                self._newest = newest
+                return None
+            try:
+                store = dist.TCPStore(notice["master_addr"], notice["master_port"],
+                                      notice["world_size"], False,
+                                      datetime.timedelta(seconds=1))
+                break
+            except (RuntimeError, OSError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        store.set_timeout(datetime.timedelta(seconds=2 * self.timeout))
+        # The keys env:// and init_process_group use (under an agent that serves the store,
+        # TORCHELASTIC_USE_AGENT_STORE), so that newcomers, which form with env://, meet
+        # this rank.
+        attempt = dist.PrefixStore("/worker/attempt_%d" % notice["restart_count"], store)
+        return dist.PrefixStore("default_pg", attempt)
+
+    def _read_notice(self):
+        """The agent's newest notice, read now (the watcher's copy may lag while this thread
+        holds the interpreter); None when there is none or it is not the agent's."""
+        try:
+            return _C.read_notice(self.directory, self.local_rank, self._secret)
+        except RuntimeError:
+            return None
+
     def _await(self, error, deadline):
+        newest = self._read_notice()
+        if newest is not None and (self._newest is None or
+                                   newest["round"] > self._newest["round"]):
+            self._newest = newest
         notice = self.pending()
         if notice is None and error is not None:
             rank = dist.get_rank() if dist.is_initialized() else -1
