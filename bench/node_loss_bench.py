@@ -82,9 +82,10 @@ def last_step(text):
     return max(steps) if steps else -1
 
 
-def one_run(kind, scenario, steps):
+def one_run(kind, scenario, steps, keep=None):
     with tempfile.TemporaryDirectory(prefix="nodeloss-") as d:
-        work = Path(d)
+        work = Path(tempfile.mkdtemp(prefix="%s-%s-" % (scenario, kind), dir=keep)) if keep \
+            else Path(d)
         c = netns.Cluster(3, work)
         try:
             c.name_hosts()
@@ -133,6 +134,7 @@ def main():
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--scenarios", default="loss,join")
     ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--keep", help="keep each run's logs in a directory under this one")
     args = ap.parse_args()
     if netns.available():
         sys.exit("node_loss_bench: " + netns.available())
@@ -144,7 +146,7 @@ def main():
             order = kinds[rep % len(kinds):] + kinds[:rep % len(kinds)]
             for kind in order:
                 try:
-                    secs, again, rcs = one_run(kind, scenario, args.steps)
+                    secs, again, rcs = one_run(kind, scenario, args.steps, args.keep)
                     print("%s rep %d %-14s %.2f s%s, exit %s" % (
                         scenario, rep + 1, kind, secs,
                         "" if again is None else ", %d step(s) redone" % again, rcs), flush=True)
