@@ -136,6 +136,8 @@ def main():
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--keep", help="keep each run's logs in a directory under this one")
     args = ap.parse_args()
+    if args.keep:
+        os.makedirs(args.keep, exist_ok=True)
     if netns.available():
         sys.exit("node_loss_bench: " + netns.available())
     kinds = args.kinds.split(",")

@@ -76,6 +76,11 @@ def test_exit_status_and_traceback_as_fresh(cohort, need_torch, launcher, tmp_pa
         p = run_probe(cohort, launcher, tmp_path, name, extra, args=args, nproc=1)
         assert p.p.returncode != 0, p.describe()
         assert re.search(expect, p.stderr), p.describe()
+        if "--raise" in args:  # the fast exit after a failure (warm) keeps these too
+            unclosed = tmp_path / "work" / "unclosed.txt"
+            assert unclosed.read_text() == "written before the failure\n", name
+            unclosed.unlink()
+            assert "probe atexit ran" in p.stdout, p.describe()
         runs[name] = p
     assert runs["warm"].p.returncode == runs["fresh"].p.returncode
     if "--raise" in args:

@@ -9,7 +9,8 @@ working directory, selected environment variables (os.environ and the C library'
 signal dispositions, the parent pid, a random number, whether torch is already imported,
 and whether this process was forked from cohort's warm interpreter (its /proc cmdline).
 Then exits with --exit N, raises an uncaught exception (--raise), or interrupts itself
-with SIGINT (--interrupt); --kill-first-attempt SIGKILLs rank 1 on the first attempt.
+with SIGINT (--interrupt; --raise leaves a file unclosed and an atexit handler);
+--kill-first-attempt SIGKILLs rank 1 on the first attempt.
 """
 import ctypes
 import json
@@ -61,6 +62,12 @@ def main():
             and os.environ.get("RANK") == "1"):
         os.kill(os.getpid(), signal.SIGKILL)
     if "--raise" in args:
+        # What a failing script still expects written: a file it never closed, an atexit
+        # handler's output.
+        unclosed = open("unclosed.txt", "w")
+        unclosed.write("written before the failure\n")
+        import atexit
+        atexit.register(lambda: print("probe atexit ran", flush=True))
         raise ValueError("probe raised on purpose")
     if "--interrupt" in args:
         os.kill(os.getpid(), signal.SIGINT)
