@@ -590,6 +590,10 @@ TEST_P(PeerFailureTest, SurvivorGetsAnErrorNamingThePeerWithinTheDeadline) {
   if (mode == "hang") {
     EXPECT_EQ(st.code(), StatusCode::kDeadlineExceeded) << st.ToString();
   }
+  if (transport == "tcp" && mode == "die") {
+    // The host of the peer that went away, not only its rank.
+    EXPECT_NE(st.message().find("rank 1 (at 127.0.0.1)"), std::string::npos) << st.ToString();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Peers, PeerFailureTest,

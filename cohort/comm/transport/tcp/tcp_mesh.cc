@@ -59,6 +59,7 @@ Result<std::unique_ptr<TcpMesh>> TcpMesh::Create(store::Store& store, const std:
     auto& frame = hello.Finish();
     COHORT_RETURN_IF_ERROR(sock->SendAll(frame.data(), frame.size(), deadline));
     mesh->peers_[peer] = std::move(sock).value();
+    mesh->where_[peer] = hp->first;
   }
   // Step 3.
   for (int accepted = 0; accepted < size - 1 - rank;) {
@@ -81,6 +82,8 @@ Result<std::unique_ptr<TcpMesh>> TcpMesh::Create(store::Store& store, const std:
     }
     int one = 1;
     ::setsockopt(sock.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    const std::string from = sock.PeerName();
+    mesh->where_[peer] = from.substr(0, from.rfind(':'));
     mesh->peers_[peer] = std::move(sock);
     ++accepted;
   }
@@ -120,6 +123,7 @@ class Exchange {
     int peer = -1;  // -1: this direction is unused
     int fd = -1;
     size_t bytes = 0;
+    std::string_view where;  // the peer's host, for errors
   };
   Exchange(int rank, const OpDesc& desc, Side send, const void* sbuf, Side recv, void* rbuf,
            size_t align, const TcpMesh::Consumer* consume, std::vector<char>& stage)
@@ -175,8 +179,8 @@ class Exchange {
       }
       if (k < 0 && errno == EINTR) continue;
       if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Status::Ok();
-      return Unavailable("{}: sending to rank {} failed: {} (did it exit or crash?)",
-                         desc_.ToString(), send_.peer, std::strerror(errno));
+      return Unavailable("{}: sending to rank {} (at {}) failed: {} (did it exit or crash?)",
+                         desc_.ToString(), send_.peer, send_.where, std::strerror(errno));
     }
     return Status::Ok();
   }
@@ -214,13 +218,13 @@ class Exchange {
         continue;
       }
       if (k == 0) {
-        return Unavailable("{}: rank {} closed its connection (did it exit or crash?)",
-                           desc_.ToString(), recv_.peer);
+        return Unavailable("{}: rank {} (at {}) closed its connection (did it exit or crash?)",
+                           desc_.ToString(), recv_.peer, recv_.where);
       }
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::Ok();
-      return Unavailable("{}: receiving from rank {} failed: {}", desc_.ToString(), recv_.peer,
-                         std::strerror(errno));
+      return Unavailable("{}: receiving from rank {} (at {}) failed: {}", desc_.ToString(),
+                         recv_.peer, recv_.where, std::strerror(errno));
     }
     return Status::Ok();
   }
@@ -280,8 +284,10 @@ class Exchange {
 Status TcpMesh::Transfer(int to, const void* sbuf, size_t ssize, int from, void* rbuf,
                          size_t rsize, size_t align, const Consumer* consume,
                          const OpDesc& desc, Deadline deadline) {
-  const Exchange::Side send{to, to >= 0 ? peers_[to].fd() : -1, ssize};
-  const Exchange::Side recv{from, from >= 0 ? peers_[from].fd() : -1, rsize};
+  const Exchange::Side send{to, to >= 0 ? peers_[to].fd() : -1, ssize,
+                            to >= 0 ? std::string_view(where_[to]) : std::string_view()};
+  const Exchange::Side recv{from, from >= 0 ? peers_[from].fd() : -1, rsize,
+                            from >= 0 ? std::string_view(where_[from]) : std::string_view()};
   return Exchange(rank_, desc, send, sbuf, recv, rbuf, align, consume, stage_).Run(deadline);
 }
 

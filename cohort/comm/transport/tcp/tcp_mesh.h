@@ -57,11 +57,14 @@ class TcpMesh {
   void Abort();
 
  private:
-  TcpMesh(int rank, int size) : rank_(rank), size_(size), peers_(size) {}
+  TcpMesh(int rank, int size) : rank_(rank), size_(size), peers_(size), where_(size) {}
   Status Transfer(int to, const void* sbuf, size_t ssize, int from, void* rbuf, size_t rsize,
                   size_t align, const Consumer* consume, const OpDesc& desc, Deadline deadline);
   const int rank_, size_;
   std::vector<net::Socket> peers_;
+  // Each peer's host as this rank knows it (the address it published, or the one it
+  // connected from): errors name the host of a peer that went away, not only its rank.
+  std::vector<std::string> where_;
   std::vector<char> stage_;  // receive staging for SendRecvStream
 };
 

@@ -364,6 +364,8 @@ def run(func):
                 why = None if isinstance(error, MembershipChanged) else \
                     (str(error).strip() or type(error).__name__)
             began = time.monotonic()
+            if why is not None:
+                state._live.report_lost(why)  # the agents form the next round meanwhile
             notice = state._reform(why)
             print("cohort_torch.elastic: rank %d re-formed live in %.0f ms at step %d "
                   "(round %d)" % (dist.get_rank(), 1000 * (time.monotonic() - began),

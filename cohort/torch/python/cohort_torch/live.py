@@ -75,6 +75,7 @@ class Live:
         self.timeout = _seconds("COHORT_RECONFIG_TIMEOUT", 60.0)
         # Re-formed groups use the script's own backend (gloo, nccl or cohort).
         self.backend = dist.get_backend() if dist.is_initialized() else "cohort"
+        self._reported = None  # the round whose loss of a peer was reported to the agent
         self._lock = threading.Lock()
         self._stop = threading.Event()
         # The watcher keeps it current. Raises when the channel is not the agent's own.
@@ -200,16 +201,26 @@ class Live:
         except RuntimeError:
             return None
 
-    def _await(self, error, deadline):
+    def report_lost(self, error):
+        """Tells the agent at once that a peer of the current group went away (`error`: the
+        failed collective or its text), unless a newer membership was announced already
+        (it explains the error) or this round was reported. reform(error) does it too; a
+        caller with cleaning up to do first (dropping DDP, collecting garbage) calls this
+        before, so that the agents form the next round meanwhile."""
         newest = self._read_notice()
         if newest is not None and (self._newest is None or
                                    newest["round"] > self._newest["round"]):
             self._newest = newest
+        if self.pending() is not None or error is None or self._reported == self.round:
+            return
+        rank = dist.get_rank() if dist.is_initialized() else -1
+        text = str(error).strip().splitlines()[0][:1000] if str(error).strip() else "error"
+        _C.write_lost(self.directory, self.local_rank, self.round, rank, text, self._secret)
+        self._reported = self.round
+
+    def _await(self, error, deadline):
+        self.report_lost(error)
         notice = self.pending()
-        if notice is None and error is not None:
-            rank = dist.get_rank() if dist.is_initialized() else -1
-            text = str(error).strip().splitlines()[0][:1000] if str(error).strip() else "error"
-            _C.write_lost(self.directory, self.local_rank, self.round, rank, text, self._secret)
         while notice is None:
             if time.monotonic() > deadline:
                 raise RuntimeError("cohort: no new membership announced after: %s" % error)
