@@ -7,7 +7,9 @@ Three network-namespace hosts (tests/cluster/netns.py; root), one launcher per h
 --nnodes 2:3, each running examples/torch_live_reconfig.py (the cohort torch backend for
 all three, checkpoint every step on the shared file system; under torchrun and with
 COHORT_LIVE_RECONFIG=0 the script restarts from the checkpoint, under cohort it re-forms in
-place). Events come from the script's BENCH_TIMES_FILE (a "first_step" line per rank after
+place). The elastic-* kinds run bench/elastic_worker.py instead (the same model written
+with cohort_torch.elastic): elastic-cohort and elastic-gloo under cohort run with that
+backend, elastic-torchrun under torchrun on gloo. Events come from the script's BENCH_TIMES_FILE (a "first_step" line per rank after
 the first step of each group it forms).
 
 - loss: 3 nodes train; host 2's launcher and worker are SIGKILLed; time from the kill to
@@ -22,7 +24,8 @@ last_call_timeout=1 (its default of 30 s would dominate); cohort uses last_call_
 and a 3 s dead-node timeout. Each host gets its own name (node<i>). Medians of --reps runs,
 the kinds alternating.
 
-    /usr/bin/python3 bench/node_loss_bench.py --reps 3
+    /usr/bin/python3 bench/node_loss_bench.py --reps 3 [--kinds elastic-gloo,torchrun]
+        [--scenarios loss] [--keep /tmp/runs]
 """
 import argparse
 import os
