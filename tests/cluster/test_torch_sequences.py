@@ -158,7 +158,7 @@ def test_loss_join_loss(cluster, tmp_path, script, backend):
     c = cluster(3)
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
-    nodes = [start(c, i, "2:3", script, backend, ckpt, 6) for i in range(3)]
+    nodes = [start(c, i, "2:3", script, backend, ckpt, 4) for i in range(3)]
     r3, pids3 = wait_group(nodes, 3, after=-1)
     wait_training(nodes, r3)
     t = time.monotonic()
@@ -169,7 +169,7 @@ def test_loss_join_loss(cluster, tmp_path, script, backend):
     print("\n[%s/%s] loss: re-formed as 2 in %.1f s" % (script, backend, time.monotonic() - t))
     wait_training(survivors, r2)
     t = time.monotonic()
-    newcomer = start(c, 2, "2:3", script, backend, ckpt, 6, "node2-again")
+    newcomer = start(c, 2, "2:3", script, backend, ckpt, 4, "node2-again")
     procs = survivors + [newcomer]
     r3b, pids3b = wait_group(procs, 3, after=r2, keep=frozenset(pids2))
     print("[%s/%s] join: 3 ranks in %.1f s" % (script, backend, time.monotonic() - t))
@@ -195,7 +195,7 @@ def test_loss_during_a_reform(cluster, tmp_path, script, backend):
     c = cluster(3)
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
-    nodes = [start(c, i, "1:3", script, backend, ckpt, 4) for i in range(3)]
+    nodes = [start(c, i, "1:3", script, backend, ckpt, 3) for i in range(3)]
     r3, pids3 = wait_group(nodes, 3, after=-1)
     wait_training(nodes, r3)
     node2_pid = groups(nodes[2:])[r3]
