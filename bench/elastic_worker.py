@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The training script of bench/node_loss_bench.py's elastic kinds: the model and batch of
 examples/torch_live_reconfig.py (an MLP on synthetic data), written with
-cohort_torch.elastic (ElasticSampler, State, run, commit) on the backend of --backend.
+cohort_torch.elastic (ElasticSampler, State, run, commit) on the backend of --backend
+(nccl: on the GPU of LOCAL_RANK; tests/gpu runs it so).
 
 Under `cohort run` across nodes it keeps its processes through a loss or join; under
 torchrun it restarts from its checkpoint (State loads it). Rank 0 prints `step S loss L`;
@@ -41,7 +42,7 @@ def bench_event(**fields):
 def digest(model):
     crc = 0
     for p in model.parameters():
-        crc = zlib.crc32(p.detach().contiguous().numpy().tobytes(), crc)
+        crc = zlib.crc32(p.detach().cpu().contiguous().numpy().tobytes(), crc)
     return "%08x" % crc
 
 
@@ -49,6 +50,7 @@ def digest(model):
 def train(state, loader, args):
     first = True
     for x, y in loader:
+        x, y = x.to(args.device), y.to(args.device)
         state.optimizer.zero_grad()
         loss = nn.functional.mse_loss(state.model(x), y)
         loss.backward()
@@ -75,12 +77,16 @@ def main(argv):
     ap.add_argument("--backend", default="gloo", help="cohort, gloo or nccl")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
+    args.device = torch.device("cpu")
+    if args.backend == "nccl":  # one GPU per process: CUDA_VISIBLE_DEVICES, else LOCAL_RANK
+        args.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(args.device)
     dist.init_process_group(args.backend)
     torch.manual_seed(1234)
     x = torch.randn(4096, IN_DIM, generator=torch.Generator().manual_seed(1))
     data = TensorDataset(x, torch.tanh(x.sum(1, keepdim=True)))
     model = elastic.DistributedDataParallel(
-        nn.Sequential(nn.Linear(IN_DIM, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 1)))
+        nn.Sequential(nn.Linear(IN_DIM, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 1)).to(args.device))
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     sampler = elastic.ElasticSampler(data, args.batch, seed=0)
     loader = DataLoader(data, batch_size=args.batch, sampler=sampler)

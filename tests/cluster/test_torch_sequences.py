@@ -82,6 +82,11 @@ def start(c, i, nnodes, script, backend, ckpt, length, name=None):
             "--rdzv-conf", "join_timeout=60,last_call_timeout=1,keep_alive_interval=0.5,"
                            "keep_alive_max_attempt=6",
             "--", *script_argv(script, backend, ckpt, length)]
+    return c.start(i, argv, node_env(c, i), name or "node%d" % i)
+
+
+def node_env(c, i):
+    """Host i's environment: no launcher variables inherited, the job's token."""
     env = dict(os.environ)
     for k in list(env):
         if k.startswith(("PET_", "TORCHELASTIC_")) or k in ("RANK", "WORLD_SIZE"):
@@ -89,7 +94,7 @@ def start(c, i, nnodes, script, backend, ckpt, length, name=None):
     env.update(COHORT_TOKEN="t" + c.tag, COHORT_HOST_ID="host%d" % i, COHORT_COMM_TIMEOUT="8",
                OMP_NUM_THREADS="1", COHORT_PYTHON="/usr/bin/python3",
                COHORT_RECONFIG_TIMEOUT="60", GLOO_SOCKET_IFNAME="eth0")
-    return c.start(i, argv, env, name or "node%d" % i)
+    return env
 
 
 def out(procs):

@@ -277,11 +277,8 @@ class State:
         """One all-reduce of the newest announced round: every rank learns of a notice at
         the same step, whichever saw it first."""
         notice = self._live.pending()
-        device = torch.device("cpu")
-        if dist.get_backend() == "nccl":
-            device = torch.device("cuda", torch.cuda.current_device())
         newest = torch.tensor([notice["round"] if notice else 0], dtype=torch.int64,
-                              device=device)
+                              device=_live.collective_device())
         dist.all_reduce(newest, op=dist.ReduceOp.MAX)
         if int(newest.item()) > self._live.round:
             raise MembershipChanged("round %d was announced" % int(newest.item()))

@@ -57,6 +57,14 @@ __all__ = ["Live", "start"]
 _MAX_STATE_BYTES = 1 << 40
 
 
+def collective_device():
+    """Where the tensors of this module's own collectives live: the current CUDA device
+    for an nccl group (NCCL takes no CPU tensors), else the CPU."""
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def _seconds(name, default):
     try:
         return float(os.environ.get(name, "") or default)
@@ -244,14 +252,15 @@ class Live:
         none (newcomers: state None, step -1) or an older step receive the state of the
         lowest rank with the newest step, by broadcast. Returns (state, step); (None, -1)
         on every rank when no rank held any (a job that starts: read the checkpoint)."""
+        device = collective_device()
         mine = step if state is not None else -1
-        span = torch.tensor([mine, -mine], dtype=torch.int64)
+        span = torch.tensor([mine, -mine], dtype=torch.int64, device=device)
         dist.all_reduce(span, op=dist.ReduceOp.MAX)
         newest, oldest = int(span[0]), -int(span[1])
         if newest < 0 or oldest == newest:
             return state, step
         source = torch.tensor([dist.get_rank() if mine == newest else dist.get_world_size()],
-                              dtype=torch.int64)
+                              dtype=torch.int64, device=device)
         dist.all_reduce(source, op=dist.ReduceOp.MIN)
         source = int(source[0])
         # Header: the payload's size, then its SHA-256 digest as 32 bytes.
@@ -263,16 +272,19 @@ class Live:
             header[0] = len(data)
             header[1:] = torch.frombuffer(bytearray(hashlib.sha256(data).digest()),
                                           dtype=torch.int64)
+        header = header.to(device)
         dist.broadcast(header, src=source)
+        header = header.cpu()
         size = int(header[0])
         if size < 0 or size > _MAX_STATE_BYTES:
             raise RuntimeError("cohort_torch.live: rank %d announced a state of %d bytes "
                                "(at most %d): refused" % (source, size, _MAX_STATE_BYTES))
         if dist.get_rank() != source:
             payload = torch.empty(size, dtype=torch.uint8)
+        payload = payload.to(device)
         dist.broadcast(payload, src=source)
         if dist.get_rank() != source:
-            data = payload.numpy().tobytes()
+            data = payload.cpu().numpy().tobytes()
             if hashlib.sha256(data).digest() != header[1:].numpy().tobytes():
                 raise RuntimeError("cohort_torch.live: the state from rank %d does not match "
                                    "its SHA-256 digest: refused" % source)
