@@ -18,6 +18,10 @@ the first step of each group it forms).
   group started from).
 - join: 2 nodes train; a launcher starts on host 2; time from its start to the first
   completed step of a group of 3 (the newcomer's first step).
+- spare (`--scenarios spare`, the kinds under cohort run only): 3 nodes train and a fourth
+  host runs `cohort run --standby` (warm: torch imported, waiting without joining); host 2
+  is SIGKILLed; time from the kill to the first completed step of a group of 3 (the
+  spare's first step).
 
 torchrun uses the c10d rendezvous on node0 with --monitor_interval 0.1 and
 last_call_timeout=1 (its default of 30 s would dominate); cohort uses last_call_timeout=1
@@ -51,7 +55,7 @@ KINDS = ("cohort-live", "cohort-restart", "torchrun", "elastic-cohort", "elastic
          "elastic-torchrun")
 
 
-def launcher_argv(kind, c, i, work, steps):
+def launcher_argv(kind, c, i, work, steps, standby=False):
     if kind.startswith("elastic"):  # cohort_torch.elastic; under torchrun on gloo
         backend = "cohort" if kind == "elastic-cohort" else "gloo"
         script = [str(ELASTIC), "--backend", backend]
@@ -64,7 +68,8 @@ def launcher_argv(kind, c, i, work, steps):
                  "--rdzv-endpoint", "%s:29400" % c.addr(0), "--rdzv-id", "bench",
                  "--local-addr", c.addr(i), "--max-restarts", "3",
                  "--rdzv-conf", "join_timeout=60,last_call_timeout=1,keep_alive_interval=0.5,"
-                                "keep_alive_max_attempt=6", "--", *script]
+                                "keep_alive_max_attempt=6", *(["--standby"] if standby else []),
+                 "--", *script]
     else:
         inner = [TORCHRUN, "--nnodes", "2:3", "--nproc_per_node", "1", "--rdzv_backend", "c10d",
                  "--rdzv_endpoint", "node0:29400", "--rdzv_id", "bench", "--max_restarts", "3",
@@ -89,7 +94,7 @@ def one_run(kind, scenario, steps, keep=None):
     with tempfile.TemporaryDirectory(prefix="nodeloss-") as d:
         work = Path(tempfile.mkdtemp(prefix="%s-%s-" % (scenario, kind), dir=keep)) if keep \
             else Path(d)
-        c = netns.Cluster(3, work)
+        c = netns.Cluster(4 if scenario == "spare" else 3, work)
         try:
             c.name_hosts()
             times = work / "times.jsonl"
@@ -100,9 +105,10 @@ def one_run(kind, scenario, steps, keep=None):
                 env["COHORT_LIVE_RECONFIG"] = "0"
             for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
                 env.pop(k, None)
-            start = lambda i: c.start(i, launcher_argv(kind, c, i, work, steps),  # noqa: E731
-                                      dict(env, COHORT_HOST_ID="host%d" % i), "%s%d" % (kind, i))
-            first = 3 if scenario == "loss" else 2
+            start = lambda i, standby=False: c.start(  # noqa: E731
+                i, launcher_argv(kind, c, i, work, steps, standby),
+                dict(env, COHORT_HOST_ID="host%d" % i), "%s%d" % (kind, i))
+            first = 2 if scenario == "join" else 3
             procs = [start(i) for i in range(first)]
             try:
                 netns.wait_for(lambda: first_step_after(times, 0, world=first), 120,
@@ -111,7 +117,16 @@ def one_run(kind, scenario, steps, keep=None):
                 raise AssertionError("%s\n%s" % (e, procs[0].describe())) from None
             time.sleep(2.0)  # let the job run a little before the change (not synchronisation)
             redone = None
-            if scenario == "loss":
+            if scenario == "spare":  # a warm spare on host 3 takes host 2's place
+                procs.append(start(3, standby=True))
+                netns.wait_for(lambda: "waiting as a warm spare" in procs[3].stderr, 120,
+                               "%s: the spare waiting" % kind)
+                t0 = time.time()
+                procs[2].kill()
+                ev = netns.wait_for(lambda: first_step_after(times, t0, world=3), 180,
+                                    "%s: a step on 3 nodes after the loss" % kind)
+                procs = [procs[0], procs[1], procs[3]]
+            elif scenario == "loss":
                 t0 = time.time()
                 before = last_step("".join(p.stdout for p in procs[:2]))
                 procs[2].kill()
@@ -165,8 +180,9 @@ def main():
     print("\n| scenario | %s |" % " | ".join(kinds))
     print("|---|%s" % ("---|" * len(kinds)))
     for scenario in args.scenarios.split(","):
-        what = ("node SIGKILL -> next step" if scenario == "loss"
-                else "node start -> first step on 3 nodes")
+        what = {"loss": "node SIGKILL -> next step",
+                "join": "node start -> first step on 3 nodes",
+                "spare": "node SIGKILL, warm spare -> first step on 3 nodes"}[scenario]
         print("| %s (median of %d) | %s |" % (what, args.reps, " | ".join(
             "%.2f s" % med[(scenario, k)] for k in kinds)))
     if any(redone.values()):

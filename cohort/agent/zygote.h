@@ -39,6 +39,9 @@ class Zygote {
 
   // Waits until the preload finished: Ok, or why the zygote cannot serve (then it is gone).
   Status Ready(Deadline deadline);
+  // Readable when the zygote has said whether it is ready (then Ready() does not block);
+  // -1 once it is known.
+  int ready_fd() const { return ready_ || !failed_.ok() ? -1 : sock_; }
 
   // Forks a worker running `argv` (argv[0] is the script, or the module with `module`), with
   // the full environment `env` and working directory `cwd` (empty: ours). Its stdout and

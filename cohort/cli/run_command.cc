@@ -61,6 +61,7 @@ struct RunFlags {
   bool run_path = false;
   std::vector<std::string> preload;  // modules the warm interpreter imports first
   bool no_preload = false;           // every worker starts a fresh interpreter
+  bool standby = false;              // a warm spare: admitted only in place of a lost node
   std::string master_addr;
   int master_port = 0;
   std::string local_addr;
@@ -124,6 +125,9 @@ void AddFlags(CLI::App& app, RunFlags& f) {
       ->delimiter(',');
   app.add_flag("--no-preload", f.no_preload,
                "python entrypoints: start every worker in a fresh interpreter");
+  app.add_flag("--standby", f.standby,
+               "a warm spare: import what the workers need, then wait, without joining, "
+               "until a node of the running job is lost and take its place");
   opt("--master-addr,--master_addr", f.master_addr, "PET_MASTER_ADDR",
       "MASTER_ADDR given to workers (default: the first node's address)");
   opt("--master-port,--master_port", f.master_port, "PET_MASTER_PORT",
@@ -718,6 +722,11 @@ int Resolve(ResolvedRun* r) {
   r->rdzv.min_nodes = nnodes->first;
   r->rdzv.max_nodes = nnodes->second;
   r->rdzv.max_restarts = f.max_restarts;
+  r->rdzv.standby = f.standby;
+  if (f.standby && r->rdzv.max_nodes <= 1) {
+    return Fail(kExitInvalidValue, "--standby waits to replace a lost node of a multi-node "
+                                   "job: give --nnodes MIN:MAX with MAX above 1");
+  }
   if (Status s = ApplyRdzvConf(rdzv_conf, r->rdzv, r->is_host); !s.ok()) {
     return Fail(kExitInvalidValue, s.message());
   }

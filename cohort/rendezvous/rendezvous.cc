@@ -255,6 +255,9 @@ Result<RendezvousInfo> Rendezvous::Next() {
   const Deadline join_deadline = Deadline::After(config_.join_timeout);
   // After holding round R, this is called once R ended: R + 1 is the round to try first.
   int64_t round = std::max(last_round_, next_round_);
+  if (config_.standby && next_round_ == 0) {
+    COHORT_ASSIGN_OR_RETURN(round, AwaitVacancy());
+  }
   for (;;) {
     if (join_deadline.expired()) {
       return DeadlineExceeded("rendezvous '{}' timed out: no round to join within the join "
@@ -408,6 +411,61 @@ Status Rendezvous::WaitOutRound(int64_t round, int64_t members, std::string_view
     COHORT_LOG_INFO(kLog, "round {} {} with {} nodes; waiting as a spare", round, how, members);
   }
   return WaitForNextRound(round, Deadline::Infinite());
+}
+
+// A warm spare takes a lost node's place: it waits on the running round's end; when the
+// round lost a node (kDeadNode), the spare claims one of the places left (r<R+1>/spares,
+// at most MAX - (N - 1) claims win), raises the next round's expected count so that its
+// last call waits for it, and joins once the survivors have (or the last call is over):
+// its slot comes after theirs, so a round that closed on the old count leaves out the
+// spare, never a survivor (the spare then asks for a re-rendezvous as a late node does).
+// Other ends (a failure, a join) are waited out: the spare waits for the next round to
+// close and watches that one.
+Result<int64_t> Rendezvous::AwaitVacancy() {
+  for (;;) {
+    COHORT_ASSIGN_OR_RETURN(JobState state, ReadJobState(Deadline::After(config_.join_timeout)));
+    if (state.done) {
+      return FailedPrecondition("job '{}' is already over ({})", config_.run_id, *state.done);
+    }
+    const int64_t round = state.round;
+    COHORT_ASSIGN_OR_RETURN(auto now, store_->Peek({RoundKey(round, "closed"),
+                                                    RoundKey(round, "next")}, CallDeadline()));
+    if (now[1]) {  // over: the next one
+      last_round_ = round + 1;
+      continue;
+    }
+    if (!now[0]) {  // forming: wait until it closes (or ends), then look again
+      COHORT_LOG_INFO(kLog, "round {} is forming; a warm spare waits until it runs", round);
+      COHORT_RETURN_IF_ERROR(store_->Wait({RoundKey(round, "closed")}, Deadline::Infinite()));
+      last_round_ = round;
+      continue;
+    }
+    const int64_t members = ParseInt64(*now[0]).value_or(0);
+    COHORT_LOG_INFO(kLog, "round {} runs with {} node(s); waiting as a warm spare for a lost "
+                    "node", round, members);
+    COHORT_RETURN_IF_ERROR(store_->Wait({RoundKey(round, "next")}, Deadline::Infinite()));
+    COHORT_ASSIGN_OR_RETURN(std::string next, store_->Get(RoundKey(round, "next"), CallDeadline()));
+    const RoundEnd end = RoundEnd::Decode(next);
+    last_round_ = round + 1;
+    if (end.kind == RoundEnd::Kind::kJobDone) {
+      return FailedPrecondition("job '{}' is over", config_.run_id);
+    }
+    if (end.kind != RoundEnd::Kind::kDeadNode) continue;
+    const int64_t survivors = members - 1;
+    COHORT_ASSIGN_OR_RETURN(int64_t claim,
+                            store_->Add(RoundKey(round + 1, "spares"), 1, CallDeadline()));
+    if (claim > config_.max_nodes - survivors) continue;  // other spares took the places
+    COHORT_RETURN_IF_ERROR(store_->Add(RoundKey(round + 1, "expect"), 1, CallDeadline()).status());
+    COHORT_LOG_INFO(kLog, "round {} lost a node ({}); a warm spare joins round {}", round,
+                    end.detail, round + 1);
+    if (survivors > 0) {
+      Status behind = store_->WaitAppended(RoundKey(round + 1, "slot"),
+                                           RoundKey(round + 1, "node"), survivors,
+                                           Deadline::After(config_.last_call));
+      if (!behind.ok() && !IsTimeout(behind)) return behind;
+    }
+    return round + 1;
+  }
 }
 
 // r<R>/layout: the layout's text, a newline, then node 1's record.

@@ -77,6 +77,10 @@ struct RendezvousConfig {
   // and the dead timeout at least four periods; a warning says so): a store that pays for
   // each request (etcd) is not asked more than it can answer. 0: no bound.
   int quiet_beats_per_s = 500;
+  // A warm spare (`cohort run --standby`): Next() joins no running round and asks for no
+  // re-rendezvous; it waits for a round that loses a node and takes the place in the next
+  // one (behind the survivors, never in place of one). Rounds after that as any node.
+  bool standby = false;
 };
 
 // How a closed round's global ranks fall on its nodes: the local world sizes of group
@@ -225,6 +229,9 @@ class Rendezvous {
   Deadline GraceDeadline(Deadline join_deadline) const;
   Result<int64_t> CloseRound(int64_t round, Deadline join_deadline);
   Status WaitOutRound(int64_t round, int64_t members, std::string_view how);
+  // A warm spare's wait (RendezvousConfig::standby): the round to join once a node of a
+  // running round was lost and this spare claimed its place.
+  Result<int64_t> AwaitVacancy();
   // Reads the N node records and writes r<R>/layout (first writer wins); a node other than
   // slot 1 first gives slot 1 the layout grace again, and only the first to claim the
   // round's publisher key publishes in its place.

@@ -75,12 +75,12 @@ def script_argv(script, backend, ckpt, length):
             "--step-sleep", "0.02", "--backend", backend]
 
 
-def start(c, i, nnodes, script, backend, ckpt, length, name=None):
+def start(c, i, nnodes, script, backend, ckpt, length, name=None, extra=()):
     argv = [str(BIN), "run", "--nnodes", nnodes, "--nproc-per-node", "1",
             "--rdzv-endpoint", "%s:29400" % c.addr(0), "--rdzv-id", c.tag,
             "--local-addr", c.addr(i), "--max-restarts", "3",
             "--rdzv-conf", "join_timeout=60,last_call_timeout=1,keep_alive_interval=0.5,"
-                           "keep_alive_max_attempt=6",
+                           "keep_alive_max_attempt=6", *extra,
             "--", *script_argv(script, backend, ckpt, length)]
     return c.start(i, argv, node_env(c, i), name or "node%d" % i)
 
@@ -216,3 +216,32 @@ def test_loss_during_a_reform(cluster, tmp_path, script, backend):
     print("\n[%s/%s] second loss during a re-form: node 0 alone in %.1f s" % (
         script, backend, time.monotonic() - t))
     assert_clean_end(nodes[:1], 1)
+
+
+def test_a_warm_spare_takes_a_lost_nodes_place(cluster, tmp_path):
+    """`cohort run --standby` on a fourth host: it imports torch, waits without joining
+    while 3 nodes (the maximum) train, and when node 2 is SIGKILLed it takes the place: the
+    group is 3 ranks again, the survivors with their PIDs, the spare's worker with the state
+    it received (no checkpoint read); the job ends with equal digests on all 3 ranks."""
+    c = cluster(4)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    nodes = [start(c, i, "2:3", "elastic", "gloo", ckpt, 4) for i in range(3)]
+    r3, pids3 = wait_group(nodes, 3, after=-1)
+    spare = start(c, 3, "2:3", "elastic", "gloo", ckpt, 4, "spare", extra=("--standby",))
+    netns.wait_for(lambda: "waiting as a warm spare" in spare.stderr, 120,
+                   "the spare to wait for a place")
+    assert "warm spare: the interpreter is ready" in spare.stderr, spare.stderr[-2000:]
+    wait_training(nodes, r3)
+    assert not groups([spare]), "the spare joined a running round"
+    t = time.monotonic()
+    nodes[2].kill()
+    procs = nodes[:2] + [spare]
+    survivors = {p for _, p in groups(nodes[:2])[r3].values()}
+    r3b, pids3b = wait_group(procs, 3, after=r3, keep=frozenset(survivors))
+    print("\n[spare] a loss: 3 ranks again, the spare's worker among them, in %.1f s" % (
+        time.monotonic() - t))
+    spare_pids = {p for _, p in groups([spare]).get(r3b, {}).values()}
+    assert len(spare_pids) == 1 and spare_pids <= pids3b, (spare_pids, pids3b)
+    assert "resumed from /" not in spare.stdout, spare.stdout[-2000:]
+    assert_clean_end(procs, 3)
