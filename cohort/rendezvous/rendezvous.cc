@@ -422,6 +422,7 @@ Status Rendezvous::WaitOutRound(int64_t round, int64_t members, std::string_view
 // Other ends (a failure, a join) are waited out: the spare waits for the next round to
 // close and watches that one.
 Result<int64_t> Rendezvous::AwaitVacancy() {
+  bool counted = false;
   for (;;) {
     COHORT_ASSIGN_OR_RETURN(JobState state, ReadJobState(Deadline::After(config_.join_timeout)));
     if (state.done) {
@@ -443,6 +444,10 @@ Result<int64_t> Rendezvous::AwaitVacancy() {
     const int64_t members = ParseInt64(*now[0]).value_or(0);
     COHORT_LOG_INFO(kLog, "round {} runs with {} node(s); waiting as a warm spare for a lost "
                     "node", round, members);
+    if (!counted) {  // `standby`: the warm spares that ever waited (after this, any end counts)
+      COHORT_RETURN_IF_ERROR(store_->Add(Key("standby"), 1, CallDeadline()).status());
+      counted = true;
+    }
     COHORT_RETURN_IF_ERROR(store_->Wait({RoundKey(round, "next")}, Deadline::Infinite()));
     COHORT_ASSIGN_OR_RETURN(std::string next, store_->Get(RoundKey(round, "next"), CallDeadline()));
     const RoundEnd end = RoundEnd::Decode(next);

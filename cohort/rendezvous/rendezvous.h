@@ -21,6 +21,8 @@
 //   r<R>/failure     JSON summary of the failure that ended round R
 //   r<R>/finished<S> slot S finished successfully (not a dead node)
 //   restarts         job-wide count of rounds ended by a failure
+//   standby          how many warm spares (--standby) have waited for a place
+//   r<R>/spares      claims of the places round R-1's lost nodes left (warm spares)
 //   done             the job is over ("succeeded" or "failed: ...")
 // A join is two store round trips on etcd and three on the embedded store for every node but
 // slot 1, whatever the node count, and reads O(1) bytes per node (the layout is one run when

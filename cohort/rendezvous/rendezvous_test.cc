@@ -681,3 +681,78 @@ TEST(RendezvousTest, TheNextRoundClosesOnceTheExpectedNodesJoined) {
 
 }  // namespace
 }  // namespace cohort::rendezvous
+
+namespace cohort::rendezvous {
+namespace {
+
+// A warm spare (standby) joins no running round; at a node loss it takes the place in the
+// next round, which waits for it (the last call here is a minute: the round closes on the
+// expected count the spare raised).
+TEST(RendezvousTest, AWarmSpareTakesALostNodesPlace) {
+  auto store = std::make_shared<store::MemoryStore>();
+  RendezvousConfig c = Config(2, 3);
+  c.last_call = std::chrono::seconds(60);
+  auto first = JoinAll(store, c, 3);  // MAX joined: round 0 closes at once
+  for (auto& r : first) ASSERT_TRUE(r.ok()) << r.status().ToString();
+  RendezvousConfig standby = c;
+  standby.standby = true;
+  std::optional<Result<RendezvousInfo>> spare_result;
+  std::thread spare([&] {
+    Rendezvous r(store, standby, Node(9));
+    spare_result = r.Next();
+  });
+  // The spare counts itself once it watches round 0: from then on it sees how it ends.
+  ASSERT_TRUE(store->Wait({"rdzv/test/standby"}, Deadline::AfterMs(20000)).ok());
+  Rendezvous ender(store, c, Node(0));
+  ASSERT_TRUE(ender.EndRound(0, RoundEnd{RoundEnd::Kind::kDeadNode, "node 2 lost"}, nullptr,
+                             /*expect_next=*/2)
+                  .ok());
+  const auto start = SteadyClock::now();
+  auto survivors = JoinAll(store, c, 2);
+  spare.join();
+  ASSERT_TRUE(spare_result->ok()) << spare_result->status().ToString();
+  EXPECT_EQ((*spare_result)->round, 1);
+  EXPECT_EQ((*spare_result)->group_world_size, 3);
+  for (auto& r : survivors) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->round, 1);
+    EXPECT_EQ(r->group_world_size, 3);
+    EXPECT_LT(r->slot, (*spare_result)->slot);  // behind the survivors
+  }
+  EXPECT_LT(SecondsSince(start), 30.0);
+}
+
+// A round that ends otherwise (a failure: every node comes back) is not the spare's: the
+// nodes form the next round without it, and it waits on (here until the job is closed).
+TEST(RendezvousTest, AWarmSpareLeavesARestartedRoundToItsNodes) {
+  auto store = std::make_shared<store::MemoryStore>();
+  RendezvousConfig c = Config(2, 3);
+  auto first = JoinAll(store, c, 3);
+  for (auto& r : first) ASSERT_TRUE(r.ok()) << r.status().ToString();
+  RendezvousConfig standby = c;
+  standby.standby = true;
+  std::optional<Result<RendezvousInfo>> spare_result;
+  std::thread spare([&] {
+    Rendezvous r(store, standby, Node(9));
+    spare_result = r.Next();
+  });
+  ASSERT_TRUE(store->Wait({"rdzv/test/standby"}, Deadline::AfterMs(20000)).ok());
+  Rendezvous ender(store, c, Node(0));
+  FailureRecord f;
+  ASSERT_TRUE(ender.EndRound(0, RoundEnd{RoundEnd::Kind::kFailure, "rank 1"}, &f,
+                             /*expect_next=*/3)
+                  .ok());
+  auto again = JoinAll(store, c, 3);
+  for (auto& r : again) {
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->round, 1);
+    EXPECT_EQ(r->group_world_size, 3);
+  }
+  ASSERT_TRUE(ender.CloseJob("succeeded").ok());
+  spare.join();
+  ASSERT_FALSE(spare_result->ok());
+  EXPECT_EQ(spare_result->status().code(), StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace cohort::rendezvous
