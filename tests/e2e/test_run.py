@@ -258,6 +258,7 @@ def _closed_port():
     "unreachable_endpoint", "port_in_use", "master_port_range", "metrics_port_range",
     "stop_grace_nan", "log_merge_negative", "join_timeout_inf", "join_timeout_nan",
     "join_timeout_huge", "keep_alive_zero", "keep_alive_huge", "monitor_interval_zero",
+    "standby_one_node",
 ])
 def test_bad_input(cohort, launcher, marker, tmp_path, case):
     echo = [str(U.ECHO_RANKS), marker]
@@ -284,6 +285,8 @@ def test_bad_input(cohort, launcher, marker, tmp_path, case):
                     "--rdzv-conf", "join_timeout=%d" % join_timeout, *echo]
             rc, needle = 4, None
             max_time = join_timeout + 5
+        elif case == "standby_one_node":  # a warm spare of a job that has one node
+            args, rc, needle = ["--standby", "--nproc-per-node", "1", *echo], 3, "--standby"
         elif case == "master_port_range":
             args, rc, needle = ["--master-port", "70000", *echo], 3, "--master-port 70000"
         elif case == "metrics_port_range":
