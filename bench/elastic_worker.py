@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""The training script of bench/node_loss_bench.py's elastic kinds: the model and batch of
-examples/torch_live_reconfig.py (an MLP on synthetic data), written with
-cohort_torch.elastic (ElasticSampler, State, run, commit) on the backend of --backend
+"""The training script of bench/node_loss_bench.py's elastic kinds: an MLP on synthetic data
+like examples/torch_live_reconfig.py's (whose event and digest helpers it uses), written
+with cohort_torch.elastic (ElasticSampler, State, run, commit) on the backend of --backend
 (nccl: on the GPU of LOCAL_RANK; tests/gpu runs it so).
 
 Under `cohort run` across nodes it keeps its processes through a loss or join; under
@@ -12,11 +12,10 @@ its first step of every group it trains in, and prints `rank R digest D` at the 
 Thread-safety: a script; one thread.
 """
 import argparse
-import json
 import os
 import sys
 import time
-import zlib
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -25,25 +24,10 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import cohort_torch.elastic as elastic
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+from torch_live_reconfig import bench_event, digest  # noqa: E402
+
 IN_DIM, HIDDEN = 64, 256
-
-
-def bench_event(**fields):
-    path = os.environ.get("BENCH_TIMES_FILE")
-    if path:
-        line = json.dumps(dict(fields, t=time.time(), pid=os.getpid())) + "\n"
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line.encode())
-        finally:
-            os.close(fd)
-
-
-def digest(model):
-    crc = 0
-    for p in model.parameters():
-        crc = zlib.crc32(p.detach().cpu().contiguous().numpy().tobytes(), crc)
-    return "%08x" % crc
 
 
 @elastic.run
@@ -59,7 +43,7 @@ def train(state, loader, args):
         if dist.get_rank() == 0:
             print("step %d loss %.6f" % (state.step, loss.item()), flush=True)
         if first:
-            bench_event(event="first_step", rank=dist.get_rank(), world=dist.get_world_size(),
+            bench_event("first_step", rank=dist.get_rank(), world=dist.get_world_size(),
                         step=state.step)
             first = False
         if state.step >= args.steps:

@@ -63,7 +63,7 @@ def launcher_argv(kind, c, i, work, steps, standby=False):
         script = [str(SCRIPT)]
     script += ["--steps", str(steps), "--ckpt-dir", str(work / "ckpt"), "--ckpt-every", "1",
                "--step-sleep", "0.01"]
-    if kind.startswith("cohort") or kind in ("elastic-cohort", "elastic-gloo"):
+    if not kind.endswith("torchrun"):
         inner = [str(COHORT), "run", "--nnodes", "2:3", "--nproc-per-node", "1",
                  "--rdzv-endpoint", "%s:29400" % c.addr(0), "--rdzv-id", "bench",
                  "--local-addr", c.addr(i), "--max-restarts", "3",

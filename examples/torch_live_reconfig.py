@@ -56,7 +56,7 @@ def batch(seed, step):
 def digest(model):
     crc = 0
     for p in model.parameters():
-        crc = zlib.crc32(p.detach().contiguous().numpy().tobytes(), crc)
+        crc = zlib.crc32(p.detach().cpu().contiguous().numpy().tobytes(), crc)
     return "%08x" % crc
 
 

@@ -1131,23 +1131,22 @@ AgentResult Agent::Impl::RunRounds() {
   if (o_.rdzv.standby && zygote_) {
     // A warm spare is warm before it waits: the interpreter has imported what the workers
     // need, so that an admission costs a fork.
+    // Until the interpreter answers (bounded), or a termination signal ends the agent.
     const Deadline by = Deadline::After(std::chrono::minutes(10));
-    Status ready = Status::Ok();
-    for (int fd = zygote_->ready_fd(); fd >= 0 && ready.ok();) {
+    if (const int fd = zygote_->ready_fd(); fd >= 0) {
       pollfd fds[2] = {{fd, POLLIN, 0}, {signal_fd_, POLLIN, 0}};
-      const int n = ::poll(fds, 2, by.expired() ? 0 : 200);
-      if (n < 0 && errno != EINTR) break;
-      signalfd_siginfo si{};
-      if (fds[1].revents && ::read(signal_fd_, &si, sizeof(si)) == sizeof(si) &&
-          IsTermination(static_cast<int>(si.ssi_signo))) {
-        const int sig = static_cast<int>(si.ssi_signo);
-        return {128 + sig, fmt::format("cohort: stopped by {} while warming up", strsignal(sig))};
-      }
-      if (fds[0].revents || by.expired()) {
-        ready = zygote_->Ready(Deadline::AfterMs(1000));
-        break;
+      while (!fds[0].revents && !by.expired()) {
+        if (::poll(fds, 2, by.PollTimeoutMs()) < 0 && errno != EINTR) break;
+        signalfd_siginfo si{};
+        if (fds[1].revents && ::read(signal_fd_, &si, sizeof(si)) == sizeof(si) &&
+            IsTermination(static_cast<int>(si.ssi_signo))) {
+          const int sig = static_cast<int>(si.ssi_signo);
+          return {128 + sig, fmt::format("cohort: stopped by {} while warming up",
+                                         strsignal(sig))};
+        }
       }
     }
+    const Status ready = zygote_->Ready(Deadline::AfterMs(1000));
     if (ready.ok()) {
       COHORT_LOG_INFO(kLog, "warm spare: the interpreter is ready; waiting for a place");
     } else {

@@ -448,8 +448,8 @@ Result<int64_t> Rendezvous::AwaitVacancy() {
       COHORT_RETURN_IF_ERROR(store_->Add(Key("standby"), 1, CallDeadline()).status());
       counted = true;
     }
-    COHORT_RETURN_IF_ERROR(store_->Wait({RoundKey(round, "next")}, Deadline::Infinite()));
-    COHORT_ASSIGN_OR_RETURN(std::string next, store_->Get(RoundKey(round, "next"), CallDeadline()));
+    COHORT_ASSIGN_OR_RETURN(std::string next,
+                            store_->Get(RoundKey(round, "next"), Deadline::Infinite()));
     const RoundEnd end = RoundEnd::Decode(next);
     last_round_ = round + 1;
     if (end.kind == RoundEnd::Kind::kJobDone) {

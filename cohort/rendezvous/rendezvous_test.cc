@@ -688,36 +688,60 @@ namespace {
 // A warm spare (standby) joins no running round; at a node loss it takes the place in the
 // next round, which waits for it (the last call here is a minute: the round closes on the
 // expected count the spare raised).
+// Round 0 of MAX = 3 nodes is running and a warm spare (node 9) watches it: Next() of a
+// standby Rendezvous on its own thread.
+class WarmSpare {
+ public:
+  WarmSpare(std::shared_ptr<store::MemoryStore> store, RendezvousConfig config)
+      : store_(std::move(store)), config_(config) {
+    auto first = JoinAll(store_, config, 3);  // MAX joined: round 0 closes at once
+    for (auto& r : first) EXPECT_TRUE(r.ok()) << r.status().ToString();
+    config.standby = true;
+    thread_ = std::thread([this, config] {
+      Rendezvous r(store_, config, Node(9));
+      result_ = r.Next();
+    });
+  }
+  ~WarmSpare() {  // a test that stopped early: closing the job wakes the spare
+    if (!thread_.joinable()) return;
+    (void)Rendezvous(store_, config_, Node(0)).CloseJob("the test ended");
+    thread_.join();
+  }
+  // The spare counts itself once it watches round 0: from then on it sees how it ends.
+  bool Watching() { return store_->Wait({"rdzv/test/standby"}, Deadline::AfterMs(20000)).ok(); }
+  const Result<RendezvousInfo>& Join() {
+    thread_.join();
+    return *result_;
+  }
+
+ private:
+  std::shared_ptr<store::MemoryStore> store_;
+  const RendezvousConfig config_;
+  std::optional<Result<RendezvousInfo>> result_;
+  std::thread thread_;
+};
+
 TEST(RendezvousTest, AWarmSpareTakesALostNodesPlace) {
   auto store = std::make_shared<store::MemoryStore>();
   RendezvousConfig c = Config(2, 3);
   c.last_call = std::chrono::seconds(60);
-  auto first = JoinAll(store, c, 3);  // MAX joined: round 0 closes at once
-  for (auto& r : first) ASSERT_TRUE(r.ok()) << r.status().ToString();
-  RendezvousConfig standby = c;
-  standby.standby = true;
-  std::optional<Result<RendezvousInfo>> spare_result;
-  std::thread spare([&] {
-    Rendezvous r(store, standby, Node(9));
-    spare_result = r.Next();
-  });
-  // The spare counts itself once it watches round 0: from then on it sees how it ends.
-  ASSERT_TRUE(store->Wait({"rdzv/test/standby"}, Deadline::AfterMs(20000)).ok());
+  WarmSpare spare(store, c);
+  ASSERT_TRUE(spare.Watching());
   Rendezvous ender(store, c, Node(0));
   ASSERT_TRUE(ender.EndRound(0, RoundEnd{RoundEnd::Kind::kDeadNode, "node 2 lost"}, nullptr,
                              /*expect_next=*/2)
                   .ok());
   const auto start = SteadyClock::now();
   auto survivors = JoinAll(store, c, 2);
-  spare.join();
-  ASSERT_TRUE(spare_result->ok()) << spare_result->status().ToString();
-  EXPECT_EQ((*spare_result)->round, 1);
-  EXPECT_EQ((*spare_result)->group_world_size, 3);
+  const auto& admitted = spare.Join();
+  ASSERT_TRUE(admitted.ok()) << admitted.status().ToString();
+  EXPECT_EQ(admitted->round, 1);
+  EXPECT_EQ(admitted->group_world_size, 3);
   for (auto& r : survivors) {
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ(r->round, 1);
     EXPECT_EQ(r->group_world_size, 3);
-    EXPECT_LT(r->slot, (*spare_result)->slot);  // behind the survivors
+    EXPECT_LT(r->slot, admitted->slot);  // behind the survivors
   }
   EXPECT_LT(SecondsSince(start), 30.0);
 }
@@ -727,16 +751,8 @@ TEST(RendezvousTest, AWarmSpareTakesALostNodesPlace) {
 TEST(RendezvousTest, AWarmSpareLeavesARestartedRoundToItsNodes) {
   auto store = std::make_shared<store::MemoryStore>();
   RendezvousConfig c = Config(2, 3);
-  auto first = JoinAll(store, c, 3);
-  for (auto& r : first) ASSERT_TRUE(r.ok()) << r.status().ToString();
-  RendezvousConfig standby = c;
-  standby.standby = true;
-  std::optional<Result<RendezvousInfo>> spare_result;
-  std::thread spare([&] {
-    Rendezvous r(store, standby, Node(9));
-    spare_result = r.Next();
-  });
-  ASSERT_TRUE(store->Wait({"rdzv/test/standby"}, Deadline::AfterMs(20000)).ok());
+  WarmSpare spare(store, c);
+  ASSERT_TRUE(spare.Watching());
   Rendezvous ender(store, c, Node(0));
   FailureRecord f;
   ASSERT_TRUE(ender.EndRound(0, RoundEnd{RoundEnd::Kind::kFailure, "rank 1"}, &f,
@@ -749,9 +765,9 @@ TEST(RendezvousTest, AWarmSpareLeavesARestartedRoundToItsNodes) {
     EXPECT_EQ(r->group_world_size, 3);
   }
   ASSERT_TRUE(ender.CloseJob("succeeded").ok());
-  spare.join();
-  ASSERT_FALSE(spare_result->ok());
-  EXPECT_EQ(spare_result->status().code(), StatusCode::kFailedPrecondition);
+  const auto& refused = spare.Join();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

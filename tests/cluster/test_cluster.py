@@ -26,6 +26,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import netns  # noqa: E402
+from cluster_fixture import cluster  # noqa: E402,F401 - the fixture
 
 REPO = Path(__file__).resolve().parent.parent.parent
 BIN = Path(os.environ.get("COHORT_BIN", REPO / "build/dev/cohort/cli/cohort"))
@@ -34,20 +35,6 @@ JOB_TIMEOUT = 180
 
 pytestmark = pytest.mark.skipif(netns.available() is not None,
                                 reason=str(netns.available()))
-
-
-@pytest.fixture
-def cluster(request, tmp_path):
-    made = []
-
-    def make(n):
-        c = netns.Cluster(n, tmp_path)
-        made.append(c)
-        return c
-
-    yield make
-    for c in made:
-        c.close()
 
 
 def node_argv(c, i, ckpt, nnodes, max_steps, extra=()):

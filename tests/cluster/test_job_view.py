@@ -27,7 +27,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import netns  # noqa: E402
-from test_cluster import BIN, TRAIN, cluster, node_argv, node_env  # noqa: E402,F401
+from cluster_fixture import cluster  # noqa: E402,F401 - the fixture
+from test_cluster import BIN, TRAIN, node_argv, node_env  # noqa: E402
 
 pytestmark = pytest.mark.skipif(netns.available() is not None,
                                 reason=str(netns.available()))

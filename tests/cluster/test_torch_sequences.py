@@ -31,6 +31,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import netns  # noqa: E402
+from cluster_fixture import cluster  # noqa: E402,F401 - the fixture
 
 REPO = Path(__file__).resolve().parent.parent.parent
 BIN = Path(os.environ.get("COHORT_BIN", REPO / "build/dev/cohort/cli/cohort"))
@@ -48,20 +49,6 @@ pytestmark = [
 GROUP_RE = re.compile(r"^\[rank\d+\]: (?:cohort_torch\.elastic: )?rank (\d+) of (\d+) "
                       r"round (\d+) pid (\d+)", re.M)
 DIGEST_RE = re.compile(r"^\[rank\d+\]: rank (\d+) digest (\w+)$", re.M)
-
-
-@pytest.fixture
-def cluster(tmp_path):
-    made = []
-
-    def make(n):
-        c = netns.Cluster(n, tmp_path)
-        made.append(c)
-        return c
-
-    yield make
-    for c in made:
-        c.close()
 
 
 def script_argv(script, backend, ckpt, length):
@@ -153,6 +140,17 @@ def assert_clean_end(procs, world):
     assert len(set(digests.values())) == 1, digests
 
 
+def three_training(c, tmp_path, nnodes, script, backend, length):
+    """Nodes 0-2 of `c` training as one job of 3 ranks; returns (checkpoint directory,
+    their processes, the round, its worker PIDs)."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    nodes = [start(c, i, nnodes, script, backend, ckpt, length) for i in range(3)]
+    r3, pids3 = wait_group(nodes, 3, after=-1)
+    wait_training(nodes, r3)
+    return ckpt, nodes, r3, pids3
+
+
 def read_checkpoint(script, text):
     return ("resumed from /" in text) if script == "elastic" else ("resumed at step" in text)
 
@@ -161,11 +159,7 @@ def read_checkpoint(script, text):
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_loss_join_loss(cluster, tmp_path, script, backend):
     c = cluster(3)
-    ckpt = tmp_path / "ckpt"
-    ckpt.mkdir()
-    nodes = [start(c, i, "2:3", script, backend, ckpt, 4) for i in range(3)]
-    r3, pids3 = wait_group(nodes, 3, after=-1)
-    wait_training(nodes, r3)
+    ckpt, nodes, r3, pids3 = three_training(c, tmp_path, "2:3", script, backend, 4)
     t = time.monotonic()
     nodes[2].kill()
     survivors = nodes[:2]
@@ -198,11 +192,7 @@ def test_loss_join_loss(cluster, tmp_path, script, backend):
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_loss_during_a_reform(cluster, tmp_path, script, backend):
     c = cluster(3)
-    ckpt = tmp_path / "ckpt"
-    ckpt.mkdir()
-    nodes = [start(c, i, "1:3", script, backend, ckpt, 3) for i in range(3)]
-    r3, pids3 = wait_group(nodes, 3, after=-1)
-    wait_training(nodes, r3)
+    ckpt, nodes, r3, pids3 = three_training(c, tmp_path, "1:3", script, backend, 3)
     node2_pid = groups(nodes[2:])[r3]
     (frozen,) = {pid for _, pid in node2_pid.values()}
     (node0_pid,) = {pid for _, pid in groups(nodes[:1])[r3].values()}
@@ -224,15 +214,11 @@ def test_a_warm_spare_takes_a_lost_nodes_place(cluster, tmp_path):
     group is 3 ranks again, the survivors with their PIDs, the spare's worker with the state
     it received (no checkpoint read); the job ends with equal digests on all 3 ranks."""
     c = cluster(4)
-    ckpt = tmp_path / "ckpt"
-    ckpt.mkdir()
-    nodes = [start(c, i, "2:3", "elastic", "gloo", ckpt, 4) for i in range(3)]
-    r3, pids3 = wait_group(nodes, 3, after=-1)
+    ckpt, nodes, r3, _ = three_training(c, tmp_path, "2:3", "elastic", "gloo", 4)
     spare = start(c, 3, "2:3", "elastic", "gloo", ckpt, 4, "spare", extra=("--standby",))
     netns.wait_for(lambda: "waiting as a warm spare" in spare.stderr, 120,
                    "the spare to wait for a place")
     assert "warm spare: the interpreter is ready" in spare.stderr, spare.stderr[-2000:]
-    wait_training(nodes, r3)
     assert not groups([spare]), "the spare joined a running round"
     t = time.monotonic()
     nodes[2].kill()

@@ -18,7 +18,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "cluster"))
 import netns  # noqa: E402
 import test_torch_sequences as seq  # noqa: E402
-from test_torch_sequences import cluster  # noqa: E402,F401 - the fixture
+from cluster_fixture import cluster  # noqa: E402,F401 - the fixture
 
 WORKER = seq.REPO / "bench" / "elastic_worker.py"
 

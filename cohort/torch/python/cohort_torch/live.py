@@ -181,9 +181,8 @@ class Live:
         connection is tried a second at a time, reading the agent's newest notice between
         tries."""
         while True:
-            newest = self._read_notice()
+            newest = self._refresh()
             if newest is not None and newest["round"] > notice["round"]:
-                self._newest = newest
                 return None
             try:
                 store = dist.TCPStore(notice["master_addr"], notice["master_port"],
@@ -201,13 +200,17 @@ class Live:
         attempt = dist.PrefixStore("/worker/attempt_%d" % notice["restart_count"], store)
         return dist.PrefixStore("default_pg", attempt)
 
-    def _read_notice(self):
-        """The agent's newest notice, read now (the watcher's copy may lag while this thread
-        holds the interpreter); None when there is none or it is not the agent's."""
+    def _refresh(self):
+        """Reads the agent's newest notice now (the watcher's copy may lag while this thread
+        holds the interpreter) and keeps it when it is newer; returns the newest known, None
+        when there is none (a notice that is not the agent's is never taken)."""
         try:
-            return _C.read_notice(self.directory, self.local_rank, self._secret)
+            read = _C.read_notice(self.directory, self.local_rank, self._secret)
         except RuntimeError:
-            return None
+            read = None
+        if read is not None and (self._newest is None or read["round"] > self._newest["round"]):
+            self._newest = read
+        return self._newest
 
     def report_lost(self, error):
         """Tells the agent at once that a peer of the current group went away (`error`: the
@@ -215,10 +218,7 @@ class Live:
         (it explains the error) or this round was reported. reform(error) does it too; a
         caller with cleaning up to do first (dropping DDP, collecting garbage) calls this
         before, so that the agents form the next round meanwhile."""
-        newest = self._read_notice()
-        if newest is not None and (self._newest is None or
-                                   newest["round"] > self._newest["round"]):
-            self._newest = newest
+        self._refresh()
         if self.pending() is not None or error is None or self._reported == self.round:
             return
         rank = dist.get_rank() if dist.is_initialized() else -1
