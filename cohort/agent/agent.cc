@@ -44,6 +44,10 @@ using rendezvous::RendezvousInfo;
 
 namespace {
 constexpr const char* kLog = "agent";
+// A key of every round's torch store holding the round's number: cohort_torch.live checks
+// it when it re-forms, so a worker never joins the next round's store with this round's rank.
+// (torch's TCPStore client puts "/" before every key: its "cohort/round".)
+constexpr std::string_view kTorchStoreRoundKey = "/cohort/round";
 
 sigset_t AgentSignals() {
   sigset_t set;
@@ -266,6 +270,11 @@ Result<std::pair<std::string, int>> Agent::Impl::MasterEndpoint(const Rendezvous
   // a client, none races to start the server). The other nodes wait until it is published
   // for this round, so their workers never reach the previous round's server.
   const std::string key = rdzv_->MasterPortKey(info.round);
+  // The previous round's store closes on every node that served one, whatever its place in
+  // this round: a worker still blocked on it (a re-form that cannot complete) gets an error
+  // and goes on to this round instead of waiting out its timeout.
+  if (torch_store_) torch_store_->Stop();
+  torch_store_.reset();
   if (info.group_rank == 0) {
     int port = spec.master_port;
     if (port == 0) {
@@ -278,12 +287,13 @@ Result<std::pair<std::string, int>> Agent::Impl::MasterEndpoint(const Rendezvous
       }
       port = reserved_port_number_;
     }
-    if (torch_store_) torch_store_->Stop();
-    torch_store_.reset();
     // Listening on the address the workers are given (never every interface unless the
     // user's --master-addr is not one this host can bind), admitting this user's processes
     // of this host and the round's other nodes at the addresses they published.
-    store::TorchStoreServerOptions so{.host = "127.0.0.1", .port = port};
+    store::TorchStoreServerOptions so{
+        .host = "127.0.0.1",
+        .port = port,
+        .initial_keys = {{std::string(kTorchStoreRoundKey), std::to_string(info.round)}}};
     if (info.group_world_size > 1 || !spec.master_addr.empty()) {
       so.host = net::ResolveIpv4(addr).value_or("0.0.0.0");
       so.any_remote_host = settings::kTorchStoreAnyHost.Get();

@@ -116,6 +116,11 @@ class TorchStoreServer::Impl {
  public:
   explicit Impl(TorchStoreServerOptions o) : o_(std::move(o)) {
     remote_.insert(o_.remote_hosts.begin(), o_.remote_hosts.end());
+    for (const auto& [key, value] : o_.initial_keys) {
+      const int64_t before = Held(key);
+      state_.Set(key, value);
+      stored_bytes_ += Held(key) - before;
+    }
   }
 
   Status Open() {

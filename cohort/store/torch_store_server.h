@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cohort/base/status.h"
@@ -39,6 +40,9 @@ struct TorchStoreServerOptions {
   size_t max_request_bytes = size_t{128} << 20;  // one request, all its fields
   size_t max_store_bytes = size_t{1} << 30;      // keys and values held, all together
   int max_connections = 16384;
+  // Keys the store holds from the start (the agent's round number, so that a worker that
+  // reaches the port after the next round's store replaced this one can tell).
+  std::vector<std::pair<std::string, std::string>> initial_keys;
 };
 
 struct TorchStoreServerStats {

@@ -99,6 +99,19 @@ TEST(TorchStoreServerTest, EveryQueryOfTorch113) {
   EXPECT_EQ(c.Value(), "value");
 }
 
+TEST(TorchStoreServerTest, InitialKeysAreThereForTheFirstClient) {
+  auto server = TorchStoreServer::Start({.host = "127.0.0.1",
+                                         .port = 0,
+                                         .initial_keys = {{"cohort/round", "7"}}})
+                    .value();
+  RawClient c(server->port());
+  c.Byte(kGet).Str("cohort/round").Send();
+  EXPECT_EQ(c.Value(), "7");
+  c.Byte(kNumKeys).Send();
+  EXPECT_EQ(c.Int(), 1);
+  EXPECT_EQ(server->stats().stored_bytes, 13);  // counted against the store's limit
+}
+
 TEST(TorchStoreServerTest, WaitIsAnsweredWhenAnotherClientSetsTheKeys) {
   auto server = TorchStoreServer::Start({.host = "127.0.0.1", .port = 0}).value();
   RawClient waiter(server->port()), writer(server->port());

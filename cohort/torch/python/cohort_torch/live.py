@@ -55,6 +55,8 @@ __all__ = ["Live", "start"]
 
 # The largest training state share() moves (a guard against a corrupt or hostile header).
 _MAX_STATE_BYTES = 1 << 40
+# The key of every round's torch store that holds the round's number (cohort/agent/agent.cc).
+_ROUND_KEY = "cohort/round"
 
 
 def collective_device():
@@ -179,7 +181,8 @@ class Live:
         round that ended has no store any more, and torch's client retries a refused
         connection for its whole timeout without letting other threads run: so the
         connection is tried a second at a time, reading the agent's newest notice between
-        tries."""
+        tries. The next round's store may listen on the same port already: the store's
+        round key (the agent sets it) must be this round's, else the next notice is awaited."""
         while True:
             newest = self._refresh()
             if newest is not None and newest["round"] > notice["round"]:
@@ -188,11 +191,15 @@ class Live:
                 store = dist.TCPStore(notice["master_addr"], notice["master_port"],
                                       notice["world_size"], False,
                                       datetime.timedelta(seconds=1))
-                break
+                if store.get(_ROUND_KEY).decode(errors="replace") == str(notice["round"]):
+                    break
             except (RuntimeError, OSError):
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("cohort: the torch store of round %d at %s:%d did not "
+                                   "answer" % (notice["round"], notice["master_addr"],
+                                               notice["master_port"]))
+            time.sleep(0.05)
         store.set_timeout(datetime.timedelta(seconds=2 * self.timeout))
         # The keys env:// and init_process_group use (under an agent that serves the store,
         # TORCHELASTIC_USE_AGENT_STORE), so that newcomers, which form with env://, meet
