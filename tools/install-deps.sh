@@ -1,23 +1,30 @@
 #!/usr/bin/env bash
-# Installs every Debian package cohort builds, tests and benchmarks with. Idempotent:
-# packages already present are skipped by apt-get; `apt-get update` runs only when a
-# package is missing.
+# Installs the Debian packages cohort needs. Idempotent: packages already present are
+# skipped by apt-get; `apt-get update` runs only when a package is missing.
+#   install-deps.sh          everything cohort builds, tests and benchmarks with
+#   install-deps.sh --main   only what the main job needs (tools/run-main-job.sh): the
+#                            toolchain, the libraries cohort links, libtorch, the data set
 set -euo pipefail
 
-PACKAGES=(
-  build-essential clang cmake ninja-build pkg-config git curl ca-certificates procps iproute2 psmisc
-  openssl util-linux
-  libgtest-dev libgmock-dev libbenchmark-dev
+MAIN_PACKAGES=(
+  build-essential cmake ninja-build pkg-config ca-certificates procps
   libasio-dev libcli11-dev nlohmann-json3-dev libyaml-cpp-dev libfmt-dev libspdlog-dev
-  libsqlite3-dev libcpp-httplib-dev zlib1g-dev libcurl4-openssl-dev
-  libisal-dev protobuf-compiler libprotobuf-dev
-  libtorch-dev python3-torch python3-dev pybind11-dev python3-numpy python3-pytest dataset-fashion-mnist
+  libsqlite3-dev libcpp-httplib-dev zlib1g-dev libcurl4-openssl-dev libssl-dev
+  libisal-dev protobuf-compiler libprotobuf-dev libpq-dev libcsv-dev
+  libtorch-dev python3-torch python3-dev pybind11-dev dataset-fashion-mnist
+)
+TEST_PACKAGES=(
+  clang git curl iproute2 psmisc openssl util-linux
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3-numpy python3-pytest
   etcd-server etcd-client
   openmpi-bin libopenmpi-dev libgloo-dev
   slurmctld slurmd slurm-client munge
-  libpq-dev postgresql sqlite3 libcsv-dev
+  postgresql sqlite3
   chromium
 )
+PACKAGES=("${MAIN_PACKAGES[@]}")
+if [ "${1:-}" != "--main" ]; then PACKAGES+=("${TEST_PACKAGES[@]}"); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -27,7 +34,7 @@ for p in "${PACKAGES[@]}"; do
 done
 
 # Node.js and npm validate Kubernetes manifests in the tests; keep an existing install.
-if ! command -v npm >/dev/null 2>&1; then missing+=(nodejs npm); fi
+if [ "${1:-}" != "--main" ] && ! command -v npm >/dev/null 2>&1; then missing+=(nodejs npm); fi
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#PACKAGES[@]} packages present"
@@ -39,6 +46,6 @@ else
 fi
 
 # npm packages of the tests (manifest validation); idempotent.
-if [ -x "$(dirname "$0")/install-npm-deps.sh" ]; then
+if [ "${1:-}" != "--main" ] && [ -x "$(dirname "$0")/install-npm-deps.sh" ]; then
   "$(dirname "$0")/install-npm-deps.sh"
 fi

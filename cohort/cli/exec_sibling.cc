@@ -15,9 +15,18 @@
 namespace cohort::cli {
 
 std::string SiblingPath(const std::string& program) {
+  namespace fs = std::filesystem;
   std::error_code ec;
-  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  return ((ec ? std::filesystem::path(".") : self.parent_path()) / program).string();
+  auto self = fs::read_symlink("/proc/self/exe", ec);
+  const fs::path dir = ec ? fs::path(".") : self.parent_path();
+  // COHORT_LIBEXEC_FROM_BIN / COHORT_BIN_FROM_LIBEXEC: the install layout's relative paths
+  // (cohort/cli/CMakeLists.txt computes them from GNUInstallDirs).
+  for (const fs::path& candidate :
+       {dir / program, dir / COHORT_LIBEXEC_FROM_BIN / program,
+        dir / COHORT_BIN_FROM_LIBEXEC / program}) {
+    if (fs::exists(candidate, ec)) return candidate.lexically_normal().string();
+  }
+  return (dir / program).string();
 }
 
 int ExecSibling(const std::string& program, const std::vector<std::string>& args) {

@@ -337,12 +337,14 @@ Result<std::vector<std::string>> WorkerArgv(const RunFlags& f,
 // PYTHONPATH, and the warm interpreter that forks them (unless --no-preload).
 void AddPythonSupport(const RunFlags& f, const std::vector<std::string>& argv,
                       size_t program_at, agent::WorkerSpec& spec) {
-  const std::string dir = SiblingPath("python");
-  if (fs::is_directory(dir)) {
+  const std::string zygote = SiblingPath("python/cohort_zygote.py");
+  const std::string dir = fs::path(zygote).parent_path().string();
+  // The build tree keeps cohort_torch beside the zygote; installed, it is in Python's own
+  // dist-packages and nothing is added.
+  if (fs::is_directory(dir + "/cohort_torch")) {
     const std::optional<std::string> old = SystemEnv("PYTHONPATH");
     spec.extra_env.emplace_back("PYTHONPATH", old ? fmt::format("{}:{}", dir, *old) : dir);
   }
-  const std::string zygote = dir + "/cohort_zygote.py";
   if (program_at == 0 || f.no_preload || !fs::is_regular_file(zygote)) return;
   auto& warm = spec.warm;
   warm.program_at = program_at;

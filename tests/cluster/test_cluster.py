@@ -311,7 +311,7 @@ def test_killing_the_store_host_is_a_clear_error(cluster, tmp_path):
 def test_cut_link_then_heal(cluster, tmp_path):
     c = cluster(3)
     ckpt = tmp_path / "ckpt"
-    nodes = [c.start(i, node_argv(c, i, ckpt, "2:3", 1500), node_env(c, i), "node%d" % i)
+    nodes = [c.start(i, node_argv(c, i, ckpt, "2:3", 800), node_env(c, i), "node%d" % i)
              for i in range(3)]
     wait_progress(nodes, 50, 90, "training on 3 nodes")
     before = latest_round(nodes)
@@ -342,7 +342,7 @@ def test_etcd_leader_killed_job_goes_on(cluster, tmp_path):
     endpoints = ",".join("%s:2379" % c.addr(i) for i in range(3))
     nodes = []
     for i in range(3):
-        argv = node_argv(c, i, ckpt, "2:3", 1200)
+        argv = node_argv(c, i, ckpt, "2:3", 700)
         at = argv.index("--rdzv-endpoint")
         argv[at + 1] = endpoints
         argv[at:at] = ["--rdzv-backend", "etcd"]
