@@ -1,0 +1,88 @@
+"""cohort_torch.live forms a re-formed group only on the torch store of its own round: the
+agent's store of each round holds the round's number (key cohort/round), and when rank 0
+stays on the same host the next round's store listens on the same port. A worker that read
+round 4's notice and reaches round 5's store must not join it (it would meet round 5's
+ranks with round 4's rank and size); it forms round 5 once that notice arrives.
+
+Drives Live._round_store, the connection step of Live.reform(), with real torch TCPStores
+on 127.0.0.1 (port 0); the rest of the Live object (its channel) is not needed here.
+"""
+import datetime
+import sys
+import time
+
+import pytest
+
+
+@pytest.fixture
+def live(pydir, need_torch):
+    sys.path.insert(0, str(pydir))
+    try:
+        import cohort_torch.live as module
+        yield module
+    finally:
+        sys.path.remove(str(pydir))
+
+
+class Worker:
+    """What _round_store needs of a Live object: the newest notice the agent wrote."""
+
+    def __init__(self, newest):
+        self.newest = newest
+        self.timeout = 5.0
+        self.refreshes = 0
+
+    def _refresh(self):
+        self.refreshes += 1
+        return self.newest
+
+
+def notice(round_, port):
+    return {"round": round_, "master_addr": "127.0.0.1", "master_port": port,
+            "world_size": 2, "restart_count": 0}
+
+
+def round_store(port_box, round_):
+    import torch.distributed as dist
+    store = dist.TCPStore("127.0.0.1", 0, 1, True, datetime.timedelta(seconds=5),
+                          wait_for_workers=False)
+    store.set("cohort/round", str(round_))
+    port_box.append(store.port)
+    return store
+
+
+def test_the_store_of_its_own_round_is_joined(live):
+    ports = []
+    server = round_store(ports, 4)  # noqa: F841 - serves while the test runs
+    w = Worker(notice(4, ports[0]))
+    store = live.Live._round_store(w, notice(4, ports[0]), time.monotonic() + 10)
+    assert store is not None
+    store.set("k", "v")  # the PrefixStore env:// uses, on the round's server
+    assert server.get("/worker/attempt_0/default_pg/k") == b"v"
+
+
+def test_the_next_rounds_store_on_the_same_port_is_not_joined(live):
+    ports = []
+    server = round_store(ports, 5)  # noqa: F841 - round 5's store where round 4's was
+    w = Worker(notice(4, ports[0]))
+    began = time.monotonic()
+
+    # The agent's notice of round 5 arrives after a few tries: then no store is returned.
+    def refresh():
+        w.refreshes += 1
+        if w.refreshes >= 3:
+            w.newest = notice(5, ports[0])
+        return w.newest
+    w._refresh = refresh
+    # None: round 4's group is never formed there; reform() goes on to round 5.
+    assert live.Live._round_store(w, notice(4, ports[0]), time.monotonic() + 30) is None
+    assert w.refreshes >= 3
+    assert time.monotonic() - began < 15
+
+
+def test_a_store_that_never_serves_the_round_is_an_error_at_the_deadline(live):
+    ports = []
+    server = round_store(ports, 7)  # noqa: F841
+    w = Worker(notice(4, ports[0]))
+    with pytest.raises(RuntimeError, match="round 4 .* did not answer"):
+        live.Live._round_store(w, notice(4, ports[0]), time.monotonic() + 3)
