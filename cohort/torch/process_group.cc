@@ -389,6 +389,13 @@ void Executor::Run(Item& item) {
     error = std::current_exception();
   }
   item.second = nullptr;  // release captured tensors before waking the caller
+  {
+    // Not running any more once the caller can see the result: a group the caller destroys
+    // right after must not count this finished operation as pending (and abort, dumping the
+    // flight recorder as if it had failed).
+    MutexLock lock(&mu_);
+    running_ = false;
+  }
   item.first->Complete(error);
   item.first.reset();
 }

@@ -49,7 +49,7 @@ class Executor {
  private:
   using Item = std::pair<c10::intrusive_ptr<CohortWork>, Task>;
   void Loop();
-  static void Run(Item& item);
+  void Run(Item& item) COHORT_EXCLUDES(mu_);
   // Runs an item taken from the queue (running_ set), then lets the next one go.
   void RunTaken(Item& item) COHORT_EXCLUDES(mu_);
   Mutex mu_;

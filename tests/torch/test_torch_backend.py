@@ -167,3 +167,28 @@ def test_a_python_jobs_communication_shows_in_the_job_view(cohort, need_torch, l
         stop.write_text("")
     assert p.wait(120) == 0, p.describe()
     assert len(re.findall(r"rank \d steps \d+", p.stdout)) == 2, p.stdout
+
+
+def test_a_group_destroyed_after_its_last_collective_is_not_an_abort(cohort, pydir, need_torch,
+                                                                     launcher, tmp_path):
+    """The usual end of a script (an all_reduce, then destroy_process_group) is not a
+    failure: no rank dumps its flight recorder as aborted (it did, when the group went away
+    while its executor was still marking the finished operation done)."""
+    script = tmp_path / "allreduce_then_destroy.py"
+    script.write_text(
+        "import sys, torch, torch.distributed as dist\n"
+        "import cohort_torch\n"
+        "dist.init_process_group('cohort')\n"
+        "for _ in range(3):\n"
+        "    t = torch.tensor([float(dist.get_rank() + 1)])\n"
+        "    dist.all_reduce(t)\n"
+        "print('rank %d sum %g' % (dist.get_rank(), t.item()), flush=True)\n"
+        "dist.destroy_process_group()\n")
+    for attempt in range(3):
+        p = launcher.run([cohort, "run", "--nproc-per-node", "2", "--log-dir",
+                          tmp_path / ("logs%d" % attempt), script, launcher.marker],
+                         timeout=300, env=U.clean_env())
+        assert p.p.returncode == 0, p.describe()
+        text = p.stdout + p.stderr
+        assert sorted(re.findall(r"rank (\d) sum 3", text)) == ["0", "1"], text[-2000:]
+        assert "flight recorder dump: abort" not in text, text[-3000:]
