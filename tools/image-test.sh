@@ -16,24 +16,13 @@ repo=$PWD
 build=$(realpath "${1:-build/dev}")
 out=$(mktemp -d /tmp/cohort-image-test.XXXXXX)
 step() { echo "== $*"; }
-need=()
-for p in podman runc uidmap debootstrap; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
-done
-if [ ${#need[@]} -gt 0 ]; then
-  step "installing ${need[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" \
-    >"$out/apt.log" 2>&1 || { tail -20 "$out/apt.log"; exit 1; }
-fi
+bash tools/install-deps.sh --image  # podman, runc, uidmap, debootstrap
 PODMAN=(podman --runtime /usr/sbin/runc)
 LIMITS=(--ulimit nofile=1024:1024 --ulimit nproc=1000:1000)
 
 step "the packages (cpack)"
-cmake -DCMAKE_INSTALL_PREFIX=/usr "$build" >/dev/null
-cmake --build "$build" >/dev/null
-(cd "$build" && cpack -G DEB -B "$out/ctx" >"$out/cpack.log" 2>&1) || { tail -30 "$out/cpack.log"; exit 1; }
-rm -rf "$out/ctx/_CPack_Packages"
-ls "$out/ctx"
+bash tools/make-debs.sh "$build" "$out/ctx"
+rm -f "$out/ctx/cpack.log"  # the build context: the two packages only
 
 if ! podman image exists localhost/debian:bookworm; then
   step "a Debian 12 base image from Debian's archive (debootstrap minbase)"

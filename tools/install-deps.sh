@@ -4,6 +4,7 @@
 #   install-deps.sh          everything cohort builds, tests and benchmarks with
 #   install-deps.sh --main   only what the main job needs (tools/run-main-job.sh): the
 #                            toolchain, the libraries cohort links, libtorch, the data set
+#   install-deps.sh --image  only what tools/image-test.sh builds and runs the image with
 set -euo pipefail
 
 MAIN_PACKAGES=(
@@ -23,8 +24,13 @@ TEST_PACKAGES=(
   postgresql sqlite3
   chromium
 )
-PACKAGES=("${MAIN_PACKAGES[@]}")
-if [ "${1:-}" != "--main" ]; then PACKAGES+=("${TEST_PACKAGES[@]}"); fi
+IMAGE_PACKAGES=(podman runc uidmap debootstrap)
+mode=${1:-all}
+case "$mode" in
+  --main) PACKAGES=("${MAIN_PACKAGES[@]}") ;;
+  --image) PACKAGES=("${IMAGE_PACKAGES[@]}") ;;
+  *) mode=all; PACKAGES=("${MAIN_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;
+esac
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -34,7 +40,7 @@ for p in "${PACKAGES[@]}"; do
 done
 
 # Node.js and npm validate Kubernetes manifests in the tests; keep an existing install.
-if [ "${1:-}" != "--main" ] && ! command -v npm >/dev/null 2>&1; then missing+=(nodejs npm); fi
+if [ "$mode" = all ] && ! command -v npm >/dev/null 2>&1; then missing+=(nodejs npm); fi
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#PACKAGES[@]} packages present"
@@ -46,6 +52,6 @@ else
 fi
 
 # npm packages of the tests (manifest validation); idempotent.
-if [ "${1:-}" != "--main" ] && [ -x "$(dirname "$0")/install-npm-deps.sh" ]; then
+if [ "$mode" = all ] && [ -x "$(dirname "$0")/install-npm-deps.sh" ]; then
   "$(dirname "$0")/install-npm-deps.sh"
 fi

@@ -17,13 +17,8 @@ out=$(mktemp -d /tmp/cohort-package-test.XXXXXX)
 step() { echo "== $*"; }
 
 step "building the packages (cpack) in $out"
-cmake -DCMAKE_INSTALL_PREFIX=/usr "$build" >/dev/null  # Debian's layout (the unit's path)
-cmake --build "$build" >/dev/null
-(cd "$build" && cpack -G DEB -B "$out" >"$out/cpack.log" 2>&1) || { tail -30 "$out/cpack.log"; exit 1; }
+bash tools/make-debs.sh "$build" "$out"
 debs=("$out"/*.deb)
-for d in "${debs[@]}"; do
-  echo "$(basename "$d"):"; dpkg-deb -f "$d" Package Version Depends | sed 's/^/  /'
-done
 step "installing them with apt-get"
 DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${debs[@]}" >"$out/apt.log" 2>&1 ||
   { tail -30 "$out/apt.log"; exit 1; }
@@ -56,8 +51,10 @@ import cohort_torch  # registers the "cohort" backend
 dist.init_process_group("cohort")
 t = torch.tensor([float(dist.get_rank() + 1)])
 dist.all_reduce(t)
-print("rank %d of %d sum %g from %s" % (dist.get_rank(), dist.get_world_size(), t.item(),
-                                        os.path.dirname(cohort_torch.__file__)), flush=True)
+# One write(2) per line: under torchrun the ranks share one stdout.
+os.write(1, ("rank %d of %d sum %g from %s\n" % (
+    dist.get_rank(), dist.get_world_size(), t.item(),
+    os.path.dirname(cohort_torch.__file__))).encode())
 dist.destroy_process_group()
 PY
 check_sums() {  # $1: log; both ranks of 2 print sum 3 from the installed package

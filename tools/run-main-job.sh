@@ -7,8 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install-deps.sh --main
-cmake --preset release >/dev/null
-cmake --build --preset release -j "$(nproc)" --target cohort cohort-train
+bash tools/build.sh release cohort cohort-train
 ckpt="$(mktemp -d /tmp/cohort-main-job.XXXXXX)"
 trap 'rm -rf "$ckpt"' EXIT
 # Not exec: the trap removes the checkpoints when the job ends (cohort's exit code is kept).

@@ -352,13 +352,18 @@ class WaitMeter {
 }  // namespace
 
 void Executor::RunTaken(Item& item) {
-  Run(item);
+  const std::exception_ptr error = Run(item);
   double drained = -1;  // the wait ended by this item, when it emptied the queue
   {
+    // Not running any more before the caller can see the result: a group the caller
+    // destroys right after must not count this finished operation as pending (and abort,
+    // dumping the flight recorder as if it had failed).
     MutexLock lock(&mu_);
     running_ = false;
     if (queue_.empty()) drained = std::chrono::duration<double>(SteadyClock::now() - last_push_).count();
   }
+  item.first->Complete(error);
+  item.first.reset();
   cv_.SignalAll();
   if (drained >= 0) WaitMeter::Get().Add(drained);
 }
@@ -378,7 +383,7 @@ void Executor::Loop() {
   }
 }
 
-void Executor::Run(Item& item) {
+std::exception_ptr Executor::Run(Item& item) {
   // Collectives write into tensors that may require grad (parameters, buckets); like
   // torch's own backends they do so outside autograd.
   at::NoGradGuard no_grad;
@@ -389,15 +394,7 @@ void Executor::Run(Item& item) {
     error = std::current_exception();
   }
   item.second = nullptr;  // release captured tensors before waking the caller
-  {
-    // Not running any more once the caller can see the result: a group the caller destroys
-    // right after must not count this finished operation as pending (and abort, dumping the
-    // flight recorder as if it had failed).
-    MutexLock lock(&mu_);
-    running_ = false;
-  }
-  item.first->Complete(error);
-  item.first.reset();
+  return error;
 }
 
 void Executor::Stop() {

@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -49,8 +50,10 @@ class Executor {
  private:
   using Item = std::pair<c10::intrusive_ptr<CohortWork>, Task>;
   void Loop();
-  void Run(Item& item) COHORT_EXCLUDES(mu_);
-  // Runs an item taken from the queue (running_ set), then lets the next one go.
+  // Runs the item's task (outside autograd); its error, if any.
+  static std::exception_ptr Run(Item& item);
+  // Runs an item taken from the queue (running_ set), completes its work, then lets the
+  // next one go.
   void RunTaken(Item& item) COHORT_EXCLUDES(mu_);
   Mutex mu_;
   CondVar cv_;  // an item was queued or finished, or the executor stops

@@ -21,3 +21,14 @@ def pydir(cohort):
     if not (d / "cohort_torch" / "__init__.py").exists():
         pytest.skip("cohort_torch not built in %s" % d)
     return d
+
+
+@pytest.fixture
+def in_process(pydir, need_torch):
+    """cohort_torch importable in the test's own process: the build tree's package is on
+    sys.path while the test runs (import its modules inside the test or a fixture)."""
+    sys.path.insert(0, str(pydir))
+    try:
+        yield
+    finally:
+        sys.path.remove(str(pydir))

@@ -9,7 +9,6 @@ tests/cluster/test_torch_sequences.py (they need root for network namespaces).
 import difflib
 import ast
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,13 +22,9 @@ DATA = Path("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")
 
 
 @pytest.fixture
-def elastic(pydir, need_torch):
-    sys.path.insert(0, str(pydir))
-    try:
-        import cohort_torch.elastic as module
-        yield module
-    finally:
-        sys.path.remove(str(pydir))
+def elastic(in_process):
+    import cohort_torch.elastic as module
+    return module
 
 
 def sampler_with_world(elastic, size, batch, world_box):

@@ -8,33 +8,29 @@ Drives Live._round_store, the connection step of Live.reform(), with real torch 
 on 127.0.0.1 (port 0); the rest of the Live object (its channel) is not needed here.
 """
 import datetime
-import sys
 import time
 
 import pytest
 
 
 @pytest.fixture
-def live(pydir, need_torch):
-    sys.path.insert(0, str(pydir))
-    try:
-        import cohort_torch.live as module
-        yield module
-    finally:
-        sys.path.remove(str(pydir))
+def live(in_process):
+    import cohort_torch.live as module
+    return module
 
 
 class Worker:
-    """What _round_store needs of a Live object: the newest notice the agent wrote."""
+    """What _round_store needs of a Live object: the newest notice the agent wrote, here
+    the given notices in turn (the last one stays)."""
 
-    def __init__(self, newest):
-        self.newest = newest
+    def __init__(self, *notices):
+        self.notices = list(notices)
         self.timeout = 5.0
         self.refreshes = 0
 
     def _refresh(self):
         self.refreshes += 1
-        return self.newest
+        return self.notices.pop(0) if len(self.notices) > 1 else self.notices[0]
 
 
 def notice(round_, port):
@@ -42,47 +38,37 @@ def notice(round_, port):
             "world_size": 2, "restart_count": 0}
 
 
-def round_store(port_box, round_):
+def round_store(round_):
+    """A torch store serving `round_`, as the agent's (on a free port)."""
     import torch.distributed as dist
     store = dist.TCPStore("127.0.0.1", 0, 1, True, datetime.timedelta(seconds=5),
                           wait_for_workers=False)
     store.set("cohort/round", str(round_))
-    port_box.append(store.port)
     return store
 
 
 def test_the_store_of_its_own_round_is_joined(live):
-    ports = []
-    server = round_store(ports, 4)  # noqa: F841 - serves while the test runs
-    w = Worker(notice(4, ports[0]))
-    store = live.Live._round_store(w, notice(4, ports[0]), time.monotonic() + 10)
+    server = round_store(4)
+    w = Worker(notice(4, server.port))
+    store = live.Live._round_store(w, notice(4, server.port), time.monotonic() + 10)
     assert store is not None
     store.set("k", "v")  # the PrefixStore env:// uses, on the round's server
     assert server.get("/worker/attempt_0/default_pg/k") == b"v"
 
 
 def test_the_next_rounds_store_on_the_same_port_is_not_joined(live):
-    ports = []
-    server = round_store(ports, 5)  # noqa: F841 - round 5's store where round 4's was
-    w = Worker(notice(4, ports[0]))
+    server = round_store(5)  # round 5's store where round 4's was
+    # The agent's notice of round 5 arrives at the third read: then no store is returned.
+    w = Worker(notice(4, server.port), notice(4, server.port), notice(5, server.port))
     began = time.monotonic()
-
-    # The agent's notice of round 5 arrives after a few tries: then no store is returned.
-    def refresh():
-        w.refreshes += 1
-        if w.refreshes >= 3:
-            w.newest = notice(5, ports[0])
-        return w.newest
-    w._refresh = refresh
     # None: round 4's group is never formed there; reform() goes on to round 5.
-    assert live.Live._round_store(w, notice(4, ports[0]), time.monotonic() + 30) is None
+    assert live.Live._round_store(w, notice(4, server.port), time.monotonic() + 30) is None
     assert w.refreshes >= 3
     assert time.monotonic() - began < 15
 
 
 def test_a_store_that_never_serves_the_round_is_an_error_at_the_deadline(live):
-    ports = []
-    server = round_store(ports, 7)  # noqa: F841
-    w = Worker(notice(4, ports[0]))
+    server = round_store(7)
+    w = Worker(notice(4, server.port))
     with pytest.raises(RuntimeError, match="round 4 .* did not answer"):
-        live.Live._round_store(w, notice(4, ports[0]), time.monotonic() + 3)
+        live.Live._round_store(w, notice(4, server.port), time.monotonic() + 3)
