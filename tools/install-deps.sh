@@ -48,7 +48,10 @@ else
   echo "install-deps: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  # force-unsafe-io: dpkg skips its fsync per unpacked file (as Debian's container images
+  # do); a crash mid-install is repaired by running this script again.
+  apt-get install -y -qq --no-install-recommends -o Dpkg::Options::=--force-unsafe-io \
+    "${missing[@]}"
 fi
 
 # npm packages of the tests (manifest validation); idempotent.
