@@ -41,8 +41,19 @@ int ExecSibling(const std::string& program, const std::vector<std::string>& args
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
   ::execv(path.c_str(), argv.data());
-  fmt::print(stderr, "cohort: cannot run {}: {}\n", path, std::strerror(errno));
-  return errno == ENOENT ? kExitNotFound : kExitInternal;
+  const int err = errno;
+  if (err == ENOENT) {
+    // A build of only some targets (the quickstart builds cohort and cohort-train).
+    fmt::print(stderr,
+               "cohort: this command needs the program {}, which is not installed or built "
+               "beside cohort ({} does not exist). Build every target (tools/build.sh "
+               "release, or cmake --build <build dir> --target {}), or install the cohort "
+               "package.\n",
+               program, path, program);
+    return kExitNotFound;
+  }
+  fmt::print(stderr, "cohort: cannot run {}: {}\n", path, std::strerror(err));
+  return kExitInternal;
 }
 
 }  // namespace cohort::cli

@@ -6,6 +6,7 @@ listed in full with nothing submitted.
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import textwrap
@@ -337,3 +338,19 @@ def test_submitted_job_serves_metrics(jobs):
     assert r.returncode == 0, r.stdout + r.stderr
     logs = jobs.run("logs", job["id"]).stdout
     assert "released" in logs, logs  # both ranks: one merged console line
+
+
+def test_submit_without_its_companion_program_says_what_to_build(cohort, tmp_path):
+    # The quickstart's first command builds only cohort and cohort-train: `cohort submit`
+    # then names the missing program and how to build it (exit 127), and submits nothing.
+    alone = tmp_path / "bin"
+    alone.mkdir()
+    shutil.copy2(cohort, alone / "cohort")
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: alone\nentrypoint: /bin/true\n")
+    home = tmp_path / "home"
+    r = subprocess.run([alone / "cohort", "submit", spec], env=U.clean_env(COHORT_HOME=home),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 127, r.stderr
+    assert "needs the program cohort-jobs" in r.stderr and "--target cohort-jobs" in r.stderr
+    assert not home.exists() or not any(home.iterdir())
