@@ -7,9 +7,12 @@
 #include <signal.h>
 #include <sys/inotify.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -207,6 +210,10 @@ class Agent::Impl {
   std::string membership_dir_;
   const std::string membership_secret_ = RandomHex(16);
   std::string runtime_dir_;  // private (0700), removed by the sweeper's helper
+  // The node's snapshot directory (COHORT_SNAPSHOT_DIR), in shared memory: named with the
+  // job's cookie, so the sweeper's helper removes it when the agent ends, however it ends.
+  std::string snapshot_dir_;
+  void MakeSnapshotDir();
   int64_t live_reforms_ = 0;  // rounds the workers joined in place (announced to them)
   std::unique_ptr<membership_channel::ChannelWatch> channel_;
   std::optional<LostPeerReport> lost_;      // the report that ended the round
@@ -396,6 +403,7 @@ Status Agent::Impl::StartWorkers(const RendezvousInfo& info) {
     we.flight_recorder_dir = FlightRecordDir(w.rank);
     we.metrics_dir = o_.metrics_dir;
     we.membership_dir = membership_dir_;
+    we.snapshot_dir = snapshot_dir_;
     we.membership_secret = membership_dir_.empty() ? "" : membership_secret_;
     SpawnOptions so;
     so.argv = spec.argv;
@@ -918,8 +926,20 @@ std::optional<AgentResult> Agent::Impl::Setup() {
     }
   }
   sweeper_ = std::make_unique<JobSweeper>(runtime_dir_);
+  MakeSnapshotDir();
   StartZygote();  // imports torch while the rendezvous runs
   return std::nullopt;
+}
+
+void Agent::Impl::MakeSnapshotDir() {
+  if (!sweeper_) return;
+  const std::string dir = "/dev/shm/cohort-" + sweeper_->cookie() + "-snapshots";
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    COHORT_LOG_WARN(kLog, "no snapshot directory in shared memory ({}: {}): workers' in-memory "
+                    "checkpoints will not outlive them", dir, std::strerror(errno));
+    return;
+  }
+  snapshot_dir_ = dir;
 }
 
 void Agent::Impl::RecordRound(const RendezvousInfo& info, bool first, bool live) {

@@ -111,6 +111,10 @@ const Setting<int64_t> kTrainFaultRank{
     "attempt (tests, demos)"};
 const Setting<int64_t> kTrainFaultStep{
     "COHORT_TRAIN_FAULT_STEP", -1, "cohort-train: the step of the injected fault"};
+const Setting<int64_t> kTrainFaultWriteStep{
+    "COHORT_TRAIN_FAULT_WRITE_STEP", -1,
+    "cohort-train: rank 0 kills itself (SIGKILL) half-way through writing this step's "
+    "checkpoint file in its first attempt (tests, demos)"};
 
 }  // namespace settings
 }  // namespace cohort

@@ -149,6 +149,7 @@ extern const Setting<std::string> kTensorboardDir;
 // cohort-train's fault injection (tests and demos).
 extern const Setting<int64_t> kTrainFaultRank;
 extern const Setting<int64_t> kTrainFaultStep;
+extern const Setting<int64_t> kTrainFaultWriteStep;
 
 }  // namespace settings
 }  // namespace cohort

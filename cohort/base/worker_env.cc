@@ -102,6 +102,7 @@ std::vector<std::pair<std::string, std::string>> WriteWorkerEnv(const WorkerEnv&
   add(we::kMetricsDir, w.metrics_dir);
   add(we::kMembershipDir, w.membership_dir);
   add(we::kMembershipSecret, w.membership_secret);
+  add(we::kSnapshotDir, w.snapshot_dir);
   add_positive(we::kMetricsHistory, w.metrics_history_s);
   return env;
 }
@@ -115,7 +116,7 @@ const std::vector<std::string>& AgentOwnedVariables() {
       we::kEtcdEndpoints, we::kEtcdPrefix, we::kEtcdCaCert, we::kEtcdCert, we::kEtcdKey,
       we::kEtcdUser, we::kEtcdRequestTimeout, we::kCohortRunId, we::kAttempt, we::kRound,
       we::kJobCookie, we::kListenAddr, we::kFlightRecorderDir, we::kMembershipDir,
-      we::kMembershipSecret};
+      we::kMembershipSecret, we::kSnapshotDir};
   return kNames;
 }
 
@@ -206,6 +207,7 @@ Result<WorkerEnv> ReadWorkerEnv() {
   w.flight_recorder_dir = Get(we::kFlightRecorderDir);
   w.metrics_dir = Get(we::kMetricsDir);
   w.membership_dir = Get(we::kMembershipDir);
+  w.snapshot_dir = Get(we::kSnapshotDir);
   w.membership_secret = Get(we::kMembershipSecret);
   COHORT_RETURN_IF_ERROR(ReadSeconds(we::kMetricsHistory, &w.metrics_history_s));
   return w;

@@ -77,6 +77,10 @@ inline constexpr char kMembershipDir[] = "COHORT_MEMBERSHIP_DIR";
 // by its workers): a file in the directory without it is refused.
 inline constexpr char kMembershipSecret[] = "COHORT_MEMBERSHIP_SECRET";
 inline constexpr char kMetricsHistory[] = "COHORT_METRICS_HISTORY_S";
+// The node's snapshot directory (train/snapshot_store.h): shared memory the agent owns
+// (0700, removed with the agent however it ends), where workers publish their newest
+// in-memory checkpoint so that it outlives a crashed worker.
+inline constexpr char kSnapshotDir[] = "COHORT_SNAPSHOT_DIR";
 
 // The value the launcher process itself was given (e.g. COHORT_TOKEN set by the user
 // before `cohort run`); nullopt when unset or empty.
@@ -133,6 +137,7 @@ struct WorkerEnv {
   std::string metrics_dir;          // where the worker exports rank<R>.json for the agent
   std::string membership_dir;       // live reconfiguration channel; empty: not offered
   std::string membership_secret;    // what the channel's messages carry (its authentication)
+  std::string snapshot_dir;         // the node's snapshot directory; empty: none
   double metrics_history_s = 0;     // 0: the exporter's default
 };
 

@@ -3,8 +3,8 @@
 #include "cohort/train/checkpoint_file.h"
 
 #include <fcntl.h>
+#include <isa-l/crc.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -20,36 +20,20 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kMagic[8] = {'C', 'O', 'H', 'O', 'R', 'T', 'C', 'K'};
-constexpr size_t kHeaderSize = 8 + 4 + 4 + 8 + 8;
+constexpr size_t kHeaderSize = kCheckpointHeaderSize;
 
 template <typename T>
-void PutLe(std::string& out, T v) {
-  for (size_t i = 0; i < sizeof(T); ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+void PutLe(char* out, T v) {
+  for (size_t i = 0; i < sizeof(T); ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xff);
 }
 
 template <typename T>
-T GetLe(const std::string& in, size_t off) {
+T GetLe(std::string_view in, size_t off) {
   T v = 0;
   for (size_t i = 0; i < sizeof(T); ++i) {
     v |= static_cast<T>(static_cast<uint8_t>(in[off + i])) << (8 * i);
   }
   return v;
-}
-
-uint32_t Crc32(const std::string& a, const std::string& b) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  // crc32 takes uInt lengths; feed in pieces.
-  for (const std::string* s : {&a, &b}) {
-    const char* p = s->data();
-    size_t left = s->size();
-    while (left > 0) {
-      uInt n = static_cast<uInt>(std::min<size_t>(left, 1u << 30));
-      crc = crc32(crc, reinterpret_cast<const Bytef*>(p), n);
-      p += n;
-      left -= n;
-    }
-  }
-  return static_cast<uint32_t>(crc);
 }
 
 Status WriteAll(int fd, const char* p, size_t n, const std::string& path) {
@@ -77,12 +61,23 @@ Status FsyncPath(const std::string& path, int flags) {
 
 }  // namespace
 
+uint32_t Crc32(uint32_t crc, const void* data, size_t n) {
+  return crc32_gzip_refl(crc, static_cast<const unsigned char*>(data), n);
+}
+
+void PutCheckpointHeader(char* out, uint32_t crc, uint64_t meta_len, uint64_t payload_len) {
+  std::memcpy(out, kMagic, sizeof(kMagic));
+  PutLe<uint32_t>(out + 8, kCheckpointVersion);
+  PutLe<uint32_t>(out + 12, crc);
+  PutLe<uint64_t>(out + 16, meta_len);
+  PutLe<uint64_t>(out + 24, payload_len);
+}
+
 std::string EncodeCheckpoint(const CheckpointBlob& blob) {
-  std::string out(kMagic, sizeof(kMagic));
-  PutLe<uint32_t>(out, kCheckpointVersion);
-  PutLe<uint32_t>(out, Crc32(blob.meta, blob.payload));
-  PutLe<uint64_t>(out, blob.meta.size());
-  PutLe<uint64_t>(out, blob.payload.size());
+  std::string out(kHeaderSize, '\0');
+  const uint32_t crc =
+      Crc32(Crc32(0, blob.meta.data(), blob.meta.size()), blob.payload.data(), blob.payload.size());
+  PutCheckpointHeader(out.data(), crc, blob.meta.size(), blob.payload.size());
   out.reserve(out.size() + blob.meta.size() + blob.payload.size());
   out += blob.meta;
   out += blob.payload;
@@ -90,6 +85,11 @@ std::string EncodeCheckpoint(const CheckpointBlob& blob) {
 }
 
 Result<CheckpointBlob> DecodeCheckpoint(const std::string& bytes, const std::string& what) {
+  COHORT_ASSIGN_OR_RETURN(CheckpointView view, VerifyCheckpoint(bytes, what));
+  return CheckpointBlob{std::string(view.meta), std::string(view.payload)};
+}
+
+Result<CheckpointView> VerifyCheckpoint(std::string_view bytes, const std::string& what) {
   if (bytes.size() < kHeaderSize) {
     return DataLoss("{}: truncated: {} bytes, shorter than the {}-byte header", what,
                     bytes.size(), kHeaderSize);
@@ -113,18 +113,17 @@ Result<CheckpointBlob> DecodeCheckpoint(const std::string& bytes, const std::str
   if (meta_len + payload_len != body) {
     return DataLoss("{}: {} unexpected trailing bytes", what, body - meta_len - payload_len);
   }
-  CheckpointBlob blob;
-  blob.meta = bytes.substr(kHeaderSize, meta_len);
-  blob.payload = bytes.substr(kHeaderSize + meta_len);
-  uint32_t actual = Crc32(blob.meta, blob.payload);
+  CheckpointView view{bytes.substr(kHeaderSize, meta_len), bytes.substr(kHeaderSize + meta_len)};
+  uint32_t actual = Crc32(Crc32(0, view.meta.data(), view.meta.size()), view.payload.data(),
+                          view.payload.size());
   if (actual != crc) {
     return DataLoss("{}: checksum mismatch (stored crc32 {:08x}, computed {:08x})", what, crc,
                     actual);
   }
-  return blob;
+  return view;
 }
 
-Status WriteFileAtomically(const std::string& path, const std::string& bytes) {
+Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
   fs::path final_path(path);
   fs::path dir = final_path.parent_path();
   if (dir.empty()) dir = ".";
@@ -174,7 +173,7 @@ bool CheckpointDir::IsUsable(int64_t step) {
   auto known = usable_.find(step);
   if (known != usable_.end()) return known->second;
   auto bytes = ReadWholeFile(PathFor(step));
-  const bool ok = bytes.ok() && DecodeCheckpoint(*bytes, PathFor(step)).ok();
+  const bool ok = bytes.ok() && VerifyCheckpoint(*bytes, PathFor(step)).ok();
   if (!ok) {
     COHORT_LOG_WARN("train", "checkpoint {} is unusable; it does not count toward --keep",
                     PathFor(step));
@@ -183,12 +182,33 @@ bool CheckpointDir::IsUsable(int64_t step) {
   return ok;
 }
 
+void CheckpointDir::RemoveStaleTemporaries() {
+  // WriteFileAtomically's temporaries are ".<name>.tmp.<pid>". Only one process writes into
+  // a checkpoint directory, so another pid's is what a killed writer left half-way.
+  const std::string mine = ".tmp." + std::to_string(::getpid());
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(".ckpt-", 0) == 0 && name.find(".cohort.tmp.") != std::string::npos &&
+        name.substr(name.size() - std::min(name.size(), mine.size())) != mine) {
+      std::error_code rm;
+      fs::remove(e.path(), rm);
+      if (!rm) COHORT_LOG_INFO("train", "removed {}, left by a writer that was killed", name);
+    }
+  }
+}
+
 Status CheckpointDir::Write(int64_t step, const CheckpointBlob& blob, int keep) {
+  return WriteEncoded(step, EncodeCheckpoint(blob), keep);
+}
+
+Status CheckpointDir::WriteEncoded(int64_t step, std::string_view file, int keep) {
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) return Internal("create checkpoint directory {}: {}", dir_, ec.message());
-  COHORT_RETURN_IF_ERROR(WriteFileAtomically(PathFor(step), EncodeCheckpoint(blob)));
+  COHORT_RETURN_IF_ERROR(WriteFileAtomically(PathFor(step), file));
   usable_[step] = true;
+  RemoveStaleTemporaries();
   if (keep <= 0) return Status::Ok();
   // Keep the newest `keep` USABLE checkpoints: a corrupt or truncated file does not count,
   // so it can never push a good one out. Older files than the keep-th usable one go.

@@ -11,8 +11,12 @@
 // Each run is deterministic for a given seed and world size (model init from --seed, data
 // order from the sampler, bit-identical allreduce), including across a kill and resume:
 // checkpoints are taken at step boundaries and restore parameters, optimizer state, sampler
-// position and torch's generator. On start the newest valid checkpoint of --checkpoint-dir
-// is restored. Every rank prints `rank R of W: transport T, round N` once joined; rank 0 prints
+// position and torch's generator. A checkpoint is a snapshot in memory (train/snapshot_store.h:
+// training waits only for one copy of the state), taken by local rank 0 of every node into
+// the node's snapshot directory when `cohort run` offers one (it outlives the workers), and
+// written to --checkpoint-dir by rank 0 in the background. On start every rank finds the
+// newest valid snapshot or checkpoint on its node, and the newest of all ranks is given to
+// the others by broadcast: no shared file system is needed. Every rank prints `rank R of W: transport T, round N` once joined; rank 0 prints
 // progress and `test_accuracy <x>`; finally every rank prints `rank R param_digest <crc32 of
 // all parameters>` and rank 0 also `param_digest <crc32>`. With --tensorboard-dir, rank 0 also writes
 // TensorBoard scalars (docs/tensorboard.md).
@@ -30,8 +34,10 @@
 // error (torch, I/O).
 // Nothing is written before inputs are validated.
 //
-// Test hook: with COHORT_TRAIN_FAULT_RANK=r and COHORT_TRAIN_FAULT_STEP=s in the
-// environment and TORCHELASTIC_RESTART_COUNT=0, rank r SIGKILLs itself before step s.
+// Test hooks, in the first attempt only (TORCHELASTIC_RESTART_COUNT=0): with
+// COHORT_TRAIN_FAULT_RANK=r and COHORT_TRAIN_FAULT_STEP=s, rank r SIGKILLs itself before
+// step s; with COHORT_TRAIN_FAULT_WRITE_STEP=s, rank 0 SIGKILLs itself half-way through
+// writing step s's checkpoint file.
 //
 // Thread-safety: a program; the main thread trains, one loader thread prefetches batches.
 #include <signal.h>
@@ -56,7 +62,8 @@
 #include "cohort/comm/live_membership.h"
 #include "cohort/metrics/exporter.h"
 #include "cohort/metrics/tensorboard.h"
-#include "cohort/train/checkpointer.h"
+#include "cohort/train/state_codec.h"
+#include "cohort/train/snapshot_store.h"
 #include "cohort/train/data.h"
 #include "cohort/train/ddp.h"
 #include "cohort/train/models.h"
@@ -415,15 +422,13 @@ class Trainer {
     Require(model.status(), kExitUsage, "building the model");
     model_ = *model;
     optimizer_ = MakeOptimizer(f, *model_);
-    if (!f.checkpoint_dir.empty()) {
-      checkpointer_ =
-          std::make_unique<Checkpointer>(f.checkpoint_dir, f.model, f.optimizer, f.keep);
-    }
+    snapshot_dir_ = job_.launched.ok() ? job_.launched->snapshot_dir : "";
+    MakeSnapshotStore();
   }
 
   int Run() {
     // A newcomer to a running job takes the state the others hold in memory; a job that
-    // starts (or restarts) reads the checkpoint.
+    // starts (or restarts) takes the newest snapshot or checkpoint any rank finds.
     if (!ShareState(/*has_state=*/false)) Resume();
     MakeDdp();
     Repartitioned();
@@ -435,40 +440,39 @@ class Trainer {
   }
 
  private:
-  // The newest valid checkpoint, if any; every rank must pick the same step.
+  // Every rank restores the newest valid snapshot or checkpoint it finds on its node (the
+  // node's snapshot directory, --checkpoint-dir); then the newest of all ranks is given to
+  // the others (ShareState), so a rank on a node that lost everything, or a job without a
+  // shared file system, resumes at the job's newest step.
   void Resume() {
-    if (checkpointer_) {
-      Result<TrainState> loaded = checkpointer_->LoadLatest(*model_, optimizer_.get());
-      if (loaded.ok()) {
-        if (loaded->seed != f_.seed) {
-          throw Exit(kExitCheckpoint,
-                     fmt::format("checkpoint {} was trained with --seed {}, not {}",
-                                 checkpointer_->loaded_path(), loaded->seed, f_.seed));
-        }
-        state_ = loaded->world_size != job_.world || loaded->batch_size != f_.batch_size
-                     ? Rescaled(*loaded, job_.world, f_.batch_size)
-                     : *loaded;
-        if (job_.leader()) {
-          fmt::print("resumed from {} at step {} (epoch {}, batch {})\n",
-                     checkpointer_->loaded_path(), state_.global_step, state_.epoch + 1,
-                     state_.batch_in_epoch);
-        }
-      } else if (loaded.status().code() == StatusCode::kFailedPrecondition ||
-                 loaded.status().code() == StatusCode::kDataLoss) {
-        throw Exit(kExitCheckpoint, loaded.status().message());
-      } else if (loaded.status().code() != StatusCode::kNotFound) {
-        Require(loaded.status(), kExitInternal, "reading checkpoints");
+    Result<FoundSnapshot> found = NewestSnapshot(snapshot_dir_, f_.checkpoint_dir);
+    int64_t restored_step = -1;
+    std::string where;
+    if (found.ok()) {
+      auto view = VerifyCheckpoint(found->bytes, found->path);
+      Require(view.status(), kExitCheckpoint, "reading the checkpoint");
+      Result<TrainState> loaded = codec_.Decode(*view, found->path, *model_, optimizer_.get());
+      Require(loaded.status(), kExitCheckpoint, "restoring the training state");
+      if (loaded->seed != f_.seed) {
+        throw Exit(kExitCheckpoint, fmt::format("checkpoint {} was trained with --seed {}, not {}",
+                                                found->path, loaded->seed, f_.seed));
       }
+      state_ = *loaded;
+      restored_step = state_.global_step;
+      where = found->where;
+    } else if (found.status().code() != StatusCode::kNotFound) {
+      throw Exit(kExitCheckpoint, found.status().message());
     }
-    if (!job_.comm) return;
-    int64_t step = state_.global_step;
-    Require(job_.comm->Broadcast(&step, 1, comm::DataType::kI64, 0)->Wait(CommDeadline()),
-            kExitComm, "agreeing on the resume step");
-    if (step != state_.global_step) {
-      throw Exit(kExitCheckpoint,
-                 fmt::format("rank {} resumed at step {} but rank 0 at step {}: the checkpoint "
-                             "directory must be shared and identical on every rank",
-                             job_.rank, state_.global_step, step));
+    if (!ShareState(restored_step >= 0, /*from_checkpoint=*/true)) return;
+    if (state_.world_size != job_.world || state_.batch_size != f_.batch_size) {
+      state_ = Rescaled(state_, job_.world, f_.batch_size);
+    }
+    // Said by the rank whose copy the job resumed from (rank 0 when it held the newest).
+    if (restored_step == state_.global_step && (job_.leader() || state_source_ == job_.rank)) {
+      fmt::print("{}resumed from {} at step {} (epoch {}, batch {})\n",
+                 job_.leader() ? "" : fmt::format("rank {}: ", job_.rank), where,
+                 state_.global_step, state_.epoch + 1, state_.batch_in_epoch);
+      std::fflush(stdout);
     }
   }
 
@@ -501,7 +505,8 @@ class Trainer {
   // broadcast from the lowest of them, as checkpoint bytes (checksummed); then every rank
   // checks that the parameters agree (CRC32). False when no rank holds any state (a job
   // that starts: the checkpoint decides). Every rank issues the same collectives.
-  bool ShareState(bool has_state) {
+  bool ShareState(bool has_state, bool from_checkpoint = false) {
+    state_source_ = -1;
     if (!job_.comm || job_.comm->size() == 1) return has_state;
     comm::Communicator& c = *job_.comm;
     const int64_t mine = has_state ? state_.global_step : -1;
@@ -516,6 +521,7 @@ class Trainer {
       Require(c.AllReduce(&source, &source, 1, comm::DataType::kI64, comm::ReduceOp::kMin)
                   ->Wait(CommDeadline()),
               kExitComm, "choosing the rank that sends the training state");
+      state_source_ = static_cast<int>(source);
       std::string bytes;
       if (job_.rank == source) {
         auto blob = codec_.Encode(state_, *model_, optimizer_.get());
@@ -541,8 +547,8 @@ class Trainer {
       }
       if (job_.leader()) {
         fmt::print("training state of step {} sent by rank {} ({} bytes) to the ranks that "
-                   "did not hold it\n",
-                   newest, source, size);
+                   "did not hold {}\n",
+                   newest, source, size, from_checkpoint ? "a copy as new" : "it");
       }
     }
     const int64_t crc = ParamCrc(*model_);
@@ -589,6 +595,7 @@ class Trainer {
     ShareState(/*has_state=*/true);
     MakeDdp();
     Repartitioned();
+    MakeSnapshotStore();  // rank 0 (who writes to disk) may be another process now
     if (was_leader != job_.leader()) {
       log::SetLevel(job_.leader() ? "info" : "warn");
       reporter_ = std::make_unique<Reporter>(f_, job_.leader());
@@ -646,7 +653,7 @@ class Trainer {
           break;
         }
         const bool epoch_end = *stepped;
-        if (f_.checkpoint_every > 0 && state_.global_step % f_.checkpoint_every == 0) Save();
+        if (f_.checkpoint_every > 0 && state_.global_step % f_.checkpoint_every == 0) Snapshot();
         if ((f_.log_every > 0 && state_.global_step % f_.log_every == 0) ||
             state_.global_step == total_steps_ || epoch_end) {
           if (Status reported = Report(epoch_end); !reported.ok()) {
@@ -658,8 +665,13 @@ class Trainer {
       }
     }
     train_seconds_ = SecondsSince(t_start_);
-    // The final state, unless the last periodic checkpoint already holds it (0: end only).
-    if (f_.checkpoint_every <= 0 || state_.global_step % f_.checkpoint_every != 0) Save();
+    // The final state (a no-op when the last periodic snapshot holds it), on disk before
+    // the program ends.
+    Snapshot();
+    if (snapshots_) {
+      Require(snapshots_->Flush(Deadline::AfterMs(600000)), kExitCheckpoint,
+              "writing the final checkpoint");
+    }
   }
 
   // One optimizer step; true when it ended the epoch. A failed gradient allreduce leaves
@@ -720,9 +732,36 @@ class Trainer {
     return Status::Ok();
   }
 
-  void Save() {
-    if (!checkpointer_ || !job_.leader()) return;
-    Require(checkpointer_->Save(state_, *model_, optimizer_.get()), kExitInternal, "checkpoint");
+  // Local rank 0 of every node keeps the job's state in the node's snapshot directory (data
+  // parallel: every rank holds the same state); rank 0 also writes it to --checkpoint-dir.
+  // Called again when the ranks move (live reconfiguration).
+  void MakeSnapshotStore() {
+    const int local_rank = job_.launched.ok() ? job_.launched->local_rank : 0;
+    const bool keep_in_memory = !snapshot_dir_.empty() && local_rank == 0;
+    const bool persist = job_.leader() && !f_.checkpoint_dir.empty();
+    const std::string disk_dir = persist ? f_.checkpoint_dir : "";
+    if (snapshots_ && snapshots_->options().disk_dir == disk_dir) return;
+    snapshots_.reset();  // finishes its write in progress
+    if (!keep_in_memory && !persist) return;
+    const bool first_attempt = job_.launched.ok() && job_.launched->restart_count == 0;
+    snapshots_ = std::make_unique<SnapshotStore>(SnapshotStore::Options{
+        .memory_dir = keep_in_memory ? snapshot_dir_ : "",
+        .disk_dir = disk_dir,
+        .keep = f_.keep,
+        .rank = local_rank,
+        .fault_write_step = first_attempt && persist ? settings::kTrainFaultWriteStep.Get() : -1});
+  }
+
+  // A snapshot of the state at this step boundary: training waits for one copy of it; the
+  // write to disk happens in the background. A failure is reported and training goes on.
+  void Snapshot() {
+    if (!snapshots_) return;
+    auto plan = codec_.PlanEncoding(state_, *model_, optimizer_.get());
+    Require(plan.status(), kExitInternal, "snapshot");
+    Status taken = snapshots_->Take(
+        state_.global_step, plan->meta, plan->payload_size,
+        [&](char* payload, uint32_t crc) { return plan->Fill(payload, crc); });
+    if (!taken.ok()) COHORT_LOG_WARN("train", "no snapshot: {}", taken.message());
   }
 
   // Test accuracy (rank 0's buffers, the test set split across ranks) and the digests.
@@ -762,8 +801,10 @@ class Trainer {
   TrainState state_;
   std::shared_ptr<Classifier> model_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
-  std::unique_ptr<Checkpointer> checkpointer_;
-  StateCodec codec_;  // the state a newcomer receives
+  std::string snapshot_dir_;  // the node's (COHORT_SNAPSHOT_DIR); empty: none
+  std::unique_ptr<SnapshotStore> snapshots_;
+  int state_source_ = -1;  // the rank the last ShareState took the state from (-1: none)
+  StateCodec codec_;  // the state's encoding: snapshots, checkpoints, a newcomer's copy
   double comm_wait_before_ = 0;  // gradient-allreduce wait of the DDPs before this one
   bool reconfigured_ = false;
   std::unique_ptr<DistributedDataParallel> ddp_;
@@ -807,10 +848,11 @@ int main(int argc, char** argv) {
   app.add_option("--weight-decay", f.weight_decay, "L2 penalty")->capture_default_str();
   app.add_option("--seed", f.seed, "seed of weights and data order")->capture_default_str();
   app.add_option("--checkpoint-dir", f.checkpoint_dir,
-                 "checkpoint directory; the newest valid checkpoint is resumed");
+                 "checkpoint directory (rank 0 writes it in the background); the newest valid "
+                 "checkpoint or in-memory snapshot is resumed");
   app.add_option("--checkpoint-every", f.checkpoint_every,
-                 "checkpoint every N steps and at the end (0: only at the end); needs "
-                 "--checkpoint-dir")
+                 "snapshot every N steps and at the end (0: only at the end): kept in the "
+                 "node's memory under cohort run, written to --checkpoint-dir")
       ->capture_default_str();
   app.add_option("--keep", f.keep, "checkpoints kept")->capture_default_str();
   app.add_option("--log-every", f.log_every, "progress line every N steps")->capture_default_str();

@@ -3,10 +3,13 @@
 Run:  /usr/bin/python3 -m pytest -v tests/e2e/test_train.py
 (COHORT_BIN overrides the launcher; COHORT_TRAIN_BIN the trainer, default: beside COHORT_BIN.)
 
-* A worker SIGKILLed mid-epoch (the trainer's COHORT_TRAIN_FAULT_RANK/STEP hook, active on
-  attempt 0 only) is restarted by the agent, resumes from the newest checkpoint and ends
-  with parameters bit-identical to an uninterrupted run (same seed and world size): the
+* Rank 0 SIGKILLed right after a snapshot, half-way through writing it to disk (the
+  trainer's COHORT_TRAIN_FAULT_WRITE_STEP hook, active on attempt 0 only), is restarted by
+  the agent, resumes from the snapshot in the node's memory at that step and ends with
+  parameters bit-identical to an uninterrupted run (same seed and world size): the
   `param_digest` lines (CRC32 of every parameter's bytes) must be equal.
+* The same kill with no restart leaves the previous checkpoint valid on disk: a new job
+  resumes from it, bit-identical again, and the half-written file is removed.
 * Bad input gives distinct exit codes and a clear message, and overwrites nothing.
 
 Uses the real Fashion-MNIST files (Debian dataset-fashion-mnist) when installed, else the
@@ -75,22 +78,42 @@ def test_sigkill_mid_epoch_resumes_bit_identical(cohort, trainer, launcher, mark
     assert ACC_RE.search(ref.stdout), ref.describe()
 
     logs = tmp_path / "logs"
-    # Step 170 is mid-epoch (938 steps per epoch) and between checkpoints (150, 200).
-    env = U.clean_env(COHORT_TRAIN_FAULT_RANK=1, COHORT_TRAIN_FAULT_STEP=170)
+    # Rank 0 dies right after the snapshot of step 150 (mid-epoch: 938 steps per epoch),
+    # half-way through writing it to disk, where step 100 is the newest whole checkpoint.
+    env = U.clean_env(COHORT_TRAIN_FAULT_WRITE_STEP=150)
     p = launcher.run([cohort, "run", "--nproc-per-node", "2", "--max-restarts", "1",
                       "--log-dir", logs, "--rdzv-id", "trainjob", "--", trainer,
                       *train_args(tmp_path / "ckpt", marker)],
                      TRAIN_TIMEOUT, env=env, name="faulted")
     assert p.p.returncode == 0, p.describe()
-    assert "injecting SIGKILL at step 170" in p.stdout, "fault not injected\n" + p.describe()
+    assert "half-way through writing step 150" in p.stdout, "fault not injected\n" + p.describe()
     a1 = (logs / "trainjob" / "attempt_1" / "0" / "stdout.log").read_text()
-    assert re.search(r"resumed from .*ckpt-000000000150\.cohort at step 150", a1), a1
+    assert re.search(r"resumed from the node's memory .* at step 150 ", a1), a1
     assert digest(p.stdout) == ref_digest, (
         "parameters differ after kill/resume: %s vs reference %s\n%s"
         % (digest(p.stdout), ref_digest, p.describe()))
-    # The newest K=2 checkpoints are kept, no temporaries are left behind.
+    # The newest K=2 checkpoints are kept (the last is the final step's, written before
+    # the job ended); the half-written file is gone.
     names = sorted(x.name for x in (tmp_path / "ckpt").iterdir())
-    assert names == ["ckpt-000000000250.cohort", "ckpt-000000000300.cohort"], names
+    assert len(names) == 2 and names[-1] == "ckpt-000000000300.cohort", names
+
+    # The same kill with no restart: the job fails, the disk keeps step 100 whole (the
+    # node's memory went with the agent), and a new job resumes from it.
+    ckpt = tmp_path / "ckpt2"
+    p = launcher.run([cohort, "run", "--nproc-per-node", "2", "--", trainer,
+                      *train_args(ckpt, marker)], TRAIN_TIMEOUT, env=env, name="killed")
+    assert p.p.returncode != 0, p.describe()
+    names = sorted(x.name for x in ckpt.iterdir())
+    assert "ckpt-000000000100.cohort" in names and "ckpt-000000000150.cohort" not in names, names
+    assert any(".tmp." in n for n in names), names  # the torn write, never renamed
+    p = launcher.run([cohort, "run", "--nproc-per-node", "2", "--", trainer,
+                      *train_args(ckpt, marker)], TRAIN_TIMEOUT, name="resumed")
+    assert p.p.returncode == 0, p.describe()
+    assert re.search(r"resumed from .*ckpt-000000000100\.cohort at step 100 ", p.stdout), \
+        p.describe()
+    assert digest(p.stdout) == ref_digest, p.describe()
+    names = sorted(x.name for x in ckpt.iterdir())
+    assert not any(".tmp." in n for n in names), names
 
 
 def test_bad_input_exit_codes(trainer, launcher, marker, tmp_path):

@@ -1,0 +1,414 @@
+// SnapshotStore (see snapshot_store.h). Thread-safety: `mu` guards the slots' flags and
+// steps, the newest snapshot and the counters; a slot's bytes, mapping and file belong to
+// whoever marked it (filling: the owner thread; writing: the persister, read only), so
+// they are touched unlocked; renames of a slot's file happen under `mu`.
+#include "cohort/train/snapshot_store.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <thread>
+
+#include "cohort/base/file.h"
+#include "cohort/base/log.h"
+#include "cohort/base/mutex.h"
+#include "cohort/train/checkpoint_file.h"
+
+namespace cohort::train {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr char kLog[] = "train";
+constexpr int kMaxSlots = 3;
+constexpr size_t kAlign = 64;  // the payload starts on a cache line
+
+double SecondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+std::string SnapshotFileName(int rank, int64_t step) {
+  return fmt::format("snap-{}-{:012d}.cohort", rank, step);
+}
+
+bool ParseSnapshotName(const std::string& name, int* rank, int64_t* step) {
+  constexpr std::string_view kPrefix = "snap-", kSuffix = ".cohort";
+  if (name.size() < kPrefix.size() + 2 + 12 + kSuffix.size()) return false;
+  if (name.compare(0, kPrefix.size(), kPrefix) != 0) return false;
+  if (name.compare(name.size() - kSuffix.size(), kSuffix.size(), kSuffix) != 0) return false;
+  const std::string body = name.substr(kPrefix.size(), name.size() - kPrefix.size() -
+                                                           kSuffix.size());
+  const size_t dash = body.find('-');
+  if (dash == std::string::npos || dash == 0 || dash > 7 || body.size() - dash - 1 != 12) {
+    return false;
+  }
+  const std::string r = body.substr(0, dash), s = body.substr(dash + 1);
+  if (!std::all_of(r.begin(), r.end(), ::isdigit) || !std::all_of(s.begin(), s.end(), ::isdigit)) {
+    return false;
+  }
+  *rank = std::stoi(r);
+  *step = std::stoll(s);
+  return true;
+}
+
+// One staging buffer: a mapped file in the snapshot directory, or anonymous memory.
+struct Slot {
+  int id = 0;
+  std::string path;      // its file now (a free slot's name, or the published name)
+  int fd = -1;           // -1: anonymous memory
+  char* data = nullptr;  // mapping of `mapped` bytes
+  size_t mapped = 0;
+  size_t size = 0;       // bytes of the snapshot it holds
+  int64_t step = -1;
+  bool filling = false, published = false, writing = false;
+  bool Free() const { return !filling && !published && !writing; }
+};
+
+struct SnapshotStore::Impl {
+  explicit Impl(Options o) : opt(std::move(o)), disk(opt.disk_dir) {
+    if (!opt.disk_dir.empty()) persister = std::thread([this] { Persist(); });
+  }
+
+  ~Impl() {
+    {
+      MutexLock lock(&mu);
+      stop = true;
+    }
+    cv.SignalAll();
+    if (persister.joinable()) persister.join();
+    for (auto& s : slots) {
+      if (s->data != nullptr) ::munmap(s->data, s->mapped);
+      if (s->fd >= 0) ::close(s->fd);
+      // The published snapshot stays in the node's directory (that is its point); the
+      // free slots' files are only staging space.
+      if (!s->path.empty() && !s->published) ::unlink(s->path.c_str());
+    }
+  }
+
+  std::string FreeSlotPath(int id) const {
+    return (fs::path(opt.memory_dir) / fmt::format(".slot-{}-{}", opt.rank, id)).string();
+  }
+
+  // Gives `s` room for `size` bytes: in the snapshot directory (space reserved first, so a
+  // full tmpfs is an error here and never a SIGBUS later), else in anonymous memory.
+  Status Prepare(Slot& s, size_t size) {
+    if (!opt.memory_dir.empty() && !memory_full) {
+      Status st = PrepareFile(s, size);
+      if (st.ok()) return st;
+      memory_full = true;
+      COHORT_LOG_WARN(kLog,
+                      "cannot keep snapshots of {} MB in {}: {}; they are kept in the worker's "
+                      "memory only (lost if it crashes). Give the node more shared memory "
+                      "(a container's --shm-size, or a memory-backed volume at /dev/shm)",
+                      size >> 20, opt.memory_dir, st.message());
+    }
+    if (s.fd >= 0) {  // a file slot of before the directory filled up
+      Unmap(s);
+      ::close(s.fd);
+      ::unlink(s.path.c_str());
+      s.fd = -1;
+      s.path.clear();
+    }
+    if (s.mapped < size) {
+      Unmap(s);
+      void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) return ErrnoStatus(fmt::format("allocating {} bytes", size), errno);
+      s.data = static_cast<char*>(p);
+      s.mapped = size;
+    }
+    return Status::Ok();
+  }
+
+  Status PrepareFile(Slot& s, size_t size) {
+    if (s.fd < 0) {
+      s.path = FreeSlotPath(s.id);
+      s.fd = ::open(s.path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+      if (s.fd < 0) return ErrnoStatus("create " + s.path, errno);
+      Unmap(s);
+    }
+    if (s.mapped == size && s.data != nullptr) return Status::Ok();
+    Unmap(s);
+    if (::ftruncate(s.fd, 0) != 0) return ErrnoStatus("truncate " + s.path, errno);
+    if (int err = ::posix_fallocate(s.fd, 0, static_cast<off_t>(size)); err != 0) {
+      return ErrnoStatus(fmt::format("reserving {} bytes", size), err);
+    }
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, s.fd, 0);
+    if (p == MAP_FAILED) return ErrnoStatus("map " + s.path, errno);
+    s.data = static_cast<char*>(p);
+    s.mapped = size;
+    return Status::Ok();
+  }
+
+  static void Unmap(Slot& s) {
+    if (s.data != nullptr) ::munmap(s.data, s.mapped);
+    s.data = nullptr;
+    s.mapped = 0;
+  }
+
+  // A snapshot that is neither the newest nor being written: its file becomes free space.
+  void Recycle(Slot& s) COHORT_REQUIRES(mu) {
+    if (s.fd < 0 || s.path.empty()) return;
+    const std::string free_path = FreeSlotPath(s.id);
+    if (s.path != free_path && ::rename(s.path.c_str(), free_path.c_str()) == 0) {
+      s.path = free_path;
+    }
+  }
+
+  // Older snapshots of this rank left by an earlier process (a crashed worker): superseded
+  // once this one publishes.
+  void RemoveOlderFiles(int64_t newest) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(opt.memory_dir, ec)) {
+      int rank = 0;
+      int64_t step = 0;
+      if (ParseSnapshotName(e.path().filename().string(), &rank, &step) && rank == opt.rank &&
+          step != newest) {
+        fs::remove(e.path(), ec);
+      }
+    }
+  }
+
+  void Persist();
+  void FaultInjectedWrite(const Slot& s);
+
+  const Options opt;
+  CheckpointDir disk;  // the persister's
+  bool memory_full = false;    // owner thread only
+  bool removed_older = false;  // owner thread only
+  mutable Mutex mu;
+  CondVar cv;
+  std::vector<std::unique_ptr<Slot>> slots COHORT_GUARDED_BY(mu);
+  Slot* newest COHORT_GUARDED_BY(mu) = nullptr;
+  Status last_error COHORT_GUARDED_BY(mu);  // the last write's
+  bool stop COHORT_GUARDED_BY(mu) = false;
+  SnapshotStats stats COHORT_GUARDED_BY(mu);
+  std::thread persister;  // last: started when everything above exists
+};
+
+void SnapshotStore::Impl::FaultInjectedWrite(const Slot& s) {
+  std::error_code ec;
+  fs::create_directories(opt.disk_dir, ec);
+  const std::string tmp = (fs::path(opt.disk_dir) /
+                           fmt::format(".{}.tmp.{}", fs::path(disk.PathFor(s.step)).filename()
+                                                         .string(), ::getpid())).string();
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    [[maybe_unused]] ssize_t n = ::write(fd, s.data, s.size / 2);
+    ::fsync(fd);
+  }
+  fmt::print("persister: injecting SIGKILL half-way through writing step {}\n", s.step);
+  std::fflush(stdout);
+  ::kill(::getpid(), SIGKILL);
+}
+
+void SnapshotStore::Impl::Persist() {
+  auto backoff = std::chrono::seconds(1);
+  std::optional<Deadline> retry_at;
+  int64_t failed_step = -1;
+  for (;;) {
+    Slot* s = nullptr;
+    {
+      MutexLock lock(&mu);
+      for (;;) {
+        if (stop) return;
+        s = newest;
+        if (s == nullptr || s->step <= stats.persisted_step) {
+          cv.Wait(&mu);
+        } else if (retry_at && s->step == failed_step && !retry_at->expired()) {
+          cv.WaitUntil(&mu, *retry_at);
+        } else {
+          break;
+        }
+      }
+      s->writing = true;
+    }
+    if (s->step == opt.fault_write_step) FaultInjectedWrite(*s);
+    const auto started = std::chrono::steady_clock::now();
+    Status st = disk.WriteEncoded(s->step, std::string_view(s->data, s->size), opt.keep);
+    const double seconds = SecondsSince(started);
+    MutexLock lock(&mu);
+    s->writing = false;
+    if (st.ok()) {
+      stats.persisted_step = s->step;
+      ++stats.persisted;
+      last_error = Status::Ok();
+      backoff = std::chrono::seconds(1);
+      retry_at.reset();
+      COHORT_LOG_DEBUG(kLog, "checkpoint of step {} written to {} in {:.2f} s", s->step,
+                       opt.disk_dir, seconds);
+    } else {
+      ++stats.write_failures;
+      last_error = st;
+      failed_step = s->step;
+      retry_at = Deadline::After(backoff);
+      COHORT_LOG_WARN(kLog,
+                      "checkpoint of step {} could not be written: {}; training goes on and the "
+                      "write is retried in {} s (or with the next snapshot); free space in {}",
+                      s->step, st.message(), backoff.count(), opt.disk_dir);
+      backoff = std::min(backoff * 2, std::chrono::seconds(30));
+    }
+    if (!s->published) Recycle(*s);
+    cv.SignalAll();  // Flush
+  }
+}
+
+SnapshotStore::SnapshotStore(Options options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+SnapshotStore::~SnapshotStore() = default;
+
+const SnapshotStore::Options& SnapshotStore::options() const { return impl_->opt; }
+
+Status SnapshotStore::Take(int64_t step, const std::string& meta, size_t payload_size,
+                           const Filler& fill) {
+  Impl& m = *impl_;
+  const auto started = std::chrono::steady_clock::now();
+  Slot* s = nullptr;
+  {
+    MutexLock lock(&m.mu);
+    if (m.newest != nullptr && m.newest->step == step) return Status::Ok();  // already held
+    for (auto& slot : m.slots) {
+      if (slot->Free()) {
+        s = slot.get();
+        break;
+      }
+    }
+    if (s == nullptr) {  // at most kMaxSlots: one filling, the newest, one being written
+      if (static_cast<int>(m.slots.size()) >= kMaxSlots) {
+        return Internal("no free snapshot slot (a bug: {} slots in use)", m.slots.size());
+      }
+      m.slots.push_back(std::make_unique<Slot>());
+      s = m.slots.back().get();
+      s->id = static_cast<int>(m.slots.size()) - 1;
+    }
+    s->filling = true;
+  }
+  // Meta padded with spaces (still JSON) so that the payload starts aligned.
+  std::string padded = meta;
+  padded.append((kAlign - (kCheckpointHeaderSize + padded.size()) % kAlign) % kAlign, ' ');
+  const size_t size = kCheckpointHeaderSize + padded.size() + payload_size;
+  if (Status st = m.Prepare(*s, size); !st.ok()) {
+    MutexLock lock(&m.mu);
+    s->filling = false;
+    return st.WithContext(fmt::format("taking the snapshot of step {}", step));
+  }
+  char* p = s->data;
+  std::memcpy(p + kCheckpointHeaderSize, padded.data(), padded.size());
+  uint32_t crc = Crc32(0, padded.data(), padded.size());
+  crc = fill(p + kCheckpointHeaderSize + padded.size(), crc);
+  PutCheckpointHeader(p, crc, padded.size(), payload_size);
+  s->size = size;
+  s->step = step;
+  {
+    MutexLock lock(&m.mu);
+    if (s->fd >= 0) {
+      const std::string name =
+          (fs::path(m.opt.memory_dir) / SnapshotFileName(m.opt.rank, step)).string();
+      if (::rename(s->path.c_str(), name.c_str()) == 0) {
+        s->path = name;
+      } else {
+        COHORT_LOG_WARN(kLog, "publishing snapshot {}: {}", name, std::strerror(errno));
+      }
+    }
+    Slot* old = m.newest;
+    m.newest = s;
+    s->filling = false;
+    s->published = true;
+    if (old != nullptr) {
+      old->published = false;
+      if (!old->writing) {
+        if (!m.opt.disk_dir.empty() && old->step > m.stats.persisted_step) ++m.stats.dropped;
+        m.Recycle(*old);
+      }
+    }
+    ++m.stats.taken;
+    if (s->fd < 0 && !m.opt.memory_dir.empty()) ++m.stats.in_process;
+    m.stats.last_step = step;
+    m.stats.last_blocking_seconds = SecondsSince(started);
+    m.stats.blocking_seconds += m.stats.last_blocking_seconds;
+  }
+  m.cv.SignalAll();
+  if (!m.removed_older && s->fd >= 0) {
+    m.RemoveOlderFiles(step);
+    m.removed_older = true;
+  }
+  return Status::Ok();
+}
+
+Status SnapshotStore::Flush(Deadline deadline) {
+  Impl& m = *impl_;
+  if (m.opt.disk_dir.empty()) return Status::Ok();
+  MutexLock lock(&m.mu);
+  while (m.newest != nullptr && m.stats.persisted_step < m.newest->step) {
+    if (deadline.expired()) {
+      if (!m.last_error.ok()) return m.last_error;
+      return DeadlineExceeded("the checkpoint of step {} was still being written to {}",
+                              m.newest->step, m.opt.disk_dir);
+    }
+    m.cv.WaitUntil(&m.mu, deadline);
+  }
+  return Status::Ok();
+}
+
+SnapshotStats SnapshotStore::stats() const {
+  MutexLock lock(&impl_->mu);
+  return impl_->stats;
+}
+
+Result<FoundSnapshot> NewestSnapshot(const std::string& memory_dir,
+                                     const std::string& disk_dir) {
+  struct Candidate {
+    int64_t step;
+    bool memory;
+    int rank;
+    std::string path;
+  };
+  std::vector<Candidate> found;
+  std::error_code ec;
+  if (!memory_dir.empty()) {
+    for (const auto& e : fs::directory_iterator(memory_dir, ec)) {
+      int rank = 0;
+      int64_t step = 0;
+      if (ParseSnapshotName(e.path().filename().string(), &rank, &step)) {
+        found.push_back({step, true, rank, e.path().string()});
+      }
+    }
+  }
+  if (!disk_dir.empty()) {
+    CheckpointDir dir(disk_dir);
+    for (int64_t step : dir.Steps()) found.push_back({step, false, 0, dir.PathFor(step)});
+  }
+  if (found.empty()) return NotFound("no snapshot or checkpoint");
+  // Newest first; memory before disk at the same step (no disk read).
+  std::sort(found.begin(), found.end(), [](const Candidate& a, const Candidate& b) {
+    return a.step != b.step ? a.step > b.step : a.memory > b.memory;
+  });
+  for (const Candidate& c : found) {
+    auto bytes = ReadFileToString(c.path);
+    Status st = bytes.ok() ? VerifyCheckpoint(*bytes, c.path).status() : bytes.status();
+    if (!st.ok()) {
+      COHORT_LOG_WARN(kLog, "skipping unusable {}: {}",
+                      c.memory ? "snapshot in memory" : "checkpoint", st.message());
+      continue;
+    }
+    FoundSnapshot out;
+    out.step = c.step;
+    out.path = c.path;
+    out.where = c.memory ? fmt::format("the node's memory (snapshot of local rank {})", c.rank)
+                         : c.path;
+    out.bytes = std::move(*bytes);
+    return out;
+  }
+  return DataLoss("{} snapshot(s) or checkpoint(s) found (newest: {}), none readable; move "
+                  "them away to start from scratch, or restore a good one",
+                  found.size(), found.front().path);
+}
+
+}  // namespace cohort::train

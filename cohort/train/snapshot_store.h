@@ -1,0 +1,107 @@
+// SnapshotStore: checkpoints that do not stop training. Torch-free.
+//
+// A snapshot is a checkpoint file (checkpoint_file.h format) built in place in a staging
+// slot. Take() is the only time training waits: the caller's filler copies the state's
+// bytes into the slot and checksums them, the header is written, and the snapshot is
+// published at once:
+//   - in the node's snapshot directory when there is one (COHORT_SNAPSHOT_DIR: shared
+//     memory that the agent owns, so it outlives a crashed worker): every slot is a file
+//     there, mapped into this process; publishing renames it to snap-r<rank>-<step>.cohort
+//     and the previous snapshot's file becomes a free slot again (its pages are reused);
+//   - otherwise in this process's memory only.
+// A background thread (the "persister") writes the newest published snapshot to the
+// checkpoint directory (CheckpointDir: atomic rename, fsync, newest `keep` kept) when this
+// rank persists. A newer snapshot never waits for an older write: the write in progress
+// finishes (a file is never torn) and the newest snapshot is written next; snapshots
+// published in between are dropped (counted). A failed write (disk full, I/O error) is
+// logged with what to do, counted, and retried with backoff (1 s doubling to 30 s, or at
+// once when a newer snapshot arrives) while training goes on.
+//
+// Memory: at most three slots, each one checkpoint file: one being filled, the newest
+// published one, and an older one the persister is still writing. In the snapshot
+// directory the space is reserved with fallocate before it is touched; when the directory
+// is full (a container's small /dev/shm) the snapshot is kept in this process's memory
+// instead, with a warning that says how to give the node more shared memory.
+//
+// Reading: NewestSnapshots() lists the valid snapshots of a snapshot directory and a
+// checkpoint directory, newest first (each verified by checksum when it is read).
+//
+// Thread-safety: Take, Flush and stats from one owner thread (the trainer); the persister
+// thread is internal and joined by the destructor (after its write in progress).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cohort/base/status.h"
+#include "cohort/base/time.h"
+
+namespace cohort::train {
+
+struct SnapshotStats {
+  int64_t taken = 0;           // snapshots published
+  int64_t persisted = 0;       // written to the checkpoint directory
+  int64_t dropped = 0;         // superseded before they were written
+  int64_t write_failures = 0;  // failed writes (each retried)
+  int64_t in_process = 0;      // kept in process memory: the snapshot directory was full
+  int64_t last_step = -1;      // newest snapshot's step
+  int64_t persisted_step = -1; // newest step written to the checkpoint directory
+  double blocking_seconds = 0;       // sum over Take()
+  double last_blocking_seconds = 0;  // the last Take()
+};
+
+class SnapshotStore {
+ public:
+  struct Options {
+    std::string memory_dir;  // the node's snapshot directory; empty: process memory only
+    std::string disk_dir;    // the checkpoint directory; empty: nothing persisted
+    int keep = 3;            // checkpoints kept in disk_dir
+    int rank = 0;            // names this rank's snapshot files
+    // Test hook (COHORT_TRAIN_FAULT_WRITE_STEP): the persister SIGKILLs its own process
+    // half-way through writing this step's checkpoint file. -1: never.
+    int64_t fault_write_step = -1;
+  };
+  explicit SnapshotStore(Options options);
+  ~SnapshotStore();
+  SnapshotStore(const SnapshotStore&) = delete;
+  SnapshotStore& operator=(const SnapshotStore&) = delete;
+
+  // Copies the payload into `payload` and returns the CRC-32 continued from `crc` over it
+  // (checkpoint_file.h's Crc32).
+  using Filler = std::function<uint32_t(char* payload, uint32_t crc)>;
+  // Takes and publishes the snapshot of `step`: `meta` (JSON text) and a payload of
+  // `payload_size` bytes written by `fill`. Errors only when no memory at all could hold it.
+  Status Take(int64_t step, const std::string& meta, size_t payload_size, const Filler& fill);
+  // Waits until the newest snapshot is in the checkpoint directory (immediately true
+  // without one). The last write's error when it is not, at the deadline.
+  Status Flush(Deadline deadline);
+  SnapshotStats stats() const;
+  const Options& options() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// A valid snapshot or checkpoint found on this node, its bytes verified by checksum.
+struct FoundSnapshot {
+  int64_t step = -1;
+  std::string path;
+  std::string where;  // "the agent's memory (rank 0's snapshot)", "disk (<path>)"
+  std::string bytes;  // the whole file
+};
+
+// The newest valid snapshot in `memory_dir` (any rank's: data-parallel ranks hold the same
+// state) or checkpoint in `disk_dir`, whichever step is newer (memory first on a tie).
+// Files that fail their checksum are skipped with a warning. kNotFound when there is none;
+// kDataLoss when files exist but none is readable.
+Result<FoundSnapshot> NewestSnapshot(const std::string& memory_dir, const std::string& disk_dir);
+
+// "snap-r<rank>-<step, 12 digits>.cohort"; ParseSnapshotName returns false for other names.
+std::string SnapshotFileName(int rank, int64_t step);
+bool ParseSnapshotName(const std::string& name, int* rank, int64_t* step);
+
+}  // namespace cohort::train
