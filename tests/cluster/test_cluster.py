@@ -212,6 +212,36 @@ def test_loss_below_min_waits_then_restarts_from_the_checkpoint(cluster, tmp_pat
     assert_one_job([nodes[0], nodes[2]], 2)
 
 
+def test_a_node_lost_without_shared_storage_resumes_from_a_survivors_memory(cluster, tmp_path):
+    """No checkpoint directory at all: every node keeps the newest snapshot in its own
+    memory (the agent's snapshot directory). A node is SIGKILLed below --nnodes MIN; its
+    replacement, which has nothing, resumes at the survivor's snapshot, sent by broadcast:
+    the job goes on from that step, not from step 0."""
+    c = cluster(3)
+
+    def argv(i):
+        a = node_argv(c, i, "", "2:3", 300)
+        k = a.index("--checkpoint-dir")
+        return a[:k] + a[k + 2:]
+
+    nodes = [c.start(i, argv(i), node_env(c, i), "node%d" % i) for i in range(2)]
+    wait_progress(nodes, 30, 90, "training on 2 nodes")
+    nodes[1].kill()
+    netns.wait_for(lambda: not nodes[0].worker_pids(), 60,
+                   "the survivor to stop its worker below MIN")
+    before = latest_round(nodes)
+    nodes.append(c.start(2, argv(2), node_env(c, 2), "node2"))
+    wait_new_attempt([nodes[0], nodes[2]], before, 2, 60)
+    assert_finished([nodes[0], nodes[2]])
+    out = all_out([nodes[0], nodes[2]])
+    m = re.search(r"resumed from the node's memory \(.*\) at step (\d+) ", nodes[0].stdout)
+    assert m and int(m.group(1)) >= 30, out[-3000:]
+    assert re.search(r"training state of step %s sent by rank \d .* did not hold a copy as new"
+                     % m.group(1), out), out[-3000:]
+    assert "resumed from" not in nodes[2].stdout, nodes[2].stdout[-3000:]
+    assert_one_job([nodes[0], nodes[2]], 2)
+
+
 def test_second_loss_during_reconfiguration(cluster, tmp_path):
     """A node is lost while the group re-forms after a first loss: the survivor abandons
     the group that cannot form and re-forms again, alone (--nnodes 1:3), same process."""
