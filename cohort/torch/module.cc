@@ -11,6 +11,7 @@
 #include "cohort/base/membership_channel.h"
 #include "cohort/torch/process_group.h"
 #include "cohort/torch/progress.h"
+#include "cohort/torch/snapshots.h"
 
 namespace py = pybind11;
 
@@ -97,6 +98,7 @@ PYBIND11_MODULE(_C, m) {
       "Fails the group's pending operations ('membership changed: <why>') and closes its "
       "connections: a rank blocked on a peer that left returns at once.");
   BindChannel(m);
+  cohort::torch_backend::BindSnapshots(m);
   m.def(
       "report",
       [](std::optional<int64_t> step, std::optional<double> loss, std::optional<double> samples,

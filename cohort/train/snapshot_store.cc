@@ -362,6 +362,42 @@ SnapshotStats SnapshotStore::stats() const {
   return impl_->stats;
 }
 
+std::vector<size_t> AlignedOffsets(const std::vector<size_t>& sizes, size_t* total) {
+  std::vector<size_t> offsets;
+  size_t at = 0;
+  for (size_t n : sizes) {
+    at = (at + kAlign - 1) / kAlign * kAlign;
+    offsets.push_back(at);
+    at += n;
+  }
+  *total = at;
+  return offsets;
+}
+
+uint32_t FillPayload(const std::vector<PayloadPiece>& pieces, size_t total, char* payload,
+                     uint32_t crc) {
+  constexpr size_t kStep = size_t{1} << 20;  // still in the cache for the checksum
+  size_t done = 0;
+  auto zeros_to = [&](size_t end) {
+    if (end <= done) return;
+    std::memset(payload + done, 0, end - done);
+    crc = Crc32(crc, payload + done, end - done);
+    done = end;
+  };
+  for (const PayloadPiece& piece : pieces) {
+    zeros_to(piece.offset);
+    const char* src = static_cast<const char*>(piece.data);
+    for (size_t k = 0; k < piece.bytes; k += kStep) {
+      const size_t m = std::min(kStep, piece.bytes - k);
+      std::memcpy(payload + piece.offset + k, src + k, m);
+      crc = Crc32(crc, payload + piece.offset + k, m);
+    }
+    done = piece.offset + piece.bytes;
+  }
+  zeros_to(total);
+  return crc;
+}
+
 Result<FoundSnapshot> NewestSnapshot(const std::string& memory_dir,
                                      const std::string& disk_dir) {
   struct Candidate {

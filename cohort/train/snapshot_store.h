@@ -86,6 +86,21 @@ class SnapshotStore {
   std::unique_ptr<Impl> impl_;
 };
 
+// A payload made of pieces (tensors' bytes), each at a 64-byte aligned offset: how both
+// cohort-train's and cohort_torch's snapshots lay out their state.
+struct PayloadPiece {
+  const void* data = nullptr;
+  size_t bytes = 0;
+  size_t offset = 0;  // in the payload
+};
+// The pieces' offsets for these sizes, in order; *total: the payload's size.
+std::vector<size_t> AlignedOffsets(const std::vector<size_t>& sizes, size_t* total);
+// Copies each piece to payload + offset (zeros in between and after, up to `total`),
+// checksumming in cache-sized steps as it goes; returns the CRC-32 continued from `crc`
+// over payload[0, total). The Filler of a Take.
+uint32_t FillPayload(const std::vector<PayloadPiece>& pieces, size_t total, char* payload,
+                     uint32_t crc);
+
 // A valid snapshot or checkpoint found on this node, its bytes verified by checksum.
 struct FoundSnapshot {
   int64_t step = -1;

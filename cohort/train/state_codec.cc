@@ -70,7 +70,6 @@ std::string ModelSignature(torch::nn::Module& model) {
 namespace {
 
 constexpr char kRawFormat[] = "raw1";
-constexpr size_t kTensorAlign = 64;
 
 // The optimizer's per-parameter state tensors, by "opt:<group>.<index>.<field>", and the
 // scalar state (Adam's step) by "<group>.<index>".
@@ -112,15 +111,11 @@ Result<StateCodec::Plan> StateCodec::PlanEncoding(const TrainState& state,
                                                   torch::nn::Module& model,
                                                   torch::optim::Optimizer* optimizer) const {
   Plan plan;
-  json records = json::array();
   json opt_steps = json::object();
+  std::vector<std::string> names;
   auto add = [&](const std::string& name, const torch::Tensor& tensor) {
-    torch::Tensor t = tensor.detach().contiguous();
-    plan.payload_size = (plan.payload_size + kTensorAlign - 1) / kTensorAlign * kTensorAlign;
-    records.push_back({name, std::string(c10::toString(t.scalar_type())), Shape(t),
-                       plan.payload_size, t.nbytes()});
-    plan.tensors.emplace_back(t, plan.payload_size);
-    plan.payload_size += t.nbytes();
+    names.push_back(name);
+    plan.tensors.push_back(tensor.detach().contiguous());
   };
   try {
     for (auto& p : model.named_parameters(true)) add("param:" + p.key(), p.value());
@@ -136,8 +131,18 @@ Result<StateCodec::Plan> StateCodec::PlanEncoding(const TrainState& state,
   } catch (const c10::Error& e) {
     return Internal("listing the training state: {}", e.what_without_backtrace());
   }
-  for (auto& [t, offset] : plan.tensors) {
+  std::vector<size_t> sizes;
+  for (const torch::Tensor& t : plan.tensors) {
     if (!t.device().is_cpu()) return Internal("the training state must be in CPU memory");
+    sizes.push_back(t.nbytes());
+  }
+  const std::vector<size_t> offsets = AlignedOffsets(sizes, &plan.payload_size);
+  json records = json::array();
+  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    const torch::Tensor& t = plan.tensors[i];
+    records.push_back({names[i], std::string(c10::toString(t.scalar_type())), Shape(t),
+                       offsets[i], sizes[i]});
+    plan.pieces.push_back({t.data_ptr(), sizes[i], offsets[i]});
   }
   json meta = {{"format", kRawFormat},
                {"model", model_name_},
@@ -156,28 +161,7 @@ Result<StateCodec::Plan> StateCodec::PlanEncoding(const TrainState& state,
 }
 
 uint32_t StateCodec::Plan::Fill(char* payload, uint32_t crc) const {
-  // Copied and checksummed in pieces that are still in the cache for the checksum.
-  constexpr size_t kPiece = size_t{1} << 20;
-  size_t done = 0;
-  auto pad_to = [&](size_t end) {
-    if (end <= done) return;
-    std::memset(payload + done, 0, end - done);
-    crc = Crc32(crc, payload + done, end - done);
-    done = end;
-  };
-  for (const auto& [t, offset] : tensors) {
-    pad_to(offset);
-    const char* src = static_cast<const char*>(t.data_ptr());
-    const size_t n = t.nbytes();
-    for (size_t k = 0; k < n; k += kPiece) {
-      const size_t m = std::min(kPiece, n - k);
-      std::memcpy(payload + offset + k, src + k, m);
-      crc = Crc32(crc, payload + offset + k, m);
-    }
-    done = offset + n;
-  }
-  pad_to(payload_size);
-  return crc;
+  return FillPayload(pieces, payload_size, payload, crc);
 }
 
 Result<CheckpointBlob> StateCodec::Encode(const TrainState& state, torch::nn::Module& model,

@@ -20,6 +20,7 @@
 
 #include "cohort/base/status.h"
 #include "cohort/train/checkpoint_file.h"
+#include "cohort/train/snapshot_store.h"
 
 namespace cohort::train {
 
@@ -56,7 +57,8 @@ class StateCodec {
   struct Plan {
     std::string meta;
     size_t payload_size = 0;
-    std::vector<std::pair<torch::Tensor, size_t>> tensors;  // (tensor, offset)
+    std::vector<torch::Tensor> tensors;  // kept alive for `pieces`
+    std::vector<PayloadPiece> pieces;
     uint32_t Fill(char* payload, uint32_t crc) const;
   };
   Result<Plan> PlanEncoding(const TrainState& state, torch::nn::Module& model,

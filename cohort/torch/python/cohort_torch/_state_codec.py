@@ -11,6 +11,9 @@ optimizer's learning rate could not travel through it.
     bytes = encode(state)                 # tensors are copied to the CPU
     state = decode(bytes)                 # ValueError on anything malformed
 
+flatten() and unflatten() are the same without the framing, for a caller that places the
+tensors' bytes itself (cohort_torch.checkpoint: a snapshot's payload).
+
 Layout: b"COHORTS1", the header's length (8 bytes, little-endian), the header (UTF-8 JSON),
 then each tensor's bytes in header order. Thread-safety: pure functions.
 """
@@ -20,7 +23,7 @@ import struct
 
 import torch
 
-__all__ = ["encode", "decode"]
+__all__ = ["encode", "decode", "flatten", "unflatten"]
 
 _MAGIC = b"COHORTS1"
 _MAX_DEPTH = 64
@@ -32,6 +35,16 @@ _DTYPES = {str(dt).replace("torch.", ""): dt for dt in (
 
 def encode(state):
     """The bytes of `state`; TypeError for a value of another type (say which, and where)."""
+    header, tensors = flatten(state)
+    parts = [_MAGIC, struct.pack("<Q", len(header)), header]
+    parts.extend(t.numpy().tobytes() for t in tensors)
+    return b"".join(parts)
+
+
+def flatten(state):
+    """(header, tensors): the structure as JSON bytes, and each tensor's bytes as a flat
+    contiguous uint8 CPU tensor, in header order (a CPU tensor's are its own memory, not a
+    copy). TypeError for a value of another type."""
     tensors = []
 
     def node(value, where, depth):
@@ -70,9 +83,7 @@ def encode(state):
                         "tuple or dict of them" % (type(value).__name__, where))
 
     header = json.dumps(node(state, "state", 0), separators=(",", ":")).encode()
-    parts = [_MAGIC, struct.pack("<Q", len(header)), header]
-    parts.extend(t.numpy().tobytes() for t in tensors)
-    return b"".join(parts)
+    return header, tensors
 
 
 def decode(data):
@@ -83,11 +94,29 @@ def decode(data):
     (size,) = struct.unpack("<Q", data[8:16])
     if size > len(data) - 16:
         raise ValueError("cohort state: header of %d bytes in %d" % (size, len(data)))
+    offset = [16 + size]
+
+    def next_bytes(nbytes):
+        if nbytes > len(data) - offset[0]:
+            return None
+        offset[0] += nbytes
+        return data[offset[0] - nbytes:offset[0]]
+
+    state = unflatten(bytes(data[16:16 + size]), next_bytes)
+    if offset[0] != len(data):
+        raise ValueError("cohort state: %d bytes after the last tensor" %
+                         (len(data) - offset[0]))
+    return state
+
+
+def unflatten(header, next_bytes):
+    """The state of `header` (flatten's), each tensor's bytes taken, in order, from
+    `next_bytes(n)`: a buffer of n bytes, or None when there are not that many. ValueError
+    saying what is wrong for anything malformed."""
     try:
-        tree = json.loads(bytes(data[16:16 + size]).decode())
+        tree = json.loads(bytes(header).decode())
     except (ValueError, RecursionError) as error:
         raise ValueError("cohort state: malformed header: %s" % str(error)[:200]) from None
-    offset = [16 + size]
 
     def fail(what, where):
         raise ValueError("cohort state: %s at %s" % (what, where))
@@ -145,17 +174,13 @@ def decode(data):
         for d in shape:
             numel *= d
         element = torch.empty(0, dtype=dtype).element_size()
-        if numel * element != nbytes or nbytes > len(data) - offset[0]:
+        source = next_bytes(nbytes) if numel * element == nbytes else None
+        if source is None:
             fail("a tensor whose %d bytes do not match its shape or the payload" % nbytes,
                  where)
-        raw = bytearray(data[offset[0]:offset[0] + nbytes])
-        offset[0] += nbytes
         if nbytes == 0:
             return torch.empty(shape, dtype=dtype)
+        raw = bytearray(source)
         return torch.frombuffer(raw, dtype=torch.uint8).view(dtype).reshape(shape)
 
-    state = value(tree, "state", 0)
-    if offset[0] != len(data):
-        raise ValueError("cohort state: %d bytes after the last tensor" %
-                         (len(data) - offset[0]))
-    return state
+    return value(tree, "state", 0)

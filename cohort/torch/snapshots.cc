@@ -1,0 +1,110 @@
+// cohort_torch._C's snapshots (train/snapshot_store.h) for cohort_torch/checkpoint.py: a
+// SnapshotStore whose Take copies a list of CPU byte tensors into the staging slot (with
+// the GIL released: the copy is the only part training waits for), and NewestSnapshot's
+// answer as (step, where, meta, payload). Thread-safety: a Snapshots object belongs to the
+// Python thread that made it; its persister thread is internal.
+#include "cohort/torch/snapshots.h"
+
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <memory>
+
+#include "cohort/train/checkpoint_file.h"
+#include "cohort/train/snapshot_store.h"
+
+namespace py = pybind11;
+
+namespace cohort::torch_backend {
+namespace {
+
+using train::SnapshotStore;
+
+void Check(const Status& st) {
+  if (!st.ok()) throw std::runtime_error(st.ToString());
+}
+
+}  // namespace
+
+void BindSnapshots(py::module_& m) {
+  py::class_<SnapshotStore>(m, "Snapshots")
+      .def(py::init([](const std::string& memory_dir, const std::string& disk_dir, int keep,
+                       int rank) {
+             return std::make_unique<SnapshotStore>(SnapshotStore::Options{
+                 .memory_dir = memory_dir, .disk_dir = disk_dir, .keep = keep, .rank = rank});
+           }),
+           py::arg("memory_dir"), py::arg("disk_dir"), py::arg("keep"), py::arg("rank"))
+      .def(
+          "take",
+          [](SnapshotStore& store, int64_t step, const std::string& meta,
+             const std::vector<at::Tensor>& tensors) {
+            std::vector<size_t> sizes;
+            for (const auto& t : tensors) {
+              if (!t.device().is_cpu() || !t.is_contiguous() || t.scalar_type() != at::kByte) {
+                throw py::value_error("snapshot tensors must be contiguous uint8 CPU tensors");
+              }
+              sizes.push_back(t.nbytes());
+            }
+            size_t total = 0;
+            const std::vector<size_t> offsets = train::AlignedOffsets(sizes, &total);
+            std::vector<train::PayloadPiece> pieces;
+            for (size_t i = 0; i < tensors.size(); ++i) {
+              pieces.push_back({tensors[i].data_ptr(), sizes[i], offsets[i]});
+            }
+            Status taken;
+            {
+              py::gil_scoped_release release;  // the copy: all that training waits for
+              taken = store.Take(step, meta, total, [&](char* payload, uint32_t crc) {
+                return train::FillPayload(pieces, total, payload, crc);
+              });
+            }
+            Check(taken);
+            return py::make_tuple(offsets, total);
+          },
+          py::arg("step"), py::arg("meta"), py::arg("tensors"),
+          "Copies the tensors into a snapshot of `step` and publishes it; returns their "
+          "payload offsets and the payload's size.")
+      .def(
+          "flush",
+          [](SnapshotStore& store, double timeout_s) {
+            py::gil_scoped_release release;
+            Check(store.Flush(Deadline::AfterMs(static_cast<int64_t>(timeout_s * 1000))));
+          },
+          py::arg("timeout_s"), "Waits until the newest snapshot is in the directory.")
+      .def("stats", [](const SnapshotStore& store) {
+        const train::SnapshotStats s = store.stats();
+        py::dict d;
+        d["taken"] = s.taken;
+        d["persisted"] = s.persisted;
+        d["dropped"] = s.dropped;
+        d["write_failures"] = s.write_failures;
+        d["in_process"] = s.in_process;
+        d["last_step"] = s.last_step;
+        d["persisted_step"] = s.persisted_step;
+        d["blocking_seconds"] = s.blocking_seconds;
+        d["last_blocking_seconds"] = s.last_blocking_seconds;
+        return d;
+      });
+  m.def(
+      "newest_snapshot",
+      [](const std::string& memory_dir, const std::string& disk_dir) -> py::object {
+        Result<train::FoundSnapshot> found = [&] {
+          py::gil_scoped_release release;
+          return train::NewestSnapshot(memory_dir, disk_dir);
+        }();
+        if (!found.ok()) {
+          if (found.status().code() == StatusCode::kNotFound) return py::none();
+          throw std::runtime_error(found.status().ToString());
+        }
+        auto view = train::VerifyCheckpoint(found->bytes, found->path);
+        Check(view.status());
+        return py::make_tuple(found->step, found->where,
+                              py::bytes(view->meta.data(), view->meta.size()),
+                              py::bytes(view->payload.data(), view->payload.size()));
+      },
+      py::arg("memory_dir"), py::arg("disk_dir"),
+      "The newest valid snapshot or checkpoint on this node: (step, where, meta, payload), "
+      "or None.");
+}
+
+}  // namespace cohort::torch_backend
