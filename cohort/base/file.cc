@@ -1,6 +1,7 @@
 // ReadFileToString and ReplaceFile (see file.h). Thread-safety: pure functions.
 #include "cohort/base/file.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,12 +17,30 @@
 namespace cohort {
 
 Result<std::string> ReadFileToString(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("cannot read {}: {}", path, std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return DataLoss("cannot read {}: a read error", path);
-  return text.str();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return NotFound("cannot read {}: {}", path, std::strerror(errno));
+  // Sized from fstat and read in large pieces (a checkpoint is gigabytes); a file that
+  // grows meanwhile (or a /proc file, size 0) is read to its end all the same.
+  struct stat st {};
+  const size_t expected =
+      ::fstat(fd, &st) == 0 && st.st_size > 0 ? static_cast<size_t>(st.st_size) : 0;
+  std::string text(expected + (size_t{1} << 12), '\0');  // room to see the end at once
+  size_t size = 0;
+  for (;;) {
+    if (size == text.size()) text.resize(2 * text.size());
+    const ssize_t n = ::read(fd, text.data() + size, text.size() - size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return DataLoss("cannot read {}: {}", path, std::strerror(err));
+    }
+    if (n == 0) break;
+    size += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  text.resize(size);
+  return text;
 }
 
 Status ReplaceFile(const std::string& path, const std::string& text) {

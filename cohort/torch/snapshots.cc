@@ -1,7 +1,7 @@
 // cohort_torch._C's snapshots (train/snapshot_store.h) for cohort_torch/checkpoint.py: a
 // SnapshotStore whose Take copies a list of CPU byte tensors into the staging slot (with
 // the GIL released: the copy is the only part training waits for), and NewestSnapshot's
-// answer as (step, where, meta, payload). Thread-safety: a Snapshots object belongs to the
+// answer, its payload a buffer over the mapped file. Thread-safety: a Snapshots object belongs to the
 // Python thread that made it; its persister thread is internal.
 #include "cohort/torch/snapshots.h"
 
@@ -85,6 +85,34 @@ void BindSnapshots(py::module_& m) {
         d["last_blocking_seconds"] = s.last_blocking_seconds;
         return d;
       });
+  // The found snapshot's payload, readable as a buffer (memoryview) that keeps the mapping.
+  struct Payload {
+    std::shared_ptr<const train::MappedFile> file;
+    std::string_view bytes;
+  };
+  py::class_<Payload>(m, "SnapshotPayload", py::buffer_protocol())
+      .def_buffer([](Payload& p) {
+        return py::buffer_info(const_cast<char*>(p.bytes.data()), 1,
+                               py::format_descriptor<uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(p.bytes.size())}, {1},
+                               /*readonly=*/true);
+      });
+  py::class_<train::FoundSnapshot>(m, "FoundSnapshot")
+      .def_readonly("step", &train::FoundSnapshot::step)
+      .def_readonly("where", &train::FoundSnapshot::where)
+      .def_readonly("path", &train::FoundSnapshot::path)
+      .def_property_readonly("meta",
+                             [](const train::FoundSnapshot& f) {
+                               return py::bytes(f.view.meta.data(), f.view.meta.size());
+                             })
+      .def_property_readonly(
+          "payload",
+          [](const train::FoundSnapshot& f) { return Payload{f.file, f.view.payload}; },
+          "The payload, mapped (no copy): copy what you keep, then recheck().")
+      .def(
+          "recheck", [](const train::FoundSnapshot& f) { Check(f.Recheck()); },
+          py::call_guard<py::gil_scoped_release>(),
+          "Raises if the file changed since it was verified (its writer reused it).");
   m.def(
       "newest_snapshot",
       [](const std::string& memory_dir, const std::string& disk_dir) -> py::object {
@@ -96,15 +124,11 @@ void BindSnapshots(py::module_& m) {
           if (found.status().code() == StatusCode::kNotFound) return py::none();
           throw std::runtime_error(found.status().ToString());
         }
-        auto view = train::VerifyCheckpoint(found->bytes, found->path);
-        Check(view.status());
-        return py::make_tuple(found->step, found->where,
-                              py::bytes(view->meta.data(), view->meta.size()),
-                              py::bytes(view->payload.data(), view->payload.size()));
+        return py::cast(std::move(*found));
       },
       py::arg("memory_dir"), py::arg("disk_dir"),
-      "The newest valid snapshot or checkpoint on this node: (step, where, meta, payload), "
-      "or None.");
+      "The newest valid snapshot or checkpoint on this node (a FoundSnapshot, mapped), or "
+      "None.");
 }
 
 }  // namespace cohort::torch_backend

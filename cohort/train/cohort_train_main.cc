@@ -449,10 +449,11 @@ class Trainer {
     int64_t restored_step = -1;
     std::string where;
     if (found.ok()) {
-      auto view = VerifyCheckpoint(found->bytes, found->path);
-      Require(view.status(), kExitCheckpoint, "reading the checkpoint");
-      Result<TrainState> loaded = codec_.Decode(*view, found->path, *model_, optimizer_.get());
+      // Straight from the mapped file into the model: no copy of the file in between.
+      Result<TrainState> loaded =
+          codec_.Decode(found->view, found->path, *model_, optimizer_.get());
       Require(loaded.status(), kExitCheckpoint, "restoring the training state");
+      Require(found->Recheck(), kExitCheckpoint, "restoring the training state");
       if (loaded->seed != f_.seed) {
         throw Exit(kExitCheckpoint, fmt::format("checkpoint {} was trained with --seed {}, not {}",
                                                 found->path, loaded->seed, f_.seed));

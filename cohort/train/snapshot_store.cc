@@ -128,20 +128,26 @@ struct SnapshotStore::Impl {
     return Status::Ok();
   }
 
+  // A slot of another size is a new file: one that a reader may have mapped is never
+  // truncated under it (that would fault the reader), only unlinked.
   Status PrepareFile(Slot& s, size_t size) {
-    if (s.fd < 0) {
-      s.path = FreeSlotPath(s.id);
-      s.fd = ::open(s.path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-      if (s.fd < 0) return ErrnoStatus("create " + s.path, errno);
-      Unmap(s);
-    }
-    if (s.mapped == size && s.data != nullptr) return Status::Ok();
+    if (s.fd >= 0 && s.mapped == size && s.data != nullptr) return Status::Ok();
     Unmap(s);
-    if (::ftruncate(s.fd, 0) != 0) return ErrnoStatus("truncate " + s.path, errno);
+    if (s.fd >= 0) {
+      ::close(s.fd);
+      ::unlink(s.path.c_str());
+      s.fd = -1;
+    }
+    s.path = FreeSlotPath(s.id);
+    ::unlink(s.path.c_str());  // an earlier process's slot of this name
+    s.fd = ::open(s.path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (s.fd < 0) return ErrnoStatus("create " + s.path, errno);
     if (int err = ::posix_fallocate(s.fd, 0, static_cast<off_t>(size)); err != 0) {
       return ErrnoStatus(fmt::format("reserving {} bytes", size), err);
     }
-    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, s.fd, 0);
+    // MAP_POPULATE: the page tables are filled here at once, not by a fault per page
+    // during the first copy.
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, s.fd, 0);
     if (p == MAP_FAILED) return ErrnoStatus("map " + s.path, errno);
     s.data = static_cast<char*>(p);
     s.mapped = size;
@@ -362,6 +368,31 @@ SnapshotStats SnapshotStore::stats() const {
   return impl_->stats;
 }
 
+Result<std::shared_ptr<const MappedFile>> MappedFile::Open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus("open " + path, errno);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoStatus("stat " + path, err);
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  void* p = size == 0 ? nullptr : ::mmap(nullptr, size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+  const int err = errno;
+  ::close(fd);
+  if (p == MAP_FAILED) return ErrnoStatus("map " + path, err);
+  return std::shared_ptr<const MappedFile>(new MappedFile(static_cast<const char*>(p), size));
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) ::munmap(const_cast<char*>(data_), size_);
+}
+
+Status FoundSnapshot::Recheck() const {
+  return VerifyCheckpoint(file->bytes(), path).status();
+}
+
 std::vector<size_t> AlignedOffsets(const std::vector<size_t>& sizes, size_t* total) {
   std::vector<size_t> offsets;
   size_t at = 0;
@@ -427,11 +458,12 @@ Result<FoundSnapshot> NewestSnapshot(const std::string& memory_dir,
     return a.step != b.step ? a.step > b.step : a.memory > b.memory;
   });
   for (const Candidate& c : found) {
-    auto bytes = ReadFileToString(c.path);
-    Status st = bytes.ok() ? VerifyCheckpoint(*bytes, c.path).status() : bytes.status();
-    if (!st.ok()) {
+    auto file = MappedFile::Open(c.path);
+    Result<CheckpointView> view =
+        file.ok() ? VerifyCheckpoint((*file)->bytes(), c.path) : Result<CheckpointView>(file.status());
+    if (!view.ok()) {
       COHORT_LOG_WARN(kLog, "skipping unusable {}: {}",
-                      c.memory ? "snapshot in memory" : "checkpoint", st.message());
+                      c.memory ? "snapshot in memory" : "checkpoint", view.status().message());
       continue;
     }
     FoundSnapshot out;
@@ -439,7 +471,8 @@ Result<FoundSnapshot> NewestSnapshot(const std::string& memory_dir,
     out.path = c.path;
     out.where = c.memory ? fmt::format("the node's memory (snapshot of local rank {})", c.rank)
                          : c.path;
-    out.bytes = std::move(*bytes);
+    out.file = std::move(*file);
+    out.view = *view;
     return out;
   }
   return DataLoss("{} snapshot(s) or checkpoint(s) found (newest: {}), none readable; move "

@@ -38,6 +38,7 @@
 
 #include "cohort/base/status.h"
 #include "cohort/base/time.h"
+#include "cohort/train/checkpoint_file.h"
 
 namespace cohort::train {
 
@@ -101,12 +102,34 @@ std::vector<size_t> AlignedOffsets(const std::vector<size_t>& sizes, size_t* tot
 uint32_t FillPayload(const std::vector<PayloadPiece>& pieces, size_t total, char* payload,
                      uint32_t crc);
 
+// A file mapped read-only (its pages are the page cache's or shared memory's: no copy).
+// Writers never truncate a snapshot file that may be mapped (a slot of another size is a
+// new file), so reading it cannot fault; its bytes can still change under a reader when
+// its writer reuses it: Recheck after copying them. Thread-safety: immutable.
+class MappedFile {
+ public:
+  static Result<std::shared_ptr<const MappedFile>> Open(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  std::string_view bytes() const { return {data_, size_}; }
+
+ private:
+  MappedFile(const char* data, size_t size) : data_(data), size_(size) {}
+  const char* data_;
+  size_t size_;
+};
+
 // A valid snapshot or checkpoint found on this node, its bytes verified by checksum.
 struct FoundSnapshot {
   int64_t step = -1;
   std::string path;
-  std::string where;  // "the agent's memory (rank 0's snapshot)", "disk (<path>)"
-  std::string bytes;  // the whole file
+  std::string where;  // "the node's memory (snapshot of local rank 0)", or the file's path
+  std::shared_ptr<const MappedFile> file;
+  CheckpointView view;  // into `file`
+  // The checksum again: after the bytes were copied, proof that no writer changed them
+  // meanwhile (kDataLoss if one did).
+  Status Recheck() const;
 };
 
 // The newest valid snapshot in `memory_dir` (any rank's: data-parallel ranks hold the same

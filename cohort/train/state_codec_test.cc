@@ -83,8 +83,7 @@ class Checkpoints {
   Result<TrainState> LoadLatest(torch::nn::Module& m, torch::optim::Optimizer* o) {
     COHORT_ASSIGN_OR_RETURN(FoundSnapshot found, NewestSnapshot(memory_dir_, dir_));
     where_ = found.where;
-    COHORT_ASSIGN_OR_RETURN(CheckpointView view, VerifyCheckpoint(found.bytes, found.path));
-    return codec_.Decode(view, found.path, m, o);
+    return codec_.Decode(found.view, found.path, m, o);
   }
   const std::string& where() const { return where_; }
 

@@ -108,14 +108,11 @@ class Checkpointer:
     def load(self):
         """(state, step) of the job's newest snapshot or checkpoint, or None."""
         found = _C.newest_snapshot(self.memory_dir, self.directory)
-        mine = -1
-        if found is not None:
-            step, where, meta, payload = found
-            mine = step
+        mine = -1 if found is None else found.step
         distributed = dist.is_available() and dist.is_initialized() and \
             dist.get_world_size() > 1
         if not distributed:
-            return None if found is None else self._restore(meta, payload, where, step)
+            return None if found is None else self._restore_found(found)
         device = torch.device("cuda", torch.cuda.current_device()) \
             if dist.get_backend() == "nccl" else torch.device("cpu")
         newest = torch.tensor([mine], dtype=torch.int64, device=device)
@@ -128,24 +125,37 @@ class Checkpointer:
                               dtype=torch.int64, device=device)
         dist.all_reduce(source, op=dist.ReduceOp.MIN)
         source = int(source.item())
+        # Every rank that holds the newest restores its own copy (no transfer); the others
+        # receive the source's: its metadata, then its payload, by broadcast.
+        holders = torch.tensor([1 if mine == newest else 0], dtype=torch.int64, device=device)
+        dist.all_reduce(holders)
+        if int(holders.item()) == world:
+            return self._restore_found(found)
         if dist.get_rank() == source:
-            blob = json.dumps({"meta": meta.decode(), "where": where}).encode()
-            sizes = torch.tensor([len(blob), len(payload)], dtype=torch.int64, device=device)
+            meta = found.meta
+            sizes = torch.tensor([len(meta), len(memoryview(found.payload))], dtype=torch.int64,
+                                 device=device)
         else:
             sizes = torch.zeros(2, dtype=torch.int64, device=device)
         dist.broadcast(sizes, src=source)
-        n_blob, n_payload = (int(x) for x in sizes.tolist())
+        n_meta, n_payload = (int(x) for x in sizes.tolist())
         if dist.get_rank() == source:
-            data = torch.frombuffer(bytearray(blob + payload), dtype=torch.uint8)
+            header = torch.frombuffer(bytearray(meta), dtype=torch.uint8)
+            payload = torch.frombuffer(bytearray(memoryview(found.payload)), dtype=torch.uint8)
         else:
-            data = torch.empty(n_blob + n_payload, dtype=torch.uint8)
-        data = data.to(device)
-        dist.broadcast(data, src=source)
-        if dist.get_rank() != source:
-            raw = data.cpu().numpy().tobytes()
-            info = json.loads(raw[:n_blob].decode())
-            return self._restore(info["meta"].encode(), raw[n_blob:], None, newest)
-        return self._restore(meta, payload, where, step)
+            header = torch.empty(n_meta, dtype=torch.uint8)
+            payload = torch.empty(n_payload, dtype=torch.uint8)
+        header, payload = header.to(device), payload.to(device)
+        dist.broadcast(header, src=source)
+        dist.broadcast(payload, src=source)
+        if dist.get_rank() == source:
+            return self._restore_found(found)
+        return self._restore(header.cpu().numpy().tobytes(), payload.cpu().numpy(), None, newest)
+
+    def _restore_found(self, found):
+        result = self._restore(found.meta, memoryview(found.payload), found.where, found.step)
+        found.recheck()  # the bytes copied were the ones verified
+        return result
 
     @staticmethod
     def _restore(meta, payload, where, step):
