@@ -194,10 +194,9 @@ def main():
             "%.2fx" % (stall / r0["memcpy_s"]) if mode != "none" else "-"))
     st = r0["cohort"]["stats"]
     print("\none memcpy of the state (copy_ per tensor into preallocated buffers): %.3f s; "
-          "cohort's blocking part (copy + CRC-32 into the node's shared memory): %.3f s mean; "
-          "torch.save's stall is %.1fx cohort's."
-          % (r0["memcpy_s"], st["blocking_seconds"] / max(st["taken"], 1),
-             r0["torch.save"]["stall_s"] / max(r0["cohort"]["stall_s"], 1e-9)))
+          "cohort's stall is its copy + CRC-32 into the node's shared memory; torch.save's "
+          "stall is %.1fx cohort's."
+          % (r0["memcpy_s"], r0["torch.save"]["stall_s"] / max(r0["cohort"]["stall_s"], 1e-9)))
     print("cohort snapshots: %d taken, %d written to disk, %d dropped for a newer one, %d "
           "failed writes. The process's first snapshots, which reserve and map the staging "
           "slots (not timed above): %s s." % (

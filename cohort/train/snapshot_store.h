@@ -11,7 +11,8 @@
 //   - otherwise in this process's memory only.
 // A background thread (the "persister") writes the newest published snapshot to the
 // checkpoint directory (CheckpointDir: atomic rename, fsync, newest `keep` kept) when this
-// rank persists. A newer snapshot never waits for an older write: the write in progress
+// rank persists; after a write of W seconds it starts the next no sooner than 3 W later
+// (Flush excepted), so that writing takes at most a quarter of the machine's time. A newer snapshot never waits for an older write: the write in progress
 // finishes (a file is never torn) and the newest snapshot is written next; snapshots
 // published in between are dropped (counted). A failed write (disk full, I/O error) is
 // logged with what to do, counted, and retried with backoff (1 s doubling to 30 s, or at
