@@ -436,6 +436,10 @@ class Trainer {
     reporter_ = std::make_unique<Reporter>(f_, job_.leader());
     Train();
     Finish();
+    if (snapshots_) {  // the program ends when the final checkpoint is on disk
+      Require(snapshots_->Flush(Deadline::AfterMs(600000)), kExitCheckpoint,
+              "writing the final checkpoint");
+    }
     return kExitOk;
   }
 
@@ -666,13 +670,9 @@ class Trainer {
       }
     }
     train_seconds_ = SecondsSince(t_start_);
-    // The final state (a no-op when the last periodic snapshot holds it), on disk before
-    // the program ends.
+    // The final state (a no-op when the last periodic snapshot holds it); Run writes it
+    // to disk after the evaluation.
     Snapshot();
-    if (snapshots_) {
-      Require(snapshots_->Flush(Deadline::AfterMs(600000)), kExitCheckpoint,
-              "writing the final checkpoint");
-    }
   }
 
   // One optimizer step; true when it ended the epoch. A failed gradient allreduce leaves

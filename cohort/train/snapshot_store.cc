@@ -235,7 +235,7 @@ void SnapshotStore::Impl::Persist() {
         s = newest;
         if (s == nullptr || s->step <= stats.persisted_step) {
           cv.Wait(&mu);
-        } else if (retry_at && s->step == failed_step && !retry_at->expired()) {
+        } else if (retry_at && s->step == failed_step && !retry_at->expired() && flushing == 0) {
           cv.WaitUntil(&mu, *retry_at);
         } else if (next_write && !next_write->expired() && flushing == 0) {
           cv.WaitUntil(&mu, *next_write);
@@ -365,7 +365,12 @@ Status SnapshotStore::Flush(Deadline deadline) {
   ++m.flushing;
   m.cv.SignalAll();
   Status result;
+  const int64_t failures = m.stats.write_failures;
   while (m.newest != nullptr && m.stats.persisted_step < m.newest->step) {
+    if (m.stats.write_failures > failures) {  // a write tried now failed: no waiting it out
+      result = m.last_error;
+      break;
+    }
     if (deadline.expired()) {
       result = !m.last_error.ok()
                    ? m.last_error

@@ -78,7 +78,8 @@ class SnapshotStore {
   // `payload_size` bytes written by `fill`. Errors only when no memory at all could hold it.
   Status Take(int64_t step, const std::string& meta, size_t payload_size, const Filler& fill);
   // Waits until the newest snapshot is in the checkpoint directory (immediately true
-  // without one). The last write's error when it is not, at the deadline.
+  // without one), writing it at once (no gap, no backoff). The error of a write that fails
+  // meanwhile; at the deadline, the last write's error or kDeadlineExceeded.
   Status Flush(Deadline deadline);
   SnapshotStats stats() const;
   const Options& options() const;
