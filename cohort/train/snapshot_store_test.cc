@@ -105,6 +105,18 @@ TEST(SnapshotStore, WithoutANodeDirectoryKeepsSnapshotsInProcessAndPersists) {
   EXPECT_EQ(CheckpointDir(disk.path()).Steps(), std::vector<int64_t>{5});
 }
 
+// A node directory that cannot hold the snapshot (here: gone; in a container: a full
+// /dev/shm) keeps the snapshots in the process's memory, said once, and still persists.
+TEST(SnapshotStore, WithoutRoomInTheNodeDirectoryKeepsSnapshotsInProcess) {
+  TempDir disk("snapdisk");
+  SnapshotStore store({.memory_dir = disk.path() + "/gone", .disk_dir = disk.path() + "/ckpt"});
+  ASSERT_TRUE(TakeStep(store, 1).ok());
+  ASSERT_TRUE(TakeStep(store, 2).ok());
+  EXPECT_EQ(store.stats().in_process, 2);
+  ASSERT_TRUE(store.Flush(Deadline::AfterMs(60000)).ok());
+  EXPECT_EQ(CheckpointDir(disk.path() + "/ckpt").Steps().back(), 2);
+}
+
 TEST(SnapshotStore, AFailedWriteIsRetriedWhileSnapshotsGoOn) {
   TempDir mem("snapmem"), root("snapdisk");
   // The checkpoint directory's parent is a file: every write fails until it is removed.
