@@ -113,8 +113,8 @@ const Setting<int64_t> kTrainFaultStep{
     "COHORT_TRAIN_FAULT_STEP", -1, "cohort-train: the step of the injected fault"};
 const Setting<int64_t> kTrainFaultWriteStep{
     "COHORT_TRAIN_FAULT_WRITE_STEP", -1,
-    "cohort-train: rank 0 kills itself (SIGKILL) half-way through writing this step's "
-    "checkpoint file in its first attempt (tests, demos)"};
+    "cohort-train: rank 0 kills itself (SIGKILL) half-way through writing the checkpoint "
+    "file of this step (or the first written after it) in its first attempt (tests, demos)"};
 
 }  // namespace settings
 }  // namespace cohort

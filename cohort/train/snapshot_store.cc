@@ -245,7 +245,7 @@ void SnapshotStore::Impl::Persist() {
       }
       s->writing = true;
     }
-    if (s->step == opt.fault_write_step) FaultInjectedWrite(*s);
+    if (opt.fault_write_step >= 0 && s->step >= opt.fault_write_step) FaultInjectedWrite(*s);
     const auto started = std::chrono::steady_clock::now();
     Status st = disk.WriteEncoded(s->step, std::string_view(s->data, s->size), opt.keep);
     const double seconds = SecondsSince(started);

@@ -63,7 +63,8 @@ class SnapshotStore {
     int keep = 3;            // checkpoints kept in disk_dir
     int rank = 0;            // names this rank's snapshot files
     // Test hook (COHORT_TRAIN_FAULT_WRITE_STEP): the persister SIGKILLs its own process
-    // half-way through writing this step's checkpoint file. -1: never.
+    // half-way through writing the first checkpoint file of this step or a later one (a
+    // snapshot may be dropped for a newer one). -1: never.
     int64_t fault_write_step = -1;
   };
   explicit SnapshotStore(Options options);

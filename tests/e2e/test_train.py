@@ -87,9 +87,11 @@ def test_sigkill_mid_epoch_resumes_bit_identical(cohort, trainer, launcher, mark
                       *train_args(tmp_path / "ckpt", marker)],
                      TRAIN_TIMEOUT, env=env, name="faulted")
     assert p.p.returncode == 0, p.describe()
-    assert "half-way through writing step 150" in p.stdout, "fault not injected\n" + p.describe()
+    # Step 150's, or a later one's if a slow disk made the writer drop 150 for a newer one.
+    fault = re.search(r"half-way through writing step (\d+)", p.stdout)
+    assert fault, "fault not injected\n" + p.describe()
     a1 = (logs / "trainjob" / "attempt_1" / "0" / "stdout.log").read_text()
-    assert re.search(r"resumed from the node's memory .* at step 150 ", a1), a1
+    assert re.search(r"resumed from the node's memory .* at step %s " % fault.group(1), a1), a1
     assert digest(p.stdout) == ref_digest, (
         "parameters differ after kill/resume: %s vs reference %s\n%s"
         % (digest(p.stdout), ref_digest, p.describe()))
@@ -104,14 +106,16 @@ def test_sigkill_mid_epoch_resumes_bit_identical(cohort, trainer, launcher, mark
     p = launcher.run([cohort, "run", "--nproc-per-node", "2", "--", trainer,
                       *train_args(ckpt, marker)], TRAIN_TIMEOUT, env=env, name="killed")
     assert p.p.returncode != 0, p.describe()
+    torn = int(re.search(r"half-way through writing step (\d+)", p.stdout).group(1))
     names = sorted(x.name for x in ckpt.iterdir())
-    assert "ckpt-000000000100.cohort" in names and "ckpt-000000000150.cohort" not in names, names
+    whole = [int(n[5:17]) for n in names if n.startswith("ckpt-")]
+    assert whole and max(whole) < torn, (torn, names)  # the previous checkpoints, whole
     assert any(".tmp." in n for n in names), names  # the torn write, never renamed
     p = launcher.run([cohort, "run", "--nproc-per-node", "2", "--", trainer,
                       *train_args(ckpt, marker)], TRAIN_TIMEOUT, name="resumed")
     assert p.p.returncode == 0, p.describe()
-    assert re.search(r"resumed from .*ckpt-000000000100\.cohort at step 100 ", p.stdout), \
-        p.describe()
+    assert re.search(r"resumed from .*ckpt-%012d\.cohort at step %d " % (max(whole), max(whole)),
+                     p.stdout), p.describe()
     assert digest(p.stdout) == ref_digest, p.describe()
     names = sorted(x.name for x in ckpt.iterdir())
     assert not any(".tmp." in n for n in names), names

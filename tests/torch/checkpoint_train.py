@@ -50,6 +50,8 @@ for step in range(start, steps):
         p.grad /= world
     opt.step()
     ckpt.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, step, directory)
+    if step == kill_step and first_attempt:
+        dist.barrier()  # rank 0 (local rank 0: the node's copy) has taken this snapshot
     if step == kill_step and rank == 1 and first_attempt:
         os.write(1, b"rank 1: SIGKILL after the snapshot of step %d\n" % step)
         os.kill(os.getpid(), signal.SIGKILL)
