@@ -214,6 +214,9 @@ class Agent::Impl {
   // job's cookie, so the sweeper's helper removes it when the agent ends, however it ends.
   std::string snapshot_dir_;
   void MakeSnapshotDir();
+  // The round watcher's notice while a round's workers are set up (-1: none): a wait for
+  // node 0's MASTER_PORT ends with the round.
+  int round_end_fd_ = -1;
   int64_t live_reforms_ = 0;  // rounds the workers joined in place (announced to them)
   std::unique_ptr<membership_channel::ChannelWatch> channel_;
   std::optional<LostPeerReport> lost_;      // the report that ended the round
@@ -334,8 +337,22 @@ Result<std::pair<std::string, int>> Agent::Impl::MasterEndpoint(const Rendezvous
     }
     return std::make_pair(addr, port);
   }
-  COHORT_ASSIGN_OR_RETURN(std::string port, store_->Get(key, Deadline::After(o_.rdzv.join_timeout)));
-  return std::make_pair(addr, static_cast<int>(ParseInt64(port).value_or(0)));
+  // Node 0 may be lost before it publishes the port: then this round ends (the watcher says
+  // so) and the next one forms, so the wait lasts only as long as the round.
+  const Deadline deadline = Deadline::After(o_.rdzv.join_timeout);
+  for (;;) {
+    const Deadline slice =
+        Deadline::At(std::min(deadline.time(), SteadyClock::now() + std::chrono::milliseconds(500)));
+    Result<std::string> port = store_->Get(key, slice);
+    if (port.ok()) return std::make_pair(addr, static_cast<int>(ParseInt64(*port).value_or(0)));
+    if (port.status().code() != StatusCode::kDeadlineExceeded || deadline.expired()) {
+      return port.status();
+    }
+    pollfd ended{round_end_fd_, POLLIN, 0};
+    if (round_end_fd_ >= 0 && ::poll(&ended, 1, 0) > 0) {
+      return Aborted("round {} ended before its node 0 published MASTER_PORT", info.round);
+    }
+  }
 }
 
 Status Agent::Impl::StartWorkers(const RendezvousInfo& info) {
@@ -1057,6 +1074,13 @@ bool Agent::Impl::Announce(const RendezvousInfo& info) {
                          .master_port = master->second},
         membership_secret_);
   }
+  if (!sent.ok() && sent.code() == StatusCode::kAborted && !master.ok()) {
+    // The round ended before it could be announced (its node 0 was lost): the workers wait
+    // for the next round's notice; Monitor sees the round's end at once.
+    COHORT_LOG_INFO(kLog, "round {}: {}; the workers wait for the next round", info.round,
+                    sent.message());
+    return true;
+  }
   if (!sent.ok()) {
     COHORT_LOG_WARN(kLog, "round {}: cannot keep the workers ({}); restarting them", info.round,
                     sent.message());
@@ -1209,14 +1233,21 @@ AgentResult Agent::Impl::RunRounds() {
     // node's will, and once it ends the peers may take the node for gone.
     std::optional<RoundWatcher> watcher;
     watcher.emplace(o_, *info);
+    round_end_fd_ = watcher->fd();
     if (keep) keep = Announce(*info);
     if (!keep) {
       if (Status started = StartWorkers(*info); !started.ok()) {
         StopWorkers(SIGKILL);
+        if (started.code() == StatusCode::kAborted && watcher->why()) {
+          round_end_fd_ = -1;
+          COHORT_LOG_WARN(kLog, "{}; joining the next round", started.message());
+          continue;  // the round ended while its workers were set up
+        }
         int code = started.code() == StatusCode::kNotFound ? kExitNotFound : kExitInternal;
         return {code, fmt::format("cohort: cannot start the workers: {}", started.message())};
       }
     }
+    round_end_fd_ = -1;
     keep = false;
     const Outcome outcome = Monitor(watcher->fd());
     const std::optional<RoundEnd> why = watcher->why();
