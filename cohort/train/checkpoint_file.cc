@@ -147,13 +147,16 @@ Status WriteMaybeDirect(int fd, std::string_view bytes, const std::string& path)
   return WriteAll(fd, bytes.data() + done, bytes.size() - done, path);
 }
 
+std::string TemporaryPathFor(const std::string& path, int pid) {
+  const fs::path p(path);
+  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
+  return (dir / fmt::format(".{}.tmp.{}", p.filename().string(), pid)).string();
+}
+
 Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
-  fs::path final_path(path);
-  fs::path dir = final_path.parent_path();
+  fs::path dir = fs::path(path).parent_path();
   if (dir.empty()) dir = ".";
-  std::string tmp = (dir / ("." + final_path.filename().string() + ".tmp." +
-                            std::to_string(::getpid())))
-                        .string();
+  const std::string tmp = TemporaryPathFor(path, ::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus("create " + tmp, errno);
   Status st = WriteMaybeDirect(fd, bytes, tmp);
@@ -207,14 +210,15 @@ bool CheckpointDir::IsUsable(int64_t step) {
 }
 
 void CheckpointDir::RemoveStaleTemporaries() {
-  // WriteFileAtomically's temporaries are ".<name>.tmp.<pid>". Only one process writes into
-  // a checkpoint directory, so another pid's is what a killed writer left half-way.
-  const std::string mine = ".tmp." + std::to_string(::getpid());
+  // WriteFileAtomically's temporaries (TemporaryPathFor) of checkpoint files. Only one
+  // process writes into a checkpoint directory, so another pid's is what a killed writer
+  // left half-way.
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir_, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.rfind(".ckpt-", 0) == 0 && name.find(".cohort.tmp.") != std::string::npos &&
-        name.substr(name.size() - std::min(name.size(), mine.size())) != mine) {
+    const size_t tmp = name.find(".cohort.tmp.");
+    if (name.rfind(".ckpt-", 0) == 0 && tmp != std::string::npos &&
+        name.substr(tmp + 12) != std::to_string(::getpid())) {
       std::error_code rm;
       fs::remove(e.path(), rm);
       if (!rm) COHORT_LOG_INFO("train", "removed {}, left by a writer that was killed", name);

@@ -53,6 +53,9 @@ Result<CheckpointBlob> DecodeCheckpoint(const std::string& bytes, const std::str
 
 // Writes `bytes` to `path` atomically (steps 1-4 above).
 Status WriteFileAtomically(const std::string& path, std::string_view bytes);
+// The temporary file WriteFileAtomically writes `path` to in process `pid`:
+// "<dir>/.<name>.tmp.<pid>".
+std::string TemporaryPathFor(const std::string& path, int pid);
 Result<std::string> ReadWholeFile(const std::string& path);
 
 class CheckpointDir {

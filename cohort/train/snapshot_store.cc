@@ -204,9 +204,7 @@ struct SnapshotStore::Impl {
 void SnapshotStore::Impl::FaultInjectedWrite(const Slot& s) {
   std::error_code ec;
   fs::create_directories(opt.disk_dir, ec);
-  const std::string tmp = (fs::path(opt.disk_dir) /
-                           fmt::format(".{}.tmp.{}", fs::path(disk.PathFor(s.step)).filename()
-                                                         .string(), ::getpid())).string();
+  const std::string tmp = TemporaryPathFor(disk.PathFor(s.step), ::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd >= 0) {
     [[maybe_unused]] ssize_t n = ::write(fd, s.data, s.size / 2);

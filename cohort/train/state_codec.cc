@@ -363,13 +363,13 @@ Status StateCodec::DecodeRaw(const json& meta, std::string_view payload, const s
         auto st = std::make_unique<torch::optim::AdamParamState>();
         st->step(steps.contains(id) && steps[id].is_number_integer() ? steps[id].get<int64_t>()
                                                                       : 0);
-        for (const char* f : {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"}) {
-          if (!op.fields.count(f)) continue;
-          torch::Tensor t = tensor_from(op.param, op.fields[f]);
-          if (std::string(f) == "exp_avg") st->exp_avg(t);
-          if (std::string(f) == "exp_avg_sq") st->exp_avg_sq(t);
-          if (std::string(f) == "max_exp_avg_sq") st->max_exp_avg_sq(t);
-        }
+        auto field = [&](const char* name) {
+          auto it = op.fields.find(name);
+          return it == op.fields.end() ? torch::Tensor() : tensor_from(op.param, it->second);
+        };
+        st->exp_avg(field("exp_avg"));
+        st->exp_avg_sq(field("exp_avg_sq"));
+        st->max_exp_avg_sq(field("max_exp_avg_sq"));
         optimizer->state()[key] = std::move(st);
       }
     }
