@@ -4,8 +4,9 @@
 # dependencies come from Debian's archive), moves the build tree out of reach and, from
 # /usr/bin with no PYTHONPATH:
 #   1. runs the main job, `cohort run --nproc-per-node 2 -- cohort-train ...` on Fashion-MNIST;
-#   2. runs a PyTorch script that imports cohort_torch and all-reduces on the "cohort"
-#      backend, under `cohort run` and under torchrun: both ranks print the same sum;
+#   2. runs a PyTorch script that imports cohort_torch, all-reduces on the "cohort"
+#      backend and saves and loads a checkpoint (cohort_torch.checkpoint), under
+#      `cohort run` and under torchrun: both ranks print the same sum, restored;
 #   3. checks the store's systemd unit (systemd-analyze verify) and the man pages;
 #   4. removes the packages (purge) and checks that none of their files is left.
 # Prints what it checks; exits non-zero at the first failure (the build tree is put back).
@@ -47,25 +48,33 @@ cat >"$out/allreduce.py" <<'PY'
 import os
 import torch
 import torch.distributed as dist
+import sys
 import cohort_torch  # registers the "cohort" backend
+import cohort_torch.checkpoint as ckpt
 dist.init_process_group("cohort")
 t = torch.tensor([float(dist.get_rank() + 1)])
 dist.all_reduce(t)
+# A checkpoint through the installed extension, and the job's newest back on every rank.
+ckpt.save({"sum": t}, 7, sys.argv[1])
+ckpt.flush()
+state, step = ckpt.load(sys.argv[1])
 # One write(2) per line: under torchrun the ranks share one stdout.
-os.write(1, ("rank %d of %d sum %g from %s\n" % (
-    dist.get_rank(), dist.get_world_size(), t.item(),
+os.write(1, ("rank %d of %d sum %g restored %g at %d from %s\n" % (
+    dist.get_rank(), dist.get_world_size(), t.item(), state["sum"].item(), step,
     os.path.dirname(cohort_torch.__file__))).encode())
 dist.destroy_process_group()
 PY
 check_sums() {  # $1: log; both ranks of 2 print sum 3 from the installed package
   local n
-  n=$(grep -c "of 2 sum 3 from /usr/lib/python3/dist-packages/cohort_torch" "$1" || true)
-  [ "$n" = 2 ] || { echo "expected 2 ranks with sum 3 from the installed package:"; cat "$1"; exit 1; }
-  echo "  2 ranks, equal sums, cohort_torch from /usr/lib/python3/dist-packages"
+  n=$(grep -c "of 2 sum 3 restored 3 at 7 from /usr/lib/python3/dist-packages/cohort_torch" \
+    "$1" || true)
+  [ "$n" = 2 ] || { echo "expected 2 ranks with sum 3 (and its checkpoint) from the installed package:"; cat "$1"; exit 1; }
+  echo "  2 ranks, equal sums, the checkpoint restored, cohort_torch from /usr/lib/python3/dist-packages"
 }
-cohort run --nproc-per-node 2 -- /usr/bin/python3 "$out/allreduce.py" >"$out/cohort-run.log" 2>&1
+cohort run --nproc-per-node 2 -- /usr/bin/python3 "$out/allreduce.py" "$out/ckpt-run" \
+  >"$out/cohort-run.log" 2>&1
 echo "under cohort run:"; check_sums "$out/cohort-run.log"
-torchrun --standalone --nproc_per_node 2 --redirects 2 --tee 2 "$out/allreduce.py" \
+torchrun --standalone --nproc_per_node 2 --redirects 2 --tee 2 "$out/allreduce.py" "$out/ckpt-torchrun" \
   >"$out/torchrun.log" 2>&1
 echo "under torchrun:"; check_sums "$out/torchrun.log"
 
