@@ -12,13 +12,16 @@ nodes (two `cohort run` agents on this machine, one rank each, c10d rendezvous o
 
 Per mode: the mean step time over --steps steps (after one warm-up step; every step ends
 with a barrier, so it is the job's step), and the training stall per checkpoint on rank 0
-(the blocking part: cohort's copy-and-checksum; torch.save's whole save). "memcpy" is one
-copy of the same state into preallocated buffers (torch's copy_ per tensor), the floor of
-any in-memory snapshot. Then restores, each timed on every rank from the call to load() to
+(the blocking part: cohort's copy-and-checksum; torch.save's whole save). The "memcpy" mode
+copies the same state into preallocated buffers (torch's copy_ per tensor) at the same
+point of every step, on both ranks as cohort's snapshots do: the floor of any in-memory
+snapshot in the same conditions (the other rank copying too, the machine busy); the stall
+ratio is against it. A memcpy with the machine otherwise idle is printed too. Then restores, each timed on every rank from the call to load() to
 the state loaded into the model and optimizer:
 
-- from a peer's memory: node 1's copy deleted (a replacement node with nothing): node 0
-  sends its snapshot by broadcast;
+- from a peer's memory: node 1's copy deleted and the checkpoint directory not given to it
+  (a replacement node with nothing, no shared file system): node 0 sends its snapshot by
+  broadcast;
 - from disk: both nodes' memory copies deleted, the directory read after the page cache is
   dropped (as root; else the numbers are from the page cache: said in the table).
 
@@ -72,16 +75,25 @@ state_bytes = sum(t.numel() * t.element_size() for t in
                   [*model.state_dict().values(),
                    *[s["momentum_buffer"] for s in opt.state_dict()["state"].values()]])
 out["state_bytes"] = state_bytes
-# Untimed: the first snapshots allocate the staging slots (shared memory, reserved and
-# mapped once); every later snapshot reuses them.
+def tensors():
+    return [*model.state_dict().values(),
+            *[s["momentum_buffer"] for s in opt.state_dict()["state"].values()]]
+
+dst = [torch.empty_like(t) for t in tensors()]
+for d, t in zip(dst, tensors()):
+    d.copy_(t)  # touched: the memcpy mode copies into memory already mapped
+# Not in the means: the first snapshot reserves its staging slot (shared memory, reserved
+# and mapped once), then a background thread reserves the others during the next steps.
 first = []
 for i in range(3):
+    step()
     t = time.perf_counter()
     saver.save(state(), i)
     first.append(time.perf_counter() - t)
+    dist.barrier()
 saver.flush()
 out["first_saves_s"] = first
-for mode in ("none", "cohort", "torch.save"):
+for mode in ("none", "memcpy", "cohort", "torch.save"):
     stalls = []
     step()
     dist.barrier()
@@ -89,7 +101,10 @@ for mode in ("none", "cohort", "torch.save"):
     for i in range(args["steps"]):
         step()
         t = time.perf_counter()
-        if mode == "cohort":
+        if mode == "memcpy":  # the floor of any snapshot, where a snapshot is taken
+            for d, s in zip(dst, tensors()):
+                d.copy_(s)
+        elif mode == "cohort":
             saver.save(state(), 10 + i)
         elif mode == "torch.save" and rank == 0:
             path = os.path.join(args["dir"], "torch.pt")
@@ -102,21 +117,19 @@ for mode in ("none", "cohort", "torch.save"):
     if mode == "cohort":
         saver.flush()
         out["cohort"]["stats"] = saver.stats()
-dst = [torch.empty_like(t) for t in [*model.state_dict().values(),
-       *[s["momentum_buffer"] for s in opt.state_dict()["state"].values()]]]
-src = [*model.state_dict().values(),
-       *[s["momentum_buffer"] for s in opt.state_dict()["state"].values()]]
-for _ in range(2):
+dist.barrier()
+for _ in range(2):  # alone: no training, no persister, the other rank idle
     t = time.perf_counter()
-    for d, s in zip(dst, src):
+    for d, s in zip(dst, tensors()):
         d.copy_(s)
-    out["memcpy_s"] = time.perf_counter() - t
+    out["memcpy_alone_s"] = time.perf_counter() - t
+dist.barrier()
 del dst
 
-def restore(what):
+def restore(what, directory):
     dist.barrier()
     t = time.perf_counter()
-    got = ckpt.Checkpointer(args["dir"]).load()
+    got = ckpt.Checkpointer(directory).load()
     model.load_state_dict(got[0]["model"])
     opt.load_state_dict(got[0]["optimizer"])
     out[what] = time.perf_counter() - t
@@ -126,7 +139,9 @@ memory = os.environ.get("COHORT_SNAPSHOT_DIR", "")
 if rank == 1:
     for f in glob.glob(os.path.join(memory, "snap-*")):
         os.unlink(f)
-restore("restore_peer_memory_s")
+# Node 1 is a replacement with nothing: no snapshot, and (no shared file system) no view
+# of node 0's checkpoint directory.
+restore("restore_peer_memory_s", args["dir"] if rank == 0 else None)
 for f in glob.glob(os.path.join(memory, "snap-*")):
     os.unlink(f)
 dist.barrier()
@@ -134,7 +149,7 @@ if rank == 0:
     dropped = os.system("sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null") == 0
     out["cold_cache"] = dropped
 dist.barrier()
-restore("restore_disk_s")
+restore("restore_disk_s", args["dir"])
 with open(os.path.join(args["out"], "rank%d.json" % rank), "w") as f:
     json.dump(out, f)
 dist.destroy_process_group()
@@ -186,17 +201,19 @@ def main():
     print("| mode | step (s) | vs none | rank 0's stall per checkpoint (s) | stall / memcpy |")
     print("|---|---:|---:|---:|---:|")
     none = r0["none"]["step_s"]
-    for mode in ("none", "cohort", "torch.save"):
+    memcpy = r0["memcpy"]["stall_s"]
+    for mode in ("none", "memcpy", "cohort", "torch.save"):
         m = r0[mode]
         stall = m["stall_s"] if mode != "none" else 0
         print("| %s | %.3f | %+.1f%% | %.3f | %s |" % (
             mode, m["step_s"], 100 * (m["step_s"] / none - 1), stall,
-            "%.2fx" % (stall / r0["memcpy_s"]) if mode != "none" else "-"))
+            "%.2fx" % (stall / memcpy) if mode != "none" else "-"))
     st = r0["cohort"]["stats"]
-    print("\none memcpy of the state (copy_ per tensor into preallocated buffers): %.3f s; "
-          "cohort's stall is its copy + CRC-32 into the node's shared memory; torch.save's "
-          "stall is %.1fx cohort's."
-          % (r0["memcpy_s"], r0["torch.save"]["stall_s"] / max(r0["cohort"]["stall_s"], 1e-9)))
+    print("\nmemcpy of the state in the training loop (copy_ per tensor into preallocated "
+          "buffers, both ranks): %.3f s; alone on an idle machine: %.3f s. cohort's stall is "
+          "its copy + CRC-32 into the node's shared memory; torch.save's stall is %.1fx "
+          "cohort's." % (memcpy, r0["memcpy_alone_s"],
+                         r0["torch.save"]["stall_s"] / max(r0["cohort"]["stall_s"], 1e-9)))
     print("cohort snapshots: %d taken, %d written to disk, %d dropped for a newer one, %d "
           "failed writes. The process's first snapshots, which reserve and map the staging "
           "slots (not timed above): %s s." % (

@@ -74,7 +74,7 @@ def main(argv):
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     sampler = elastic.ElasticSampler(data, args.batch, seed=0)
     loader = DataLoader(data, batch_size=args.batch, sampler=sampler)
-    ckpt = os.path.join(args.ckpt_dir, "elastic.pt") if args.ckpt_dir else None
+    ckpt = os.path.join(args.ckpt_dir, "elastic") if args.ckpt_dir else None
     state = elastic.State(model=model, optimizer=opt, sampler=sampler, checkpoint=ckpt,
                           checkpoint_every=args.ckpt_every)
     epoch = state.epoch

@@ -5,7 +5,7 @@ script's backend (gloo here; nccl or cohort alike), and continue the epoch where
 left it; under torchrun, or with COHORT_LIVE_RECONFIG=0, it restarts from its checkpoint.
 
     cohort run --nnodes 2:3 --nproc-per-node 1 --rdzv-endpoint node0:29400 \\
-        -- examples/fashion_elastic.py --ckpt /shared/fashion.pt
+        -- examples/fashion_elastic.py --ckpt /shared/fashion-ckpt
 
 Every rank prints `rank R digest D` at the end (a CRC of its parameters: equal on all).
 """
@@ -75,7 +75,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch", type=int, default=32, help="per rank")
     ap.add_argument("--limit", type=int, default=6000, help="samples of the data set used")
-    ap.add_argument("--ckpt", default="fashion.pt")
+    ap.add_argument("--ckpt", default="fashion-ckpt")
     ap.add_argument("--step-sleep", type=float, default=0.0)
     args = ap.parse_args()
     torch.set_num_threads(1)

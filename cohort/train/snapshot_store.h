@@ -19,7 +19,9 @@
 // once when a newer snapshot arrives) while training goes on.
 //
 // Memory: at most three slots, each one checkpoint file: one being filled, the newest
-// published one, and an older one the persister is still writing. In the snapshot
+// published one, and an older one the persister is still writing (two without a
+// checkpoint directory). The first Take reserves its slot; a background thread then
+// reserves the others, so later snapshots only copy. In the snapshot
 // directory the space is reserved with fallocate before it is touched; when the directory
 // is full (a container's small /dev/shm) the snapshot is kept in this process's memory
 // instead, with a warning that says how to give the node more shared memory.
@@ -28,7 +30,8 @@
 // checkpoint directory, newest first (each verified by checksum when it is read).
 //
 // Thread-safety: Take, Flush and stats from one owner thread (the trainer); the persister
-// thread is internal and joined by the destructor (after its write in progress).
+// (at a lower CPU priority) and the reserver threads are internal and joined by the
+// destructor (after the write in progress).
 #pragma once
 
 #include <cstdint>
@@ -79,8 +82,9 @@ class SnapshotStore {
   // `payload_size` bytes written by `fill`. Errors only when no memory at all could hold it.
   Status Take(int64_t step, const std::string& meta, size_t payload_size, const Filler& fill);
   // Waits until the newest snapshot is in the checkpoint directory (immediately true
-  // without one), writing it at once (no gap, no backoff). The error of a write that fails
-  // meanwhile; at the deadline, the last write's error or kDeadlineExceeded.
+  // without one), writing it at once (one write with no gap and no backoff). The error of
+  // a write started after the call that fails (not of one already under way); at the
+  // deadline, the last write's error or kDeadlineExceeded.
   Status Flush(Deadline deadline);
   SnapshotStats stats() const;
   const Options& options() const;

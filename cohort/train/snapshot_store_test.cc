@@ -61,15 +61,24 @@ TEST(SnapshotStore, PublishesTheNewestInTheNodesDirectory) {
     EXPECT_EQ(names.count(SnapshotFileName(2, 10)) + names.count(SnapshotFileName(2, 20)), 0u);
     EXPECT_EQ(store.stats().taken, 3);
     EXPECT_EQ(store.stats().in_process, 0);
+    // Bounded memory: without a checkpoint directory, two slots (the newest and the one
+    // the next snapshot fills), each the snapshot's size.
+    ASSERT_TRUE(TakeStep(store, 40).ok());
+    names = Names(mem.path());
+    EXPECT_EQ(names.size(), 2u) << fmt::format("{}", fmt::join(names, " "));
+    for (const std::string& name : names) {
+      EXPECT_EQ(fs::file_size(fs::path(mem.path()) / name),
+                fs::file_size(fs::path(mem.path()) / SnapshotFileName(2, 40)));
+    }
   }
   // After the worker is gone: only the newest snapshot, whole and checksummed.
-  EXPECT_EQ(Names(mem.path()), std::set<std::string>{SnapshotFileName(2, 30)});
-  auto bytes = ReadFileToString(mem.path() + "/" + SnapshotFileName(2, 30));
+  EXPECT_EQ(Names(mem.path()), std::set<std::string>{SnapshotFileName(2, 40)});
+  auto bytes = ReadFileToString(mem.path() + "/" + SnapshotFileName(2, 40));
   ASSERT_TRUE(bytes.ok());
   auto view = VerifyCheckpoint(*bytes, "snap");
   ASSERT_TRUE(view.ok()) << view.status().ToString();
-  EXPECT_EQ(view->payload, Payload(30, 4096));
-  EXPECT_EQ(std::string(view->meta).find("{\"step\":30}"), 0u);
+  EXPECT_EQ(view->payload, Payload(40, 4096));
+  EXPECT_EQ(std::string(view->meta).find("{\"step\":40}"), 0u);
   EXPECT_EQ((kCheckpointHeaderSize + view->meta.size()) % 64, 0u);  // payload aligned
 }
 

@@ -61,7 +61,7 @@ def script_argv(script, backend, ckpt, length):
         return [str(REPO / "examples/torch_live_reconfig.py"), "--steps", str(150 * length),
                 "--ckpt-dir", str(ckpt), "--step-sleep", "0.02", "--backend", backend]
     return [str(REPO / "examples/fashion_elastic.py"), "--epochs", str(2 * length),
-            "--limit", "3000", "--batch", "16", "--ckpt", str(ckpt / "fashion.pt"),
+            "--limit", "3000", "--batch", "16", "--ckpt", str(ckpt / "fashion"),
             "--step-sleep", "0.02", "--backend", backend]
 
 

@@ -153,9 +153,9 @@ def test_the_elastic_example_trains_and_resumes_like_the_plain_one(cohort, pydir
     # One node: no other node can come or go, so no live round ("round -").
     assert re.search(r"cohort_torch\.elastic: rank 0 of 2 round \S+ pid \d+ step 0$",
                      p.stdout, re.M), p.stdout
-    ckpt = tmp_path / (m + "-split.pt")
+    ckpt = tmp_path / (m + "-split")
     run_script(cohort, launcher, tmp_path, ELASTIC, ckpt, 1, "first")
     resumed, p = run_script(cohort, launcher, tmp_path, ELASTIC, ckpt, 2, "second")
-    assert re.search(r"rank 1 of 2 .* \(resumed from .*-split\.pt, step \d+\)", p.stdout), \
+    assert re.search(r"rank 1 of 2 .* \(resumed from .*-split/\S+, step \d+\)", p.stdout), \
         p.stdout
     assert resumed == plain

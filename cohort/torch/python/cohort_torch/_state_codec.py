@@ -111,8 +111,9 @@ def decode(data):
 
 def unflatten(header, next_bytes):
     """The state of `header` (flatten's), each tensor's bytes taken, in order, from
-    `next_bytes(n)`: a buffer of n bytes, or None when there are not that many. ValueError
-    saying what is wrong for anything malformed."""
+    `next_bytes(n)`: a buffer of n bytes (copied), or a uint8 tensor of n bytes that the
+    caller gives away (the tensor is a view of it: no copy), or None when there are not
+    that many. ValueError saying what is wrong for anything malformed."""
     try:
         tree = json.loads(bytes(header).decode())
     except (ValueError, RecursionError) as error:
@@ -180,6 +181,10 @@ def unflatten(header, next_bytes):
                  where)
         if nbytes == 0:
             return torch.empty(shape, dtype=dtype)
+        if isinstance(source, torch.Tensor):
+            if source.storage_offset() % element:
+                fail("a tensor not aligned to its element size in the payload", where)
+            return source.view(dtype).reshape(shape)
         raw = bytearray(source)
         return torch.frombuffer(raw, dtype=torch.uint8).view(dtype).reshape(shape)
 

@@ -10,7 +10,7 @@
         ...
         ckpt.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, step,
                   "ckpt")                       # returns after one copy of the state
-    ckpt.flush()                                # the newest is on disk
+    ckpt.flush()                                # the newest is on disk (also at exit)
 
 save() copies the state (tensors, numbers, strings, and lists, tuples and dicts of them:
 what state_dict() returns) into a snapshot: the only time training waits. Under
@@ -29,13 +29,20 @@ and only when torch.distributed is initialized). Without `cohort run` (torchrun,
 script) only the checkpoint directory is used. The rank whose copy is used prints
 "cohort_torch: resumed from <where> at step <step>".
 
+When the process exits, every Checkpointer's newest snapshot is written first (exit
+status 12, with the error on stderr, when it cannot be).
+
 Nothing is unpickled: the state is a typed JSON header and the tensors' raw bytes
 (_state_codec), so a hostile file can make load() raise ValueError, never run code.
 Thread-safety: one Checkpointer per process, used from one thread.
 """
+import atexit
 import json
 import os
+import sys
+import weakref
 
+import numpy
 import torch
 import torch.distributed as dist
 
@@ -64,6 +71,8 @@ class Checkpointer:
         self.memory_dir = os.environ.get("COHORT_SNAPSHOT_DIR", "")
         self._store = None
         self._rank = None
+        self.loaded_from = None  # where load()'s state came from
+        _open.add(self)
 
     def _roles(self):
         rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else \
@@ -131,6 +140,8 @@ class Checkpointer:
         dist.all_reduce(holders)
         if int(holders.item()) == world:
             return self._restore_found(found)
+        self.loaded_from = found.where if dist.get_rank() == source else \
+            "rank %d's copy (sent by broadcast)" % source
         if dist.get_rank() == source:
             meta = found.meta
             sizes = torch.tensor([len(meta), len(memoryview(found.payload))], dtype=torch.int64,
@@ -139,20 +150,27 @@ class Checkpointer:
             sizes = torch.zeros(2, dtype=torch.int64, device=device)
         dist.broadcast(sizes, src=source)
         n_meta, n_payload = (int(x) for x in sizes.tolist())
+        # One copy of the payload per rank, which the restored tensors then view: the
+        # source copies it out of the mapped file (never broadcast from a read-only
+        # mapping), the others receive into theirs.
+        header = torch.empty(n_meta, dtype=torch.uint8)
+        payload = torch.empty(n_payload, dtype=torch.uint8)
         if dist.get_rank() == source:
-            header = torch.frombuffer(bytearray(meta), dtype=torch.uint8)
-            payload = torch.frombuffer(bytearray(memoryview(found.payload)), dtype=torch.uint8)
+            header.numpy()[:] = numpy.frombuffer(meta, dtype=numpy.uint8)
+            payload.numpy()[:] = numpy.frombuffer(memoryview(found.payload), dtype=numpy.uint8)
+            found.recheck()  # the bytes copied were the ones verified
+        header_dev, payload_dev = header.to(device), payload.to(device)
+        dist.broadcast(header_dev, src=source)
+        dist.broadcast(payload_dev, src=source)
+        if dist.get_rank() == source:
+            print("cohort_torch: resumed from %s at step %d (and sent it to the ranks without "
+                  "it)" % (found.where, found.step), flush=True)
         else:
-            header = torch.empty(n_meta, dtype=torch.uint8)
-            payload = torch.empty(n_payload, dtype=torch.uint8)
-        header, payload = header.to(device), payload.to(device)
-        dist.broadcast(header, src=source)
-        dist.broadcast(payload, src=source)
-        if dist.get_rank() == source:
-            return self._restore_found(found)
-        return self._restore(header.cpu().numpy().tobytes(), payload.cpu().numpy(), None, newest)
+            header, payload = header_dev.cpu(), payload_dev.cpu()
+        return self._restore(header.numpy().tobytes(), payload, None, newest)
 
     def _restore_found(self, found):
+        self.loaded_from = found.where
         result = self._restore(found.meta, memoryview(found.payload), found.where, found.step)
         found.recheck()  # the bytes copied were the ones verified
         return result
@@ -167,7 +185,8 @@ class Checkpointer:
             raise ValueError("cohort_torch.checkpoint: not a cohort_torch checkpoint (format "
                              "%r); was it written by cohort-train?" %
                              (info.get("format") if isinstance(info, dict) else None))
-        payload = memoryview(payload)
+        if not isinstance(payload, torch.Tensor):
+            payload = memoryview(payload)
         offset = [0]
 
         def next_bytes(nbytes):
@@ -184,6 +203,20 @@ class Checkpointer:
 
 
 _default = {}
+_open = weakref.WeakSet()  # every Checkpointer: flushed when the process exits
+
+
+@atexit.register
+def _flush_at_exit():
+    """The newest snapshot of every Checkpointer is written before the process ends; when
+    that fails the process exits 12 (as cohort-train does), the error on stderr."""
+    for c in list(_open):
+        try:
+            c.flush()
+        except RuntimeError as error:
+            print("cohort_torch.checkpoint: the last checkpoint could not be written to %s: %s"
+                  % (c.directory, error), file=sys.stderr, flush=True)
+            os._exit(12)
 
 
 def _checkpointer(directory, keep):

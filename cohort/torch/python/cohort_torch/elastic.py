@@ -9,7 +9,7 @@ checkpoint under torchrun or with COHORT_LIVE_RECONFIG=0.
     sampler = elastic.ElasticSampler(dataset, batch_size)      # instead of DistributedSampler
     loader = DataLoader(dataset, batch_size, sampler=sampler)
     state = elastic.State(model=model, optimizer=opt, sampler=sampler,
-                          checkpoint="ckpt/state.pt")          # instead of loading it
+                          checkpoint="ckpt")                   # instead of loading it
 
     @elastic.run                                               # the function that trains
     def train_epoch(loader, model, opt):
@@ -20,10 +20,12 @@ checkpoint under torchrun or with COHORT_LIVE_RECONFIG=0.
     for epoch in range(state.epoch, epochs):
         sampler.set_epoch(epoch)
         train_epoch(loader, model, opt)
-        state.save()                                           # rank 0, atomically
+        state.save()                                           # a snapshot: one copy
 
 State() forms the job: the ranks agree on the newest state (a newcomer receives it from the
-others, by broadcast; a job that starts or restarts loads `checkpoint` if it exists). When,
+others, by broadcast; a job that starts or restarts resumes from the job's newest snapshot
+or checkpoint, cohort_torch.checkpoint's: the nodes' memory under `cohort run`, then the
+`checkpoint` directory). When,
 inside a function decorated with run(), a collective fails because a peer went away, or
 commit() learns that the agent announced a new membership (a node joined or was lost),
 run() re-forms the default process group at the new rank and world size with the script's
@@ -53,6 +55,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as _TorchDDP
 
+from . import checkpoint as _checkpoint
 from . import live as _live
 from . import report as _report
 
@@ -179,8 +182,10 @@ class State:
     count (`step`, commits done) and the script's own values, given as keywords and read and
     set as attributes; `state.epoch` is the sampler's first epoch not finished unless the
     script gives its own.
-    `checkpoint`: a file that save() writes (rank 0, atomically) and that a job which
-    starts, or restarts, resumes from; `checkpoint_every`: save() every N commits as well.
+    `checkpoint`: the directory of the job's checkpoints (cohort_torch.checkpoint: save()
+    takes a snapshot, which rank 0 writes there in the background; None: snapshots in the
+    nodes' memory only, under `cohort run`); a job that starts, or restarts, resumes from
+    the newest; `checkpoint_every`: save() every N commits as well.
     Making it forms the job (a collective on every rank: make it at the same point on all,
     after init_process_group, which it calls with gloo, or nccl with CUDA, if the script
     did not)."""
@@ -197,6 +202,13 @@ class State:
         self.optimizer = optimizer
         self.sampler = sampler
         self.checkpoint = os.fspath(checkpoint) if checkpoint else None
+        if self.checkpoint and os.path.isfile(self.checkpoint):
+            raise ValueError(
+                "cohort_torch.elastic.State: checkpoint=%r is a file, but it names a directory "
+                "(cohort_torch.checkpoint's snapshots are written there); pass a directory "
+                "path. The file is left as it is (torch.load it yourself to start from it)."
+                % self.checkpoint)
+        self._checkpointer = _checkpoint.Checkpointer(self.checkpoint)
         self.checkpoint_every = int(checkpoint_every or 0)
         self.step = 0
         self._names = list(values)
@@ -242,19 +254,15 @@ class State:
             self.sampler.load_state_dict(saved["sampler"])
 
     def save(self):
-        """Writes the checkpoint (rank 0; a temporary file renamed over the old one, so a
-        crash leaves the previous checkpoint whole). No-op without `checkpoint`."""
-        if not self.checkpoint:
-            return
-        if dist.is_initialized() and dist.get_rank() != 0:
-            return
-        directory = os.path.dirname(os.path.abspath(self.checkpoint))
-        os.makedirs(directory, exist_ok=True)
-        tmp = "%s.tmp.%d" % (self.checkpoint, os.getpid())
-        torch.save(self.state_dict(), tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, self.checkpoint)
+        """Takes a snapshot of the state at `step` (cohort_torch.checkpoint: returns after
+        one copy; under `cohort run` it is kept in the node's memory, and rank 0 writes it
+        to `checkpoint` in the background, atomically). Every rank calls it."""
+        self._checkpointer.save(self.state_dict(), self.step)
+
+    def flush(self, timeout_s=600.0):
+        """Waits until the newest snapshot is written to `checkpoint` (RuntimeError with
+        the write's error when it cannot be)."""
+        self._checkpointer.flush(timeout_s)
 
     # -- the step boundary --------------------------------------------------------------
     def commit(self, loss=None, samples=None):
@@ -299,10 +307,11 @@ class State:
             if snapshot is not None and (not had_state or step != self.step):
                 self.load_state_dict(snapshot)
                 restored = "from rank state, step %d" % self.step
-        if not had_state and restored is None and self.checkpoint and \
-                os.path.exists(self.checkpoint):
-            self.load_state_dict(torch.load(self.checkpoint, map_location="cpu"))
-            restored = "from %s, step %d" % (self.checkpoint, self.step)
+        if not had_state and restored is None:  # every rank, or none: load() is collective
+            found = self._checkpointer.load()
+            if found is not None:
+                self.load_state_dict(found[0])
+                restored = "from %s, step %d" % (self._checkpointer.loaded_from, self.step)
         if isinstance(self.model, DistributedDataParallel):
             self.model.rewrap()
         rank, world = dist.get_rank(), dist.get_world_size()
