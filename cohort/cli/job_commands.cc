@@ -2,8 +2,11 @@
 #include "cohort/cli/job_commands.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -188,12 +191,12 @@ int WaitForEnd(JobDb& db, JobRecord& job, const launch::BackendOptions& options,
 
 // The spec at `path` with its pipeline templates filled in from `--set` values: KEY=VALUE
 // fills {{params.KEY}}, steps.S.outputs.O=VALUE fills {{steps.S.outputs.O}}. A template
-// left without value is a problem naming the --set that fills it.
-Result<std::string> SpecText(const std::string& path, const std::vector<std::string>& sets,
-                             std::vector<launch::Problem>* problems) {
-  auto spec_text = ReadFileToString(path);
-  if (!spec_text.ok()) return spec_text.status().WithContext("the job spec");
-  std::map<std::string, std::string> values;
+// left without value is a problem naming the --set that fills it; so is a --set that fills
+// no template of the spec (a typo would otherwise be ignored).
+Result<std::string> FillTemplates(const std::string& spec_text, const std::string& path,
+                                  const std::vector<std::string>& sets,
+                                  std::vector<launch::Problem>* problems) {
+  std::map<std::string, std::string> values, flag_of;
   for (const std::string& set : sets) {
     const size_t eq = set.find('=');
     if (eq == std::string::npos || eq == 0) {
@@ -203,18 +206,32 @@ Result<std::string> SpecText(const std::string& path, const std::vector<std::str
     std::string key = set.substr(0, eq);
     if (!StartsWith(key, "params.") && !StartsWith(key, "steps.")) key = "params." + key;
     values[key] = set.substr(eq + 1);
+    flag_of[key] = set.substr(0, eq);
   }
-  std::set<std::string> missing;
-  auto text = pipeline::SubstituteTemplatesInYaml(*spec_text, [&](const pipeline::Ref& ref)
+  std::set<std::string> missing, used, templates;
+  auto text = pipeline::SubstituteTemplatesInYaml(spec_text, [&](const pipeline::Ref& ref)
                                                               -> Result<std::string> {
+    templates.insert("{{" + ref.ToString() + "}}");
     auto it = values.find(ref.ToString());
-    if (it != values.end()) return it->second;
+    if (it != values.end()) {
+      used.insert(it->first);
+      return it->second;
+    }
     missing.insert(ref.ToString());
     return "{{" + ref.ToString() + "}}";
   });
   if (!text.ok()) {  // a malformed template
     problems->push_back({path, text.status().message()});
-    return *spec_text;
+    return spec_text;
+  }
+  for (const auto& [key, flag] : flag_of) {
+    if (used.count(key)) continue;
+    problems->push_back(
+        {"--set " + flag,
+         templates.empty()
+             ? fmt::format("{} has no template to fill (no {{{{{}}}}} in it)", path, key)
+             : fmt::format("{} has no {{{{{}}}}} to fill; its templates: {}", path, key,
+                           fmt::join(templates, ", "))});
   }
   for (const std::string& name : missing) {
     const std::string flag = StartsWith(name, "params.") ? name.substr(7) : name;
@@ -227,6 +244,10 @@ Result<std::string> SpecText(const std::string& path, const std::vector<std::str
 
 struct SubmitFlags {
   std::string spec_path, backend_name, array, manifest, sql, db_url;
+  // The one-line submit: `cohort submit [flags] -- PROGRAM ARGS...` (no spec file).
+  std::vector<std::string> command;
+  std::string nnodes = "1", image, name;
+  int nproc_per_node = 1, gpu = 0;
   std::string kube_flavor = "pytorchjob";
   std::string image_cohort = "cohort";
   std::vector<std::string> manifest_columns, sets;
@@ -235,7 +256,16 @@ struct SubmitFlags {
 };
 
 void AddSubmitFlags(CLI::App& app, SubmitFlags& f) {
-  app.add_option("spec", f.spec_path, "job spec (YAML)")->required();
+  app.add_option("spec", f.spec_path,
+                 "job spec (YAML); or none, and the program after --: "
+                 "cohort submit --nnodes 2 --nproc-per-node 4 -- train.py --epochs 3");
+  app.add_option("--nnodes", f.nnodes, "one-line submit: nodes, N or MIN:MAX (default 1)");
+  app.add_option("--nproc-per-node", f.nproc_per_node,
+                 "one-line submit: workers per node (default 1)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--image", f.image, "one-line submit: the container image (kubernetes)");
+  app.add_option("--gpu", f.gpu, "one-line submit: GPUs per node")->check(CLI::NonNegativeNumber);
+  app.add_option("--name", f.name, "one-line submit: the job's name (default: the program's)");
   app.add_option("--backend", f.backend_name, "local (default), slurm or kubernetes")
       ->envname("COHORT_BACKEND");
   app.add_option("--array", f.array, "array over a range: 0-99 or 0-98:2");
@@ -258,17 +288,24 @@ void AddSubmitFlags(CLI::App& app, SubmitFlags& f) {
   app.add_flag("--wait", f.wait, "wait for the end; exit 0 succeeded, 1 failed, 9 cancelled");
 }
 
-// The array flags override the spec (flag > env > spec > default); a --backend beside
-// targets is refused.
+// The array flags override the spec (flag > env > spec > default): a source given on the
+// command line replaces the spec's source as a whole (its range, manifest and columns,
+// query; the database only when the new source is not a query), keeping how elements run
+// (concurrency, target_by). A --backend beside targets is refused.
 void ApplySubmitFlags(const SubmitFlags& f, launch::JobSpec* spec,
                       std::vector<launch::Problem>* problems) {
   const int array_flags = !f.array.empty() + !f.manifest.empty() + !f.sql.empty();
   if (array_flags > 1) {
     problems->push_back({"--array/--array-manifest/--array-from-sql", "give only one"});
   } else if (array_flags == 1) {
-    spec->array.range = f.array;
-    spec->array.manifest = f.manifest.empty() ? "" : fs::absolute(f.manifest).string();
-    spec->array.from_sql = f.sql;
+    launch::ArraySource replaced;
+    replaced.range = f.array;
+    replaced.manifest = f.manifest.empty() ? "" : fs::absolute(f.manifest).string();
+    replaced.from_sql = f.sql;
+    if (!f.sql.empty()) replaced.db = spec->array.db;
+    replaced.concurrency = spec->array.concurrency;
+    replaced.target_by = spec->array.target_by;
+    spec->array = std::move(replaced);
   }
   if (!f.db_url.empty()) spec->array.db = f.db_url;
   if (!f.sql.empty() && spec->array.db.empty()) {
@@ -291,6 +328,51 @@ void ApplySubmitFlags(const SubmitFlags& f, launch::JobSpec* spec,
                                                   "its elements; leave out --backend {}",
                                                   f.backend_name)});
   }
+}
+
+// The spec of a one-line submit, as YAML: the program after `--` and the flags, checked
+// like a spec file (a problem names the flag).
+std::string OneLineSpecYaml(const SubmitFlags& f, std::vector<launch::Problem>* problems) {
+  launch::JobSpec spec;
+  spec.entrypoint = f.command[0];
+  spec.args.assign(f.command.begin() + 1, f.command.end());
+  spec.image = f.image;
+  spec.nproc_per_node = f.nproc_per_node;
+  spec.resources.gpu = f.gpu;
+  const std::vector<std::string> parts = Split(f.nnodes, ':', /*skip_empty=*/false);
+  const std::optional<int64_t> lo = ParseInt64(parts[0]);
+  const std::optional<int64_t> hi = parts.size() == 2 ? ParseInt64(parts[1]) : lo;
+  if (parts.size() > 2 || !lo || !hi || *lo < 1 || *hi < *lo || *hi > 100000) {
+    problems->push_back({"--nnodes", fmt::format("'{}' is not N or MIN:MAX (e.g. 2 or 1:4)",
+                                                 f.nnodes)});
+  } else {
+    spec.min_nodes = static_cast<int>(*lo);
+    spec.max_nodes = static_cast<int>(*hi);
+  }
+  spec.name = f.name;
+  if (spec.name.empty()) {  // the program's name as a DNS label: train.py -> train
+    std::string stem = fs::path(f.command[0]).stem().string();
+    for (char& ch : stem) {
+      ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '-';
+    }
+    const size_t first = stem.find_first_not_of('-');
+    stem = first == std::string::npos ? "" : stem.substr(first, 63);
+    while (!stem.empty() && stem.back() == '-') stem.pop_back();
+    spec.name = stem.empty() ? "job" : stem;
+  }
+  return launch::JobSpecToYaml(spec);
+}
+
+// Local and Slurm nodes see this machine's files (Slurm: a shared file system); pods see
+// their image's.
+bool SharesThisMachinesFiles(const launch::JobSpec& spec, const std::string& backend) {
+  if (backend == launch::kTargetsBackend) {
+    return std::none_of(spec.targets.begin(), spec.targets.end(), [](const launch::Target& t) {
+      return t.backend == "kubernetes" || t.backend == "k8s";
+    });
+  }
+  return backend == "local" || backend == "slurm";
 }
 
 void PrintSubmitted(const JobRecord& job, bool json, bool wait) {
@@ -316,15 +398,65 @@ int SubmitCommand(const std::vector<std::string>& args) {
   c.Add(app);
   SubmitFlags f;
   AddSubmitFlags(app, f);
-  if (int rc = ParseCommandLine(app, args, "submit"); rc >= 0) return rc;
+  // Everything after `--` is the program of a one-line submit, never cohort's flags.
+  const auto dash = std::find(args.begin(), args.end(), "--");
+  if (int rc = ParseCommandLine(app, std::vector<std::string>(args.begin(), dash), "submit");
+      rc >= 0) {
+    return rc;
+  }
+  if (dash != args.end()) f.command.assign(dash + 1, args.end());
+  const bool one_line = !f.command.empty();
+  if (one_line == !f.spec_path.empty()) {
+    fmt::print(stderr, "cohort submit: give a job spec (cohort submit job.yaml) or a program "
+                       "after -- (cohort submit --nnodes 2 --nproc-per-node 4 -- train.py), "
+                       "{}\n", one_line ? "not both" : "one of them");
+    return kExitUsage;
+  }
+  for (const char* flag : {"--nnodes", "--nproc-per-node", "--image", "--gpu", "--name"}) {
+    if (!one_line && app.count(flag) > 0) {
+      fmt::print(stderr, "cohort submit: {} is for a one-line submit (a program after --); "
+                         "with a job spec, set it in the spec\n", flag);
+      return kExitUsage;
+    }
+  }
+  if (!one_line && !EndsWith(f.spec_path, ".yaml") && !EndsWith(f.spec_path, ".yml") &&
+      !EndsWith(f.spec_path, ".json")) {
+    const std::string ext = fs::path(f.spec_path).extension().string();
+    if (ext == ".py" || ext == ".sh" || ext == ".ipynb" ||
+        (ext.empty() && ::access(f.spec_path.c_str(), X_OK) == 0)) {
+      fmt::print(stderr,
+                 "cohort submit: {} is a program, not a job spec (YAML): submit it in one line, "
+                 "e.g. cohort submit --nnodes 2 --nproc-per-node 4 -- {} ARGS (add --dry-run "
+                 "to see the spec, --backend to choose where it runs)\n",
+                 f.spec_path, f.spec_path);
+      return kExitInvalidSpec;
+    }
+  }
 
   // 1. The spec, its templates filled and the flags applied.
   std::vector<launch::Problem> problems;
-  auto text = SpecText(f.spec_path, f.sets, &problems);
+  const std::string source = one_line ? "the command line" : f.spec_path;
+  const std::string base = one_line ? fs::current_path().string()
+                                    : fs::absolute(f.spec_path).parent_path().string();
+  Result<std::string> read = one_line ? Result<std::string>(OneLineSpecYaml(f, &problems))
+                                      : ReadFileToString(f.spec_path);
+  if (!read.ok()) return CommandFailed("submit", read.status().WithContext("the job spec"),
+                                       kExitInvalidSpec);
+  auto text = FillTemplates(*read, source, f.sets, &problems);
   if (!text.ok()) return CommandFailed("submit", text.status(), kExitInvalidSpec);
-  launch::JobSpec spec =
-      problems.empty() ? launch::ParseJobSpec(*text, &problems) : launch::JobSpec{};
+  const bool parsed = problems.empty();  // (a template left unfilled: not parsed)
+  launch::JobSpec spec = parsed ? launch::ParseJobSpec(*text, &problems) : launch::JobSpec{};
   ApplySubmitFlags(f, &spec, &problems);
+  // Validated as the job that will run: the spec as it is stored, flags applied (the
+  // runner and `cohort status` read that record).
+  if (problems.empty()) {
+    std::vector<launch::Problem> stored;
+    (void)launch::ParseJobSpec(launch::JobSpecToYaml(spec), &stored);
+    for (launch::Problem& p : stored) {
+      p.what += " (in the spec with the command line's flags applied)";
+      problems.push_back(std::move(p));
+    }
+  }
 
   // 2. The backend: pods run the image's cohort; local and Slurm nodes run this very
   // binary (Slurm nodes share the file system with the submit host).
@@ -337,22 +469,50 @@ int SubmitCommand(const std::vector<std::string>& args) {
   if (backend_name == "kubernetes" || backend_name == "k8s") options.cohort_bin = f.image_cohort;
   auto backend = launch::MakeBackend(backend_name, options);
   if (!backend.ok()) return CommandFailed("submit", backend.status(), kExitUsage);
-
-  // 3. The elements, validated by the backend: nothing is submitted with a problem.
-  std::vector<launch::ArrayElement> elements;
-  if (problems.empty()) {
-    const std::string base = fs::absolute(f.spec_path).parent_path().string();
-    elements = launch::ExpandArray(spec.array, base, &problems);
+  // The spec as this backend runs it: its override merged (targets: each target's, when
+  // its share is made; here every override is checked once).
+  const bool overridden = !spec.overrides.empty();
+  if (backend_name == launch::kTargetsBackend) {
+    for (const auto& [name, text] : spec.overrides) launch::SpecForBackend(spec, name, &problems);
+  } else {
+    spec = launch::SpecForBackend(spec, backend_name, &problems);
   }
-  if (problems.empty()) (*backend)->Validate(spec, elements, &problems);
+  if (SharesThisMachinesFiles(spec, backend_name)) launch::ResolveEntrypointPath(&spec, base);
+
+  // 3. The elements, validated by the backend: nothing is submitted with a problem. What
+  // the backend finds (resources this machine or partition lacks) is listed with the
+  // spec's own problems, in one answer (a field already named is not named twice).
+  std::vector<launch::ArrayElement> elements;
+  if (parsed) {
+    std::vector<std::string> notes;
+    std::vector<launch::Problem> more;
+    elements = launch::ExpandArray(spec.array, base, &more, &notes);
+    for (const std::string& note : notes) fmt::print(stderr, "cohort submit: note: {}\n", note);
+    if (more.empty()) (*backend)->Validate(spec, elements, &more);
+    std::set<std::string> named;
+    for (const launch::Problem& p : problems) named.insert(p.where);
+    for (launch::Problem& p : more) {
+      if (!named.count(p.where)) problems.push_back(std::move(p));
+    }
+  }
   if (!problems.empty()) {
-    fmt::print(stderr, "cohort submit: {}: {} problem(s); nothing was submitted:\n{}",
-               f.spec_path, problems.size(), launch::FormatProblems(problems));
+    fmt::print(stderr, "cohort submit: {}: {} problem(s); nothing was submitted:\n{}", source,
+               problems.size(), launch::FormatProblems(problems));
     return kExitInvalidSpec;
   }
   if (f.dry_run) {
     auto rendered = (*backend)->Render(spec, elements);
     if (!rendered.ok()) return CommandFailed("submit", rendered.status(), kExitBackend);
+    if (one_line) {  // the spec to keep, then what it renders to
+      fmt::print("# The job spec built from the command line (save it, e.g. as job.yaml, and "
+                 "`cohort submit job.yaml`):\n{}\n# What would be submitted:\n",
+                 launch::JobSpecToYaml(spec));
+    } else if (overridden && backend_name != launch::kTargetsBackend) {
+      fmt::print("# The job spec for {} (overrides.{} merged):\n{}\n# What would be "
+                 "submitted:\n",
+                 backend_name, backend_name == "k8s" ? "kubernetes" : backend_name,
+                 launch::JobSpecToYaml(spec));
+    }
     fmt::print("{}", *rendered);
     return kExitOk;
   }
@@ -441,6 +601,11 @@ int LogsCommand(const std::vector<std::string>& args) {
   if (int rc = ParseCommandLine(app, args, "logs"); rc >= 0) return rc;
   OpenedJob o;
   if (int rc = OpenJob(c, id, "logs", /*with_backend=*/true, &o); rc >= 0) return rc;
+  if (launch::NeverSubmitted(o.job)) {  // the engine knows nothing of it: no logs anywhere
+    fmt::print(stderr, "cohort logs: job {} has no logs: it was never submitted ({})\n",
+               o.job.id, o.job.detail);
+    return kExitNoSuchJob;
+  }
   std::ifstream in;
   std::string path;
   Backoff poll(std::chrono::milliseconds(100), std::chrono::milliseconds(500));
@@ -482,17 +647,74 @@ int LogsCommand(const std::vector<std::string>& args) {
   }
 }
 
+namespace {
+
+const launch::ElementRecord* FindElement(const JobStatus& s, int index) {
+  for (const auto& e : s.elements) {
+    if (e.index == index) return &e;
+  }
+  return nullptr;
+}
+
+// `cohort cancel JOB --element I`: stops one element, waits (until `timeout`) for it to end.
+int CancelOneElement(OpenedJob& o, int element, double timeout) {
+  JobRecord& job = o.job;
+  if (job.array_size == 0) {
+    fmt::print(stderr, "cohort cancel: job {} is not an array; leave out --element\n", job.id);
+    return kExitUsage;
+  }
+  if (element >= job.array_size) {
+    fmt::print(stderr, "cohort cancel: job {} has elements 0..{}, not {}\n", job.id,
+               job.array_size - 1, element);
+    return kExitInvalidValue;
+  }
+  auto before = launch::RefreshJob(*o.db, *o.backend, job);
+  const launch::ElementRecord* e = before.ok() ? FindElement(*before, element) : nullptr;
+  if (e != nullptr && launch::IsFinalState(e->state)) {
+    fmt::print(stderr, "cohort cancel: element {} of job {} already ended ({})\n", element,
+               job.id, e->state);
+    return kExitInvalidValue;
+  }
+  if (Status s = o.backend->CancelElement(job, element); !s.ok()) {
+    fmt::print(stderr, "cohort cancel: job {} element {}: {}\n", job.id, element, s.message());
+    return s.code() == StatusCode::kFailedPrecondition ? kExitInvalidValue : kExitBackend;
+  }
+  // Polling the backend for the element's end, until --timeout.
+  Backoff poll(std::chrono::milliseconds(50), std::chrono::milliseconds(500),
+               Deadline::After(std::chrono::duration_cast<Duration>(
+                   std::chrono::duration<double>(timeout))));
+  for (;;) {
+    auto s = launch::RefreshJob(*o.db, *o.backend, job);
+    e = s.ok() ? FindElement(*s, element) : nullptr;
+    if (e != nullptr && launch::IsFinalState(e->state)) {
+      fmt::print("job {} element {}: {}\n", job.id, element, e->state);
+      return kExitOk;
+    }
+    if (!poll.Sleep()) {
+      fmt::print(stderr, "cohort cancel: element {} of job {} asked to stop; still {} after {} s\n",
+                 element, job.id, e ? e->state : "unknown", timeout);
+      return kExitBackend;
+    }
+  }
+}
+
+}  // namespace
+
 int CancelCommand(const std::vector<std::string>& args) {
-  CLI::App app("Cancel a job.", "cohort cancel");
+  CLI::App app("Cancel a job, or one element of an array job.", "cohort cancel");
   Common c;
   c.Add(app);
   std::string id;
   double timeout = 60;
+  int element = -1;
   app.add_option("job", id, "job id or name")->required();
+  app.add_option("--element", element, "stop only this element of an array (the others go on)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--timeout", timeout, "seconds to wait for the job to stop");
   if (int rc = ParseCommandLine(app, args, "cancel"); rc >= 0) return rc;
   OpenedJob o;
   if (int rc = OpenJob(c, id, "cancel", /*with_backend=*/true, &o); rc >= 0) return rc;
+  if (element >= 0) return CancelOneElement(o, element, timeout);
   JobRecord& job = o.job;
   auto before = launch::RefreshJob(*o.db, *o.backend, job);
   if (before.ok() && launch::IsFinalState(before->state)) {

@@ -23,6 +23,7 @@ std::vector<std::string> AgentArgv(const JobSpec& spec, const std::string& cohor
     flag("--metrics-port", std::to_string(spec.metrics.port));
     flag("--metrics-host", spec.metrics.host.empty() ? plan.metrics_host : spec.metrics.host);
   }
+  if (spec.module) argv.push_back("--module");  // cohort run: python -m <entrypoint>
   argv.insert(argv.end(), {"--", spec.entrypoint});
   if (program_args) argv.insert(argv.end(), program_args->begin(), program_args->end());
   return argv;

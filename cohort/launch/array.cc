@@ -54,10 +54,11 @@ void OnRecord(int, void* user) {
 }
 
 // `columns` empty: the first row is the header naming the variables; otherwise every row
-// is an element and `columns` names its values.
+// is an element and `columns` names its values, except a first row that is `columns`
+// itself (a header after all: skipped, with a note).
 bool ReadCsv(const std::string& path, const std::string& where,
              const std::vector<std::string>& columns, Table* table,
-             std::vector<Problem>* problems) {
+             std::vector<Problem>* problems, std::vector<std::string>* notes) {
   auto read = ReadFileToString(path);
   if (!read.ok()) {
     problems->push_back({where, read.status().message()});
@@ -103,7 +104,21 @@ bool ReadCsv(const std::string& path, const std::string& where,
       return false;
     }
   }
-  for (size_t i = header ? 1 : 0; i < state.records.size(); ++i) {
+  size_t first_row = header ? 1 : 0;
+  if (!header) {
+    std::vector<std::string> row0;
+    for (const auto& v : state.records[0]) row0.emplace_back(Trim(v));
+    if (row0 == table->columns) {
+      first_row = 1;
+      if (notes) {
+        notes->push_back(fmt::format("{}: the first row of {} names the columns of "
+                                     "array.columns ({}): taken as a header row, not an "
+                                     "element",
+                                     where, path, fmt::join(row0, ",")));
+      }
+    }
+  }
+  for (size_t i = first_row; i < state.records.size(); ++i) {
     auto& row = state.records[i];
     if (row.size() != table->columns.size()) {
       problems->push_back(
@@ -273,7 +288,8 @@ std::vector<int> ParseArrayRange(const std::string& text, std::string* error) {
 }
 
 std::vector<ArrayElement> ExpandArray(const ArraySource& array, const std::string& base_dir,
-                                      std::vector<Problem>* problems) {
+                                      std::vector<Problem>* problems,
+                                      std::vector<std::string>* notes) {
   std::vector<ArrayElement> elements;
   const size_t before = problems->size();
   if (!array.range.empty()) {
@@ -293,7 +309,7 @@ std::vector<ArrayElement> ExpandArray(const ArraySource& array, const std::strin
     std::filesystem::path p(array.manifest);
     if (p.is_relative() && !base_dir.empty()) p = std::filesystem::path(base_dir) / p;
     Table t;
-    if (!ReadCsv(p.string(), "array.manifest", array.columns, &t, problems)) return {};
+    if (!ReadCsv(p.string(), "array.manifest", array.columns, &t, problems, notes)) return {};
     CheckColumns(t, "array.manifest", problems);
     elements = FromTable(t);
   } else if (!array.from_sql.empty()) {

@@ -23,9 +23,11 @@ struct ArrayElement {
 
 // Expands `array` (relative manifest paths resolve against `base_dir`). Problems name the
 // field ("array.manifest", "array.from_sql") and, for CSV, the line. An empty source gives
-// no elements (not an array job).
+// no elements (not an array job). `notes` (optional) gets what the user should know but
+// is no problem (a manifest's header row skipped although array.columns names them).
 std::vector<ArrayElement> ExpandArray(const ArraySource& array, const std::string& base_dir,
-                                      std::vector<Problem>* problems);
+                                      std::vector<Problem>* problems,
+                                      std::vector<std::string>* notes = nullptr);
 
 // Parses "0-99", "0-99:2" or "7" into indices; nullopt-like empty result plus a problem.
 std::vector<int> ParseArrayRange(const std::string& text, std::string* error);

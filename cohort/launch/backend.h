@@ -56,6 +56,15 @@ class Backend {
 
   virtual Status Cancel(const JobRecord& job) = 0;
 
+  // Stops element `element` of the array job `job` (the others go on); it ends
+  // `cancelled`. kFailedPrecondition where the engine cannot stop one element alone.
+  virtual Status CancelElement(const JobRecord& job, int element) {
+    (void)element;
+    return FailedPrecondition("the {} backend cannot stop one element of job {}: cancel the whole "
+                         "job (`cohort cancel {}`)",
+                         name(), job.id, job.id);
+  }
+
   // True when the backend writes the job's progress to the JobDb itself (the local runner);
   // callers then show what Poll returns without storing it.
   virtual bool RecordsOwnState() const { return false; }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <regex>
 #include <set>
 #include <tuple>
@@ -475,9 +476,9 @@ JobSpec ParseJobSpec(const std::string& yaml, std::vector<Problem>* problems) {
     return spec;
   }
   w.CheckKeys(root, "",
-              {"name", "image", "entrypoint", "args", "nnodes", "nproc_per_node", "resources",
+              {"name", "image", "entrypoint", "module", "args", "nnodes", "nproc_per_node", "resources",
                "env", "volumes", "mounts", "max_restarts", "queue", "priority", "rdzv", "array",
-               "placement", "metrics", "kubernetes", "targets"});
+               "placement", "metrics", "kubernetes", "targets", "overrides"});
 
   spec.name = w.String(root, "", "name").value_or("");
   if (spec.name.empty()) {
@@ -489,8 +490,17 @@ JobSpec ParseJobSpec(const std::string& yaml, std::vector<Problem>* problems) {
   }
   spec.image = w.String(root, "", "image").value_or("");
   spec.entrypoint = w.String(root, "", "entrypoint").value_or("");
+  if (auto module = w.String(root, "", "module")) {
+    if (!spec.entrypoint.empty()) {
+      w.Add("module", "give entrypoint or module, not both (module: pkg.train runs "
+                      "python -m pkg.train)");
+    }
+    spec.entrypoint = *module;
+    spec.module = true;
+  }
   if (spec.entrypoint.empty()) {
-    w.Add("entrypoint", "required (the program every worker runs, e.g. python3 or ./train)");
+    w.Add("entrypoint", "required (the program every worker runs, e.g. python3, ./train or "
+                        "train.py; or module: pkg.train)");
   }
   spec.args = w.StringList(root, "", "args");
 
@@ -543,6 +553,26 @@ JobSpec ParseJobSpec(const std::string& yaml, std::vector<Problem>* problems) {
   }
   if (!spec.array.target_by.empty() && spec.targets.empty()) {
     w.Add("array.target_by", "only used with targets");
+  }
+  if (const YAML::Node o = root["overrides"]; o && !o.IsNull()) {
+    if (!o.IsMap()) {
+      w.Add("overrides", "must map backends to fields: {kubernetes: {...}, slurm: {...}}");
+    } else {
+      w.CheckKeys(o, "overrides", {"local", "slurm", "kubernetes"});
+      for (const auto& entry : o) {
+        const std::string backend = entry.first.as<std::string>("");
+        if (backend != "local" && backend != "slurm" && backend != "kubernetes") continue;
+        if (!entry.second.IsMap()) {
+          w.Add("overrides." + backend, "must be a map of spec fields (e.g. {queue: gpu})");
+          continue;
+        }
+        if (entry.second["overrides"] || entry.second["targets"]) {
+          w.Add("overrides." + backend, "cannot hold overrides or targets");
+          continue;
+        }
+        spec.overrides[backend] = YAML::Dump(entry.second);
+      }
+    }
   }
   return spec;
 }
@@ -678,12 +708,54 @@ void EmitTargets(YAML::Emitter& e, const std::vector<Target>& targets) {
 
 }  // namespace
 
+namespace {
+
+// `over` merged over `base`: maps key by key (recursively), anything else replaced.
+YAML::Node MergeYaml(const YAML::Node& base, const YAML::Node& over) {
+  if (!base || !base.IsMap() || !over.IsMap()) return YAML::Clone(over);
+  YAML::Node out = YAML::Clone(base);
+  for (const auto& entry : over) {
+    const std::string key = entry.first.as<std::string>("");
+    out[key] = base[key] ? MergeYaml(base[key], entry.second) : YAML::Clone(entry.second);
+  }
+  return out;
+}
+
+}  // namespace
+
+JobSpec SpecForBackend(const JobSpec& spec, const std::string& backend,
+                       std::vector<Problem>* problems) {
+  const std::string name = backend == "k8s" ? "kubernetes" : backend;
+  JobSpec out = spec;
+  out.overrides.clear();
+  const auto it = spec.overrides.find(name);
+  if (it == spec.overrides.end()) return out;
+  const YAML::Node merged = MergeYaml(YAML::Load(JobSpecToYaml(out)), YAML::Load(it->second));
+  std::vector<Problem> found;
+  out = ParseJobSpec(YAML::Dump(merged), &found);
+  for (Problem& p : found) {
+    problems->push_back({"overrides." + name + (p.where.empty() ? "" : "." + p.where),
+                         std::move(p.what)});
+  }
+  return out;
+}
+
+void ResolveEntrypointPath(JobSpec* spec, const std::string& base_dir) {
+  namespace fs = std::filesystem;
+  const std::string& e = spec->entrypoint;
+  if (spec->module || e.empty() || base_dir.empty() || fs::path(e).is_absolute()) return;
+  if (!EndsWith(e, ".py") && e.find('/') == std::string::npos) return;  // a program on PATH
+  std::error_code ec;
+  const fs::path p = fs::path(base_dir) / e;
+  if (fs::is_regular_file(p, ec)) spec->entrypoint = fs::absolute(p, ec).lexically_normal().string();
+}
+
 std::string JobSpecToYaml(const JobSpec& s) {
   YAML::Emitter e;
   e << YAML::BeginMap;
   e << YAML::Key << "name" << YAML::Value << s.name;
   EmitText(e, "image", s.image);
-  e << YAML::Key << "entrypoint" << YAML::Value << s.entrypoint;
+  e << YAML::Key << (s.module ? "module" : "entrypoint") << YAML::Value << s.entrypoint;
   if (!s.args.empty()) e << YAML::Key << "args" << YAML::Value << YAML::Flow << s.args;
   e << YAML::Key << "nnodes" << YAML::Value << s.NnodesText();
   e << YAML::Key << "nproc_per_node" << YAML::Value << s.nproc_per_node;
@@ -707,6 +779,13 @@ std::string JobSpecToYaml(const JobSpec& s) {
   }
   EmitKubernetes(e, s.kubernetes);
   EmitTargets(e, s.targets);
+  if (!s.overrides.empty()) {
+    e << YAML::Key << "overrides" << YAML::Value << YAML::BeginMap;
+    for (const auto& [backend, text] : s.overrides) {
+      e << YAML::Key << backend << YAML::Value << YAML::Load(text);
+    }
+    e << YAML::EndMap;
+  }
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }

@@ -6,7 +6,10 @@
 // YAML shape (every field but `name` and `entrypoint` optional):
 //   name: fmnist            # [a-z0-9-], <= 63 chars (a Kubernetes/Slurm job name)
 //   image: registry/img:tag # required by the kubernetes backend
-//   entrypoint: python3     # program run by every worker
+//   entrypoint: python3     # program run by every worker; a .py file runs with the job's
+//                           # Python (COHORT_PYTHON, default python3), as `cohort run` does;
+//                           # a relative path is relative to the spec (local, slurm)
+//   module: pkg.train       # instead of entrypoint: python -m pkg.train
 //   args: [train.py, --epochs, "3"]
 //   nnodes: "1:4"           # N or MIN:MAX
 //   nproc_per_node: 2
@@ -28,6 +31,9 @@
 //   targets: [{name: east, backend: local | slurm | kubernetes, concurrency: 2,
 //              context: kube-context, namespace: ns, flavor: indexed,
 //              cluster: slurm-cluster, partition: gpu, env: {K: v}}]
+//   overrides: {kubernetes: {placement: {...}, volumes: [...]}, slurm: {queue: gpu}}
+//                           # per backend, merged over the spec before it is validated for
+//                           # that backend (maps merged key by key, anything else replaced)
 //
 // `args` may name the job's variables as ${NAME} or $NAME (array columns, COHORT_ARRAY_*,
 // target and spec `env`); every backend substitutes them the same way (ExpandArgs).
@@ -143,7 +149,8 @@ struct ArraySource {
 struct JobSpec {
   std::string name;
   std::string image;
-  std::string entrypoint;
+  std::string entrypoint;     // a program, a .py file, or (module) a Python module
+  bool module = false;        // `module:` in the spec: entrypoint runs as python -m
   std::vector<std::string> args;
   int min_nodes = 1;
   int max_nodes = 1;
@@ -161,6 +168,9 @@ struct JobSpec {
   MetricsSpec metrics;
   KubernetesSpec kubernetes;
   std::vector<Target> targets;
+  // Backend ("local", "slurm", "kubernetes") -> its override, a YAML map as text. The spec
+  // a backend runs is SpecForBackend's.
+  std::map<std::string, std::string> overrides;
 
   std::string NnodesText() const;  // "2" or "1:4"
 };
@@ -169,6 +179,17 @@ struct JobSpec {
 // empty; otherwise it lists every problem found and the returned spec is partial.
 JobSpec ParseJobSpec(const std::string& yaml, std::vector<Problem>* problems);
 Result<JobSpec> LoadJobSpec(const std::string& path, std::vector<Problem>* problems);
+
+// The spec as `backend` runs it: its override (if any) merged over the spec, validated
+// again (problems name "overrides.<backend>"), without `overrides`. "k8s" is "kubernetes".
+JobSpec SpecForBackend(const JobSpec& spec, const std::string& backend,
+                       std::vector<Problem>* problems);
+
+// Makes a relative file entrypoint (a .py file, or a path with '/') absolute against
+// `base_dir` (the spec's directory) when that file exists there, for backends whose nodes
+// share this machine's files (local, Slurm); nothing else changes. In an image
+// (Kubernetes) a relative path stays the image's.
+void ResolveEntrypointPath(JobSpec* spec, const std::string& base_dir);
 
 // Serializes a spec back to YAML (stored in the job history, shown by `status`).
 std::string JobSpecToYaml(const JobSpec& spec);

@@ -865,15 +865,21 @@ class KubernetesBackend : public Backend {
 
   Result<std::string> LogPath(const JobRecord& job, int element, int rank) override {
     auto [resource, name] = Target(job);
+    // Only labels cohort renders on the pods (docs/kubernetes.md).
     std::string selector = "cohort.dev/job=" + name;
+    std::string filter;
     if (element >= 0) {
-      // A single-node array is one Indexed Job (its pods carry their completion index); a
-      // multi-node array is one object per element (labelled with the element's index).
+      // A multi-node array is one object per element, its pods labelled with the element's
+      // index. A single-node array is one Indexed Job whose pods share one template: pod
+      // I is named <job>-<I>-<suffix> (Kubernetes labels it with its index only from 1.28).
       std::vector<Problem> ignored;
       const bool single =
           resource == kBatchResource && ParseJobSpec(job.spec_yaml, &ignored).max_nodes == 1;
-      selector += single ? fmt::format(",batch.kubernetes.io/job-completion-index={}", element)
-                         : fmt::format(",cohort.dev/array-index={}", element);
+      if (single) {
+        filter = fmt::format(" | grep '^\\[pod/{}-{}-'", name, element);
+      } else {
+        selector += fmt::format(",cohort.dev/array-index={}", element);
+      }
     }
     std::string ranks = rank >= 0
                             ? fmt::format(
@@ -882,9 +888,9 @@ class KubernetesBackend : public Backend {
                                   rank)
                             : "";
     return FailedPrecondition(
-        "the kubernetes backend keeps logs in the cluster: run `kubectl logs -l {} "
-        "--prefix --tail=-1`{}",
-        selector, ranks);
+        "the kubernetes backend keeps logs in the cluster: run `kubectl logs -l {},"
+        "cohort.dev/component=worker --prefix --tail=-1{}`{}",
+        selector, filter, ranks);
   }
 
  private:

@@ -956,6 +956,30 @@ TEST(KubernetesBackendTest, LogPathSaysWhereLogsAre) {
       << path.status().message();
 }
 
+// A single-node array is one Indexed Job: the hint selects pods by labels the rendered pods
+// carry (not batch.kubernetes.io/job-completion-index, a label only from Kubernetes 1.28)
+// and picks element I's pod by its name, <job>-<I>-<suffix>.
+TEST(KubernetesBackendTest, LogHintOfAnIndexedJobElementUsesRenderedLabelsAndThePodName) {
+  JobSpec spec = NodesSpec("sweep", 1, 1);
+  spec.image = "registry.example.com/train:1";
+  const std::vector<ArrayElement> elements = {{0, {}}, {1, {}}, {2, {}}};
+  auto manifests = RenderKubernetes(spec, elements, "indexed", "cohort");
+  ASSERT_TRUE(manifests.ok()) << manifests.status().ToString();
+  auto backend = MakeKubernetesBackend(BackendOptions{});
+  JobRecord job = Record("jobs.batch/sweep");
+  job.spec_yaml = JobSpecToYaml(spec);
+  job.array_size = 3;
+  auto path = backend->LogPath(job, 2, -1);
+  const std::string hint = path.status().message();
+  EXPECT_TRUE(Contains(hint, "kubectl logs -l cohort.dev/job=sweep,cohort.dev/component=worker "
+                             "--prefix --tail=-1 | grep '^\\[pod/sweep-2-'"))
+      << hint;
+  EXPECT_FALSE(Contains(hint, "job-completion-index")) << hint;
+  // Every label of the selector is on the rendered pod template.
+  EXPECT_TRUE(Contains(*manifests, "cohort.dev/job: sweep")) << *manifests;
+  EXPECT_TRUE(Contains(*manifests, "cohort.dev/component: worker")) << *manifests;
+}
+
 TEST(KubernetesBackendTest, MissingKubectl) {
   BackendOptions options;
   options.kubectl = "/nonexistent/kubectl";

@@ -30,6 +30,7 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 constexpr const char* kLog = "launch";
+constexpr const char* kCancelDir = "cancel";  // requests of `cohort cancel --element`
 
 
 // Field 22 of /proc/<pid>/stat: the start time, which tells a live process from a later
@@ -142,9 +143,16 @@ class LocalBackend final : public Backend {
                                  "--backend slurm or kubernetes for several)",
                                  spec.NnodesText())});
     }
-    if (!spec.entrypoint.empty()) {
-      auto found = FindProgram(spec.entrypoint);
-      if (!found.ok()) {
+    if (!spec.entrypoint.empty() && !spec.module) {
+      if (EndsWith(spec.entrypoint, ".py")) {  // run by the job's Python: no exec bit needed
+        std::error_code ec;
+        if (!fs::is_regular_file(spec.entrypoint, ec)) {
+          problems->push_back(
+              {"entrypoint", fmt::format("'{}' does not exist (a relative path is relative to "
+                                         "the spec's directory)",
+                                         spec.entrypoint)});
+        }
+      } else if (auto found = FindProgram(spec.entrypoint); !found.ok()) {
         problems->push_back({"entrypoint", fmt::format("'{}' {}", spec.entrypoint,
                                                        found.status().message())});
       }
@@ -279,6 +287,26 @@ class LocalBackend final : public Backend {
     return Status::Ok();
   }
 
+  // A request file <log_dir>/cancel/<element>, then SIGUSR1 to the runner (which reads the
+  // requests before starting elements too, so a request made before it runs is kept).
+  Status CancelElement(const JobRecord& job, int element) override {
+    auto pid = LivePid(job.backend_id);
+    if (!pid) return FailedPrecondition("job {} is not running (its runner is gone)", job.id);
+    const fs::path dir = fs::path(job.log_dir) / kCancelDir;
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    const fs::path request = dir / std::to_string(element);
+    if (!std::ofstream(request)) {  // an empty file: its name is the request
+      return ErrnoStatus("asking the runner to stop the element: create " + request.string(),
+                         errno);
+    }
+    if (job.state == "running" && ::kill(*pid, SIGUSR1) != 0) {
+      return Unavailable("cannot signal the runner of job {} (pid {}): {}", job.id, *pid,
+                         std::strerror(errno));
+    }
+    return Status::Ok();
+  }
+
   Result<std::string> LogPath(const JobRecord& job, int element, int rank) override {
     if (job.array_size > 0 && element < 0) {
       return InvalidArgument("job {} is an array of {} elements: choose one with --element",
@@ -329,6 +357,7 @@ struct Unit {
   std::map<std::string, std::string> env;
   Child child;
   bool started = false, done = false;
+  bool cancel_requested = false;  // `cohort cancel --element`: stopped, ends cancelled
 };
 
 class Runner {
@@ -352,7 +381,7 @@ class Runner {
 
     sigset_t set;
     sigemptyset(&set);
-    for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&set, sig);
+    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGUSR1}) sigaddset(&set, sig);
     ::sigprocmask(SIG_BLOCK, &set, nullptr);
     sig_fd_ = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
 
@@ -363,6 +392,7 @@ class Runner {
     COHORT_LOG_INFO(kLog, "job {}: {} unit(s), at most {} at once", id_, units_.size(), limit);
 
     for (;;) {
+      CancelRequestedElements();
       int running = 0;
       for (auto& u : units_) running += u.started && !u.done;
       for (auto& u : units_) {
@@ -380,11 +410,13 @@ class Runner {
       }
       return Finish("cancelled", 143, "cancelled by request");
     }
-    int failed = 0;
+    int failed = 0, cancelled = 0;
     std::optional<int> first_code;
     std::string first_detail;
     for (const auto& r : results_) {
-      if (r.state != "succeeded") {
+      if (r.state == "cancelled") {
+        ++cancelled;
+      } else if (r.state != "succeeded") {
         ++failed;
         if (!first_code) {
           first_code = r.exit_code;
@@ -392,7 +424,14 @@ class Runner {
         }
       }
     }
-    if (failed == 0) return Finish("succeeded", 0, "");
+    // Elements cancelled on request are neither failures nor the job's end.
+    if (failed == 0 && cancelled == static_cast<int>(units_.size())) {
+      return Finish("cancelled", 143, "every element was cancelled by request");
+    }
+    if (failed == 0) {
+      return Finish("succeeded", 0,
+                    cancelled ? fmt::format("{} element(s) cancelled by request", cancelled) : "");
+    }
     std::string detail = units_.size() > 1
                              ? fmt::format("{} of {} elements failed; first: {}", failed,
                                            units_.size(), first_detail)
@@ -463,6 +502,10 @@ class Runner {
     if (fds[0].revents & POLLIN) {
       signalfd_siginfo info;
       while (::read(sig_fd_, &info, sizeof(info)) == sizeof(info)) {
+        if (info.ssi_signo == SIGUSR1) {  // `cohort cancel --element`
+          CancelRequestedElements();
+          continue;
+        }
         if (!cancelling_) {
           COHORT_LOG_INFO(kLog, "job {}: signal {}: stopping", id_, info.ssi_signo);
         }
@@ -480,8 +523,36 @@ class Runner {
       u.done = true;
       const int code = st.exited ? st.code : 128 + st.signal;
       const std::string out = UnitDir(job_, u.index) + "/output.log";
-      std::string state = st.success() ? "succeeded" : cancelling_ ? "cancelled" : "failed";
-      RecordUnit(u, state, code, st.success() ? "" : FailureLine(out));
+      const bool stopped = cancelling_ || u.cancel_requested;
+      std::string state = st.success() ? "succeeded" : stopped ? "cancelled" : "failed";
+      RecordUnit(u, state, code,
+                 st.success()           ? ""
+                 : u.cancel_requested ? "cancelled by request (cohort cancel --element)"
+                                      : FailureLine(out));
+    }
+  }
+
+  // The requests of `cohort cancel --element` (files <log_dir>/cancel/<index>): an element
+  // not started yet is never started; a running one is stopped (its process group gets
+  // SIGTERM, as on cancel). Each request file is removed once handled.
+  void CancelRequestedElements() {
+    std::error_code ec;
+    const fs::path dir = fs::path(job_.log_dir) / kCancelDir;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      const std::optional<int64_t> index = ParseInt64(e.path().filename().string());
+      fs::remove(e.path(), ec);
+      if (!index) continue;
+      for (Unit& u : units_) {
+        if (u.index != *index || u.done || u.cancel_requested) continue;
+        u.cancel_requested = true;
+        if (!u.started) {
+          u.started = u.done = true;
+          RecordUnit(u, "cancelled", std::nullopt, "cancelled by request before it started");
+        } else {
+          COHORT_LOG_INFO(kLog, "job {}: stopping element {} (cancel requested)", id_, u.index);
+          SignalGroup(u.child.pid, SIGTERM);
+        }
+      }
     }
   }
 

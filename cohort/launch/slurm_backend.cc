@@ -319,21 +319,31 @@ class SlurmBackend final : public Backend {
 
   Status Cancel(const JobRecord& job) override {
     if (job.backend_id.empty()) return FailedPrecondition("job {} has no Slurm job id", job.id);
-    COHORT_ASSIGN_OR_RETURN(CommandOutput r, RunCommand(WithCluster({"scancel", job.backend_id}), {},
+    return Scancel(job.backend_id);
+  }
+
+  // One task of the Slurm array: scancel <id>_<index>.
+  Status CancelElement(const JobRecord& job, int element) override {
+    if (job.backend_id.empty()) return FailedPrecondition("job {} has no Slurm job id", job.id);
+    return Scancel(fmt::format("{}_{}", job.backend_id, element));
+  }
+
+  Status Scancel(const std::string& id) {
+    COHORT_ASSIGN_OR_RETURN(CommandOutput r, RunCommand(WithCluster({"scancel", id}), {},
                                                         Deadline::AfterMs(kCommandTimeoutMs)));
     const std::string why = r.Message();
     // scancel exits 0 even for some refusals; it says so on stderr.
     if (r.status.success() && Trim(r.err).empty()) return Status::Ok();
     if (why.find("Invalid job id") != std::string::npos) {
-      return NotFound("Slurm does not know job {} (already finished and purged?)", job.backend_id);
+      return NotFound("Slurm does not know job {} (already finished and purged?)", id);
     }
     if (why.find("already completing or completed") != std::string::npos) {
-      return FailedPrecondition("Slurm job {} has already ended", job.backend_id);
+      return FailedPrecondition("Slurm job {} has already ended", id);
     }
     if (r.status.success()) return Status::Ok();
     return Status(
         ControllerUnreachable(why) ? StatusCode::kUnavailable : StatusCode::kFailedPrecondition,
-        fmt::format("scancel {}: {}", job.backend_id, why));
+        fmt::format("scancel {}: {}", id, why));
   }
 
   Result<std::string> LogPath(const JobRecord& job, int element, int rank) override {

@@ -35,6 +35,14 @@ Result<JobRecord> SubmitJob(JobDb& db, Backend& backend, const JobSpec& spec,
     job.ended_at = WallSeconds();
     job.detail = "not submitted: " + backend_id.status().message();
     (void)db.Update(job);
+    for (int i = 0; i < job.array_size; ++i) {  // each element failed, for the same reason
+      ElementRecord e;
+      e.index = i;
+      e.state = "failed";
+      e.ended_at = job.ended_at;
+      e.detail = job.detail;
+      (void)db.UpdateElement(job.id, e);
+    }
     return Status(backend_id.status().code(),
                   fmt::format("the {} backend refused job {}: {}", job.backend, job.id,
                               backend_id.status().message()));
@@ -46,7 +54,16 @@ Result<JobRecord> SubmitJob(JobDb& db, Backend& backend, const JobSpec& spec,
   return job;
 }
 
+bool NeverSubmitted(const JobRecord& job) {
+  return job.backend_id.empty() && IsFinalState(job.state);
+}
+
 Result<JobStatus> RefreshJob(JobDb& db, Backend& backend, JobRecord& job) {
+  if (NeverSubmitted(job)) {
+    JobStatus s{job.state, job.exit_code, job.detail, {}};
+    COHORT_ASSIGN_OR_RETURN(s.elements, db.Elements(job.id));
+    return s;
+  }
   COHORT_ASSIGN_OR_RETURN(JobStatus s, backend.Poll(job));
   if (s.state == job.state && s.exit_code == job.exit_code && s.detail == job.detail) return s;
   job.state = s.state;

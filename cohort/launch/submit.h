@@ -29,8 +29,14 @@ Result<JobRecord> SubmitJob(JobDb& db, Backend& backend, const JobSpec& spec,
                             const std::vector<ArrayElement>& elements, const std::string& home,
                             const ChildOf* parent = nullptr);
 
+// True for a job its backend refused at submit (a Kubernetes context that does not exist, a
+// Slurm partition sbatch refused): it ended without a backend id, and the engine knows
+// nothing of it.
+bool NeverSubmitted(const JobRecord& job);
+
 // Asks `backend` for the job's current state and records it in `db` (unless the backend
 // records its own progress, as the local runner does); updates `job` and returns the status.
+// A job never submitted is answered from its record (the engine is not asked).
 Result<JobStatus> RefreshJob(JobDb& db, Backend& backend, JobRecord& job);
 
 }  // namespace cohort::launch

@@ -28,7 +28,8 @@ std::string TargetNames(const std::vector<Target>& targets) {
 // On Kubernetes its objects are named <job>-<target>, so that targets sharing a cluster and
 // namespace do not collide.
 JobSpec SpecForTarget(const JobSpec& spec, const Target& target) {
-  JobSpec out = spec;
+  std::vector<Problem> ignored;  // SplitByTarget's caller validated every backend's spec
+  JobSpec out = SpecForBackend(spec, target.backend, &ignored);
   if (target.backend == "kubernetes") out.name = spec.name + "-" + target.name;
   out.targets.clear();
   out.array.target_by.clear();
@@ -216,6 +217,26 @@ class TargetsBackend final : public Backend {
     return Status::Ok();
   }
 
+  // The element's child job, asked to stop its element there.
+  Status CancelElement(const JobRecord& job, int element) override {
+    COHORT_ASSIGN_OR_RETURN(JobDb * db, Db());
+    COHORT_ASSIGN_OR_RETURN(std::vector<JobRecord> children, db->Children(job.id));
+    for (JobRecord& child : children) {
+      COHORT_ASSIGN_OR_RETURN(TargetRecordValue where, ParseTargetRecord(child.target));
+      for (size_t i = 0; i < where.indices.size(); ++i) {
+        if (where.indices[i] != element) continue;
+        if (NeverSubmitted(child)) {
+          return FailedPrecondition("element {} was never submitted to target {} ({})", element,
+                                    where.target.name, child.detail);
+        }
+        COHORT_ASSIGN_OR_RETURN(auto backend, MakeBackendForJob(child, options_));
+        (void)RefreshJob(*db, *backend, child);
+        return backend->CancelElement(child, static_cast<int>(i));
+      }
+    }
+    return NotFound("element {} of job {} was not submitted to any target", element, job.id);
+  }
+
   Result<std::string> LogPath(const JobRecord& job, int element, int rank) override {
     if (element < 0 || element >= job.array_size) {
       return InvalidArgument("job {} is an array of {} elements over targets: choose one with "
@@ -228,6 +249,11 @@ class TargetsBackend final : public Backend {
       COHORT_ASSIGN_OR_RETURN(TargetRecordValue where, ParseTargetRecord(child.target));
       for (size_t i = 0; i < where.indices.size(); ++i) {
         if (where.indices[i] != element) continue;
+        if (NeverSubmitted(child)) {
+          return NotFound("element {} of job {} has no logs: it was never submitted to target "
+                          "{} ({})",
+                          element, job.id, where.target.name, child.detail);
+        }
         COHORT_ASSIGN_OR_RETURN(auto backend, MakeBackendForJob(child, options_));
         return backend->LogPath(child, static_cast<int>(i), rank);
       }

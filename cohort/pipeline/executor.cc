@@ -449,11 +449,15 @@ class Execution {
     std::vector<Problem> problems;
     launch::JobSpec js = launch::ParseJobSpec(step.job_text, &problems);
     js.env["COHORT_OUTPUTS"] = outputs_dir;
+    const std::string backend_name = launch::BackendOfSpec(js, step.backend);
+    if (backend_name.empty() || backend_name == "local" || backend_name == "slurm") {
+      launch::ResolveEntrypointPath(&js, fs::path(step.job_path).parent_path().string());
+    }
     launch::BackendOptions bo;
     bo.home = options_.home;
     bo.cohort_bin = options_.cohort_bin;
     bo.workdir = step.workdir;  // a local job runs where a command step of its place would
-    auto backend = launch::MakeBackend(launch::BackendOfSpec(js, step.backend), bo);
+    auto backend = launch::MakeBackend(backend_name, bo);
     if (!backend.ok()) {
       r.detail = backend.status().message();
       return r;

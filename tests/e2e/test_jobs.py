@@ -32,9 +32,9 @@ class Jobs:
         p.write_text(textwrap.dedent(text))
         return p
 
-    def run(self, *args, timeout=120):
+    def run(self, *args, timeout=120, cwd=None):
         return subprocess.run([self.cohort, *map(str, args)], env=self.env, capture_output=True,
-                              text=True, timeout=timeout)
+                              text=True, timeout=timeout, cwd=cwd)
 
     def status(self, job):
         r = self.run("status", job, "--json")
@@ -354,3 +354,227 @@ def test_submit_without_its_companion_program_says_what_to_build(cohort, tmp_pat
     assert r.returncode == 127, r.stderr
     assert "needs the program cohort-jobs" in r.stderr and "--target cohort-jobs" in r.stderr
     assert not home.exists() or not any(home.iterdir())
+
+
+def test_an_array_flag_replaces_the_specs_array_as_a_whole(jobs):
+    # Issue 37: the spec's manifest and columns were kept beside the command line's range;
+    # the runner then refused the stored spec and left every element pending in a failed job.
+    (jobs.dir / "m.csv").write_text("us\neu\n")
+    spec = jobs.spec("over.yaml", """\
+        name: over
+        entrypoint: /bin/sh
+        args: [-c, 'echo "element $COHORT_ARRAY_INDEX task $COHORT_ARRAY_TASK_ID"']
+        array: {manifest: m.csv, columns: [REGION]}
+        """)
+    dry = jobs.run("submit", spec, "--array", "0-1", "--dry-run")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    r = jobs.run("submit", spec, "--array", "0-1", "--wait")
+    assert r.returncode == 0, r.stdout + r.stderr
+    st = jobs.status("over")
+    assert st["state"] == "succeeded" and st["array_size"] == 2, st
+    assert [e["state"] for e in st["elements"]] == ["succeeded", "succeeded"], st
+    out = jobs.run("logs", st["id"], "--element", "1").stdout
+    assert "element 1 task 1" in out, out
+    # From SQL instead: the spec's columns do not come along either.
+    db = jobs.dir / "shards.db"
+    import sqlite3
+    with sqlite3.connect(db) as c:
+        c.execute("CREATE TABLE shards (SHARD TEXT)")
+        c.executemany("INSERT INTO shards VALUES (?)", [("a",), ("b",), ("c",)])
+    spec2 = jobs.spec("over2.yaml", """\
+        name: over2
+        entrypoint: /bin/sh
+        args: [-c, 'echo "shard $SHARD"']
+        array: {manifest: m.csv, columns: [REGION]}
+        """)
+    r = jobs.run("submit", spec2, "--array-from-sql", "SELECT SHARD FROM shards ORDER BY SHARD",
+                 "--db", "sqlite:///%s" % db, "--wait")
+    assert r.returncode == 0, r.stdout + r.stderr
+    st = jobs.status("over2")
+    assert [e["state"] for e in st["elements"]] == ["succeeded"] * 3, st
+
+
+def test_a_manifest_header_equal_to_the_declared_columns_is_skipped(jobs):
+    # Issue 37: with array.columns, a header row became element 0 (REGION=REGION).
+    (jobs.dir / "regions.csv").write_text("REGION,LR\nus-east,0.1\neu-west,0.2\n")
+    spec = jobs.spec("hdr.yaml", """\
+        name: hdr
+        entrypoint: /bin/sh
+        args: [-c, 'echo "region=$REGION lr=$LR"']
+        array: {manifest: regions.csv, columns: [REGION, LR]}
+        """)
+    r = jobs.run("submit", spec, "--wait")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "taken as a header row" in r.stderr, r.stderr
+    st = jobs.status("hdr")
+    assert st["array_size"] == 2, st
+    out0 = jobs.run("logs", st["id"], "--element", "0").stdout
+    assert "region=us-east lr=0.1" in out0 and "region=REGION" not in out0, out0
+
+
+def test_cancel_one_element_lets_the_others_finish(jobs):
+    marker = U.new_marker()
+    spec = jobs.spec("elems.yaml", """\
+        name: elems
+        entrypoint: /bin/sh
+        args: [-c, 'if [ "$COHORT_ARRAY_INDEX" = 0 ]; then sleep 600; fi; echo "done $COHORT_ARRAY_INDEX"', {m}]
+        array: {{range: "0-2", concurrency: 1}}
+        """.format(m=marker))
+    r = jobs.run("submit", spec)
+    assert r.returncode == 0, r.stderr
+    job_id = jobs.history()[0]["id"]
+    U.wait_for(lambda: len(U.marker_pids(marker)) >= 1, 30, what="element 0 running")
+    # Element 2 has not started (concurrency 1): it never will.
+    c = jobs.run("cancel", job_id, "--element", "2")
+    assert c.returncode == 0, c.stdout + c.stderr
+    assert "element 2: cancelled" in c.stdout, c.stdout
+    # Element 0 runs: it is stopped, with its processes.
+    c = jobs.run("cancel", job_id, "--element", "0")
+    assert c.returncode == 0, c.stdout + c.stderr
+    assert "element 0: cancelled" in c.stdout, c.stdout
+    U.wait_for(lambda: U.marker_pids(marker) == [], 10, what="element 0's processes gone")
+    # Element 1 then runs to its end; the job succeeds, saying what was cancelled.
+    w = jobs.run("status", job_id, "--wait")
+    assert w.returncode == 0, w.stdout + w.stderr
+    st = jobs.status(job_id)
+    states = {e["index"]: e["state"] for e in st["elements"]}
+    assert states == {0: "cancelled", 1: "succeeded", 2: "cancelled"}, st
+    assert st["state"] == "succeeded" and "2 element(s) cancelled" in st["detail"], st
+    assert "done 1" in jobs.run("logs", job_id, "--element", "1").stdout
+    again = jobs.run("cancel", job_id, "--element", "1")
+    assert again.returncode == 3 and "already ended (succeeded)" in again.stderr, again.stderr
+    outside = jobs.run("cancel", job_id, "--element", "7")
+    assert outside.returncode == 3 and "elements 0..2" in outside.stderr, outside.stderr
+
+
+def test_a_target_that_refuses_its_share_fails_its_elements_and_is_not_asked_again(jobs):
+    # Issue 37: an element whose target failed at submit stayed `pending` for ever, and
+    # status/logs called kubectl for a job it never received. A stand-in kubectl that fails
+    # as a missing context does, and records every call.
+    bindir = jobs.dir / "bin"
+    bindir.mkdir()
+    calls = jobs.dir / "kubectl-calls"
+    kubectl = bindir / "kubectl"
+    kubectl.write_text('#!/bin/sh\necho "$*" >> %s\n'
+                       'echo "error: context \\"gone-ctx\\" does not exist" >&2\nexit 1\n' % calls)
+    kubectl.chmod(0o755)
+    jobs.env["PATH"] = "%s:%s" % (bindir, jobs.env.get("PATH", "/usr/bin:/bin"))
+    spec = jobs.spec("two.yaml", """\
+        name: two
+        image: registry.example.com/train:1
+        entrypoint: /bin/sh
+        args: [-c, 'echo "element $COHORT_ARRAY_INDEX on $COHORT_ARRAY_TARGET"']
+        array: {range: "0-3"}
+        targets:
+          - {name: here, backend: local}
+          - {name: away, backend: kubernetes, context: gone-ctx}
+        """)
+    r = jobs.run("submit", spec, "--wait")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert calls.exists(), "the kubernetes target was tried"
+    calls.unlink()
+    st = jobs.status("two")
+    assert st["state"] == "failed", st
+    by_target = {}
+    for e in st["elements"]:
+        by_target.setdefault(e["target"], []).append(e)
+    assert {e["state"] for e in by_target["here"]} == {"succeeded"}, st
+    assert {e["state"] for e in by_target["away"]} == {"failed"}, st
+    assert all("not submitted" in e["detail"] and "gone-ctx" in e["detail"]
+               for e in by_target["away"]), st
+    away = by_target["away"][0]["index"]
+    logs = jobs.run("logs", st["id"], "--element", away)
+    assert logs.returncode == 8 and "never submitted" in logs.stderr, logs.stdout + logs.stderr
+    text = jobs.run("status", st["id"])
+    assert text.returncode == 0 and "not submitted" in text.stdout, text.stdout + text.stderr
+    assert not calls.exists(), "status/logs asked kubectl about a job it never got: %s" % (
+        calls.read_text())
+
+
+TRAIN_PY = """\
+import os, sys
+print("rank %s of %s args %s" % (os.environ["RANK"], os.environ["WORLD_SIZE"], sys.argv[1:]))
+"""
+
+
+def test_one_line_submit_of_a_script_and_the_spec_it_prints(jobs):
+    work = jobs.dir / "work"
+    work.mkdir()
+    (work / "train.py").write_text(TRAIN_PY)  # no exec bit: run by the job's Python
+    r = jobs.run("submit", "--nproc-per-node", 2, "--wait", "--", "train.py", "--epochs", 3,
+                 cwd=work)
+    assert r.returncode == 0, r.stdout + r.stderr
+    st = jobs.status("train")
+    assert st["state"] == "succeeded", st
+    out = jobs.run("logs", st["id"]).stdout
+    assert "rank 0 of 2 args ['--epochs', '3']" in out, out
+    assert "rank 1 of 2 args ['--epochs', '3']" in out, out
+    # --dry-run prints the spec it built; kept as a file, it submits the same job.
+    dry = jobs.run("submit", "--nproc-per-node", 2, "--name", "kept", "--dry-run", "--",
+                   "train.py", "--epochs", 3, cwd=work)
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    spec_text = dry.stdout.split("# What would be submitted:")[0]
+    assert "name: kept" in spec_text and "nproc_per_node: 2" in spec_text, dry.stdout
+    kept = jobs.dir / "kept.yaml"
+    kept.write_text(spec_text)
+    again = jobs.run("submit", kept, "--wait")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "rank 1 of 2 args ['--epochs', '3']" in jobs.run("logs", "kept").stdout
+    # A script given where a spec goes is refused as such; flags of the one-liner need it.
+    refused = jobs.run("submit", "train.py", cwd=work)
+    assert refused.returncode == 6 and "is a program, not a job spec" in refused.stderr, \
+        refused.stderr
+    assert "cohort submit --nnodes 2 --nproc-per-node 4 -- train.py" in refused.stderr
+    stray = jobs.run("submit", kept, "--nnodes", 2)
+    assert stray.returncode == 2 and "one-line submit" in stray.stderr, stray.stderr
+    bad = jobs.run("submit", "--nnodes", "3:1", "--", "train.py", cwd=work)
+    assert bad.returncode == 6 and "--nnodes: '3:1'" in bad.stderr, bad.stderr
+
+
+def test_spec_entrypoints_run_as_cohort_run_runs_them(jobs):
+    # A .py entrypoint relative to the spec (submitted from elsewhere, no exec bit), and a
+    # module, both run by the job's Python.
+    proj = jobs.dir / "proj"
+    proj.mkdir()
+    (proj / "train.py").write_text(TRAIN_PY)
+    (proj / "trainmod.py").write_text(TRAIN_PY)
+    script = jobs.spec("proj/script.yaml", """\
+        name: script
+        entrypoint: train.py
+        args: [--lr, "0.1"]
+        nproc_per_node: 2
+        """)
+    module = jobs.spec("proj/module.yaml", """\
+        name: module
+        module: trainmod
+        args: [--lr, "0.2"]
+        env: {{PYTHONPATH: "{p}"}}
+        """.format(p=proj))
+    for spec, want in ((script, "rank 1 of 2 args ['--lr', '0.1']"),
+                       (module, "rank 0 of 1 args ['--lr', '0.2']")):
+        r = jobs.run("submit", spec, "--wait", cwd="/")
+        assert r.returncode == 0, r.stdout + r.stderr
+        name = spec.stem
+        assert want in jobs.run("logs", name).stdout, jobs.run("logs", name).stdout
+    both = jobs.spec("proj/both.yaml", "name: both\nentrypoint: x.py\nmodule: m\n")
+    r = jobs.run("submit", both)
+    assert r.returncode == 6 and "entrypoint or module, not both" in r.stderr, r.stderr
+
+
+def test_an_unknown_set_and_machine_limits_are_listed_with_the_rest(jobs):
+    spec = jobs.spec("tpl2.yaml", 'name: tpl2\nentrypoint: /bin/echo\nargs: ["{{params.lr}}"]\n')
+    r = jobs.run("submit", spec, "--set", "lr=0.1", "--set", "lrr=0.2")
+    assert r.returncode == 6, r.stdout + r.stderr
+    assert "--set lrr: " in r.stderr and "has no {{params.lrr}}" in r.stderr, r.stderr
+    assert "{{params.lr}}" in r.stderr, r.stderr  # the templates it has
+    # A field problem and a machine limit, in one answer.
+    both = jobs.spec("both2.yaml", """\
+        name: both2
+        entrypoint: /bin/true
+        max_restarts: many
+        resources: {gpu: 64}
+        """)
+    r = jobs.run("submit", both)
+    assert r.returncode == 6, r.stdout + r.stderr
+    assert "max_restarts:" in r.stderr and "resources.gpu:" in r.stderr, r.stderr
+    assert jobs.history() == []

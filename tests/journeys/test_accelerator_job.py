@@ -317,6 +317,35 @@ def test_local_refuses_neuron_devices_and_slurm_maps_them_to_gres(user):
     assert user.jobs() == [], "a dry run is not recorded"
 
 
+def test_one_spec_with_overrides_per_backend_runs_on_slurm_and_kubernetes(user):
+    """One spec for both clusters: the node selector only for Kubernetes (Slurm rightly
+    refuses it), another partition for Slurm; --dry-run shows the spec each backend runs."""
+    overrides = ("overrides:\n  kubernetes:\n" +
+                 textwrap.indent(PLACEMENT, "    ") +
+                 "  slurm:\n    queue: trn-partition\n")
+    spec = user.write("both.yaml", NEURON_SPEC.format(nnodes=4, placement="", kube_extra="") +
+                      overrides)
+    r = user.ok("submit", spec, "--backend", "slurm", "--dry-run")
+    assert "# The job spec for slurm (overrides.slurm merged):" in r.stdout, r.stdout
+    sbatch = [l for l in r.stdout.splitlines() if l.startswith("#SBATCH ")]
+    assert "#SBATCH --partition=trn-partition" in sbatch, sbatch
+    assert "#SBATCH --gres=neuron:16,efa:8" in sbatch, sbatch
+    assert INSTANCE_TYPE not in r.stdout, r.stdout
+    r = user.ok("submit", spec, "--backend", "kubernetes", "--dry-run")
+    assert "# The job spec for kubernetes (overrides.kubernetes merged):" in r.stdout, r.stdout
+    assert re.search(r"nodeSelector:\s*\n\s*%s: trn1\.32xlarge" % re.escape(INSTANCE_TYPE),
+                     r.stdout), r.stdout
+    assert "trn-partition" not in r.stdout.split("# What would be submitted:")[1], r.stdout
+    # An override is checked as the spec it makes, its problems named by where they are.
+    bad = user.write("bad-override.yaml", NEURON_SPEC.format(nnodes=4, placement="",
+                                                             kube_extra="") +
+                     "overrides:\n  slurm: {resources: {cpu: lots}}\n  mesos: {queue: x}\n")
+    r = user.cohort("submit", bad, "--backend", "slurm", "--dry-run")
+    assert r.returncode == 6, (r.returncode, r.stdout, r.stderr)
+    assert "overrides.slurm.resources.cpu" in r.stderr and "mesos" in r.stderr, r.stderr
+    assert user.jobs() == [], "nothing recorded"
+
+
 # --- 4. Precompile into a shared cache, then train -------------------------------------------
 
 PIPELINE = """\
