@@ -194,7 +194,7 @@ int WaitForEnd(JobDb& db, JobRecord& job, const launch::BackendOptions& options,
 // left without value is a problem naming the --set that fills it; so is a --set that fills
 // no template of the spec (a typo would otherwise be ignored).
 Result<std::string> FillTemplates(const std::string& spec_text, const std::string& path,
-                                  const std::vector<std::string>& sets,
+                                  const std::vector<std::string>& sets, bool unused_ok,
                                   std::vector<launch::Problem>* problems) {
   std::map<std::string, std::string> values, flag_of;
   for (const std::string& set : sets) {
@@ -225,7 +225,7 @@ Result<std::string> FillTemplates(const std::string& spec_text, const std::strin
     return spec_text;
   }
   for (const auto& [key, flag] : flag_of) {
-    if (used.count(key)) continue;
+    if (used.count(key) || unused_ok) continue;
     problems->push_back(
         {"--set " + flag,
          templates.empty()
@@ -253,6 +253,7 @@ struct SubmitFlags {
   std::vector<std::string> manifest_columns, sets;
   int concurrency = 0;
   bool dry_run = false, wait = false;
+  bool set_unused_ok = false;  // (the Argo export, for a spec it could not read)
 };
 
 void AddSubmitFlags(CLI::App& app, SubmitFlags& f) {
@@ -274,9 +275,15 @@ void AddSubmitFlags(CLI::App& app, SubmitFlags& f) {
                  "the manifest has no header row: these name its columns (a,b,...)")
       ->delimiter(',');
   app.add_option("--array-from-sql", f.sql, "array over the rows of a SELECT");
+  // One value per --set (never the spec after it: the spec is no longer a required
+  // positional that CLI11 would keep back).
   app.add_option("--set", f.sets,
                  "fill a template of the spec: KEY=VALUE for {{params.KEY}}, "
-                 "steps.S.outputs.O=VALUE for a step output (repeatable)");
+                 "steps.S.outputs.O=VALUE for a step output (repeatable)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->allow_extra_args(false);
+  app.add_flag("--set-unused-ok", f.set_unused_ok)->group("");  // hidden
   app.add_option("--db", f.db_url,
                  "database of --array-from-sql: sqlite:///path or postgresql://...");
   app.add_option("--concurrency", f.concurrency, "array elements running at once")
@@ -442,7 +449,7 @@ int SubmitCommand(const std::vector<std::string>& args) {
                                       : ReadFileToString(f.spec_path);
   if (!read.ok()) return CommandFailed("submit", read.status().WithContext("the job spec"),
                                        kExitInvalidSpec);
-  auto text = FillTemplates(*read, source, f.sets, &problems);
+  auto text = FillTemplates(*read, source, f.sets, f.set_unused_ok, &problems);
   if (!text.ok()) return CommandFailed("submit", text.status(), kExitInvalidSpec);
   const bool parsed = problems.empty();  // (a template left unfilled: not parsed)
   launch::JobSpec spec = parsed ? launch::ParseJobSpec(*text, &problems) : launch::JobSpec{};

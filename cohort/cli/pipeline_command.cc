@@ -268,13 +268,39 @@ int Export(const std::vector<std::string>& args) {
   app.add_option("-p,--param", params, "parameter KEY=VALUE (repeatable)");
   app.add_option("--image", options.image, "container image of the steps (default cohort:latest)");
   app.add_option("--service-account", options.service_account, "the workflow's service account");
+  app.add_flag("--rbac", options.rbac,
+               "also write the ServiceAccount, Role and RoleBinding the steps need to submit "
+               "jobs to Kubernetes (service account <pipeline>-cohort unless named)");
+  app.add_option("--workspace-claim", options.workspace_claim,
+                 "a PersistentVolumeClaim mounted in every step (overrides workspace.claim)");
+  app.add_option("--workspace-path", options.workspace_path,
+                 "where the workspace is mounted (default /workspace)");
   app.add_option("-o,--output", output, "write to this file (default: stdout)");
   if (int rc = ParseCommandLine(app, args, "pipeline export"); rc >= 0) return rc;
   Loaded l;
   if (int rc = LoadAndValidate("export", spec_path, params, false, &l); rc >= 0) return rc;
-  auto emitted = launch::JsonToYaml(pipeline::ExportArgo(l.spec, l.params, options));
-  if (!emitted.ok()) return CommandFailed("pipeline export", emitted.status(), kExitInternal);
-  const std::string& yaml = *emitted;
+  if (!options.workspace_path.empty() && options.workspace_path[0] != '/') {
+    fmt::print(stderr, "cohort pipeline export: --workspace-path '{}' must be absolute\n",
+               options.workspace_path);
+    return kExitInvalidValue;
+  }
+  const std::vector<std::string> submitting = pipeline::StepsSubmittingToKubernetes(l.spec);
+  if (!submitting.empty() && !options.rbac && options.service_account.empty()) {
+    fmt::print(stderr,
+               "cohort pipeline export: note: step(s) {} submit jobs to Kubernetes from their "
+               "pod: run the workflow with a service account that may (add --rbac to write "
+               "one, or --service-account NAME)\n",
+               fmt::join(submitting, ", "));
+  }
+  // The RBAC objects first (applied before the workflow uses them), then the Workflow.
+  std::vector<nlohmann::json> objects = pipeline::ArgoRbacObjects(l.spec, options);
+  objects.push_back(pipeline::ExportArgo(l.spec, l.params, options));
+  std::string yaml;
+  for (const auto& object : objects) {
+    auto emitted = launch::JsonToYaml(object);
+    if (!emitted.ok()) return CommandFailed("pipeline export", emitted.status(), kExitInternal);
+    yaml += (yaml.empty() ? "" : "---\n") + *emitted;
+  }
   if (output.empty()) {
     fmt::print("{}", yaml);
   } else {

@@ -1,9 +1,11 @@
 // Argo Workflow export (see argo.h). Thread-safety: pure functions.
 #include "cohort/pipeline/argo.h"
-#include "cohort/base/file.h"
 
 #include <filesystem>
+#include <optional>
 #include <set>
+
+#include "cohort/base/file.h"
 
 namespace cohort::pipeline {
 namespace {
@@ -27,15 +29,27 @@ std::string ForTemplate(const std::string& text, std::set<std::pair<std::string,
 
 constexpr const char* kOutputsDir = "/tmp/outputs";
 constexpr const char* kOutputsVolume = "cohort-outputs";
+constexpr const char* kWorkspaceVolume = "cohort-workspace";
+
+// The workspace of the export: the spec's, with the options' claim and path over it.
+std::optional<Workspace> ExportWorkspace(const PipelineSpec& spec, const ArgoOptions& o) {
+  std::optional<Workspace> w = spec.workspace;
+  if (!o.workspace_claim.empty()) {
+    if (!w) w = Workspace{};
+    w->claim = o.workspace_claim;
+  }
+  if (w && !o.workspace_path.empty()) w->path = o.workspace_path;
+  return w;
+}
 
 // The templates a job step's spec file uses (read from the pipeline's directory when its
-// path has no template of its own); none when it cannot be read.
-std::vector<Ref> JobSpecRefs(const PipelineSpec& spec, const Step& s) {
-  if (s.job.find("{{") != std::string::npos) return {};
+// path has no template of its own); nullopt when it cannot be read.
+std::optional<std::vector<Ref>> JobSpecRefs(const PipelineSpec& spec, const Step& s) {
+  if (s.job.find("{{") != std::string::npos) return std::nullopt;
   std::filesystem::path p(s.job);
   if (p.is_relative()) p = std::filesystem::path(spec.base_dir) / p;
   auto text = ReadFileToString(p.string());
-  if (!text.ok()) return {};
+  if (!text.ok()) return std::nullopt;
   auto uses = FindTemplates(*text);
   std::vector<Ref> refs;
   if (uses.ok()) {
@@ -44,8 +58,10 @@ std::vector<Ref> JobSpecRefs(const PipelineSpec& spec, const Step& s) {
   return refs;
 }
 
-// `cohort submit --wait [--backend B]` of a job step, its templates carried in by --set: every pipeline
-// parameter, and the step outputs its spec reads (as input parameters of the template).
+// `cohort submit --wait [--backend B]` of a job step, its templates carried in by --set: the
+// pipeline parameters and the step outputs its spec reads (outputs as input parameters of
+// the template). A spec that cannot be read here (its path a template) gets every
+// parameter, and --set-unused-ok (submit refuses a --set that fills nothing otherwise).
 json JobCommand(const PipelineSpec& spec, const Step& s,
                 std::set<std::pair<std::string, std::string>>* needed) {
   json argv = {"cohort", "submit", "--wait"};
@@ -55,12 +71,19 @@ json JobCommand(const PipelineSpec& spec, const Step& s,
     argv.push_back("--backend");
     argv.push_back(s.backend);
   }
+  const std::optional<std::vector<Ref>> refs = JobSpecRefs(spec, s);
+  std::set<std::string> used;
+  for (const Ref& ref : refs.value_or(std::vector<Ref>{})) {
+    if (ref.kind == Ref::Kind::kParam) used.insert(ref.param);
+  }
+  if (!refs) argv.push_back("--set-unused-ok");
   for (const auto& p : spec.parameters) {
+    if (refs && !used.count(p.name)) continue;
     argv.push_back("--set");
     argv.push_back(p.name + "={{workflow.parameters." + p.name + "}}");
   }
   std::set<std::string> seen;
-  for (const Ref& ref : JobSpecRefs(spec, s)) {
+  for (const Ref& ref : refs.value_or(std::vector<Ref>{})) {
     if (ref.kind != Ref::Kind::kStepOutput || !seen.insert(ref.ToString()).second) continue;
     argv.push_back("--set");
     argv.push_back(ref.ToString() + "=" + ForTemplate("{{" + ref.ToString() + "}}", needed));
@@ -70,6 +93,59 @@ json JobCommand(const PipelineSpec& spec, const Step& s,
 }
 
 }  // namespace
+
+std::string ArgoServiceAccount(const PipelineSpec& spec, const ArgoOptions& options) {
+  if (!options.service_account.empty()) return options.service_account;
+  return options.rbac ? spec.name + "-cohort" : "";
+}
+
+std::vector<std::string> StepsSubmittingToKubernetes(const PipelineSpec& spec) {
+  std::vector<std::string> out;
+  for (const auto& s : spec.steps) {
+    if (!s.job.empty() && (s.backend == "kubernetes" || s.backend == "k8s")) out.push_back(s.name);
+  }
+  return out;
+}
+
+std::vector<json> ArgoRbacObjects(const PipelineSpec& spec, const ArgoOptions& options) {
+  if (!options.rbac) return {};
+  const std::string name = ArgoServiceAccount(spec, options);
+  const json labels = {{"cohort.dev/pipeline", spec.name}};
+  auto rule = [](std::vector<std::string> groups, std::vector<std::string> resources,
+                 std::vector<std::string> verbs) {
+    return json{{"apiGroups", groups}, {"resources", resources}, {"verbs", verbs}};
+  };
+  const std::vector<std::string> manage = {"get", "list", "watch", "create", "update", "patch",
+                                           "delete"};
+  // What `cohort submit | status | logs | cancel --backend kubernetes` touches: the job
+  // objects of every flavor, their Services, ConfigMaps (array elements), Secrets (the
+  // store token), the etcd Deployment; pods and their logs to read. Argo's executor
+  // reports a step's outputs as workflowtaskresults.
+  json rules = json::array({
+      rule({"kubeflow.org"}, {"pytorchjobs"}, manage),
+      rule({"batch.volcano.sh"}, {"jobs"}, manage),
+      rule({"batch"}, {"jobs"}, manage),
+      rule({""}, {"services", "configmaps", "secrets"}, manage),
+      rule({"apps"}, {"deployments"}, manage),
+      rule({""}, {"pods", "pods/log"}, {"get", "list", "watch"}),
+      rule({"argoproj.io"}, {"workflowtaskresults"}, {"create", "patch"}),
+  });
+  return {
+      json{{"apiVersion", "v1"},
+           {"kind", "ServiceAccount"},
+           {"metadata", {{"name", name}, {"labels", labels}}}},
+      json{{"apiVersion", "rbac.authorization.k8s.io/v1"},
+           {"kind", "Role"},
+           {"metadata", {{"name", name}, {"labels", labels}}},
+           {"rules", rules}},
+      json{{"apiVersion", "rbac.authorization.k8s.io/v1"},
+           {"kind", "RoleBinding"},
+           {"metadata", {{"name", name}, {"labels", labels}}},
+           {"roleRef",
+            {{"apiGroup", "rbac.authorization.k8s.io"}, {"kind", "Role"}, {"name", name}}},
+           {"subjects", json::array({{{"kind", "ServiceAccount"}, {"name", name}}})}},
+  };
+}
 
 json ExportArgo(const PipelineSpec& spec, const std::map<std::string, std::string>& params,
                 const ArgoOptions& options) {
@@ -89,6 +165,7 @@ json ExportArgo(const PipelineSpec& spec, const std::map<std::string, std::strin
   }
   json tasks = json::array();
   json templates = json::array();
+  const std::optional<Workspace> workspace = ExportWorkspace(spec, options);
   for (const auto& s : spec.steps) {
     std::set<std::pair<std::string, std::string>> needed;
     json container = {{"name", "main"}, {"image", options.image}};
@@ -106,10 +183,16 @@ json ExportArgo(const PipelineSpec& spec, const std::map<std::string, std::strin
     env.push_back({{"name", "COHORT_OUTPUTS"}, {"value", kOutputsDir}});
     env.push_back({{"name", "COHORT_PIPELINE"}, {"value", spec.name}});
     env.push_back({{"name", "COHORT_PIPELINE_STEP"}, {"value", s.name}});
+    if (workspace) env.push_back({{"name", "COHORT_WORKSPACE"}, {"value", workspace->path}});
     for (const auto& [k, v] : s.env) env.push_back({{"name", k}, {"value", ForTemplate(v, &needed)}});
     container["env"] = env;
-    // Each pod gets its own empty outputs directory (a stock image has none).
+    // Each pod gets its own empty outputs directory (a stock image has none), and the
+    // workspace every step shares.
     container["volumeMounts"] = {{{"name", kOutputsVolume}, {"mountPath", kOutputsDir}}};
+    if (workspace) {
+      container["volumeMounts"].push_back(
+          {{"name", kWorkspaceVolume}, {"mountPath", workspace->path}});
+    }
     json tmpl = {{"name", s.name}, {"container", container}};
     if (!s.output_values.empty()) {
       json outs = json::array();
@@ -151,8 +234,16 @@ json ExportArgo(const PipelineSpec& spec, const std::map<std::string, std::strin
   templates.insert(templates.begin(), json{{"name", "cohort-dag"}, {"dag", {{"tasks", tasks}}}});
   json wspec = {{"entrypoint", "cohort-dag"}, {"templates", templates}};
   wspec["volumes"] = {{{"name", kOutputsVolume}, {"emptyDir", json::object()}}};
+  if (workspace) {
+    std::set<std::pair<std::string, std::string>> none;  // a claim names parameters only
+    wspec["volumes"].push_back(
+        {{"name", kWorkspaceVolume},
+         {"persistentVolumeClaim", {{"claimName", ForTemplate(workspace->claim, &none)}}}});
+  }
   if (!parameters.empty()) wspec["arguments"] = {{"parameters", parameters}};
-  if (!options.service_account.empty()) wspec["serviceAccountName"] = options.service_account;
+  if (const std::string sa = ArgoServiceAccount(spec, options); !sa.empty()) {
+    wspec["serviceAccountName"] = sa;
+  }
   wf["spec"] = wspec;
   return wf;
 }

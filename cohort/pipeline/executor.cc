@@ -398,6 +398,7 @@ class Execution {
     env.push_back({"COHORT_PIPELINE_STEP", spec_.steps[i].name});
     env.push_back({"COHORT_STEP_ATTEMPT", std::to_string(attempt)});
     env.push_back({"COHORT_SPEC_DIR", spec_.base_dir});
+    if (spec_.workspace) env.push_back({"COHORT_WORKSPACE", spec_.base_dir});
     const std::string part = fmt::format("{}-{}", i, attempt);
     env.push_back({worker_env::kJobCookie, sweeper_.CookieFor(part)});
     SpawnOptions so;
@@ -449,6 +450,7 @@ class Execution {
     std::vector<Problem> problems;
     launch::JobSpec js = launch::ParseJobSpec(step.job_text, &problems);
     js.env["COHORT_OUTPUTS"] = outputs_dir;
+    if (spec_.workspace) js.env["COHORT_WORKSPACE"] = spec_.base_dir;
     const std::string backend_name = launch::BackendOfSpec(js, step.backend);
     if (backend_name.empty() || backend_name == "local" || backend_name == "slurm") {
       launch::ResolveEntrypointPath(&js, fs::path(step.job_path).parent_path().string());

@@ -419,7 +419,7 @@ PipelineSpec ParsePipelineSpec(const std::string& yaml, const std::string& base_
   }
   for (const auto& kv : root) {
     static const std::vector<std::string> kKnown = {"name", "description", "parameters",
-                                                    "steps"};
+                                                    "steps", "workspace"};
     std::string key = kv.first.Scalar();
     if (std::find(kKnown.begin(), kKnown.end(), key) == kKnown.end()) {
       w.Add(key, fmt::format("unknown field{}", Hint(key, kKnown)));
@@ -432,6 +432,33 @@ PipelineSpec ParsePipelineSpec(const std::string& yaml, const std::string& base_
     w.Add("name", fmt::format("'{}' must be lowercase letters, digits and '-'", spec.name));
   }
   if (YAML::Node p = root["parameters"]; p && !p.IsNull()) ParseParameters(w, p, &spec);
+  if (YAML::Node ws = root["workspace"]; ws && !ws.IsNull()) {
+    if (!ws.IsMap()) {
+      w.Add("workspace", "must be a map: {claim: NAME, path: /workspace}");
+    } else {
+      w.CheckKeys(ws, "workspace", {"claim", "path"});
+      Workspace space;
+      space.claim = w.String(ws, "workspace", "claim").value_or("");
+      space.path = w.String(ws, "workspace", "path").value_or(space.path);
+      if (space.claim.empty()) {
+        w.Add("workspace.claim", "required: the PersistentVolumeClaim every step mounts");
+      } else if (auto uses = FindTemplates(space.claim); !uses.ok()) {
+        w.Add("workspace.claim", uses.status().message());
+      } else {
+        for (const auto& u : *uses) {
+          if (u.ref.kind != Ref::Kind::kParam || spec.FindParam(u.ref.param) == nullptr) {
+            w.Add("workspace.claim", fmt::format("{{{{{}}}}}: only parameters of the pipeline "
+                                                 "can name the claim",
+                                                 u.ref.ToString()));
+          }
+        }
+      }
+      if (space.path.empty() || space.path[0] != '/') {
+        w.Add("workspace.path", fmt::format("'{}' must be an absolute path", space.path));
+      }
+      spec.workspace = space;
+    }
+  }
   YAML::Node steps = root["steps"];
   if (!steps || !steps.IsSequence() || steps.size() == 0) {
     w.Add("steps", "required: a list of steps");

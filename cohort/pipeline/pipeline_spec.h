@@ -28,6 +28,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -70,11 +71,21 @@ struct Step {
   std::shared_ptr<const Expr> condition;
 };
 
+// `workspace: {claim: NAME, path: /workspace}`: a volume every step shares where steps run
+// in separate pods (the Argo export mounts the PersistentVolumeClaim NAME at `path` in every
+// step; NAME may be {{params.X}}). Steps see its path as $COHORT_WORKSPACE (`cohort
+// pipeline run`: the spec's directory, as every local step shares this machine's files).
+struct Workspace {
+  std::string claim;
+  std::string path = "/workspace";
+};
+
 struct PipelineSpec {
   std::string name;
   std::string base_dir;  // the spec file's directory: relative paths start here
   std::vector<Parameter> parameters;
   std::vector<Step> steps;
+  std::optional<Workspace> workspace;
 
   const Step* FindStep(const std::string& name) const;
   const Parameter* FindParam(const std::string& name) const;

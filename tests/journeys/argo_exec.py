@@ -26,11 +26,14 @@ each DAG task's container command as a local process, by the rules of argoproj/a
 
 Each attempt runs as in a fresh pod: the directories of valueFrom.path, `image_dirs` and emptyDir
 mounts are rewritten in command, args, env and workingDir to ROOT+dir (ROOT new per attempt);
-only image_dirs and emptyDir mounts exist at start, as a stock image has no /tmp/outputs. Tasks
+only image_dirs and emptyDir mounts exist at start, as a stock image has no /tmp/outputs. A
+persistentVolumeClaim volume is one directory per claim (its claimName resolved) for the whole
+run, shared by every task that mounts it: its mountPath is rewritten to that directory. A file
+of several documents (RBAC objects beside the Workflow) runs its Workflow. Tasks
 run one at a time, in waves (the tasks ready at a wave's start, in listed order). A task that
 never starts (failFast, `timeout`) has no node in Argo and no entry in the result.
 Not emulated (NotImplementedError): `depends`, withItems/withParam/withSequence, hooks, non-
-container templates, artifacts, {{=expr}}, env valueFrom/envFrom, volumes but emptyDir,
+container templates, artifacts, {{=expr}}, env valueFrom/envFrom, volumes but emptyDir and PVCs,
 retryStrategy.expression, other variables ({{workflow.name}}, ...), the `in`, regex, ternary and
 bitwise operators; backoff is not waited for; date-like strings stay strings (govaluate: times).
 """
@@ -394,22 +397,32 @@ def _run_task(task, tmpl, scope, run_dir, deadline, base_env, workdir, image_dir
     rs, outs = tmpl.get("retryStrategy"), _params(tmpl, "outputs")
     retried = {"Failed": ("Always", "OnFailure"), "Error": ("Always", "OnError")}
     volumes = dict(volumes, **{v["name"]: v for v in tmpl.get("volumes") or []})
-    made = set(image_dirs)
+    made, shared = set(image_dirs), {}  # shared: mountPath -> the claim's directory
     for m in tmpl["container"].get("volumeMounts") or []:
-        if "emptyDir" not in volumes.get(m["name"], {}):
-            raise NotImplementedError("volume %r: only emptyDir volumes are emulated" % m["name"])
+        v = volumes.get(m["name"], {})
+        if "persistentVolumeClaim" in v:
+            claim = _subst(v["persistentVolumeClaim"]["claimName"], scope)
+            shared[m["mountPath"].rstrip("/")] = os.path.join(run_dir, "pvc-" + claim)
+            os.makedirs(shared[m["mountPath"].rstrip("/")], exist_ok=True)
+            continue
+        if "emptyDir" not in v:
+            raise NotImplementedError("volume %r: only emptyDir and persistentVolumeClaim "
+                                      "volumes are emulated" % m["name"])
         made.add(m["mountPath"].rstrip("/"))
-    dirs = sorted(made | {os.path.dirname(p["valueFrom"]["path"]) for p in outs}, key=len)[::-1]
+    dirs = sorted(made | set(shared) | {os.path.dirname(p["valueFrom"]["path"]) for p in outs},
+                  key=len)[::-1]
     prefix = re.compile(r"(?<![\w.-])(%s)(?=/|$|[^\w.-])" % "|".join(map(re.escape, dirs)))
     failed, logs = False, []
     while True:
         r.attempts += 1
         root = os.path.join(run_dir, "%s.%d" % (task["name"], r.attempts))
         for d in dirs:  # a mapped directory's parent exists in the image (like /tmp)
-            os.makedirs(root + (d if d in made else os.path.dirname(d)), exist_ok=True)
+            if d not in shared:
+                os.makedirs(root + (d if d in made else os.path.dirname(d)), exist_ok=True)
 
         def fs(s):
-            return prefix.sub(lambda m: root + m.group(0), s) if dirs else s
+            return prefix.sub(lambda m: shared.get(m.group(0), root + m.group(0)), s) \
+                if dirs else s
         r.command = [fs(a) for a in argv]
         cwd = os.path.join(workdir, fs(wdir))
         os.makedirs(cwd, exist_ok=True)
@@ -455,7 +468,11 @@ def run_workflow(workflow, parameters=None, workdir=".", env=None, timeout=600, 
     empty in each attempt's filesystem). Raises ArgoError for a Workflow Argo would refuse."""
     if not isinstance(workflow, dict):
         with open(workflow) as f:
-            workflow = yaml.safe_load(f)
+            docs = [d for d in yaml.safe_load_all(f) if d]
+        workflows = [d for d in docs if d.get("kind") == "Workflow"]
+        if len(workflows) != 1:
+            raise ArgoError("%s holds %d Workflows" % (workflow, len(workflows)))
+        workflow = workflows[0]
     spec = workflow.get("spec") or {}
     templates = {t["name"]: t for t in spec.get("templates") or []}
     scope = _parameters(spec, parameters or {})

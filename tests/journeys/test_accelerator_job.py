@@ -30,6 +30,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -448,3 +449,65 @@ def test_precompile_cache_hit_then_train(user):
     trained = [j for j in user.jobs() if j["name"] == "neuron-train-local"]
     assert len(trained) == 4 and all(j["state"] == "succeeded" and j["backend"] == "local"
                                      for j in trained), trained
+
+
+def test_the_argo_export_passes_the_compiled_file_through_the_workspace(user, tmp_path):
+    """The same precompile -> train pipeline exported for Argo: each step is its own pod, so
+    the compiled file reaches training only through the workspace claim mounted in both;
+    with --rbac the export carries the ServiceAccount, Role and RoleBinding its pods use."""
+    sys.path.insert(0, str(J.REPO / "tests" / "journeys"))
+    import argo_exec
+    import yaml
+    pipeline = user.write("pipeline.yaml", PIPELINE)
+    user.write("precompile.sh", PRECOMPILE)
+    user.write("train.yaml", TRAIN_JOB)
+    (user.project / "model.py").write_text("layers = 12\n")
+    wf = user.project / "wf.yaml"
+    r = user.ok("pipeline", "export", pipeline, "--format", "argo", "--workspace-claim",
+                "neuron-cache", "--rbac", "-p", "cache_dir=/workspace/neuron-cache", "-o", wf)
+    docs = [d for d in yaml.safe_load_all(wf.read_text()) if d]
+    assert [d["kind"] for d in docs] == ["ServiceAccount", "Role", "RoleBinding", "Workflow"], docs
+    account = "neuron-precompile-train-cohort"
+    assert all(d["metadata"]["name"] == account for d in docs[:3]), docs[:3]
+    workflow = docs[3]["spec"]
+    assert workflow["serviceAccountName"] == account, workflow
+    assert {"name": "cohort-workspace", "persistentVolumeClaim": {"claimName": "neuron-cache"}} \
+        in workflow["volumes"], workflow["volumes"]
+    steps = [t for t in workflow["templates"] if "container" in t]
+    assert [t["name"] for t in steps] == ["precompile", "train"], steps
+    for t in steps:
+        assert {"name": "cohort-workspace", "mountPath": "/workspace"} in \
+            t["container"]["volumeMounts"], t
+    role = docs[1]
+    assert {"apiGroups": ["kubeflow.org"], "resources": ["pytorchjobs"]}.items() <= \
+        role["rules"][0].items(), role
+    if have_node_tools():  # the RBAC objects as the API server's schema has them
+        rbac = tmp_path / "rbac.yaml"
+        rbac.write_text(yaml.safe_dump_all(docs[:3]))
+        v = subprocess.run(["node", str(K8S_NPM / "validate-core.mjs"), str(rbac)],
+                           capture_output=True, text=True, timeout=60)
+        assert v.returncode == 0, v.stdout + v.stderr
+    if (K8S_NPM / "node_modules/@kubernetes-models/argo-workflows").exists():
+        only = tmp_path / "workflow.yaml"
+        only.write_text(yaml.safe_dump(docs[3]))
+        v = subprocess.run(["node", "validate-argo.mjs", str(only)], cwd=K8S_NPM,
+                           capture_output=True, text=True, timeout=120)
+        assert v.returncode == 0, v.stdout + v.stderr
+    # Run it as Argo would: each step in its own filesystem, the claim shared.
+    env = dict(user.env, PATH="%s:%s" % (J.BIN.parent, user.env.get("PATH", "/usr/bin:/bin")))
+    nodes = argo_exec.run_workflow(str(wf), {}, workdir=str(user.project), env=env, timeout=300)
+    phases = {n: x.phase for n, x in nodes.items()}
+    assert phases == {"precompile": "Succeeded", "train": "Succeeded"}, {
+        n: (x.phase, x.message, x.log[-2000:]) for n, x in nodes.items()}
+    trained = [j for j in user.jobs() if j["name"] == "neuron-train-local"]
+    assert len(trained) == 1 and trained[0]["state"] == "succeeded", trained
+    out = user.ok("logs", trained[0]["id"]).stdout
+    loaded = dict(re.findall(r"^\[rank\d\]: rank (\d) of 2 loaded (\S+)$", out, re.M))
+    assert loaded == {"0": expected_neff("layers = 12\n"), "1": expected_neff("layers = 12\n")}, \
+        out
+    # Without --rbac, a step that submits to Kubernetes is pointed out.
+    k8s = user.write("k8s-pipeline.yaml", PIPELINE.replace("job: train.yaml",
+                                                           "job: train.yaml\n    backend: kubernetes"))
+    r = user.ok("pipeline", "export", k8s, "--format", "argo", "-p", "cache_dir=/c")
+    assert "step(s) train submit jobs to Kubernetes" in r.stderr and "--rbac" in r.stderr, \
+        r.stderr

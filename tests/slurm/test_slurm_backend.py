@@ -151,6 +151,32 @@ def test_array_with_a_failing_element(jobs, slurm):
     assert whole.returncode != 0 and "--element" in whole.stderr, describe(whole)
 
 
+def test_cancel_one_element_of_an_array(jobs, slurm, marker):
+    """`cohort cancel JOB --element 1`: scancel of that array task only; it ends cancelled
+    with its processes gone, the other elements run to their end."""
+    spec = jobs.spec("three.yaml", """\
+        name: three
+        entrypoint: /bin/sh
+        args: [-c, 'if [ "$COHORT_ARRAY_INDEX" = 1 ]; then sleep 600; fi; echo "done $COHORT_ARRAY_INDEX"', %s]
+        array: {range: "0-2"}
+        """ % marker)
+    r, job = jobs.submit(spec)
+    assert r.returncode == 0, describe(r)
+    slurm_cluster.wait_for(
+        lambda: any(p[1].startswith("/bin/sh -c if") for p in e2e_util.marker_pids(marker)),
+        JOB_TIMEOUT, lambda: "element 1 running\n%s" % slurm.describe())
+    c = jobs.run("cancel", job["id"], "--element", 1, timeout=JOB_TIMEOUT)
+    assert c.returncode == 0, describe(c)
+    assert "job %s element 1: cancelled" % job["id"] in c.stdout, describe(c)
+    slurm_cluster.wait_for(lambda: not e2e_util.marker_pids(marker), 60,
+                           lambda: "element 1's processes to end: %s" % e2e_util.marker_pids(marker))
+    w = jobs.run("status", job["id"], "--wait", timeout=JOB_TIMEOUT)
+    st = jobs.status(job["id"])
+    states = {e["index"]: e["state"] for e in st["elements"]}
+    assert states == {0: "succeeded", 1: "cancelled", 2: "succeeded"}, (st, describe(w))
+    assert "JobState=CANCELLED" in jobs.scontrol_job("%s_1" % job["backend_id"])
+
+
 def test_spec_slurm_cannot_run_is_refused(jobs, slurm):
     spec = jobs.spec("big.yaml", """\
         name: toobig
