@@ -81,6 +81,18 @@ bool IsFinalState(const std::string& state) {
   return state == "succeeded" || state == "failed" || state == "cancelled" || state == "lost";
 }
 
+std::string AggregateElementStates(const std::vector<ElementRecord>& elements) {
+  bool all_final = true, any_failed = false, any_started = false, any_succeeded = false;
+  for (const auto& e : elements) {
+    all_final = all_final && IsFinalState(e.state);
+    any_failed = any_failed || e.state == "failed" || e.state == "lost";
+    any_succeeded = any_succeeded || e.state == "succeeded";
+    any_started = any_started || e.state != "pending";
+  }
+  if (!all_final) return any_started ? "running" : "pending";
+  return any_failed ? "failed" : any_succeeded ? "succeeded" : "cancelled";
+}
+
 Result<std::unique_ptr<JobDb>> JobDb::Open(const std::string& path) {
   COHORT_ASSIGN_OR_RETURN(sqlite3* db, OpenSqlDatabase(path, kSchema, kWhat));
   std::unique_ptr<JobDb> out(new JobDb(db));

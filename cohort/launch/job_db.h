@@ -63,6 +63,11 @@ struct JobStatus {
 
 bool IsFinalState(const std::string& state);
 
+// The state of an array job from its elements': running or pending while any is not final;
+// then failed if any failed, succeeded if any succeeded (elements cancelled on request are
+// no failure), else cancelled.
+std::string AggregateElementStates(const std::vector<ElementRecord>& elements);
+
 class JobDb {
  public:
   // Opens (creating if needed) the database at `path`.

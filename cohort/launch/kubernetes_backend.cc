@@ -863,6 +863,25 @@ class KubernetesBackend : public Backend {
     return deleted.ok() ? Status::Ok() : deleted.status();
   }
 
+  // A multi-node array has one job object per element: deleting it (and its Service) stops
+  // that element only, which then reads as cancelled. A single-node array is one Indexed
+  // Job, which cannot stop one index alone.
+  Status CancelElement(const JobRecord& job, int element) override {
+    auto [resource, name] = Target(job);
+    std::vector<Problem> ignored;
+    if (resource == kBatchResource && ParseJobSpec(job.spec_yaml, &ignored).max_nodes == 1) {
+      return FailedPrecondition(
+          "the elements of job {} run in one Indexed Job, which Kubernetes cannot stop for one "
+          "index alone: cancel the whole job (`cohort cancel {}`)",
+          job.id, job.id);
+    }
+    auto deleted = Kubectl(
+        options_, {"delete", resource + ",services", "-l",
+                   fmt::format("cohort.dev/job={},cohort.dev/array-index={}", name, element),
+                   "--ignore-not-found", "--wait=false"});
+    return deleted.ok() ? Status::Ok() : deleted.status();
+  }
+
   Result<std::string> LogPath(const JobRecord& job, int element, int rank) override {
     auto [resource, name] = Target(job);
     // Only labels cohort renders on the pods (docs/kubernetes.md).

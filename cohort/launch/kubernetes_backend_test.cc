@@ -851,6 +851,13 @@ TEST(KubernetesStatusTest, OneObjectPerElement) {
   EXPECT_EQ(st->detail, "1 of 2 elements failed");
   st = KubernetesStatusFromJson("jobs.batch", List({element(0, ok), element(1, ok)}), "", 2);
   EXPECT_EQ(st->state, "succeeded");
+  // Element 1's object deleted (cohort cancel --element): cancelled, not failed; the job
+  // waits for the others, then succeeds with them.
+  st = KubernetesStatusFromJson("jobs.batch", List({element(0, ""), element(2, ok)}), "", 3);
+  EXPECT_EQ(st->elements[1].state, "cancelled");
+  EXPECT_EQ(st->state, "running");
+  st = KubernetesStatusFromJson("jobs.batch", List({element(0, ok), element(2, ok)}), "", 3);
+  EXPECT_EQ(st->state, "succeeded");
 }
 
 TEST(KubernetesStatusTest, MissingAndMalformed) {
@@ -978,6 +985,29 @@ TEST(KubernetesBackendTest, LogHintOfAnIndexedJobElementUsesRenderedLabelsAndThe
   // Every label of the selector is on the rendered pod template.
   EXPECT_TRUE(Contains(*manifests, "cohort.dev/job: sweep")) << *manifests;
   EXPECT_TRUE(Contains(*manifests, "cohort.dev/component: worker")) << *manifests;
+}
+
+TEST(KubernetesBackendTest, CancelElementDeletesThatElementsObjectsOnly) {
+  TempDir dir;
+  BackendOptions options;
+  options.kubectl = FakeKubectl(dir);
+  auto backend = MakeKubernetesBackend(options);
+  JobRecord job = Record("jobs.batch/msweep");
+  job.array_size = 3;
+  job.spec_yaml = JobSpecToYaml(NodesSpec("msweep", 2, 2));
+  Status st = backend->CancelElement(job, 1);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_TRUE(Contains(dir.Read("calls"),
+                       "delete jobs.batch,services -l cohort.dev/job=msweep,"
+                       "cohort.dev/array-index=1 --ignore-not-found --wait=false"))
+      << dir.Read("calls");
+  // A single-node array is one Indexed Job: one index cannot be stopped alone.
+  JobRecord indexed = Record("jobs.batch/sweep");
+  indexed.array_size = 3;
+  indexed.spec_yaml = JobSpecToYaml(NodesSpec("sweep", 1, 1));
+  st = backend->CancelElement(indexed, 1);
+  EXPECT_EQ(st.code(), StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(Contains(st.message(), "one Indexed Job")) << st.message();
 }
 
 TEST(KubernetesBackendTest, MissingKubectl) {

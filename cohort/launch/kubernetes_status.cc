@@ -150,17 +150,6 @@ std::optional<int> FailedExitCode(const Json& pods, int index) {
   return std::nullopt;
 }
 
-std::string Aggregate(const std::vector<ElementRecord>& elements) {
-  bool all_final = true, any_failed = false, any_started = false;
-  for (const auto& e : elements) {
-    all_final = all_final && IsFinalState(e.state);
-    any_failed = any_failed || e.state == "failed";
-    any_started = any_started || e.state != "pending";
-  }
-  if (all_final) return any_failed ? "failed" : "succeeded";
-  return any_started ? "running" : "pending";
-}
-
 Result<Json> ParseList(const std::string& text, const char* what) {
   if (Trim(text).empty()) return Json{{"items", Json::array()}};
   Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -237,9 +226,9 @@ Result<JobStatus> KubernetesStatusFromJson(const std::string& resource,
     ElementRecord e;
     e.index = i;
     auto it = states.find(i);
-    if (it == states.end()) {
-      e.state = "failed";
-      e.detail = "its object is no longer in the cluster";
+    if (it == states.end()) {  // deleted: `cohort cancel --element`, or by hand
+      e.state = "cancelled";
+      e.detail = "its object is no longer in the cluster (deleted)";
     } else {
       e.state = it->second.state;
       e.detail = it->second.detail;
@@ -251,7 +240,7 @@ Result<JobStatus> KubernetesStatusFromJson(const std::string& resource,
     }
     status.elements.push_back(e);
   }
-  status.state = Aggregate(status.elements);
+  status.state = AggregateElementStates(status.elements);
   if (failed > 0) status.detail = fmt::format("{} of {} elements failed", failed, n);
   if (status.state == "succeeded") status.exit_code = 0;
   return status;

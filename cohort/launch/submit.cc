@@ -65,6 +65,21 @@ Result<JobStatus> RefreshJob(JobDb& db, Backend& backend, JobRecord& job) {
     return s;
   }
   COHORT_ASSIGN_OR_RETURN(JobStatus s, backend.Poll(job));
+  // An element's final state, once recorded, stands (the engine may since have forgotten
+  // it: a finished object deleted by its TTL reads as deleted).
+  if (!backend.RecordsOwnState() && !s.elements.empty()) {
+    auto recorded = db.Elements(job.id);
+    bool kept = false;
+    for (ElementRecord& e : s.elements) {
+      for (const ElementRecord& r : recorded.ok() ? *recorded : std::vector<ElementRecord>{}) {
+        if (r.index == e.index && IsFinalState(r.state) && r.state != e.state) {
+          e = r;
+          kept = true;
+        }
+      }
+    }
+    if (kept && !IsFinalState(job.state)) s.state = AggregateElementStates(s.elements);
+  }
   if (s.state == job.state && s.exit_code == job.exit_code && s.detail == job.detail) return s;
   job.state = s.state;
   job.exit_code = s.exit_code;
