@@ -15,7 +15,7 @@ MAIN_PACKAGES=(
   libtorch-dev python3-torch python3-dev pybind11-dev dataset-fashion-mnist
 )
 TEST_PACKAGES=(
-  clang git curl iproute2 psmisc openssl util-linux
+  clang git curl iproute2 psmisc openssl util-linux universal-ctags
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-numpy python3-pytest
   etcd-server etcd-client

@@ -25,6 +25,7 @@
 #include "cohort/agent/log_sink.h"
 #include "cohort/agent/zygote.h"
 #include "cohort/base/event_fd.h"
+#include "cohort/base/exit_codes.h"
 #include "cohort/base/file.h"
 #include "cohort/base/flight_record.h"
 #include "cohort/base/log.h"
@@ -995,7 +996,7 @@ AgentResult Agent::Impl::Succeeded(const RendezvousInfo& info) {
   COHORT_LOG_INFO(kLog, "workers done; serving the store until the other nodes finish");
   auto outcome = Guarded([&] { return rdzv_->WaitForJobEnd(info); });
   if (int sig = terminating_signal_.load()) {
-    return {128 + sig, fmt::format("cohort: stopped by {}", strsignal(sig))};
+    return {ExitCodeForSignal(sig), fmt::format("cohort: stopped by {}", strsignal(sig))};
   }
   if (!outcome.ok()) {
     COHORT_LOG_WARN(kLog, "stopped waiting for the other nodes: {}", outcome.status().message());
@@ -1195,7 +1196,7 @@ AgentResult Agent::Impl::RunRounds() {
         if (fds[1].revents && ::read(signal_fd_, &si, sizeof(si)) == sizeof(si) &&
             IsTermination(static_cast<int>(si.ssi_signo))) {
           const int sig = static_cast<int>(si.ssi_signo);
-          return {128 + sig, fmt::format("cohort: stopped by {} while warming up",
+          return {ExitCodeForSignal(sig), fmt::format("cohort: stopped by {} while warming up",
                                          strsignal(sig))};
         }
       }
@@ -1213,7 +1214,7 @@ AgentResult Agent::Impl::RunRounds() {
   for (bool first = true;; first = false) {
     auto info = Guarded([&] { return rdzv_->Next(); });
     if (int sig = terminating_signal_.load()) {
-      return {128 + sig, fmt::format("cohort: interrupted by {} during rendezvous",
+      return {ExitCodeForSignal(sig), fmt::format("cohort: interrupted by {} during rendezvous",
                                      strsignal(sig))};
     }
     if (!info.ok()) {
@@ -1265,7 +1266,7 @@ AgentResult Agent::Impl::RunRounds() {
         StopWorkers(sig);
         // Best effort: tells spares and a waiting store host that the job is over.
         (void)rdzv_->CloseJob(fmt::format("interrupted by {}", strsignal(sig)));
-        return {128 + sig, fmt::format("cohort: stopped by {}", strsignal(sig))};
+        return {ExitCodeForSignal(sig), fmt::format("cohort: stopped by {}", strsignal(sig))};
       }
       case Outcome::kReformTimedOut:
         failure_ = FailureRecord{.rank = workers_.empty() ? -1 : workers_.front().rank,

@@ -22,6 +22,8 @@ inline constexpr int kExitCheckpoint = 12;     // a checkpoint of another model,
 inline constexpr int kExitComm = 13;           // a collective failed during training
 inline constexpr int kExitInternal = 70;       // a bug or an OS failure (EX_SOFTWARE)
 inline constexpr int kExitNotFound = 127;      // the entrypoint does not exist (as a shell)
-// 128 + N: stopped by signal N (130 for SIGINT), after stopping the workers.
+// 128 + N: stopped by signal N (130 for SIGINT), after stopping the workers; also how a
+// child killed by signal N is reported (as a shell does).
+constexpr int ExitCodeForSignal(int signal) { return 128 + signal; }
 
 }  // namespace cohort

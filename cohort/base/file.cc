@@ -14,6 +14,8 @@
 #include <sstream>
 #include <vector>
 
+#include "cohort/base/settings.h"
+
 namespace cohort {
 
 Result<std::string> ReadFileToString(const std::string& path) {
@@ -66,8 +68,7 @@ Status ReplaceFile(const std::string& path, const std::string& text) {
 namespace {
 std::string TempRoot(const std::string& parent) {
   if (!parent.empty()) return parent;
-  const char* tmp = std::getenv("TMPDIR");
-  return tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+  return SystemEnv("TMPDIR").value_or("/tmp");
 }
 }  // namespace
 

@@ -399,19 +399,11 @@ void PrintSubmitted(const JobRecord& job, bool json, bool wait) {
 
 }  // namespace
 
-int SubmitCommand(const std::vector<std::string>& args) {
-  CLI::App app("Submit a job spec to a backend.", "cohort submit");
-  Common c;
-  c.Add(app);
-  SubmitFlags f;
-  AddSubmitFlags(app, f);
-  // Everything after `--` is the program of a one-line submit, never cohort's flags.
-  const auto dash = std::find(args.begin(), args.end(), "--");
-  if (int rc = ParseCommandLine(app, std::vector<std::string>(args.begin(), dash), "submit");
-      rc >= 0) {
-    return rc;
-  }
-  if (dash != args.end()) f.command.assign(dash + 1, args.end());
+namespace {
+
+// The form of a submit: a spec file or a program after `--`, not both; the one-liner's flags
+// only with a program; a program where the spec goes refused as one. -1 to go on.
+int CheckSubmitForm(const CLI::App& app, const SubmitFlags& f) {
   const bool one_line = !f.command.empty();
   if (one_line == !f.spec_path.empty()) {
     fmt::print(stderr, "cohort submit: give a job spec (cohort submit job.yaml) or a program "
@@ -426,112 +418,168 @@ int SubmitCommand(const std::vector<std::string>& args) {
       return kExitUsage;
     }
   }
-  if (!one_line && !EndsWith(f.spec_path, ".yaml") && !EndsWith(f.spec_path, ".yml") &&
-      !EndsWith(f.spec_path, ".json")) {
-    const std::string ext = fs::path(f.spec_path).extension().string();
-    if (ext == ".py" || ext == ".sh" || ext == ".ipynb" ||
-        (ext.empty() && ::access(f.spec_path.c_str(), X_OK) == 0)) {
-      fmt::print(stderr,
-                 "cohort submit: {} is a program, not a job spec (YAML): submit it in one line, "
-                 "e.g. cohort submit --nnodes 2 --nproc-per-node 4 -- {} ARGS (add --dry-run "
-                 "to see the spec, --backend to choose where it runs)\n",
-                 f.spec_path, f.spec_path);
-      return kExitInvalidSpec;
-    }
+  if (one_line || EndsWith(f.spec_path, ".yaml") || EndsWith(f.spec_path, ".yml") ||
+      EndsWith(f.spec_path, ".json")) {
+    return -1;
   }
-
-  // 1. The spec, its templates filled and the flags applied.
-  std::vector<launch::Problem> problems;
-  const std::string source = one_line ? "the command line" : f.spec_path;
-  const std::string base = one_line ? fs::current_path().string()
-                                    : fs::absolute(f.spec_path).parent_path().string();
-  Result<std::string> read = one_line ? Result<std::string>(OneLineSpecYaml(f, &problems))
-                                      : ReadFileToString(f.spec_path);
-  if (!read.ok()) return CommandFailed("submit", read.status().WithContext("the job spec"),
-                                       kExitInvalidSpec);
-  auto text = FillTemplates(*read, source, f.sets, f.set_unused_ok, &problems);
-  if (!text.ok()) return CommandFailed("submit", text.status(), kExitInvalidSpec);
-  const bool parsed = problems.empty();  // (a template left unfilled: not parsed)
-  launch::JobSpec spec = parsed ? launch::ParseJobSpec(*text, &problems) : launch::JobSpec{};
-  ApplySubmitFlags(f, &spec, &problems);
-  // Validated as the job that will run: the spec as it is stored, flags applied (the
-  // runner and `cohort status` read that record).
-  if (problems.empty()) {
-    std::vector<launch::Problem> stored;
-    (void)launch::ParseJobSpec(launch::JobSpecToYaml(spec), &stored);
-    for (launch::Problem& p : stored) {
-      p.what += " (in the spec with the command line's flags applied)";
-      problems.push_back(std::move(p));
-    }
-  }
-
-  // 2. The backend: pods run the image's cohort; local and Slurm nodes run this very
-  // binary (Slurm nodes share the file system with the submit host).
-  std::string backend_name = launch::BackendOfSpec(spec, f.backend_name);
-  if (backend_name.empty()) backend_name = "local";
-  launch::BackendOptions options = c.Options();
-  options.kube_flavor = f.kube_flavor;
-  options.dry_run = f.dry_run;
-  options.cohort_in_image = f.image_cohort;
-  if (backend_name == "kubernetes" || backend_name == "k8s") options.cohort_bin = f.image_cohort;
-  auto backend = launch::MakeBackend(backend_name, options);
-  if (!backend.ok()) return CommandFailed("submit", backend.status(), kExitUsage);
-  // The spec as this backend runs it: its override merged (targets: each target's, when
-  // its share is made; here every override is checked once).
-  const bool overridden = !spec.overrides.empty();
-  if (backend_name == launch::kTargetsBackend) {
-    for (const auto& [name, text] : spec.overrides) launch::SpecForBackend(spec, name, &problems);
-  } else {
-    spec = launch::SpecForBackend(spec, backend_name, &problems);
-  }
-  if (SharesThisMachinesFiles(spec, backend_name)) launch::ResolveEntrypointPath(&spec, base);
-
-  // 3. The elements, validated by the backend: nothing is submitted with a problem. What
-  // the backend finds (resources this machine or partition lacks) is listed with the
-  // spec's own problems, in one answer (a field already named is not named twice).
-  std::vector<launch::ArrayElement> elements;
-  if (parsed) {
-    std::vector<std::string> notes;
-    std::vector<launch::Problem> more;
-    elements = launch::ExpandArray(spec.array, base, &more, &notes);
-    for (const std::string& note : notes) fmt::print(stderr, "cohort submit: note: {}\n", note);
-    if (more.empty()) (*backend)->Validate(spec, elements, &more);
-    std::set<std::string> named;
-    for (const launch::Problem& p : problems) named.insert(p.where);
-    for (launch::Problem& p : more) {
-      if (!named.count(p.where)) problems.push_back(std::move(p));
-    }
-  }
-  if (!problems.empty()) {
-    fmt::print(stderr, "cohort submit: {}: {} problem(s); nothing was submitted:\n{}", source,
-               problems.size(), launch::FormatProblems(problems));
+  const std::string ext = fs::path(f.spec_path).extension().string();
+  if (ext == ".py" || ext == ".sh" || ext == ".ipynb" ||
+      (ext.empty() && ::access(f.spec_path.c_str(), X_OK) == 0)) {
+    fmt::print(stderr,
+               "cohort submit: {} is a program, not a job spec (YAML): submit it in one line, "
+               "e.g. cohort submit --nnodes 2 --nproc-per-node 4 -- {} ARGS (add --dry-run "
+               "to see the spec, --backend to choose where it runs)\n",
+               f.spec_path, f.spec_path);
     return kExitInvalidSpec;
   }
-  if (f.dry_run) {
-    auto rendered = (*backend)->Render(spec, elements);
-    if (!rendered.ok()) return CommandFailed("submit", rendered.status(), kExitBackend);
-    if (one_line) {  // the spec to keep, then what it renders to
-      fmt::print("# The job spec built from the command line (save it, e.g. as job.yaml, and "
-                 "`cohort submit job.yaml`):\n{}\n# What would be submitted:\n",
-                 launch::JobSpecToYaml(spec));
-    } else if (overridden && backend_name != launch::kTargetsBackend) {
-      fmt::print("# The job spec for {} (overrides.{} merged):\n{}\n# What would be "
-                 "submitted:\n",
-                 backend_name, backend_name == "k8s" ? "kubernetes" : backend_name,
-                 launch::JobSpecToYaml(spec));
-    }
-    fmt::print("{}", *rendered);
-    return kExitOk;
+  return -1;
+}
+
+// A submit on its way: the spec as the backend runs it, its elements, every problem.
+struct PreparedSubmit {
+  std::string source;  // the spec's path, or "the command line"
+  std::string base;    // where relative paths start
+  bool parsed = false;
+  bool overridden = false;
+  launch::JobSpec spec;
+  std::string backend_name;
+  launch::BackendOptions options;
+  std::unique_ptr<launch::Backend> backend;
+  std::vector<launch::ArrayElement> elements;
+  std::vector<launch::Problem> problems;
+};
+
+// 1. The spec (the file, or built from the command line), its templates filled, the flags
+// applied, validated again as it will be stored. -1 to go on.
+int ReadSubmittedSpec(const SubmitFlags& f, PreparedSubmit* p) {
+  const bool one_line = !f.command.empty();
+  p->source = one_line ? "the command line" : f.spec_path;
+  p->base = one_line ? fs::current_path().string()
+                     : fs::absolute(f.spec_path).parent_path().string();
+  Result<std::string> read = one_line ? Result<std::string>(OneLineSpecYaml(f, &p->problems))
+                                      : ReadFileToString(f.spec_path);
+  if (!read.ok()) {
+    return CommandFailed("submit", read.status().WithContext("the job spec"), kExitInvalidSpec);
   }
+  auto text = FillTemplates(*read, p->source, f.sets, f.set_unused_ok, &p->problems);
+  if (!text.ok()) return CommandFailed("submit", text.status(), kExitInvalidSpec);
+  p->parsed = p->problems.empty();  // (a template left unfilled: not parsed)
+  if (p->parsed) p->spec = launch::ParseJobSpec(*text, &p->problems);
+  ApplySubmitFlags(f, &p->spec, &p->problems);
+  // Validated as the job that will run: the spec as it is stored, flags applied (the
+  // runner and `cohort status` read that record).
+  if (p->problems.empty()) {
+    std::vector<launch::Problem> stored;
+    (void)launch::ParseJobSpec(launch::JobSpecToYaml(p->spec), &stored);
+    for (launch::Problem& problem : stored) {
+      problem.what += " (in the spec with the command line's flags applied)";
+      p->problems.push_back(std::move(problem));
+    }
+  }
+  return -1;
+}
+
+// 2. The backend: pods run the image's cohort; local and Slurm nodes run this very binary
+// (Slurm nodes share the file system with the submit host). The spec as it runs there: its
+// override merged (targets: each target's when its share is made; every one checked here).
+int ChooseSubmitBackend(const Common& c, const SubmitFlags& f, PreparedSubmit* p) {
+  p->backend_name = launch::BackendOfSpec(p->spec, f.backend_name);
+  if (p->backend_name.empty()) p->backend_name = "local";
+  p->options = c.Options();
+  p->options.kube_flavor = f.kube_flavor;
+  p->options.dry_run = f.dry_run;
+  p->options.cohort_in_image = f.image_cohort;
+  if (p->backend_name == "kubernetes" || p->backend_name == "k8s") {
+    p->options.cohort_bin = f.image_cohort;
+  }
+  auto backend = launch::MakeBackend(p->backend_name, p->options);
+  if (!backend.ok()) return CommandFailed("submit", backend.status(), kExitUsage);
+  p->backend = std::move(*backend);
+  p->overridden = !p->spec.overrides.empty();
+  if (p->backend_name == launch::kTargetsBackend) {
+    for (const auto& [name, text] : p->spec.overrides) {
+      launch::SpecForBackend(p->spec, name, &p->problems);
+    }
+  } else {
+    p->spec = launch::SpecForBackend(p->spec, p->backend_name, &p->problems);
+  }
+  if (SharesThisMachinesFiles(p->spec, p->backend_name)) {
+    launch::ResolveEntrypointPath(&p->spec, p->base);
+  }
+  return -1;
+}
+
+// 3. The elements, validated by the backend. What the backend finds (resources this
+// machine or partition lacks) joins the spec's own problems, in one answer (a field
+// already named is not named twice).
+void ExpandAndValidate(PreparedSubmit* p) {
+  if (!p->parsed) return;
+  std::vector<std::string> notes;
+  std::vector<launch::Problem> more;
+  p->elements = launch::ExpandArray(p->spec.array, p->base, &more, &notes);
+  for (const std::string& note : notes) fmt::print(stderr, "cohort submit: note: {}\n", note);
+  if (more.empty()) p->backend->Validate(p->spec, p->elements, &more);
+  std::set<std::string> named;
+  for (const launch::Problem& problem : p->problems) named.insert(problem.where);
+  for (launch::Problem& problem : more) {
+    if (!named.count(problem.where)) p->problems.push_back(std::move(problem));
+  }
+}
+
+// --dry-run: the spec when it was built or merged here (to keep), then the rendering.
+int PrintDryRun(const SubmitFlags& f, const PreparedSubmit& p) {
+  auto rendered = p.backend->Render(p.spec, p.elements);
+  if (!rendered.ok()) return CommandFailed("submit", rendered.status(), kExitBackend);
+  if (!f.command.empty()) {
+    fmt::print("# The job spec built from the command line (save it, e.g. as job.yaml, and "
+               "`cohort submit job.yaml`):\n{}\n# What would be submitted:\n",
+               launch::JobSpecToYaml(p.spec));
+  } else if (p.overridden && p.backend_name != launch::kTargetsBackend) {
+    fmt::print("# The job spec for {} (overrides.{} merged):\n{}\n# What would be "
+               "submitted:\n",
+               p.backend_name, p.backend_name == "k8s" ? "kubernetes" : p.backend_name,
+               launch::JobSpecToYaml(p.spec));
+  }
+  fmt::print("{}", *rendered);
+  return kExitOk;
+}
+
+}  // namespace
+
+int SubmitCommand(const std::vector<std::string>& args) {
+  CLI::App app("Submit a job spec to a backend.", "cohort submit");
+  Common c;
+  c.Add(app);
+  SubmitFlags f;
+  AddSubmitFlags(app, f);
+  // Everything after `--` is the program of a one-line submit, never cohort's flags.
+  const auto dash = std::find(args.begin(), args.end(), "--");
+  if (int rc = ParseCommandLine(app, std::vector<std::string>(args.begin(), dash), "submit");
+      rc >= 0) {
+    return rc;
+  }
+  if (dash != args.end()) f.command.assign(dash + 1, args.end());
+  if (int rc = CheckSubmitForm(app, f); rc >= 0) return rc;
+
+  PreparedSubmit p;
+  if (int rc = ReadSubmittedSpec(f, &p); rc >= 0) return rc;
+  if (int rc = ChooseSubmitBackend(c, f, &p); rc >= 0) return rc;
+  ExpandAndValidate(&p);
+  if (!p.problems.empty()) {  // nothing is submitted with a problem
+    fmt::print(stderr, "cohort submit: {}: {} problem(s); nothing was submitted:\n{}", p.source,
+               p.problems.size(), launch::FormatProblems(p.problems));
+    return kExitInvalidSpec;
+  }
+  if (f.dry_run) return PrintDryRun(f, p);
 
   // 4. Submit and record; wait when asked.
   auto db = OpenDb(c);
   if (!db.ok()) return CommandFailed("submit", db.status(), kExitBackend);
-  auto submitted = launch::SubmitJob(**db, **backend, spec, elements, c.home);
+  auto submitted = launch::SubmitJob(**db, *p.backend, p.spec, p.elements, c.home);
   if (!submitted.ok()) return CommandFailed("submit", submitted.status(), kExitBackend);
   PrintSubmitted(*submitted, c.json, f.wait);
   if (!f.wait) return kExitOk;
-  return WaitForEnd(**db, *submitted, options, c.json);
+  return WaitForEnd(**db, *submitted, p.options, c.json);
 }
 
 int StatusCommand(const std::vector<std::string>& args) {

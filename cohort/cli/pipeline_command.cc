@@ -114,7 +114,7 @@ int Execute(const std::string& name, const std::string& home, int parallel,
   fmt::print("run {}: {}  (cohort pipeline status {})\n", outcome->run_id, pipeline::StateName(outcome->state),
              outcome->run_id);
   if (outcome->state == pipeline::RunState::kSucceeded) return kExitOk;
-  if (outcome->state == pipeline::RunState::kCancelled) return sig ? 128 + sig : kExitJobCancelled;
+  if (outcome->state == pipeline::RunState::kCancelled) return sig ? ExitCodeForSignal(sig) : kExitJobCancelled;
   return kExitWorkerFailed;
 }
 

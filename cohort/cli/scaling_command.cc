@@ -350,7 +350,7 @@ Result<Row> RunAtCount(int k, const std::vector<std::string>& command, const std
       where.nodes() ? fmt::format("{} node(s)", k) : fmt::format("{} worker(s)", k);
   ExitStatus st = WaitAll(children, timeout, what, signal_fd, interrupted);
   row.wall_s = SecondsSince(start);
-  row.exit_code = st.exited ? st.code : 128 + st.signal;
+  row.exit_code = st.exited ? st.code : ExitCodeForSignal(st.signal);
   ReadRun(run_dir + "/metrics", &row);
   if (!st.success()) {
     fmt::print(stderr, "cohort bench scaling: {} failed ({}); see {}/output*.log\n", what,
@@ -400,9 +400,9 @@ void Report(const std::vector<Row>& rows, const std::string& out, const std::str
 
 // --hosts slurm runs inside an allocation with as many nodes as the largest count.
 Status InSlurmAllocation(const std::vector<int>& counts, const std::string& nodes_text) {
-  const char* job = std::getenv("SLURM_JOB_ID");
-  const char* nodes = std::getenv("SLURM_JOB_NUM_NODES");
-  const int have = static_cast<int>(ParseInt64(nodes ? nodes : "").value_or(0));
+  const std::optional<std::string> job = SystemEnv("SLURM_JOB_ID");
+  const int have =
+      static_cast<int>(ParseInt64(SystemEnv("SLURM_JOB_NUM_NODES").value_or("")).value_or(0));
   const int need = *std::max_element(counts.begin(), counts.end());
   if (job && have >= need) return Status::Ok();
   return InvalidArgument("--hosts slurm runs inside a Slurm allocation of at least {} node(s) "
@@ -432,8 +432,7 @@ int ScalingCommand(const std::vector<std::string>& args) {
                  "node counts, e.g. 1,2,3: one agent per network-namespace host (root)");
   app.add_option("--nproc-per-node", nproc, "workers per node with --nodes")
       ->check(CLI::Range(1, 1024));
-  const char* in_allocation = std::getenv("SLURM_JOB_ID");
-  std::string hosts_kind = in_allocation ? "slurm" : "netns";
+  std::string hosts_kind = SystemEnv("SLURM_JOB_ID") ? "slurm" : "netns";
   app.add_option("--hosts", hosts_kind,
                  "with --nodes: netns (network-namespace hosts of this machine, root) or slurm "
                  "(the nodes of this allocation; the default inside one)")
@@ -502,7 +501,7 @@ int ScalingCommand(const std::vector<std::string>& args) {
     if (interrupted) break;  // the hosts of this count are removed as `hosts` goes
   }
   Report(rows, out, nodes_text.empty() ? "workers" : "nodes");
-  if (interrupted) return 128 + interrupted;
+  if (interrupted) return ExitCodeForSignal(interrupted);
   bool all_ok =
       std::all_of(rows.begin(), rows.end(), [](const Row& r) { return r.exit_code == 0; });
   return all_ok ? kExitOk : kExitWorkerFailed;

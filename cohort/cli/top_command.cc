@@ -22,6 +22,7 @@
 
 #include "cohort/agent/job_directory.h"
 #include "cohort/base/exit_codes.h"
+#include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
 #include "cohort/base/worker_env.h"
 #include "cohort/cli/cli_util.h"
@@ -133,8 +134,8 @@ std::string Render(const json& job, const std::string& source, size_t width, int
 }
 
 size_t TerminalWidth() {
-  if (const char* c = std::getenv("COLUMNS")) {
-    if (auto n = ParseInt64(c); n && *n > 20) return static_cast<size_t>(*n);
+  if (const std::optional<std::string> c = SystemEnv("COLUMNS")) {
+    if (auto n = ParseInt64(*c); n && *n > 20) return static_cast<size_t>(*n);
   }
   return 160;
 }

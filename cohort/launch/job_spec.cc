@@ -456,6 +456,50 @@ std::optional<int64_t> ParseMemoryQuantity(const std::string& text) {
   return static_cast<int64_t>(bytes);
 }
 
+namespace {
+
+// `rdzv: {backend, endpoint, port}`. An etcd backend without endpoint is up to the
+// backend: kubernetes deploys one, slurm refuses it (see their Validate).
+void ParseRdzv(Walker& w, const YAML::Node& r, Rendezvous* rdzv) {
+  if (!r.IsMap()) {
+    w.Add("rdzv", "must be a map {backend, endpoint, port}");
+    return;
+  }
+  w.CheckKeys(r, "rdzv", {"backend", "endpoint", "port"});
+  rdzv->backend = w.String(r, "rdzv", "backend").value_or("c10d");
+  if (rdzv->backend == "static" || rdzv->backend == "store") rdzv->backend = "c10d";
+  if (rdzv->backend != "c10d" && rdzv->backend != "etcd") {
+    w.Add("rdzv.backend", fmt::format("'{}' is not c10d or etcd", rdzv->backend));
+  }
+  rdzv->endpoint = w.String(r, "rdzv", "endpoint").value_or("");
+  if (auto p = w.Int(r, "rdzv", "port", 1, 65535)) rdzv->port = static_cast<int>(*p);
+}
+
+// `overrides: {backend: {fields}}` (job_spec.h): each kept as YAML text, validated when it
+// is merged (SpecForBackend).
+void ParseOverrides(Walker& w, const YAML::Node& o, JobSpec* spec) {
+  if (!o.IsMap()) {
+    w.Add("overrides", "must map backends to fields: {kubernetes: {...}, slurm: {...}}");
+  } else {
+    w.CheckKeys(o, "overrides", {"local", "slurm", "kubernetes"});
+    for (const auto& entry : o) {
+      const std::string backend = entry.first.as<std::string>("");
+      if (backend != "local" && backend != "slurm" && backend != "kubernetes") continue;
+      if (!entry.second.IsMap()) {
+        w.Add("overrides." + backend, "must be a map of spec fields (e.g. {queue: gpu})");
+        continue;
+      }
+      if (entry.second["overrides"] || entry.second["targets"]) {
+        w.Add("overrides." + backend, "cannot hold overrides or targets");
+        continue;
+      }
+      spec->overrides[backend] = YAML::Dump(entry.second);
+    }
+  }
+}
+
+}  // namespace
+
 JobSpec ParseJobSpec(const std::string& yaml, std::vector<Problem>* problems) {
   JobSpec spec;
   Walker w(problems);
@@ -527,22 +571,7 @@ JobSpec ParseJobSpec(const std::string& yaml, std::vector<Problem>* problems) {
   spec.queue = w.String(root, "", "queue").value_or("");
   spec.priority = w.String(root, "", "priority").value_or("");
 
-  if (YAML::Node r = root["rdzv"]) {
-    if (!r.IsMap()) {
-      w.Add("rdzv", "must be a map {backend, endpoint, port}");
-    } else {
-      w.CheckKeys(r, "rdzv", {"backend", "endpoint", "port"});
-      spec.rdzv.backend = w.String(r, "rdzv", "backend").value_or("c10d");
-      if (spec.rdzv.backend == "static" || spec.rdzv.backend == "store") spec.rdzv.backend = "c10d";
-      if (spec.rdzv.backend != "c10d" && spec.rdzv.backend != "etcd") {
-        w.Add("rdzv.backend", fmt::format("'{}' is not c10d or etcd", spec.rdzv.backend));
-      }
-      spec.rdzv.endpoint = w.String(r, "rdzv", "endpoint").value_or("");
-      if (auto p = w.Int(r, "rdzv", "port", 1, 65535)) spec.rdzv.port = static_cast<int>(*p);
-      // An etcd backend without endpoint is up to the backend: kubernetes deploys one,
-      // slurm refuses it (see their Validate).
-    }
-  }
+  if (YAML::Node r = root["rdzv"]) ParseRdzv(w, r, &spec.rdzv);
   if (YAML::Node a = root["array"]) ParseArray(w, a, &spec.array);
   if (YAML::Node p = root["placement"]) ParsePlacement(w, p, &spec.placement);
   if (YAML::Node m = root["metrics"]) ParseMetrics(w, m, &spec.metrics);
@@ -554,26 +583,7 @@ JobSpec ParseJobSpec(const std::string& yaml, std::vector<Problem>* problems) {
   if (!spec.array.target_by.empty() && spec.targets.empty()) {
     w.Add("array.target_by", "only used with targets");
   }
-  if (const YAML::Node o = root["overrides"]; o && !o.IsNull()) {
-    if (!o.IsMap()) {
-      w.Add("overrides", "must map backends to fields: {kubernetes: {...}, slurm: {...}}");
-    } else {
-      w.CheckKeys(o, "overrides", {"local", "slurm", "kubernetes"});
-      for (const auto& entry : o) {
-        const std::string backend = entry.first.as<std::string>("");
-        if (backend != "local" && backend != "slurm" && backend != "kubernetes") continue;
-        if (!entry.second.IsMap()) {
-          w.Add("overrides." + backend, "must be a map of spec fields (e.g. {queue: gpu})");
-          continue;
-        }
-        if (entry.second["overrides"] || entry.second["targets"]) {
-          w.Add("overrides." + backend, "cannot hold overrides or targets");
-          continue;
-        }
-        spec.overrides[backend] = YAML::Dump(entry.second);
-      }
-    }
-  }
+  if (const YAML::Node o = root["overrides"]; o && !o.IsNull()) ParseOverrides(w, o, &spec);
   return spec;
 }
 

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cohort/base/exit_codes.h"
 #include "cohort/base/log.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
@@ -521,7 +522,7 @@ class Runner {
       ExitStatus st = Reap(u.child.pid);
       ::close(u.child.pidfd);
       u.done = true;
-      const int code = st.exited ? st.code : 128 + st.signal;
+      const int code = st.exited ? st.code : ExitCodeForSignal(st.signal);
       const std::string out = UnitDir(job_, u.index) + "/output.log";
       const bool stopped = cancelling_ || u.cancel_requested;
       std::string state = st.success() ? "succeeded" : stopped ? "cancelled" : "failed";

@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <set>
 
+#include "cohort/base/exit_codes.h"
 #include "cohort/base/file.h"
 #include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
@@ -680,7 +681,7 @@ std::optional<int> ParseExitCode(std::string_view text) {
   auto code = ParseInt64(parts[0]);
   auto sig = ParseInt64(parts[1]);
   if (!code || !sig || *code < 0 || *sig < 0) return std::nullopt;
-  return *sig != 0 ? 128 + static_cast<int>(*sig) : static_cast<int>(*code);
+  return *sig != 0 ? ExitCodeForSignal(static_cast<int>(*sig)) : static_cast<int>(*code);
 }
 
 std::vector<int> ParseTaskIds(std::string_view text) {

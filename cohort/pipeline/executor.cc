@@ -17,6 +17,7 @@
 
 #include "cohort/base/backoff.h"
 #include "cohort/base/event_fd.h"
+#include "cohort/base/exit_codes.h"
 #include "cohort/base/file.h"
 #include "cohort/base/mutex.h"
 #include "cohort/base/strings.h"
@@ -436,7 +437,7 @@ class Execution {
       r.exit_code = 0;
     } else {
       r.state = StepState::kFailed;
-      r.exit_code = st.exited ? st.code : 128 + st.signal;
+      r.exit_code = st.exited ? st.code : ExitCodeForSignal(st.signal);
       r.detail = st.Describe();
     }
     return r;

@@ -401,6 +401,39 @@ std::vector<size_t> TopologicalOrder(const PipelineSpec& spec, std::vector<Probl
   return order;
 }
 
+namespace {
+
+// `workspace: {claim, path}` (pipeline_spec.h); the parameters are parsed before it.
+void ParseWorkspace(Walker& w, const YAML::Node& ws, PipelineSpec* spec) {
+  if (!ws.IsMap()) {
+    w.Add("workspace", "must be a map: {claim: NAME, path: /workspace}");
+  } else {
+    w.CheckKeys(ws, "workspace", {"claim", "path"});
+    Workspace space;
+    space.claim = w.String(ws, "workspace", "claim").value_or("");
+    space.path = w.String(ws, "workspace", "path").value_or(space.path);
+    if (space.claim.empty()) {
+      w.Add("workspace.claim", "required: the PersistentVolumeClaim every step mounts");
+    } else if (auto uses = FindTemplates(space.claim); !uses.ok()) {
+      w.Add("workspace.claim", uses.status().message());
+    } else {
+      for (const auto& u : *uses) {
+        if (u.ref.kind != Ref::Kind::kParam || spec->FindParam(u.ref.param) == nullptr) {
+          w.Add("workspace.claim", fmt::format("{{{{{}}}}}: only parameters of the pipeline "
+                                               "can name the claim",
+                                               u.ref.ToString()));
+        }
+      }
+    }
+    if (space.path.empty() || space.path[0] != '/') {
+      w.Add("workspace.path", fmt::format("'{}' must be an absolute path", space.path));
+    }
+    spec->workspace = space;
+  }
+}
+
+}  // namespace
+
 PipelineSpec ParsePipelineSpec(const std::string& yaml, const std::string& base_dir,
                                std::vector<Problem>* problems) {
   PipelineSpec spec;
@@ -432,33 +465,7 @@ PipelineSpec ParsePipelineSpec(const std::string& yaml, const std::string& base_
     w.Add("name", fmt::format("'{}' must be lowercase letters, digits and '-'", spec.name));
   }
   if (YAML::Node p = root["parameters"]; p && !p.IsNull()) ParseParameters(w, p, &spec);
-  if (YAML::Node ws = root["workspace"]; ws && !ws.IsNull()) {
-    if (!ws.IsMap()) {
-      w.Add("workspace", "must be a map: {claim: NAME, path: /workspace}");
-    } else {
-      w.CheckKeys(ws, "workspace", {"claim", "path"});
-      Workspace space;
-      space.claim = w.String(ws, "workspace", "claim").value_or("");
-      space.path = w.String(ws, "workspace", "path").value_or(space.path);
-      if (space.claim.empty()) {
-        w.Add("workspace.claim", "required: the PersistentVolumeClaim every step mounts");
-      } else if (auto uses = FindTemplates(space.claim); !uses.ok()) {
-        w.Add("workspace.claim", uses.status().message());
-      } else {
-        for (const auto& u : *uses) {
-          if (u.ref.kind != Ref::Kind::kParam || spec.FindParam(u.ref.param) == nullptr) {
-            w.Add("workspace.claim", fmt::format("{{{{{}}}}}: only parameters of the pipeline "
-                                                 "can name the claim",
-                                                 u.ref.ToString()));
-          }
-        }
-      }
-      if (space.path.empty() || space.path[0] != '/') {
-        w.Add("workspace.path", fmt::format("'{}' must be an absolute path", space.path));
-      }
-      spec.workspace = space;
-    }
-  }
+  if (YAML::Node ws = root["workspace"]; ws && !ws.IsNull()) ParseWorkspace(w, ws, &spec);
   YAML::Node steps = root["steps"];
   if (!steps || !steps.IsSequence() || steps.size() == 0) {
     w.Add("steps", "required: a list of steps");

@@ -24,6 +24,8 @@ void Check(const Status& st) {
   if (!st.ok()) throw std::runtime_error(st.ToString());
 }
 
+void BindFoundSnapshot(py::module_& m);
+
 }  // namespace
 
 void BindSnapshots(py::module_& m) {
@@ -85,6 +87,13 @@ void BindSnapshots(py::module_& m) {
         d["last_blocking_seconds"] = s.last_blocking_seconds;
         return d;
       });
+  BindFoundSnapshot(m);
+}
+
+namespace {
+
+// NewestSnapshot's answer: the snapshot found, its payload a buffer over the mapped file.
+void BindFoundSnapshot(py::module_& m) {
   // The found snapshot's payload, readable as a buffer (memoryview) that keeps the mapping.
   struct Payload {
     std::shared_ptr<const train::MappedFile> file;
@@ -130,5 +139,7 @@ void BindSnapshots(py::module_& m) {
       "The newest valid snapshot or checkpoint on this node (a FoundSnapshot, mapped), or "
       "None.");
 }
+
+}  // namespace
 
 }  // namespace cohort::torch_backend

@@ -259,6 +259,51 @@ Result<TrainState> StateCodec::Decode(CheckpointView blob, const std::string& pa
   return state;
 }
 
+namespace {
+
+// A parameter of the optimizer and its state's fields in the payload.
+struct OptParam {
+  torch::Tensor param;
+  std::map<std::string, std::pair<const char*, size_t>> fields;  // field -> (bytes, n)
+};
+
+// The optimizer's state from checked records (`steps`: Adam's step count per parameter).
+void RestoreOptimizerState(const std::string& optimizer_name, const json& steps,
+                           std::map<std::string, OptParam>& opt_params,
+                           torch::optim::Optimizer& optimizer) {
+  auto tensor_from = [](const torch::Tensor& like, std::pair<const char*, size_t> bytes) {
+    torch::Tensor t = torch::empty_like(like, torch::MemoryFormat::Contiguous);
+    std::memcpy(t.data_ptr(), bytes.first, bytes.second);
+    return t;
+  };
+  optimizer.state().clear();
+  for (auto& [id, op] : opt_params) {
+    if (op.fields.empty()) continue;
+    const std::string key = c10::guts::to_string(op.param.unsafeGetTensorImpl());
+    if (optimizer_name == "sgd") {
+      auto st = std::make_unique<torch::optim::SGDParamState>();
+      if (op.fields.count("momentum_buffer")) {
+        st->momentum_buffer(tensor_from(op.param, op.fields["momentum_buffer"]));
+      }
+      optimizer.state()[key] = std::move(st);
+    } else {
+      auto st = std::make_unique<torch::optim::AdamParamState>();
+      st->step(steps.contains(id) && steps[id].is_number_integer() ? steps[id].get<int64_t>()
+                                                                    : 0);
+      auto field = [&](const char* name) {
+        auto it = op.fields.find(name);
+        return it == op.fields.end() ? torch::Tensor() : tensor_from(op.param, it->second);
+      };
+      st->exp_avg(field("exp_avg"));
+      st->exp_avg_sq(field("exp_avg_sq"));
+      st->max_exp_avg_sq(field("max_exp_avg_sq"));
+      optimizer.state()[key] = std::move(st);
+    }
+  }
+}
+
+}  // namespace
+
 // Every record is checked against the model and optimizer before anything is copied, so
 // a bad file leaves them untouched (the checksum already matched: copying cannot fail).
 Status StateCodec::DecodeRaw(const json& meta, std::string_view payload, const std::string& what,
@@ -271,10 +316,6 @@ Status StateCodec::DecodeRaw(const json& meta, std::string_view payload, const s
   for (auto& b : model.named_buffers(true)) {
     if (b.value().defined()) targets["buffer:" + b.key()] = b.value();
   }
-  struct OptParam {
-    torch::Tensor param;
-    std::map<std::string, std::pair<const char*, size_t>> fields;  // field -> (bytes, n)
-  };
   std::map<std::string, OptParam> opt_params;  // "<group>.<index>"
   if (optimizer != nullptr) {
     auto& groups = optimizer->param_groups();
@@ -343,37 +384,7 @@ Status StateCodec::DecodeRaw(const json& meta, std::string_view payload, const s
     torch::NoGradGuard no_grad;
     for (auto& [dst, src] : copies) std::memcpy(dst.data_ptr(), src, dst.nbytes());
   }
-  auto tensor_from = [](const torch::Tensor& like, std::pair<const char*, size_t> bytes) {
-    torch::Tensor t = torch::empty_like(like, torch::MemoryFormat::Contiguous);
-    std::memcpy(t.data_ptr(), bytes.first, bytes.second);
-    return t;
-  };
-  if (optimizer != nullptr) {
-    optimizer->state().clear();
-    for (auto& [id, op] : opt_params) {
-      if (op.fields.empty()) continue;
-      const std::string key = c10::guts::to_string(op.param.unsafeGetTensorImpl());
-      if (optimizer_name_ == "sgd") {
-        auto st = std::make_unique<torch::optim::SGDParamState>();
-        if (op.fields.count("momentum_buffer")) {
-          st->momentum_buffer(tensor_from(op.param, op.fields["momentum_buffer"]));
-        }
-        optimizer->state()[key] = std::move(st);
-      } else {
-        auto st = std::make_unique<torch::optim::AdamParamState>();
-        st->step(steps.contains(id) && steps[id].is_number_integer() ? steps[id].get<int64_t>()
-                                                                      : 0);
-        auto field = [&](const char* name) {
-          auto it = op.fields.find(name);
-          return it == op.fields.end() ? torch::Tensor() : tensor_from(op.param, it->second);
-        };
-        st->exp_avg(field("exp_avg"));
-        st->exp_avg_sq(field("exp_avg_sq"));
-        st->max_exp_avg_sq(field("max_exp_avg_sq"));
-        optimizer->state()[key] = std::move(st);
-      }
-    }
-  }
+  if (optimizer != nullptr) RestoreOptimizerState(optimizer_name_, steps, opt_params, *optimizer);
   torch::Tensor rng_state = torch::empty({static_cast<int64_t>(rng_bytes)}, torch::kUInt8);
   std::memcpy(rng_state.data_ptr(), rng, rng_bytes);
   try {
