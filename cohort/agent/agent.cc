@@ -123,6 +123,9 @@ class Agent::Impl {
   // The steps of RunRounds, in order. Setup opens the signal fd, the store and the zygote; a
   // result is the agent's answer (it could not start).
   std::optional<AgentResult> Setup();
+  // A warm spare (--standby with a warm interpreter): waits (bounded) until the
+  // interpreter is ready; a result only when a termination signal came meanwhile.
+  std::optional<AgentResult> WarmUpSpare();
   // Remembers the round and publishes it (metrics, events, log). `first`: the job's first
   // round here; `live`: the workers stay and re-form in it.
   void RecordRound(const RendezvousInfo& info, bool first, bool live);
@@ -1181,34 +1184,39 @@ AgentResult Agent::Impl::Run() {
   return result;
 }
 
+// A warm spare is warm before it waits: the interpreter has imported what the workers
+// need, so that an admission costs a fork. Waits until the interpreter answers (bounded),
+// or a termination signal ends the agent.
+std::optional<AgentResult> Agent::Impl::WarmUpSpare() {
+  const Deadline by = Deadline::After(std::chrono::minutes(10));
+  if (const int fd = zygote_->ready_fd(); fd >= 0) {
+    pollfd fds[2] = {{fd, POLLIN, 0}, {signal_fd_, POLLIN, 0}};
+    while (!fds[0].revents && !by.expired()) {
+      if (::poll(fds, 2, by.PollTimeoutMs()) < 0 && errno != EINTR) break;
+      signalfd_siginfo si{};
+      if (fds[1].revents && ::read(signal_fd_, &si, sizeof(si)) == sizeof(si) &&
+          IsTermination(static_cast<int>(si.ssi_signo))) {
+        const int sig = static_cast<int>(si.ssi_signo);
+        return AgentResult{ExitCodeForSignal(sig),
+                           fmt::format("cohort: stopped by {} while warming up", strsignal(sig))};
+      }
+    }
+  }
+  const Status ready = zygote_->Ready(Deadline::AfterMs(1000));
+  if (ready.ok()) {
+    COHORT_LOG_INFO(kLog, "warm spare: the interpreter is ready; waiting for a place");
+  } else {
+    COHORT_LOG_WARN(kLog, "the warm interpreter cannot start workers ({}); they start fresh",
+                    ready.message());
+    zygote_.reset();
+  }
+  return std::nullopt;
+}
+
 AgentResult Agent::Impl::RunRounds() {
   if (auto early = Setup()) return *early;
   if (o_.rdzv.standby && zygote_) {
-    // A warm spare is warm before it waits: the interpreter has imported what the workers
-    // need, so that an admission costs a fork.
-    // Until the interpreter answers (bounded), or a termination signal ends the agent.
-    const Deadline by = Deadline::After(std::chrono::minutes(10));
-    if (const int fd = zygote_->ready_fd(); fd >= 0) {
-      pollfd fds[2] = {{fd, POLLIN, 0}, {signal_fd_, POLLIN, 0}};
-      while (!fds[0].revents && !by.expired()) {
-        if (::poll(fds, 2, by.PollTimeoutMs()) < 0 && errno != EINTR) break;
-        signalfd_siginfo si{};
-        if (fds[1].revents && ::read(signal_fd_, &si, sizeof(si)) == sizeof(si) &&
-            IsTermination(static_cast<int>(si.ssi_signo))) {
-          const int sig = static_cast<int>(si.ssi_signo);
-          return {ExitCodeForSignal(sig), fmt::format("cohort: stopped by {} while warming up",
-                                         strsignal(sig))};
-        }
-      }
-    }
-    const Status ready = zygote_->Ready(Deadline::AfterMs(1000));
-    if (ready.ok()) {
-      COHORT_LOG_INFO(kLog, "warm spare: the interpreter is ready; waiting for a place");
-    } else {
-      COHORT_LOG_WARN(kLog, "the warm interpreter cannot start workers ({}); they start fresh",
-                      ready.message());
-      zygote_.reset();
-    }
+    if (auto stopped = WarmUpSpare()) return *stopped;
   }
   bool keep = false;  // the workers stay and are told the next round
   for (bool first = true;; first = false) {

@@ -674,6 +674,65 @@ Result<FailureRecord> Rendezvous::GetFailure(int64_t round) {
 // ended, and its watcher is woken by it (the step waits for `next` or that key). The beats
 // then only catch hung agents and silent hosts, so they come once per liveness period
 // (dead timeout / 3). Without a will, once per dead timeout / 4 (BeatPeriod).
+// The first step of a round on a store without wills (WatchStep).
+Result<std::optional<RoundEnd>> Rendezvous::FirstStepWithoutWill(const RendezvousInfo& info,
+                                                                 Deadline wake, double spread) {
+  const int64_t round = info.round;
+  // No beat yet (the watched peer is judged from the end of this step: it may not beat
+  // before then either): the first beats of the nodes of a round that just closed would
+  // compete with the joins still in flight. A large round's nodes do not even watch for
+  // the round's end in this step, on a store where that is a request (etcd: thousands of
+  // watches at once cost it more than the joins; docs/scale.md): the beat that ends the
+  // step reads `next`, so a round that ends this early is learned up to a period late.
+  if (quiet_) {
+    Status idle = store_->Idle(wake);
+    if (idle.ok()) {
+      if (info.slot == 1 && DeadTimeout(info) > config_.dead_timeout) {
+        COHORT_LOG_WARN(kLog,
+                        "round {}: {} nodes beat every {:.1f} s (at most {} beats a second "
+                        "in all), so a silent node is found after {:.0f} s, not the dead "
+                        "timeout of {:.0f} s",
+                        round, info.group_world_size, Seconds(BeatPeriod(info)),
+                        config_.quiet_beats_per_s, Seconds(DeadTimeout(info)),
+                        Seconds(config_.dead_timeout));
+      }
+      watched_change_ = SteadyClock::now();
+      return std::optional<RoundEnd>();
+    }
+    if (idle.code() != StatusCode::kFailedPrecondition) return idle;
+    quiet_ = false;  // the store offers no idle wait: an ordinary round
+    quiet_period_ = Duration{};
+    wake = Deadline::After(std::chrono::duration_cast<Duration>(BeatPeriod(info) * spread));
+  }
+  // Else: wait for the round's end, from the moment this node joined (etcd: one watch,
+  // where a beat is a txn and a watch).
+  int64_t since = info.joined_at;
+  auto ended = store_->GetSince(RoundKey(round, "next"), &since, wake);
+  // The watched peer's silence counts from here, as it too may not beat before now.
+  watched_change_ = SteadyClock::now();
+  if (IsTimeout(ended)) return std::optional<RoundEnd>();
+  COHORT_ASSIGN_OR_RETURN(std::string next, std::move(ended));
+  return std::optional<RoundEnd>(RoundEnd::Decode(next));
+}
+
+// The watched peer `silent` (its slot) is taken for dead: the round ends, its next read.
+Result<std::optional<RoundEnd>> Rendezvous::DeclarePeerDead(const RendezvousInfo& info,
+                                                            int silent,
+                                                            const std::optional<std::string>& gone) {
+  const int64_t round = info.round;
+  const std::string host = PeerHost(round, silent);
+  RoundEnd dead{RoundEnd::Kind::kDeadNode,
+                gone ? fmt::format("node {} ({}): {}", silent - 1, host, *gone)
+                     : fmt::format("node {} ({}) stopped sending heartbeats", silent - 1, host)};
+  COHORT_LOG_WARN(kLog, "round {}: {}", round, dead.detail);
+  FailureRecord record;
+  record.host = host;
+  record.message = dead.detail;
+  COHORT_RETURN_IF_ERROR(EndRound(round, dead, &record, info.group_world_size - 1).status());
+  COHORT_ASSIGN_OR_RETURN(std::string next, store_->Get(RoundKey(round, "next"), CallDeadline()));
+  return std::optional<RoundEnd>(RoundEnd::Decode(next));
+}
+
 Result<std::optional<RoundEnd>> Rendezvous::WatchStep(const RendezvousInfo& info, bool beat) {
   const int64_t round = info.round;
   const bool watching = info.group_world_size > 1 && StartWatching(info);
@@ -699,44 +758,7 @@ Result<std::optional<RoundEnd>> Rendezvous::WatchStep(const RendezvousInfo& info
   const double spread = 0.1 + 0.9 * RandomUnit();
   Deadline wake = Deadline::After(first ? std::chrono::duration_cast<Duration>(period * spread)
                                         : period);
-  if (first && !will_left_) {
-    // No beat yet (the watched peer is judged from the end of this step: it may not beat
-    // before then either): the first beats of the nodes of a round that just closed would
-    // compete with the joins still in flight. A large round's nodes do not even watch for
-    // the round's end in this step, on a store where that is a request (etcd: thousands of
-    // watches at once cost it more than the joins; docs/scale.md): the beat that ends the
-    // step reads `next`, so a round that ends this early is learned up to a period late.
-    if (quiet_) {
-      Status idle = store_->Idle(wake);
-      if (idle.ok()) {
-        if (info.slot == 1 && DeadTimeout(info) > config_.dead_timeout) {
-          COHORT_LOG_WARN(kLog,
-                          "round {}: {} nodes beat every {:.1f} s (at most {} beats a second "
-                          "in all), so a silent node is found after {:.0f} s, not the dead "
-                          "timeout of {:.0f} s",
-                          round, info.group_world_size, Seconds(BeatPeriod(info)),
-                          config_.quiet_beats_per_s, Seconds(DeadTimeout(info)),
-                          Seconds(config_.dead_timeout));
-        }
-        watched_change_ = SteadyClock::now();
-        return std::optional<RoundEnd>();
-      }
-      if (idle.code() != StatusCode::kFailedPrecondition) return idle;
-      quiet_ = false;  // the store offers no idle wait: an ordinary round
-      quiet_period_ = Duration{};
-      period = BeatPeriod(info);
-      wake = Deadline::After(std::chrono::duration_cast<Duration>(period * spread));
-    }
-    // Else: wait for the round's end, from the moment this node joined (etcd: one watch,
-    // where a beat is a txn and a watch).
-    int64_t since = info.joined_at;
-    auto ended = store_->GetSince(RoundKey(round, "next"), &since, wake);
-    // The watched peer's silence counts from here, as it too may not beat before now.
-    watched_change_ = SteadyClock::now();
-    if (IsTimeout(ended)) return std::optional<RoundEnd>();
-    COHORT_ASSIGN_OR_RETURN(std::string next, std::move(ended));
-    return std::optional<RoundEnd>(RoundEnd::Decode(next));
-  }
+  if (first && !will_left_) return FirstStepWithoutWill(info, wake, spread);
   std::vector<std::string> peek;
   std::vector<std::string> wait = {RoundKey(round, "next")};
   if (watching) {
@@ -785,17 +807,7 @@ Result<std::optional<RoundEnd>> Rendezvous::WatchStep(const RendezvousInfo& info
   COHORT_ASSIGN_OR_RETURN(int silent, JudgeWatchedPeer(info, peer_beat, step.peeked_age_ms[0],
                                                        gone.has_value(), now));
   if (silent == 0) return rest();
-  const std::string host = PeerHost(round, silent);
-  RoundEnd dead{RoundEnd::Kind::kDeadNode,
-                gone ? fmt::format("node {} ({}): {}", silent - 1, host, *gone)
-                     : fmt::format("node {} ({}) stopped sending heartbeats", silent - 1, host)};
-  COHORT_LOG_WARN(kLog, "round {}: {}", round, dead.detail);
-  FailureRecord record;
-  record.host = host;
-  record.message = dead.detail;
-  COHORT_RETURN_IF_ERROR(EndRound(round, dead, &record, info.group_world_size - 1).status());
-  COHORT_ASSIGN_OR_RETURN(std::string next, store_->Get(RoundKey(round, "next"), CallDeadline()));
-  return std::optional<RoundEnd>(RoundEnd::Decode(next));
+  return DeclarePeerDead(info, silent, gone);
 }
 
 Deadline Rendezvous::GraceDeadline(Deadline join_deadline) const {

@@ -241,6 +241,11 @@ class Rendezvous {
                                   Deadline join_deadline);
   RendezvousInfo MakeInfo(int64_t round, int64_t slot, Published published,
                           int64_t restarts) const;
+  // WatchStep's parts: the first step on a store without wills, and a silent peer's end.
+  Result<std::optional<RoundEnd>> FirstStepWithoutWill(const RendezvousInfo& info,
+                                                       Deadline wake, double spread);
+  Result<std::optional<RoundEnd>> DeclarePeerDead(const RendezvousInfo& info, int silent,
+                                                  const std::optional<std::string>& gone);
   // The watcher's ring (WatchStep): which peer to watch, and whether it went silent.
   bool StartWatching(const RendezvousInfo& info);
   Result<int> JudgeWatchedPeer(const RendezvousInfo& info, const std::optional<std::string>& beat,
