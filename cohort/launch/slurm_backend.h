@@ -105,5 +105,14 @@ void CheckSpec(const JobSpec& spec, std::vector<Problem>* problems);
 // "<log_dir>/slurm-<id>.out" or "<log_dir>/slurm-<id>_<index>.out".
 std::string OutputPath(const std::string& log_dir, const std::string& slurm_id, int element);
 
+// A field of a record ("" when absent); an element (or job) from its record.
+std::string Field(const Record& r, const std::string& key);
+ElementRecord ElementFromRecord(const Record& r);
+// "2026-11-29T14:56:12" (the controller's local time) -> unix seconds; 0 for Unknown/None.
+double ParseSlurmTime(const std::string& text);
+// --cpus-per-task and --mem (MiB) of a spec: 0 when it asks for none.
+int CpusPerTask(const JobSpec& spec);
+int64_t MemoryMib(const JobSpec& spec);
+
 }  // namespace slurm
 }  // namespace cohort::launch
