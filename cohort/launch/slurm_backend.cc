@@ -92,6 +92,19 @@ Status WritePrivateFile(const std::string& path, const std::string& text) {
 
 // The output of one Slurm client command.
 struct CommandOutput : CapturedOutput {
+  // The controller (or this client's configuration) is out of reach, as the client's own
+  // output says: trying later, or from a configured machine, may work (kUnavailable);
+  // anything else is Slurm refusing the request (kFailedPrecondition).
+  bool Unreachable() const {
+    const std::string& text = err.empty() ? out : err;
+    return text.find("Could not establish a configuration source") != std::string::npos ||
+           text.find("Unable to contact slurm controller") != std::string::npos ||
+           text.find("Connection refused") != std::string::npos ||
+           text.find("Socket timed out") != std::string::npos;
+  }
+  StatusCode FailureCode() const {
+    return Unreachable() ? StatusCode::kUnavailable : StatusCode::kFailedPrecondition;
+  }
   // What went wrong, in one line where Slurm's own words are a screenful.
   std::string Message() const {
     std::string text(Trim(err.empty() ? out : err));
@@ -124,13 +137,6 @@ Result<CommandOutput> RunCommand(const std::vector<std::string>& argv,
                                                            : r.status().code(),
                 fmt::format("cannot run {}: {} (is the Slurm client installed here?)", argv[0],
                             r.status().message()));
-}
-
-bool ControllerUnreachable(const std::string& message) {
-  return message.find("controller does not answer") != std::string::npos ||
-         message.find("found no configuration") != std::string::npos ||
-         message.find("Connection refused") != std::string::npos ||
-         message.find("Socket timed out") != std::string::npos;
 }
 
 class SlurmBackend final : public Backend {
@@ -199,9 +205,7 @@ class SlurmBackend final : public Backend {
                                                         Deadline::AfterMs(kCommandTimeoutMs)));
     if (!r.status.success()) {
       const std::string why = r.Message();
-      return Status(
-          ControllerUnreachable(why) ? StatusCode::kUnavailable : StatusCode::kFailedPrecondition,
-          fmt::format("sbatch {}: {}", path, why));
+      return Status(r.FailureCode(), fmt::format("sbatch {}: {}", path, why));
     }
     // --parsable prints "<id>" or "<id>;<cluster>".
     std::string id(Trim(r.out.substr(0, r.out.find(';'))));
@@ -274,9 +278,7 @@ class SlurmBackend final : public Backend {
       return FailedPrecondition("Slurm job {} has already ended", id);
     }
     if (r.status.success()) return Status::Ok();
-    return Status(
-        ControllerUnreachable(why) ? StatusCode::kUnavailable : StatusCode::kFailedPrecondition,
-        fmt::format("scancel {}: {}", id, why));
+    return Status(r.FailureCode(), fmt::format("scancel {}: {}", id, why));
   }
 
   Result<std::string> LogPath(const JobRecord& job, int element, int rank) override {
