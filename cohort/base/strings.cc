@@ -9,7 +9,6 @@
 #include <charconv>
 #include <random>
 
-#include "cohort/base/settings.h"
 
 namespace cohort {
 

@@ -6,7 +6,6 @@
 
 #include <fmt/format.h>
 
-#include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
 #include "cohort/base/subprocess.h"
 

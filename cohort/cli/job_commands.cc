@@ -19,7 +19,6 @@
 #include "cohort/base/backoff.h"
 #include "cohort/base/exit_codes.h"
 #include "cohort/base/file.h"
-#include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
 #include "cohort/base/time.h"
 #include "cohort/cli/cli_util.h"

@@ -15,7 +15,6 @@
 
 #include "cohort/base/exit_codes.h"
 #include "cohort/base/file.h"
-#include "cohort/base/settings.h"
 #include "cohort/cli/cli_util.h"
 #include "cohort/cli/exec_sibling.h"
 #include "cohort/launch/local_backend.h"

@@ -10,7 +10,6 @@
 #include <regex>
 
 #include "cohort/base/file.h"
-#include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
 #include "cohort/launch/spec_walker.h"
 

@@ -3,7 +3,7 @@
 
 #include <filesystem>
 
-#include "cohort/base/settings.h"
+#include "cohort/base/strings.h"
 #include "cohort/launch/sql_db.h"
 
 namespace cohort::launch {

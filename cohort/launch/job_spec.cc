@@ -12,7 +12,6 @@
 #include <tuple>
 
 #include "cohort/base/file.h"
-#include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
 #include "cohort/launch/spec_walker.h"
 

@@ -16,7 +16,6 @@
 #include <utility>
 #include <vector>
 
-#include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
 #include "cohort/base/subprocess.h"
 #include "cohort/base/worker_env.h"

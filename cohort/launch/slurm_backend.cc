@@ -21,7 +21,6 @@
 
 #include "cohort/base/exit_codes.h"
 #include "cohort/base/file.h"
-#include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
 #include "cohort/base/subprocess.h"
 #include "cohort/base/time.h"

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cctype>
 
-#include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
 
 namespace cohort::launch {

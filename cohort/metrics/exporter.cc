@@ -15,7 +15,6 @@
 
 #include "cohort/base/log.h"
 #include "cohort/base/mutex.h"
-#include "cohort/base/settings.h"
 #include "cohort/base/time.h"
 #include "cohort/base/worker_env.h"
 

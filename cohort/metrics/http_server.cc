@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "cohort/base/settings.h"
+#include "cohort/base/strings.h"
 #include "cohort/base/time.h"
 #include "cohort/metrics/exporter.h"
 

@@ -11,7 +11,6 @@
 #include <thread>
 
 #include "cohort/base/json_bounded.h"
-#include "cohort/base/settings.h"
 #include "cohort/metrics/json_read.h"
 
 namespace cohort::metrics {

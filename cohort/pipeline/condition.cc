@@ -8,7 +8,6 @@
 #include <cmath>
 #include <regex>
 
-#include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
 
 namespace cohort::pipeline {

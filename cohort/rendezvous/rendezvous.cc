@@ -7,7 +7,6 @@
 #include "cohort/base/backoff.h"
 #include "cohort/base/json_bounded.h"
 #include "cohort/base/log.h"
-#include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
 #include "cohort/base/worker_env.h"
 

@@ -25,7 +25,6 @@
 #include "cohort/base/json_bounded.h"
 #include "cohort/base/log.h"
 #include "cohort/base/mutex.h"
-#include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
 
 namespace cohort::store {

@@ -1,7 +1,7 @@
 // Implements KvState. Not thread-safe by itself (see kv_state.h).
 #include "cohort/store/kv_state.h"
 
-#include "cohort/base/settings.h"
+#include "cohort/base/strings.h"
 
 namespace cohort::store {
 

@@ -114,3 +114,16 @@ def test_no_source_file_grows_past_800_lines():
         if n > LONG_FILES_TO_SPLIT.get(rel, 800):
             over.append("%s: %d lines (at most %d)" % (rel, n, LONG_FILES_TO_SPLIT.get(rel, 800)))
     assert not over, "split these at their seams:\n" + "\n".join(over)
+
+
+def test_no_file_includes_settings_without_using_it():
+    idle = []
+    for p in (REPO / "cohort").rglob("*"):
+        if p.suffix not in (".cc", ".h"):
+            continue
+        text = p.read_text(errors="replace")
+        if '#include "cohort/base/settings.h"' in text and p.name not in ("settings.cc",) and \
+                not re.search(r"settings::|SystemEnv|SettingInfo|AllSettings|Setting<|SettingBase",
+                              text):
+            idle.append(str(p.relative_to(REPO)))
+    assert not idle, "these include base/settings.h and use nothing from it: %s" % idle
