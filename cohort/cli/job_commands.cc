@@ -15,6 +15,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "cohort/base/backoff.h"
 #include "cohort/base/exit_codes.h"
@@ -345,15 +346,10 @@ std::string OneLineSpecYaml(const SubmitFlags& f, std::vector<launch::Problem>* 
   spec.image = f.image;
   spec.nproc_per_node = f.nproc_per_node;
   spec.resources.gpu = f.gpu;
-  const std::vector<std::string> parts = Split(f.nnodes, ':', /*skip_empty=*/false);
-  const std::optional<int64_t> lo = ParseInt64(parts[0]);
-  const std::optional<int64_t> hi = parts.size() == 2 ? ParseInt64(parts[1]) : lo;
-  if (parts.size() > 2 || !lo || !hi || *lo < 1 || *hi < *lo || *hi > 100000) {
-    problems->push_back({"--nnodes", fmt::format("'{}' is not N or MIN:MAX (e.g. 2 or 1:4)",
-                                                 f.nnodes)});
+  if (auto range = launch::ParseNnodesText(f.nnodes); !range.ok()) {
+    problems->push_back({"--nnodes", range.status().message()});
   } else {
-    spec.min_nodes = static_cast<int>(*lo);
-    spec.max_nodes = static_cast<int>(*hi);
+    std::tie(spec.min_nodes, spec.max_nodes) = *range;
   }
   spec.name = f.name;
   if (spec.name.empty()) {  // the program's name as a DNS label: train.py -> train
@@ -368,17 +364,6 @@ std::string OneLineSpecYaml(const SubmitFlags& f, std::vector<launch::Problem>* 
     spec.name = stem.empty() ? "job" : stem;
   }
   return launch::JobSpecToYaml(spec);
-}
-
-// Local and Slurm nodes see this machine's files (Slurm: a shared file system); pods see
-// their image's.
-bool SharesThisMachinesFiles(const launch::JobSpec& spec, const std::string& backend) {
-  if (backend == launch::kTargetsBackend) {
-    return std::none_of(spec.targets.begin(), spec.targets.end(), [](const launch::Target& t) {
-      return t.backend == "kubernetes" || t.backend == "k8s";
-    });
-  }
-  return backend == "local" || backend == "slurm";
 }
 
 void PrintSubmitted(const JobRecord& job, bool json, bool wait) {
@@ -502,7 +487,7 @@ int ChooseSubmitBackend(const Common& c, const SubmitFlags& f, PreparedSubmit* p
   } else {
     p->spec = launch::SpecForBackend(p->spec, p->backend_name, &p->problems);
   }
-  if (SharesThisMachinesFiles(p->spec, p->backend_name)) {
+  if (launch::SharesSubmitHostFiles(p->spec, p->backend_name)) {
     launch::ResolveEntrypointPath(&p->spec, p->base);
   }
   return -1;
@@ -710,6 +695,25 @@ const launch::ElementRecord* FindElement(const JobStatus& s, int index) {
   return nullptr;
 }
 
+// After a cancel: polls the backend (no event to wait on) until the job, or its element
+// `element` (>= 0), reaches a final state or `timeout` passes. Whether it ended, and the
+// last state seen ("unknown" when it could not be read).
+std::pair<bool, std::string> PollUntilEnded(OpenedJob& o, int element, double timeout) {
+  Backoff poll(std::chrono::milliseconds(50), std::chrono::milliseconds(500),
+               Deadline::After(std::chrono::duration_cast<Duration>(
+                   std::chrono::duration<double>(timeout))));
+  for (;;) {
+    auto s = launch::RefreshJob(*o.db, *o.backend, o.job);
+    const launch::ElementRecord* e = s.ok() && element >= 0 ? FindElement(*s, element) : nullptr;
+    const std::string state = !s.ok() ? "unknown"
+                              : element < 0 ? s->state
+                              : e != nullptr ? e->state
+                                             : "unknown";
+    if (launch::IsFinalState(state)) return {true, state};
+    if (!poll.Sleep()) return {false, state};
+  }
+}
+
 // `cohort cancel JOB --element I`: stops one element, waits (until `timeout`) for it to end.
 int CancelOneElement(OpenedJob& o, int element, double timeout) {
   JobRecord& job = o.job;
@@ -733,23 +737,14 @@ int CancelOneElement(OpenedJob& o, int element, double timeout) {
     fmt::print(stderr, "cohort cancel: job {} element {}: {}\n", job.id, element, s.message());
     return s.code() == StatusCode::kFailedPrecondition ? kExitInvalidValue : kExitBackend;
   }
-  // Polling the backend for the element's end, until --timeout.
-  Backoff poll(std::chrono::milliseconds(50), std::chrono::milliseconds(500),
-               Deadline::After(std::chrono::duration_cast<Duration>(
-                   std::chrono::duration<double>(timeout))));
-  for (;;) {
-    auto s = launch::RefreshJob(*o.db, *o.backend, job);
-    e = s.ok() ? FindElement(*s, element) : nullptr;
-    if (e != nullptr && launch::IsFinalState(e->state)) {
-      fmt::print("job {} element {}: {}\n", job.id, element, e->state);
-      return kExitOk;
-    }
-    if (!poll.Sleep()) {
-      fmt::print(stderr, "cohort cancel: element {} of job {} asked to stop; still {} after {} s\n",
-                 element, job.id, e ? e->state : "unknown", timeout);
-      return kExitBackend;
-    }
+  const auto [ended, state] = PollUntilEnded(o, element, timeout);
+  if (!ended) {
+    fmt::print(stderr, "cohort cancel: element {} of job {} asked to stop; still {} after {} s\n",
+               element, job.id, state, timeout);
+    return kExitBackend;
   }
+  fmt::print("job {} element {}: {}\n", job.id, element, state);
+  return kExitOk;
 }
 
 }  // namespace
@@ -779,22 +774,14 @@ int CancelCommand(const std::vector<std::string>& args) {
     fmt::print(stderr, "cohort cancel: job {}: {}\n", job.id, s.message());
     return kExitBackend;
   }
-  // Polling the backend for the end, until --timeout.
-  Backoff poll(std::chrono::milliseconds(50), std::chrono::milliseconds(500),
-               Deadline::After(std::chrono::duration_cast<Duration>(
-                   std::chrono::duration<double>(timeout))));
-  for (;;) {
-    auto s = launch::RefreshJob(*o.db, *o.backend, job);
-    if (s.ok() && launch::IsFinalState(s->state)) {
-      fmt::print("job {}: {}\n", job.id, s->state);
-      return kExitOk;
-    }
-    if (!poll.Sleep()) {
-      fmt::print(stderr, "cohort cancel: job {} asked to stop; still {} after {} s\n", job.id,
-                 s.ok() ? s->state : "unknown", timeout);
-      return kExitBackend;
-    }
+  const auto [ended, state] = PollUntilEnded(o, -1, timeout);
+  if (!ended) {
+    fmt::print(stderr, "cohort cancel: job {} asked to stop; still {} after {} s\n", job.id,
+               state, timeout);
+    return kExitBackend;
   }
+  fmt::print("job {}: {}\n", job.id, state);
+  return kExitOk;
 }
 
 int RunLocalJobCommand(const std::vector<std::string>& args) {

@@ -45,6 +45,8 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "cohort/base/status.h"
@@ -184,6 +186,9 @@ Result<JobSpec> LoadJobSpec(const std::string& path, std::vector<Problem>* probl
 // again (problems name "overrides.<backend>"), without `overrides`. "k8s" is "kubernetes".
 JobSpec SpecForBackend(const JobSpec& spec, const std::string& backend,
                        std::vector<Problem>* problems);
+
+// `nnodes` as written ("2", "1:4") -> (min, max); an error that says what is wrong.
+Result<std::pair<int, int>> ParseNnodesText(std::string_view text);
 
 // Makes a relative file entrypoint (a .py file, or a path with '/') absolute against
 // `base_dir` (the spec's directory) when that file exists there, for backends whose nodes

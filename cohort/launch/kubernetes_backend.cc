@@ -599,8 +599,7 @@ class KubernetesBackend : public Backend {
   // Job, which cannot stop one index alone.
   Status CancelElement(const JobRecord& job, int element) override {
     auto [resource, name] = Target(job);
-    std::vector<Problem> ignored;
-    if (resource == kBatchResource && ParseJobSpec(job.spec_yaml, &ignored).max_nodes == 1) {
+    if (IsOneIndexedJob(job, resource)) {
       return FailedPrecondition(
           "the elements of job {} run in one Indexed Job, which Kubernetes cannot stop for one "
           "index alone: cancel the whole job (`cohort cancel {}`)",
@@ -622,9 +621,7 @@ class KubernetesBackend : public Backend {
       // A multi-node array is one object per element, its pods labelled with the element's
       // index. A single-node array is one Indexed Job whose pods share one template: pod
       // I is named <job>-<I>-<suffix> (Kubernetes labels it with its index only from 1.28).
-      std::vector<Problem> ignored;
-      const bool single =
-          resource == kBatchResource && ParseJobSpec(job.spec_yaml, &ignored).max_nodes == 1;
+      const bool single = IsOneIndexedJob(job, resource);
       if (single) {
         filter = fmt::format(" | grep '^\\[pod/{}-{}-'", name, element);
       } else {
@@ -646,6 +643,13 @@ class KubernetesBackend : public Backend {
  private:
   std::string CohortBin() const {
     return options_.cohort_bin.empty() ? std::string("cohort") : options_.cohort_bin;
+  }
+
+  // A single-node array, run as one Indexed Job (its elements are that Job's indexes).
+  static bool IsOneIndexedJob(const JobRecord& job, const std::string& resource) {
+    std::vector<Problem> ignored;
+    return job.array_size > 0 && resource == kBatchResource &&
+           ParseJobSpec(job.spec_yaml, &ignored).max_nodes == 1;
   }
 
   // (resource, name) of a submitted job, from its backend id "<resource>/<name>".

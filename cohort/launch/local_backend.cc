@@ -411,6 +411,8 @@ class Runner {
       }
       return Finish("cancelled", 143, "cancelled by request");
     }
+    // Elements cancelled on request are neither failures nor the job's end.
+    const std::string state = AggregateElementStates(results_);
     int failed = 0, cancelled = 0;
     std::optional<int> first_code;
     std::string first_detail;
@@ -425,12 +427,9 @@ class Runner {
         }
       }
     }
-    // Elements cancelled on request are neither failures nor the job's end.
-    if (failed == 0 && cancelled == static_cast<int>(units_.size())) {
-      return Finish("cancelled", 143, "every element was cancelled by request");
-    }
-    if (failed == 0) {
-      return Finish("succeeded", 0,
+    if (state == "cancelled") return Finish(state, 143, "every element was cancelled by request");
+    if (state == "succeeded") {
+      return Finish(state, 0,
                     cancelled ? fmt::format("{} element(s) cancelled by request", cancelled) : "");
     }
     std::string detail = units_.size() > 1

@@ -2,6 +2,7 @@
 #include "cohort/launch/submit.h"
 
 #include <filesystem>
+#include <map>
 
 #include "cohort/base/time.h"
 
@@ -68,14 +69,19 @@ Result<JobStatus> RefreshJob(JobDb& db, Backend& backend, JobRecord& job) {
   // An element's final state, once recorded, stands (the engine may since have forgotten
   // it: a finished object deleted by its TTL reads as deleted).
   if (!backend.RecordsOwnState() && !s.elements.empty()) {
-    auto recorded = db.Elements(job.id);
+    Result<std::vector<ElementRecord>> recorded = db.Elements(job.id);
+    std::map<int, ElementRecord> final_by_index;  // (a history that cannot be read: none)
+    if (recorded.ok()) {
+      for (ElementRecord& r : *recorded) {
+        if (IsFinalState(r.state)) final_by_index[r.index] = std::move(r);
+      }
+    }
     bool kept = false;
     for (ElementRecord& e : s.elements) {
-      for (const ElementRecord& r : recorded.ok() ? *recorded : std::vector<ElementRecord>{}) {
-        if (r.index == e.index && IsFinalState(r.state) && r.state != e.state) {
-          e = r;
-          kept = true;
-        }
+      auto it = final_by_index.find(e.index);
+      if (it != final_by_index.end() && it->second.state != e.state) {
+        e = it->second;
+        kept = true;
       }
     }
     if (kept && !IsFinalState(job.state)) s.state = AggregateElementStates(s.elements);

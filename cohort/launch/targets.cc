@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -219,22 +220,15 @@ class TargetsBackend final : public Backend {
 
   // The element's child job, asked to stop its element there.
   Status CancelElement(const JobRecord& job, int element) override {
-    COHORT_ASSIGN_OR_RETURN(JobDb * db, Db());
-    COHORT_ASSIGN_OR_RETURN(std::vector<JobRecord> children, db->Children(job.id));
-    for (JobRecord& child : children) {
-      COHORT_ASSIGN_OR_RETURN(TargetRecordValue where, ParseTargetRecord(child.target));
-      for (size_t i = 0; i < where.indices.size(); ++i) {
-        if (where.indices[i] != element) continue;
-        if (NeverSubmitted(child)) {
-          return FailedPrecondition("element {} was never submitted to target {} ({})", element,
-                                    where.target.name, child.detail);
-        }
-        COHORT_ASSIGN_OR_RETURN(auto backend, MakeBackendForJob(child, options_));
-        (void)RefreshJob(*db, *backend, child);
-        return backend->CancelElement(child, static_cast<int>(i));
-      }
+    COHORT_ASSIGN_OR_RETURN(ElementPlace place, PlaceOf(job, element));
+    if (NeverSubmitted(place.child)) {
+      return FailedPrecondition("element {} was never submitted to target {} ({})", element,
+                                place.target, place.child.detail);
     }
-    return NotFound("element {} of job {} was not submitted to any target", element, job.id);
+    COHORT_ASSIGN_OR_RETURN(JobDb * db, Db());
+    COHORT_ASSIGN_OR_RETURN(auto backend, MakeBackendForJob(place.child, options_));
+    (void)RefreshJob(*db, *backend, place.child);
+    return backend->CancelElement(place.child, place.index);
   }
 
   Result<std::string> LogPath(const JobRecord& job, int element, int rank) override {
@@ -243,19 +237,33 @@ class TargetsBackend final : public Backend {
                              "--element 0..{}",
                              job.id, job.array_size, job.array_size - 1);
     }
+    COHORT_ASSIGN_OR_RETURN(ElementPlace place, PlaceOf(job, element));
+    if (NeverSubmitted(place.child)) {
+      return NotFound("element {} of job {} has no logs: it was never submitted to target {} "
+                      "({})",
+                      element, job.id, place.target, place.child.detail);
+    }
+    COHORT_ASSIGN_OR_RETURN(auto backend, MakeBackendForJob(place.child, options_));
+    return backend->LogPath(place.child, place.index, rank);
+  }
+
+ private:
+  // Where element `element` of the parent job runs: its target's child job and its index
+  // there.
+  struct ElementPlace {
+    JobRecord child;
+    std::string target;
+    int index = 0;
+  };
+  Result<ElementPlace> PlaceOf(const JobRecord& job, int element) {
     COHORT_ASSIGN_OR_RETURN(JobDb * db, Db());
     COHORT_ASSIGN_OR_RETURN(std::vector<JobRecord> children, db->Children(job.id));
-    for (const JobRecord& child : children) {
+    for (JobRecord& child : children) {
       COHORT_ASSIGN_OR_RETURN(TargetRecordValue where, ParseTargetRecord(child.target));
       for (size_t i = 0; i < where.indices.size(); ++i) {
-        if (where.indices[i] != element) continue;
-        if (NeverSubmitted(child)) {
-          return NotFound("element {} of job {} has no logs: it was never submitted to target "
-                          "{} ({})",
-                          element, job.id, where.target.name, child.detail);
+        if (where.indices[i] == element) {
+          return ElementPlace{std::move(child), where.target.name, static_cast<int>(i)};
         }
-        COHORT_ASSIGN_OR_RETURN(auto backend, MakeBackendForJob(child, options_));
-        return backend->LogPath(child, static_cast<int>(i), rank);
       }
     }
     return NotFound("element {} of job {} was not submitted to any target (see `cohort status "
@@ -263,7 +271,6 @@ class TargetsBackend final : public Backend {
                     element, job.id, job.id);
   }
 
- private:
   Result<JobDb*> Db() {
     if (!db_) {
       COHORT_ASSIGN_OR_RETURN(db_, JobDb::Open(JobDbPath(options_.home)));
@@ -348,6 +355,15 @@ std::vector<TargetShare> SplitByTarget(const JobSpec& spec,
 
 std::string BackendOfSpec(const JobSpec& spec, const std::string& named) {
   return spec.targets.empty() ? named : kTargetsBackend;
+}
+
+bool SharesSubmitHostFiles(const JobSpec& spec, const std::string& backend) {
+  if (backend == kTargetsBackend) {
+    return std::none_of(spec.targets.begin(), spec.targets.end(), [](const Target& t) {
+      return t.backend == "kubernetes" || t.backend == "k8s";
+    });
+  }
+  return backend.empty() || backend == "local" || backend == "slurm";
 }
 
 BackendOptions TargetOptions(const BackendOptions& base, const Target& target) {

@@ -45,6 +45,11 @@ std::vector<TargetShare> SplitByTarget(const JobSpec& spec,
 // element goes where its target says), else `named`.
 std::string BackendOfSpec(const JobSpec& spec, const std::string& named);
 
+// Whether the nodes of `spec` on `backend` see the submitting machine's files: local and
+// Slurm nodes do (Slurm: a shared file system), pods see their image's; an array over
+// targets does when none of them is Kubernetes ("" is the local default).
+bool SharesSubmitHostFiles(const JobSpec& spec, const std::string& backend);
+
 // `base` with what `target` says about where its backend runs (context, cluster, flavor).
 BackendOptions TargetOptions(const BackendOptions& base, const Target& target);
 

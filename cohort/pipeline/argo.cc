@@ -72,8 +72,9 @@ json JobCommand(const PipelineSpec& spec, const Step& s,
     argv.push_back(s.backend);
   }
   const std::optional<std::vector<Ref>> refs = JobSpecRefs(spec, s);
+  const std::vector<Ref> spec_refs = refs.value_or(std::vector<Ref>{});
   std::set<std::string> used;
-  for (const Ref& ref : refs.value_or(std::vector<Ref>{})) {
+  for (const Ref& ref : spec_refs) {
     if (ref.kind == Ref::Kind::kParam) used.insert(ref.param);
   }
   if (!refs) argv.push_back("--set-unused-ok");
@@ -83,7 +84,7 @@ json JobCommand(const PipelineSpec& spec, const Step& s,
     argv.push_back(p.name + "={{workflow.parameters." + p.name + "}}");
   }
   std::set<std::string> seen;
-  for (const Ref& ref : refs.value_or(std::vector<Ref>{})) {
+  for (const Ref& ref : spec_refs) {
     if (ref.kind != Ref::Kind::kStepOutput || !seen.insert(ref.ToString()).second) continue;
     argv.push_back("--set");
     argv.push_back(ref.ToString() + "=" + ForTemplate("{{" + ref.ToString() + "}}", needed));

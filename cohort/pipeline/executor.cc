@@ -453,7 +453,7 @@ class Execution {
     js.env["COHORT_OUTPUTS"] = outputs_dir;
     if (spec_.workspace) js.env["COHORT_WORKSPACE"] = spec_.base_dir;
     const std::string backend_name = launch::BackendOfSpec(js, step.backend);
-    if (backend_name.empty() || backend_name == "local" || backend_name == "slurm") {
+    if (launch::SharesSubmitHostFiles(js, backend_name)) {
       launch::ResolveEntrypointPath(&js, fs::path(step.job_path).parent_path().string());
     }
     launch::BackendOptions bo;
