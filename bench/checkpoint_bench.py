@@ -16,7 +16,8 @@ with a barrier, so it is the job's step), and the training stall per checkpoint 
 copies the same state into preallocated buffers (torch's copy_ per tensor) at the same
 point of every step, on both ranks as cohort's snapshots do: the floor of any in-memory
 snapshot in the same conditions (the other rank copying too, the machine busy); the stall
-ratio is against it. A memcpy with the machine otherwise idle is printed too. Then restores, each timed on every rank from the call to load() to
+ratio is against it. A memcpy with the machine otherwise idle is printed too. Then
+restores, each timed on every rank from the call to load() to
 the state loaded into the model and optimizer:
 
 - from a peer's memory: node 1's copy deleted and the checkpoint directory not given to it
@@ -69,16 +70,13 @@ def step():
 def state():
     return {"model": model.state_dict(), "optimizer": opt.state_dict()}
 
-out = {"params": params}
-step()  # momentum buffers exist from here on
-state_bytes = sum(t.numel() * t.element_size() for t in
-                  [*model.state_dict().values(),
-                   *[s["momentum_buffer"] for s in opt.state_dict()["state"].values()]])
-out["state_bytes"] = state_bytes
-def tensors():
+def tensors():  # the state's tensors: parameters and momentum buffers
     return [*model.state_dict().values(),
             *[s["momentum_buffer"] for s in opt.state_dict()["state"].values()]]
 
+out = {"params": params}
+step()  # momentum buffers exist from here on
+out["state_bytes"] = sum(t.numel() * t.element_size() for t in tensors())
 dst = [torch.empty_like(t) for t in tensors()]
 for d, t in zip(dst, tensors()):
     d.copy_(t)  # touched: the memcpy mode copies into memory already mapped

@@ -155,7 +155,7 @@ class Agent::Impl {
   // Tells each kept worker its place in the new round (notice.L) and sets the deadline by
   // which they must have re-formed. False when they cannot be kept after all (one exited):
   // they are stopped and the caller starts the group afresh.
-  bool Announce(const RendezvousInfo& info);
+  bool Announce(const RendezvousInfo& info, int round_end_fd);
   // Reads the channel after an inotify event: returns kPeerLost for a lost-peer report of
   // the current round, and notes when every worker formed in the announced round.
   std::optional<Outcome> ReadChannel();
@@ -167,8 +167,11 @@ class Agent::Impl {
   // abort of the store, so no rendezvous wait ever ignores Ctrl-C.
   template <typename Fn>
   auto Guarded(Fn fn) -> decltype(fn());
-  Result<std::pair<std::string, int>> MasterEndpoint(const RendezvousInfo& info);
-  Status StartWorkers(const RendezvousInfo& info);
+  // `round_end_fd`: the round watcher's notice (readable once the round ended elsewhere):
+  // the wait for node 0's MASTER_PORT lasts only as long as the round.
+  Result<std::pair<std::string, int>> MasterEndpoint(const RendezvousInfo& info,
+                                                     int round_end_fd);
+  Status StartWorkers(const RendezvousInfo& info, int round_end_fd);
   // The membership channel of a new worker group (in its attempt directory), watched with
   // inotify; on an error the workers are not offered one (they restart on any change).
   void OpenChannel();
@@ -218,9 +221,6 @@ class Agent::Impl {
   // job's cookie, so the sweeper's helper removes it when the agent ends, however it ends.
   std::string snapshot_dir_;
   void MakeSnapshotDir();
-  // The round watcher's notice while a round's workers are set up (-1: none): a wait for
-  // node 0's MASTER_PORT ends with the round.
-  int round_end_fd_ = -1;
   int64_t live_reforms_ = 0;  // rounds the workers joined in place (announced to them)
   std::unique_ptr<membership_channel::ChannelWatch> channel_;
   std::optional<LostPeerReport> lost_;      // the report that ended the round
@@ -274,7 +274,8 @@ auto Agent::Impl::Guarded(Fn fn) -> decltype(fn()) {
   return result;
 }
 
-Result<std::pair<std::string, int>> Agent::Impl::MasterEndpoint(const RendezvousInfo& info) {
+Result<std::pair<std::string, int>> Agent::Impl::MasterEndpoint(const RendezvousInfo& info,
+                                                                 int round_end_fd) {
   const WorkerSpec& spec = o_.spec;
   std::string addr = !spec.master_addr.empty() ? spec.master_addr
                      : info.group_world_size == 1 ? std::string("127.0.0.1")
@@ -352,16 +353,16 @@ Result<std::pair<std::string, int>> Agent::Impl::MasterEndpoint(const Rendezvous
     if (port.status().code() != StatusCode::kDeadlineExceeded || deadline.expired()) {
       return port.status();
     }
-    pollfd ended{round_end_fd_, POLLIN, 0};
-    if (round_end_fd_ >= 0 && ::poll(&ended, 1, 0) > 0) {
+    pollfd ended{round_end_fd, POLLIN, 0};
+    if (::poll(&ended, 1, 0) > 0) {
       return Aborted("round {} ended before its node 0 published MASTER_PORT", info.round);
     }
   }
 }
 
-Status Agent::Impl::StartWorkers(const RendezvousInfo& info) {
+Status Agent::Impl::StartWorkers(const RendezvousInfo& info, int round_end_fd) {
   const WorkerSpec& spec = o_.spec;
-  COHORT_ASSIGN_OR_RETURN(auto master, MasterEndpoint(info));
+  COHORT_ASSIGN_OR_RETURN(auto master, MasterEndpoint(info, round_end_fd));
   const int world = info.WorldSize();
   const int offset = info.RankOffset();
   const int attempt = starts_++;
@@ -1044,7 +1045,7 @@ bool Agent::Impl::KeepWorkers(const RoundEnd& why, const RendezvousInfo& info) {
   return true;
 }
 
-bool Agent::Impl::Announce(const RendezvousInfo& info) {
+bool Agent::Impl::Announce(const RendezvousInfo& info, int round_end_fd) {
   // A worker that exited while the round formed is noticed now, before anything is sent.
   for (auto& w : workers_) {
     pollfd p{w.child.pidfd, POLLIN, 0};
@@ -1053,8 +1054,8 @@ bool Agent::Impl::Announce(const RendezvousInfo& info) {
   bool all_alive = true;
   for (const auto& w : workers_) all_alive = all_alive && w.alive;
   // Node 0 serves the round's torch store; the others learn its port (newcomers need it).
-  auto master = all_alive ? MasterEndpoint(info) : Result<std::pair<std::string, int>>(
-                                                       Cancelled("a worker exited"));
+  auto master = all_alive ? MasterEndpoint(info, round_end_fd)
+                          : Result<std::pair<std::string, int>>(Cancelled("a worker exited"));
   Status sent = master.status();
   const int offset = info.RankOffset();
   for (auto& w : workers_) {
@@ -1242,13 +1243,11 @@ AgentResult Agent::Impl::RunRounds() {
     // node's will, and once it ends the peers may take the node for gone.
     std::optional<RoundWatcher> watcher;
     watcher.emplace(o_, *info);
-    round_end_fd_ = watcher->fd();
-    if (keep) keep = Announce(*info);
+    if (keep) keep = Announce(*info, watcher->fd());
     if (!keep) {
-      if (Status started = StartWorkers(*info); !started.ok()) {
+      if (Status started = StartWorkers(*info, watcher->fd()); !started.ok()) {
         StopWorkers(SIGKILL);
         if (started.code() == StatusCode::kAborted && watcher->why()) {
-          round_end_fd_ = -1;
           COHORT_LOG_WARN(kLog, "{}; joining the next round", started.message());
           continue;  // the round ended while its workers were set up
         }
@@ -1256,7 +1255,6 @@ AgentResult Agent::Impl::RunRounds() {
         return {code, fmt::format("cohort: cannot start the workers: {}", started.message())};
       }
     }
-    round_end_fd_ = -1;
     keep = false;
     const Outcome outcome = Monitor(watcher->fd());
     const std::optional<RoundEnd> why = watcher->why();

@@ -108,12 +108,14 @@ struct SnapshotStore::Impl {
     if (!opt.memory_dir.empty() && !memory_full.load()) {
       Status st = PrepareFile(s, size);
       if (st.ok()) return st;
-      if (memory_full.exchange(true)) return Prepare(s, size);  // the other thread warned
-      COHORT_LOG_WARN(kLog,
-                      "cannot keep snapshots of {} MB in {}: {}; they are kept in the worker's "
-                      "memory only (lost if it crashes). Give the node more shared memory "
-                      "(a container's --shm-size, or a memory-backed volume at /dev/shm)",
-                      size >> 20, opt.memory_dir, st.message());
+      if (!memory_full.exchange(true)) {  // said once, by whichever thread found it
+        COHORT_LOG_WARN(kLog,
+                        "cannot keep snapshots of {} MB in {}: {}; they are kept in the "
+                        "worker's memory only (lost if it crashes). Give the node more shared "
+                        "memory (a container's --shm-size, or a memory-backed volume at "
+                        "/dev/shm)",
+                        size >> 20, opt.memory_dir, st.message());
+      }
     }
     if (s.fd >= 0) {  // a file slot of before the directory filled up
       Unmap(s);

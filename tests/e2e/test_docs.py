@@ -97,7 +97,7 @@ def test_no_production_function_is_longer_than_100_lines():
 # Files over 800 lines, to be split at the seams they mark (issue 35), each with the most
 # lines it may have until then: they may shrink, not grow, and no other file may pass 800.
 LONG_FILES_TO_SPLIT = {
-    "cohort/store/etcd_store.cc": 1391, "cohort/agent/agent.cc": 1305,
+    "cohort/store/etcd_store.cc": 1391, "cohort/agent/agent.cc": 1303,
     "cohort/rendezvous/rendezvous.cc": 945,
     "cohort/train/cohort_train_main.cc": 894, "cohort/cli/run_command.cc": 875,
     "cohort/cli/job_commands.cc": 811,
