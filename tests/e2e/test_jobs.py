@@ -392,6 +392,7 @@ def test_an_array_flag_replaces_the_specs_array_as_a_whole(jobs):
     assert r.returncode == 0, r.stdout + r.stderr
     st = jobs.status("over2")
     assert [e["state"] for e in st["elements"]] == ["succeeded"] * 3, st
+    assert "shard b" in jobs.run("logs", st["id"], "--element", "1").stdout  # its row's value
 
 
 def test_a_manifest_header_equal_to_the_declared_columns_is_skipped(jobs):

@@ -318,7 +318,7 @@ def test_local_refuses_neuron_devices_and_slurm_maps_them_to_gres(user):
     assert user.jobs() == [], "a dry run is not recorded"
 
 
-def test_one_spec_with_overrides_per_backend_runs_on_slurm_and_kubernetes(user):
+def test_one_spec_with_overrides_per_backend_runs_on_slurm_and_kubernetes(user, tmp_path):
     """One spec for both clusters: the node selector only for Kubernetes (Slurm rightly
     refuses it), another partition for Slurm; --dry-run shows the spec each backend runs."""
     overrides = ("overrides:\n  kubernetes:\n" +
@@ -336,7 +336,13 @@ def test_one_spec_with_overrides_per_backend_runs_on_slurm_and_kubernetes(user):
     assert "# The job spec for kubernetes (overrides.kubernetes merged):" in r.stdout, r.stdout
     assert re.search(r"nodeSelector:\s*\n\s*%s: trn1\.32xlarge" % re.escape(INSTANCE_TYPE),
                      r.stdout), r.stdout
-    assert "trn-partition" not in r.stdout.split("# What would be submitted:")[1], r.stdout
+    manifests = r.stdout.split("# What would be submitted:")[1]
+    assert "trn-partition" not in manifests, r.stdout
+    # Every pod of the PyTorchJob carries the selector and the devices.
+    replicas = by_kind(load_documents(manifests, tmp_path), "PyTorchJob")["spec"][
+        "pytorchReplicaSpecs"]
+    for role, replica in replicas.items():
+        assert_trainium_pod(replica["template"], "pytorch", role)
     # An override is checked as the spec it makes, its problems named by where they are.
     bad = user.write("bad-override.yaml", NEURON_SPEC.format(nnodes=4, placement="",
                                                              kube_extra="") +
@@ -345,6 +351,7 @@ def test_one_spec_with_overrides_per_backend_runs_on_slurm_and_kubernetes(user):
     assert r.returncode == 6, (r.returncode, r.stdout, r.stderr)
     assert "overrides.slurm.resources.cpu" in r.stderr and "mesos" in r.stderr, r.stderr
     assert user.jobs() == [], "nothing recorded"
+    validate(manifests, tmp_path, PYTORCHJOB_CRD, "overrides")  # last: may skip
 
 
 # --- 4. Precompile into a shared cache, then train -------------------------------------------
