@@ -25,14 +25,15 @@
 #include "cohort/base/status.h"
 #include "cohort/base/time.h"
 #include "cohort/base/worker_env.h"
+#include "cohort/metrics/agent_status.h"
 #include "cohort/metrics/registry.h"
 #include "cohort/rendezvous/rendezvous.h"
 #include "cohort/store/store.h"
 
 namespace cohort::agent {
 
-enum class WorkerState { kInit, kHealthy, kUnhealthy, kStopped, kSucceeded, kFailed };
-std::string_view WorkerStateName(WorkerState state);
+using metrics::WorkerState;
+using metrics::WorkerStateName;
 
 // Which of a worker's streams go to files only (redirect) or to console and files (tee).
 // Bit 1 = stdout, bit 2 = stderr, as torchrun's --redirects/--tee.

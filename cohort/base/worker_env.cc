@@ -2,10 +2,13 @@
 // Thread-safety: pure functions over the process environment.
 #include "cohort/base/worker_env.h"
 
+#include "cohort/base/membership_channel.h"
+
 #include <cstdlib>
 
 #include <fmt/format.h>
 
+#include "cohort/base/settings.h"
 #include "cohort/base/strings.h"
 #include "cohort/base/subprocess.h"
 
@@ -225,5 +228,39 @@ int OmpThreadsOfThisProcess() {
   auto v = ParseInt64(Get(we::kOmpNumThreads));
   return v && *v > 0 && *v < (1 << 20) ? static_cast<int>(*v) : 0;
 }
+
+std::vector<std::pair<std::string, std::string>> ReformedEnvironment(
+    const MembershipNotice& n) {
+  // TORCHELASTIC_RESTART_COUNT too: torch's env:// puts the agent-store keys under
+  // /worker/attempt_<count>, and a newcomer after a loss (which counts as a restart) has the
+  // round's count.
+  return {{we::kRestartCount, std::to_string(n.restart_count)},
+          {we::kRank, std::to_string(n.rank)},
+          {we::kWorldSize, std::to_string(n.world_size)},
+          {we::kGroupRank, std::to_string(n.group_rank)},
+          {we::kGroupWorldSize, std::to_string(n.group_world_size)},
+          {we::kRoleRank, std::to_string(n.rank)},
+          {we::kRoleWorldSize, std::to_string(n.world_size)},
+          {we::kMasterAddr, n.master_addr},
+          {we::kMasterPort, std::to_string(n.master_port)},
+          {we::kStorePrefix, n.store_prefix},
+          {we::kRound, std::to_string(n.round)}};
+}
+
+namespace worker_env {
+const std::vector<std::pair<const char*, const char*>>& PythonNames() {
+  static const std::vector<std::pair<const char*, const char*>> kNames = {
+      {"rank", kRank},
+      {"local_rank", kLocalRank},
+      {"world_size", kWorldSize},
+      {"round", kRound},
+      {"membership_dir", kMembershipDir},
+      {"membership_secret", kMembershipSecret},
+      {"snapshot_dir", kSnapshotDir},
+      {"reconfig_timeout", settings::kReconfigTimeout.name()},
+  };
+  return kNames;
+}
+}  // namespace worker_env
 
 }  // namespace cohort

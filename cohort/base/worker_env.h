@@ -166,4 +166,17 @@ std::string JobStoreMissing(const WorkerEnv& env);
 // OMP_NUM_THREADS as the worker sees it (torch's intra-op threads); 0 when unset.
 int OmpThreadsOfThisProcess();
 
+// The variables a worker kept through live reconfiguration sets in its own environment when
+// it re-forms in the round of `notice` (its new place, the round's store and MASTER_*), so
+// that code reading RANK and friends, and a newcomer's env://, see the new round.
+struct MembershipNotice;
+std::vector<std::pair<std::string, std::string>> ReformedEnvironment(
+    const MembershipNotice& notice);
+
+namespace worker_env {
+// The names a Python worker reads, keyed by what they mean ("rank" -> "RANK"): the table
+// cohort_torch._C.WORKER_ENV exposes, so the Python side spells no variable itself.
+const std::vector<std::pair<const char*, const char*>>& PythonNames();
+}  // namespace worker_env
+
 }  // namespace cohort

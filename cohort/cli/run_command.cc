@@ -24,6 +24,7 @@
 #include "cohort/cli/cli_util.h"
 #include "cohort/cli/exec_sibling.h"
 #include "cohort/cli/job_store.h"
+#include "cohort/cli/run_store.h"
 #include "cohort/metrics/http_server.h"
 #include "cohort/metrics/job_view.h"
 #include "cohort/net/socket.h"
@@ -36,7 +37,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int kDefaultStorePort = 29400;
 
 // Values of every flag, as strings where torchrun accepts several forms.
 struct RunFlags {
@@ -360,34 +360,6 @@ void AddPythonSupport(const RunFlags& f, const std::vector<std::string>& argv,
   }
 }
 
-// Where this node's agent finds the store, and whether it serves it.
-struct StorePlan {
-  std::string host;
-  int port = 0;
-  bool serve = false;
-  std::string token;
-};
-
-int Fail(int code, const std::string& message) {
-  fmt::print(stderr, "cohort run: {}\n", message);
-  return code;
-}
-
-// The address the store this node serves listens on: only what the endpoint names, never
-// more. A generated port (single node) and localhost stay on loopback; an IPv4 address is
-// bound as given (0.0.0.0 only when the user wrote it); a host name is bound at the
-// address it resolves to, except that a name this machine maps to loopback (Debian's
-// 127.0.1.1 line for its own hostname) must still be reachable by the other nodes, so it
-// binds every interface.
-std::string StoreBindAddress(const StorePlan& plan) {
-  if (plan.port == 0 || plan.host == "localhost") return "127.0.0.1";
-  in_addr literal{};
-  if (::inet_pton(AF_INET, plan.host.c_str(), &literal) == 1) return plan.host;
-  auto resolved = net::ResolveIpv4(plan.host);
-  if (!resolved.ok() || StartsWith(*resolved, "127.")) return "0.0.0.0";
-  return *resolved;
-}
-
 // The values of the flags that need no other flag to be checked; -1 when all can work,
 // else the exit code (the reason printed).
 struct CheckedValues {
@@ -404,7 +376,7 @@ int CheckValues(const RunFlags& f, int nproc, CheckedValues* out) {
   if (rlimit files{}; ::getrlimit(RLIMIT_NOFILE, &files) == 0) {
     const uint64_t needed = uint64_t(nproc) * agent::kDescriptorsPerWorker + 256;
     if (files.rlim_cur != RLIM_INFINITY && files.rlim_cur < needed) {
-      return Fail(kExitInvalidValue,
+      return RunFailed(kExitInvalidValue,
                   fmt::format("--nproc-per-node {} needs about {} open files, but this process "
                               "may open {} (ulimit -n, hard limit); raise the limit or start "
                               "fewer workers per node",
@@ -412,35 +384,35 @@ int CheckValues(const RunFlags& f, int nproc, CheckedValues* out) {
     }
   }
   auto redirects = ParseStreams("--redirects", f.redirects);
-  if (!redirects.ok()) return Fail(kExitInvalidValue, redirects.status().message());
+  if (!redirects.ok()) return RunFailed(kExitInvalidValue, redirects.status().message());
   out->redirects = *redirects;
   auto tee = ParseStreams("--tee", f.tee);
-  if (!tee.ok()) return Fail(kExitInvalidValue, tee.status().message());
+  if (!tee.ok()) return RunFailed(kExitInvalidValue, tee.status().message());
   out->tee = *tee;
-  if (f.max_restarts < 0) return Fail(kExitInvalidValue, "--max-restarts must be >= 0");
+  if (f.max_restarts < 0) return RunFailed(kExitInvalidValue, "--max-restarts must be >= 0");
   if (!(f.stop_grace >= 0 && f.stop_grace <= 86400)) {  // also refuses nan
-    return Fail(kExitInvalidValue, "--stop-grace must be a number of seconds from 0 to 86400");
+    return RunFailed(kExitInvalidValue, "--stop-grace must be a number of seconds from 0 to 86400");
   }
   // Accepted as torchrun does, unused (worker exits are seen at once), but still a number.
   if (!(f.monitor_interval > 0 && f.monitor_interval <= 3600)) {
-    return Fail(kExitInvalidValue,
+    return RunFailed(kExitInvalidValue,
                 "--monitor-interval must be a number of seconds above 0, at most 3600");
   }
   if (f.master_port < 0 || f.master_port > 65535) {
-    return Fail(kExitInvalidValue, fmt::format("--master-port {} is not a port (0 to 65535; "
+    return RunFailed(kExitInvalidValue, fmt::format("--master-port {} is not a port (0 to 65535; "
                                                "0: a free one)", f.master_port));
   }
   if (f.metrics_port < -1 || f.metrics_port > 65535) {
-    return Fail(kExitInvalidValue, fmt::format("--metrics-port {} is not a port (0 to 65535; "
+    return RunFailed(kExitInvalidValue, fmt::format("--metrics-port {} is not a port (0 to 65535; "
                                                "0: a free one)", f.metrics_port));
   }
   if (f.log_merge_ms < 0 || f.log_merge_ms > 60000) {
-    return Fail(kExitInvalidValue, "--log-merge-ms must be from 0 (off) to 60000");
+    return RunFailed(kExitInvalidValue, "--log-merge-ms must be from 0 (off) to 60000");
   }
   for (const auto& item : Split(f.local_ranks_filter, ',')) {
     auto r = ParseInt64(item);
     if (!r || *r < 0) {
-      return Fail(kExitInvalidValue,
+      return RunFailed(kExitInvalidValue,
                   fmt::format("--local-ranks-filter '{}' must list local ranks like 0,1",
                               f.local_ranks_filter));
     }
@@ -475,10 +447,8 @@ std::unique_ptr<metrics::MetricsServer> StartMetrics(const RunFlags& f, const st
   mo.state = [&status] { return status.Get(); };
   mo.workers = [&status] {
     std::vector<metrics::WorkerProcess> out;
-    nlohmann::json s = status.Get();
-    for (const auto& r : s.value("ranks", nlohmann::json::array())) {
-      if (r.value("state", "") != "HEALTHY") continue;
-      out.push_back({r.value("rank", 0), r.value("local_rank", 0), r.value("pid", 0)});
+    for (const auto& r : metrics::AgentStatus::FromJson(status.Get()).ranks) {
+      if (r.healthy()) out.push_back({r.rank, r.local_rank, r.pid});
     }
     return out;
   };
@@ -498,149 +468,6 @@ std::unique_ptr<metrics::MetricsServer> StartMetrics(const RunFlags& f, const st
                started.status().message());
   }
   return metrics_server;
-}
-
-// Serves the rendezvous store on plan.port, or joins the agent that does: two agents may
-// race for the port; the loser finds a cohort store there and becomes a client; if the
-// winner then vanishes, the port is free again and the next try serves it. Another program
-// on the port is a port-in-use error. -1 to go on, else the exit code (reason printed).
-int ServeOrJoinStore(StorePlan& plan, const rendezvous::RendezvousConfig& rdzv, bool single,
-                     std::unique_ptr<store::StoreServer>* server,
-                     std::string* local_store_addr) {
-  const std::string bind_addr = StoreBindAddress(plan);
-  *local_store_addr = bind_addr == "0.0.0.0" ? "127.0.0.1" : bind_addr;
-  const Deadline give_up = Deadline::After(rdzv.join_timeout);
-  for (;;) {
-    auto started = store::StoreServer::Start(
-        {.host = bind_addr, .port = plan.port, .token = plan.token});
-    if (started.ok()) {
-      *server = std::move(started).value();
-      plan.port = (*server)->port();
-      break;
-    }
-    if (started.status().code() != StatusCode::kAlreadyExists) {
-      return Fail(kExitRendezvous, started.status().message());
-    }
-    auto probe = store::TcpStore::Probe(
-        {.host = *local_store_addr, .port = plan.port, .token = plan.token},
-        Deadline::AfterMs(2000).Earlier(give_up));
-    if (probe.peer == store::StorePeer::kCohortStore) {
-      COHORT_LOG_INFO("cli", "port {} is served by another agent; joining it", plan.port);
-      break;
-    }
-    const Status& why = probe.status;
-    if (probe.peer == store::StorePeer::kWrongToken) {
-      return Fail(kExitRendezvous, fmt::format("the store on port {} refused this job's token; "
-                                               "set the same COHORT_TOKEN on every node",
-                                               plan.port));
-    }
-    if (probe.peer == store::StorePeer::kOtherProgram || single) {
-      return Fail(kExitPortInUse,
-                  fmt::format("cannot serve the rendezvous store on port {}: another program "
-                              "holds the port; choose another --rdzv-endpoint port",
-                              plan.port));
-    }
-    if (give_up.expired()) {
-      return Fail(kExitRendezvous, fmt::format("could neither serve nor reach the store on "
-                                               "port {}: {}",
-                                               plan.port, why.message()));
-    }
-  }
-  return -1;
-}
-
-// Where the job's store is, for the agent (connect_store: the rendezvous' store, a cohort
-// store or etcd) and for libcohort in the workers (store_access): the cohort store this node
-// serves or joins; on an etcd job etcd itself (the run id's keys), except on a single node,
-// where this agent serves a loopback store for its own workers.
-void WireJobStore(const StorePlan& plan, const std::string& store_addr, bool use_etcd,
-                  bool serving, const store::EtcdStoreOptions& etcd, const std::string& run_id,
-                  Duration join_timeout, agent::AgentOptions& o, StoreConnector* connect_within) {
-  if (use_etcd && !serving) {
-    o.spec.store_access.kind = JobStoreAccess::Kind::kEtcd;
-    o.spec.store_access.etcd_endpoints = etcd.endpoints;
-    o.spec.store_access.etcd_prefix = run_id;
-    o.spec.store_access.etcd_ca_file = etcd.ca_file;
-    o.spec.store_access.etcd_cert_file = etcd.cert_file;
-    o.spec.store_access.etcd_key_file = etcd.key_file;
-    o.spec.store_access.etcd_user = etcd.user;
-    o.spec.store_access.etcd_request_timeout_s =
-        std::chrono::duration<double>(etcd.request_timeout).count();
-  } else {
-    o.spec.store_access.kind = JobStoreAccess::Kind::kTcp;
-    o.spec.store_access.addr = store_addr;
-    o.spec.store_access.port = plan.port;
-    o.spec.store_access.token = plan.token;
-  }
-  const store::TcpStoreOptions store_options{
-      .host = store_addr, .port = plan.port, .token = plan.token};
-  *connect_within = TcpConnector(store_options);
-  if (use_etcd) {
-    // Each connection is its own EtcdStore (the agent's and the watcher's), keys under
-    // "/cohort/<run id>/" (etcd.prefix). Connect gives up after the request timeout when no
-    // member answers.
-    *connect_within = EtcdConnector(etcd);
-  }
-  const Deadline connect_deadline = Deadline::After(join_timeout);
-  o.connect_store = [connect = *connect_within, connect_deadline] {
-    return connect(connect_deadline.expired() ? Deadline::AfterMs(5000) : connect_deadline);
-  };
-}
-
-// Where the store is: embedded on a free loopback port for one node without an endpoint,
-// else the endpoint, served by this node when its host is local (or --rdzv-conf is_host
-// says so); the job's token. -1 to go on, else the exit code (reason printed).
-int PlanStore(const RunFlags& f, bool use_etcd, bool single, std::optional<bool> is_host,
-              StorePlan* plan) {
-  const std::optional<std::string> env_token = worker_env::Inherited(worker_env::kToken);
-  if (use_etcd) {
-    // The agents meet in etcd, which has its own auth: no rendezvous store is served and
-    // COHORT_TOKEN is not needed. On a single node the workers' communicator still gets a
-    // loopback cohort store from this agent; across nodes it uses etcd too (docs/etcd.md).
-    *plan = {"127.0.0.1", 0, single, env_token ? *env_token : RandomHex(16)};
-  } else if (f.standalone || (single && f.rdzv_endpoint.empty())) {
-    *plan = {"127.0.0.1", 0, true, env_token ? *env_token : RandomHex(16)};
-  } else {
-    auto hp = ParseHostPort(f.rdzv_endpoint.empty() ? "127.0.0.1" : f.rdzv_endpoint,
-                            kDefaultStorePort);
-    if (!hp) {
-      return Fail(kExitInvalidValue,
-                  fmt::format("--rdzv-endpoint '{}' is not host[:port]", f.rdzv_endpoint));
-    }
-    plan->host = hp->first;
-    plan->port = hp->second;
-    plan->serve = is_host.value_or(net::IsLocalHost(plan->host));
-    if (env_token) {
-      plan->token = *env_token;
-    } else if (single) {
-      plan->token = RandomHex(16);
-    } else {
-      return Fail(kExitInvalidValue,
-                  "a multi-node job needs a shared secret: set COHORT_TOKEN to the same value "
-                  "on every node (for example: export COHORT_TOKEN=$(head -c16 /dev/urandom | "
-                  "od -An -tx1 | tr -d ' \\n'))");
-    }
-  }
-  return -1;
-}
-
-// The etcd rendezvous: its members (--rdzv-endpoint) and the TLS and auth options of
-// --rdzv-conf, which leaves the rendezvous' own options in `rdzv_conf`. -1 to go on.
-int PlanEtcd(const RunFlags& f, store::EtcdStoreOptions* etcd, std::string* rdzv_conf) {
-  if (f.rdzv_endpoint.empty()) {
-    return Fail(kExitInvalidValue,
-                "--rdzv-backend etcd needs --rdzv-endpoint host:port[,host:port...] of the "
-                "etcd members");
-  }
-  bool https = false;
-  if (Status s = SplitEtcdConf(f.rdzv_conf, *etcd, rdzv_conf, &https); !s.ok()) {
-    return Fail(s.code() == StatusCode::kNotFound ? kExitNotFound : kExitInvalidValue,
-                s.message());
-  }
-  auto endpoints = store::ParseEtcdEndpoints(f.rdzv_endpoint, https || !etcd->ca_file.empty());
-  if (!endpoints.ok()) return Fail(kExitInvalidValue, endpoints.status().message());
-  etcd->endpoints = *endpoints;
-  return -1;
 }
 
 // Everything `cohort run` resolved from its flags and environment before anything starts.
@@ -678,7 +505,7 @@ int ParseRunFlags(const std::vector<std::string>& args, ResolvedRun* r) {
                "print the reference table of COHORT_* settings (docs/settings.md); exit");
   auto split = SplitArgs(app, args);
   if (!split.ok()) {
-    return Fail(kExitUsage, split.status().message() + "; see 'cohort run --help'");
+    return RunFailed(kExitUsage, split.status().message() + "; see 'cohort run --help'");
   }
   auto [ours, program] = std::move(split).value();
   if (int rc = ParseCommandLine(app, ours, "run", kExitInvalidValue); rc >= 0) return rc;
@@ -691,7 +518,7 @@ int ParseRunFlags(const std::vector<std::string>& args, ResolvedRun* r) {
     return kExitOk;
   }
   if (program.empty()) {
-    return Fail(kExitUsage, "no entrypoint given: cohort run [options] ENTRYPOINT [ARGS...]");
+    return RunFailed(kExitUsage, "no entrypoint given: cohort run [options] ENTRYPOINT [ARGS...]");
   }
   r->program = std::move(program);
   return -1;
@@ -702,15 +529,15 @@ int ParseRunFlags(const std::vector<std::string>& args, ResolvedRun* r) {
 int Resolve(ResolvedRun* r) {
   const RunFlags& f = r->f;
   auto nnodes = ParseNnodes(f.nnodes);
-  if (!nnodes.ok()) return Fail(kExitInvalidValue, nnodes.status().message());
+  if (!nnodes.ok()) return RunFailed(kExitInvalidValue, nnodes.status().message());
   auto nproc = ParseNproc(f.nproc_per_node);
-  if (!nproc.ok()) return Fail(kExitInvalidValue, nproc.status().message());
+  if (!nproc.ok()) return RunFailed(kExitInvalidValue, nproc.status().message());
   r->nproc = *nproc;
   if (int rc = CheckValues(f, *nproc, &r->checked); rc >= 0) return rc;
   std::string backend = ToLower(f.rdzv_backend);
   if (backend != "store" && backend != "c10d" && backend != "static" && backend != "etcd" &&
       backend != "etcd-v2") {
-    return Fail(kExitInvalidValue,
+    return RunFailed(kExitInvalidValue,
                 fmt::format("--rdzv-backend '{}' is not supported (use store, the default, or "
                             "etcd; c10d is an alias of store, etcd-v2 of etcd)",
                             f.rdzv_backend));
@@ -719,21 +546,21 @@ int Resolve(ResolvedRun* r) {
   r->use_etcd = (backend == "etcd" || backend == "etcd-v2") && !f.standalone;
   std::string rdzv_conf = f.rdzv_conf;
   if (r->use_etcd) {
-    if (int rc = PlanEtcd(f, &r->etcd, &rdzv_conf); rc >= 0) return rc;
+    if (int rc = PlanEtcd({f.standalone, f.rdzv_endpoint, f.rdzv_conf}, &r->etcd, &rdzv_conf); rc >= 0) return rc;
   }
   r->rdzv.min_nodes = nnodes->first;
   r->rdzv.max_nodes = nnodes->second;
   r->rdzv.max_restarts = f.max_restarts;
   r->rdzv.standby = f.standby;
   if (f.standby && r->rdzv.max_nodes <= 1) {
-    return Fail(kExitInvalidValue, "--standby waits to replace a lost node of a multi-node "
+    return RunFailed(kExitInvalidValue, "--standby waits to replace a lost node of a multi-node "
                                    "job: give --nnodes MIN:MAX with MAX above 1");
   }
   if (Status s = ApplyRdzvConf(rdzv_conf, r->rdzv, r->is_host); !s.ok()) {
-    return Fail(kExitInvalidValue, s.message());
+    return RunFailed(kExitInvalidValue, s.message());
   }
   if (f.standalone && r->rdzv.max_nodes > 1) {
-    return Fail(kExitInvalidValue, "--standalone runs one node; drop it or use --nnodes 1");
+    return RunFailed(kExitInvalidValue, "--standalone runs one node; drop it or use --nnodes 1");
   }
   auto argv = WorkerArgv(f, r->program, &r->entrypoint_note, &r->program_at);
   if (!argv.ok()) {
@@ -741,7 +568,7 @@ int Resolve(ResolvedRun* r) {
                        argv.status().code() == StatusCode::kPermissionDenied
                    ? kExitNotFound
                    : kExitInvalidValue;
-    return Fail(code, argv.status().message());
+    return RunFailed(code, argv.status().message());
   }
   r->argv = *argv;
   if (r->f.log_dir.empty()) {
@@ -749,14 +576,14 @@ int Resolve(ResolvedRun* r) {
     // user's jobs are not readable by another, and no user's directory blocks another's.
     auto logs = UserPrivateDir("", "cohort-logs");
     if (!logs.ok()) {
-      return Fail(kExitInvalidValue, fmt::format("the default log directory cannot be used: "
+      return RunFailed(kExitInvalidValue, fmt::format("the default log directory cannot be used: "
                                                  "{}; or pass --log-dir DIR",
                                                  logs.status().message()));
     }
     r->f.log_dir = *logs;
   }
   r->single = r->rdzv.max_nodes == 1;
-  if (int rc = PlanStore(f, r->use_etcd, r->single, r->is_host, &r->plan); rc >= 0) return rc;
+  if (int rc = PlanStore({f.standalone, f.rdzv_endpoint, f.rdzv_conf}, r->use_etcd, r->single, r->is_host, &r->plan); rc >= 0) return rc;
   r->rdzv.run_id = f.rdzv_id;
   r->own_run_id = f.rdzv_id == "none" && (f.standalone || r->single);
   if (r->own_run_id) r->rdzv.run_id = "cohort-" + RandomHex(6);
@@ -770,7 +597,7 @@ int Resolve(ResolvedRun* r) {
   if (r->single && f.master_port > 0) {
     auto probe = net::Listen({.host = "0.0.0.0", .port = f.master_port, .reuse_addr = true});
     if (!probe.ok()) {
-      return Fail(kExitPortInUse,
+      return RunFailed(kExitPortInUse,
                   fmt::format("--master-port {} is already in use on this machine; pick another "
                               "port or leave it out to get a free one",
                               f.master_port));
@@ -816,17 +643,6 @@ agent::AgentOptions AgentOptionsFor(const ResolvedRun& r, const std::string& sto
                r.rdzv.run_id, r.rdzv.join_timeout, o, connect_within);
   o.serves_store = serving && !r.use_etcd;
   return o;
-}
-
-// Removes the job's keys from etcd (best effort, warned on failure).
-void RemoveEtcdKeys(const store::EtcdStoreOptions& etcd) {
-  auto s = store::EtcdStore::Connect(etcd, Deadline::After(etcd.request_timeout));
-  auto deleted = s.ok() ? (*s)->DeleteAll(Deadline::After(etcd.request_timeout))
-                        : Result<int64_t>(s.status());
-  if (!deleted.ok()) {
-    COHORT_LOG_WARN("cli", "could not remove this job's keys from etcd: {}",
-                    deleted.status().message());
-  }
 }
 
 }  // namespace

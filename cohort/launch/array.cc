@@ -11,6 +11,7 @@
 
 #include "cohort/base/file.h"
 #include "cohort/base/strings.h"
+#include "cohort/launch/job_env.h"
 #include "cohort/launch/spec_walker.h"
 
 namespace cohort::launch {
@@ -301,7 +302,7 @@ std::vector<ArrayElement> ExpandArray(const ArraySource& array, const std::strin
     for (size_t i = 0; i < indices.size(); ++i) {
       ArrayElement e;
       e.index = static_cast<int>(i);
-      e.env["COHORT_ARRAY_TASK_ID"] = std::to_string(indices[i]);  // the value from the range
+      e.env[kEnvArrayTaskId] = std::to_string(indices[i]);  // the value from the range
       elements.push_back(std::move(e));
     }
   } else if (!array.manifest.empty()) {
@@ -327,8 +328,8 @@ std::vector<ArrayElement> ExpandArray(const ArraySource& array, const std::strin
   }
   const std::string size = std::to_string(elements.size());
   for (auto& e : elements) {
-    e.env["COHORT_ARRAY_INDEX"] = std::to_string(e.index);
-    e.env["COHORT_ARRAY_SIZE"] = size;
+    e.env[kEnvArrayIndex] = std::to_string(e.index);
+    e.env[kEnvArraySize] = size;
   }
   return elements;
 }

@@ -2,6 +2,8 @@
 #include "cohort/launch/job_db.h"
 
 #include <filesystem>
+#include <map>
+#include <utility>
 
 #include "cohort/base/strings.h"
 #include "cohort/launch/sql_db.h"
@@ -42,6 +44,12 @@ CREATE TABLE IF NOT EXISTS elements (
 );
 )sql";
 
+constexpr std::pair<JobState, std::string_view> kJobStates[] = {
+    {JobState::kPending, "pending"},     {JobState::kRunning, "running"},
+    {JobState::kSucceeded, "succeeded"}, {JobState::kFailed, "failed"},
+    {JobState::kCancelled, "cancelled"}, {JobState::kLost, "lost"},
+    {JobState::kUnknown, "unknown"}};
+
 constexpr const char* kWhat = "job database";
 
 // A statement on the job database.
@@ -54,13 +62,18 @@ constexpr const char* kJobColumns =
     "id, name, backend, spec_yaml, state, exit_code, submitted_at, started_at, ended_at, "
     "log_dir, backend_id, array_size, concurrency, detail, parent_id, target";
 
+// A state the database holds; one this version does not know reads as unknown.
+JobState StoredState(const SqlStatement& s) {
+  return ParseJobState(s.Text("state")).value_or(JobState::kUnknown);
+}
+
 JobRecord ReadJob(const SqlStatement& s) {
   JobRecord j;
   j.id = s.Int("id");
   j.name = s.Text("name");
   j.backend = s.Text("backend");
   j.spec_yaml = s.Text("spec_yaml");
-  j.state = s.Text("state");
+  j.state = StoredState(s);
   j.exit_code = s.OptInt("exit_code");
   j.submitted_at = s.Real("submitted_at");
   j.started_at = s.Real("started_at");
@@ -75,22 +88,54 @@ JobRecord ReadJob(const SqlStatement& s) {
   return j;
 }
 
+// A state's name as bound to a statement.
+std::string Name(JobState state) { return std::string(StateName(state)); }
+
 }  // namespace
 
-bool IsFinalState(const std::string& state) {
-  return state == "succeeded" || state == "failed" || state == "cancelled" || state == "lost";
+std::string_view StateName(JobState state) {
+  for (const auto& [s, name] : kJobStates) {
+    if (s == state) return name;
+  }
+  return StateName(JobState::kUnknown);
 }
 
-std::string AggregateElementStates(const std::vector<ElementRecord>& elements) {
+std::optional<JobState> ParseJobState(std::string_view name) {
+  for (const auto& [s, n] : kJobStates) {
+    if (n == name) return s;
+  }
+  return std::nullopt;
+}
+
+bool IsFinalState(JobState state) {
+  return state == JobState::kSucceeded || state == JobState::kFailed ||
+         state == JobState::kCancelled || state == JobState::kLost;
+}
+
+JobState AggregateElementStates(const std::vector<ElementRecord>& elements) {
   bool all_final = true, any_failed = false, any_started = false, any_succeeded = false;
   for (const auto& e : elements) {
     all_final = all_final && IsFinalState(e.state);
-    any_failed = any_failed || e.state == "failed" || e.state == "lost";
-    any_succeeded = any_succeeded || e.state == "succeeded";
-    any_started = any_started || e.state != "pending";
+    any_failed = any_failed || e.state == JobState::kFailed || e.state == JobState::kLost;
+    any_succeeded = any_succeeded || e.state == JobState::kSucceeded;
+    any_started = any_started || e.state != JobState::kPending;
   }
-  if (!all_final) return any_started ? "running" : "pending";
-  return any_failed ? "failed" : any_succeeded ? "succeeded" : "cancelled";
+  if (!all_final) return any_started ? JobState::kRunning : JobState::kPending;
+  return any_failed ? JobState::kFailed
+         : any_succeeded ? JobState::kSucceeded
+                         : JobState::kCancelled;
+}
+
+std::string CountElementStates(const std::vector<ElementRecord>& elements) {
+  std::map<std::string_view, int> counts;  // by name, as printed
+  for (const auto& e : elements) {
+    if (e.state != JobState::kUnknown) counts[StateName(e.state)]++;
+  }
+  std::string summary;
+  for (const auto& [state, n] : counts) {
+    summary += fmt::format("{}{} {}", summary.empty() ? "" : ", ", n, state);
+  }
+  return summary;
 }
 
 Result<std::unique_ptr<JobDb>> JobDb::Open(const std::string& path) {
@@ -117,7 +162,7 @@ Result<int64_t> JobDb::Insert(JobRecord job) {
          "parent_id, target) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
   Status st = s.ok();
   if (st.ok()) {
-    s.Bind(1, job.name).Bind(2, job.backend).Bind(3, job.spec_yaml).Bind(4, job.state);
+    s.Bind(1, job.name).Bind(2, job.backend).Bind(3, job.spec_yaml).Bind(4, Name(job.state));
     s.Bind(5, job.exit_code).Bind(6, job.submitted_at).Bind(7, job.started_at);
     s.Bind(8, job.ended_at).Bind(9, job.log_dir).Bind(10, job.backend_id);
     s.Bind(11, static_cast<int64_t>(job.array_size)).Bind(12, static_cast<int64_t>(job.concurrency));
@@ -126,9 +171,11 @@ Result<int64_t> JobDb::Insert(JobRecord job) {
   }
   const int64_t id = sqlite3_last_insert_rowid(db_);
   for (int i = 0; st.ok() && i < job.array_size; ++i) {
-    Stmt e(db_, "INSERT INTO elements (job_id, idx, state) VALUES (?, ?, 'pending')");
+    Stmt e(db_, "INSERT INTO elements (job_id, idx, state) VALUES (?, ?, ?)");
     st = e.ok();
-    if (st.ok()) st = e.Bind(1, id).Bind(2, static_cast<int64_t>(i)).Run();
+    if (st.ok()) {
+      st = e.Bind(1, id).Bind(2, static_cast<int64_t>(i)).Bind(3, Name(JobState::kPending)).Run();
+    }
   }
   if (!st.ok()) {
     (void)Exec("ROLLBACK");
@@ -140,16 +187,18 @@ Result<int64_t> JobDb::Insert(JobRecord job) {
 
 // The compare-and-set condition of a state update, with the new state bound as ?1: the
 // stored state is the same, still pending, or running and the new one is not pending.
-constexpr const char* kStateMayMove =
-    "(state = ?1 OR state = 'pending' OR (state = 'running' AND ?1 <> 'pending'))";
+std::string StateMayMove() {
+  return fmt::format("(state = ?1 OR state = '{0}' OR (state = '{1}' AND ?1 <> '{0}'))",
+                     StateName(JobState::kPending), StateName(JobState::kRunning));
+}
 
 Result<bool> JobDb::Update(const JobRecord& job) {
   Stmt s(db_, fmt::format("UPDATE jobs SET state=?1, exit_code=?2, started_at=?3, ended_at=?4, "
                           "log_dir=?5, detail=?6 WHERE id=?7 AND {}",
-                          kStateMayMove)
+                          StateMayMove())
                   .c_str());
   COHORT_RETURN_IF_ERROR(s.ok());
-  s.Bind(1, job.state).Bind(2, job.exit_code).Bind(3, job.started_at).Bind(4, job.ended_at);
+  s.Bind(1, Name(job.state)).Bind(2, job.exit_code).Bind(3, job.started_at).Bind(4, job.ended_at);
   s.Bind(5, job.log_dir).Bind(6, job.detail).Bind(7, job.id);
   COHORT_RETURN_IF_ERROR(s.Run());
   return sqlite3_changes(db_) > 0;
@@ -158,10 +207,10 @@ Result<bool> JobDb::Update(const JobRecord& job) {
 Result<bool> JobDb::UpdateElement(int64_t job_id, const ElementRecord& e) {
   Stmt s(db_, fmt::format("UPDATE elements SET state=?1, exit_code=?2, started_at=?3, "
                           "ended_at=?4, log_dir=?5, detail=?6 WHERE job_id=?7 AND idx=?8 AND {}",
-                          kStateMayMove)
+                          StateMayMove())
                   .c_str());
   COHORT_RETURN_IF_ERROR(s.ok());
-  s.Bind(1, e.state).Bind(2, e.exit_code).Bind(3, e.started_at).Bind(4, e.ended_at);
+  s.Bind(1, Name(e.state)).Bind(2, e.exit_code).Bind(3, e.started_at).Bind(4, e.ended_at);
   s.Bind(5, e.log_dir).Bind(6, e.detail).Bind(7, job_id).Bind(8, static_cast<int64_t>(e.index));
   COHORT_RETURN_IF_ERROR(s.Run());
   return sqlite3_changes(db_) > 0;
@@ -211,7 +260,7 @@ Result<std::vector<ElementRecord>> JobDb::Elements(int64_t job_id) {
   return s.Rows([](const SqlStatement& s) {
     ElementRecord e;
     e.index = static_cast<int>(s.Int("idx"));
-    e.state = s.Text("state");
+    e.state = StoredState(s);
     e.exit_code = s.OptInt("exit_code");
     e.started_at = s.Real("started_at");
     e.ended_at = s.Real("ended_at");

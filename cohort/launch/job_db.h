@@ -4,11 +4,12 @@
 // of the machine) shows what ran. Writers use transactions; SQLite's locking (WAL mode,
 // busy timeout) lets the submitting command, the local runner and readers share the file.
 //
-// States: pending, running, succeeded, failed, cancelled, lost (the local runner vanished
-// without recording an end). A row's state only moves forward (pending -> running -> a
-// final state; a final state never changes): every update is a compare-and-set in SQL, so
-// a writer holding an older copy of the row (the submitting command, a status poll) can
-// never undo what the runner recorded.
+// States (JobState): pending, running, succeeded, failed, cancelled, lost (the local runner
+// vanished without recording an end). A row's state only moves forward (pending -> running
+// -> a final state; a final state never changes): every update is a compare-and-set in SQL,
+// so a writer holding an older copy of the row (the submitting command, a status poll) can
+// never undo what the runner recorded. States are enums in code and their names ("pending")
+// in the database, the CLI's output and its JSON; StateName and ParseJobState convert.
 //
 // Thread-safety: one JobDb per thread (each opens its own connection).
 #pragma once
@@ -17,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cohort/base/status.h"
@@ -25,9 +27,32 @@ struct sqlite3;
 
 namespace cohort::launch {
 
+enum class JobState {
+  kPending,
+  kRunning,
+  kSucceeded,
+  kFailed,
+  kCancelled,
+  kLost,     // the engine lost it: the local runner vanished without recording an end,
+             // Slurm forgot a job that left no exit code
+  kUnknown,  // not known (yet): an element the engine has not reported, a state that could
+             // not be read; never stored
+};
+
+// "pending", "running", ...: the names stored, printed and in JSON. ParseJobState gives
+// nullopt for a name that is none of them.
+std::string_view StateName(JobState state);
+std::optional<JobState> ParseJobState(std::string_view name);
+
+// JSON holds a state's name, as the database does (nlohmann's to_json hook, found by ADL).
+template <typename BasicJson>
+void to_json(BasicJson& j, JobState state) {
+  j = StateName(state);
+}
+
 struct ElementRecord {
   int index = -1;                 // -1: the job itself (not an array)
-  std::string state = "pending";
+  JobState state = JobState::kPending;
   std::optional<int> exit_code;
   double started_at = 0, ended_at = 0;  // unix seconds, 0 = not yet
   std::string log_dir;
@@ -40,7 +65,7 @@ struct JobRecord {
   std::string name;
   std::string backend;
   std::string spec_yaml;
-  std::string state = "pending";
+  JobState state = JobState::kPending;
   std::optional<int> exit_code;
   double submitted_at = 0, started_at = 0, ended_at = 0;
   std::string log_dir;
@@ -55,18 +80,23 @@ struct JobRecord {
 };
 
 struct JobStatus {
-  std::string state;
+  JobState state = JobState::kUnknown;
   std::optional<int> exit_code;
   std::string detail;
   std::vector<ElementRecord> elements;  // empty for a job without elements
 };
 
-bool IsFinalState(const std::string& state);
+// succeeded, failed, cancelled, lost: the state never changes again.
+bool IsFinalState(JobState state);
 
 // The state of an array job from its elements': running or pending while any is not final;
 // then failed if any failed, succeeded if any succeeded (elements cancelled on request are
 // no failure), else cancelled.
-std::string AggregateElementStates(const std::vector<ElementRecord>& elements);
+JobState AggregateElementStates(const std::vector<ElementRecord>& elements);
+
+// How many elements are in each state, by the states' names: "2 failed, 3 succeeded".
+// Elements whose state is unknown are not counted.
+std::string CountElementStates(const std::vector<ElementRecord>& elements);
 
 class JobDb {
  public:

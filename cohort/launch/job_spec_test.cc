@@ -3,6 +3,7 @@
 #include "cohort/launch/job_spec.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <sqlite3.h>
 
 #include <filesystem>
@@ -259,12 +260,12 @@ TEST(JobDbTest, HistorySurvivesReopening) {
     ASSERT_TRUE(inserted.ok());
     id = *inserted;
     j.id = id;
-    j.state = "failed";
+    j.state = JobState::kFailed;
     j.exit_code = 3;
     ASSERT_TRUE((*db)->Update(j).ok());
     ElementRecord e;
     e.index = 1;
-    e.state = "failed";
+    e.state = JobState::kFailed;
     e.exit_code = 3;
     ASSERT_TRUE((*db)->UpdateElement(id, e).ok());
   }
@@ -273,12 +274,12 @@ TEST(JobDbTest, HistorySurvivesReopening) {
   auto j = (*db)->Find("x");
   ASSERT_TRUE(j.ok());
   EXPECT_EQ(j->id, id);
-  EXPECT_EQ(j->state, "failed");
+  EXPECT_EQ(j->state, JobState::kFailed);
   EXPECT_EQ(j->exit_code, 3);
   auto elements = (*db)->Elements(id);
   ASSERT_TRUE(elements.ok());
   ASSERT_EQ(elements->size(), 2u);
-  EXPECT_EQ((*elements)[0].state, "pending");
+  EXPECT_EQ((*elements)[0].state, JobState::kPending);
   EXPECT_EQ((*elements)[1].exit_code, 3);
   EXPECT_EQ((*db)->Find("nope").status().code(), StatusCode::kNotFound);
 }
@@ -307,7 +308,7 @@ TEST(JobDbTest, ChildJobsBelongToTheirParentAndOldHistoriesOpen) {
   }
   auto db = JobDb::Open(path);
   ASSERT_TRUE(db.ok()) << db.status().ToString();
-  EXPECT_EQ((*db)->Find("before")->state, "succeeded");
+  EXPECT_EQ((*db)->Find("before")->state, JobState::kSucceeded);
   JobRecord parent;
   parent.name = "fan";
   parent.backend = kTargetsBackend;
@@ -349,32 +350,51 @@ TEST(JobDbTest, StateOnlyMovesForward) {
   j.id = *id;
   JobRecord stale = j;  // what the submitter read before the runner started
   ASSERT_TRUE((*db)->SetBackendId(j.id, "4242").ok());
-  j.state = "running";
+  j.state = JobState::kRunning;
   EXPECT_TRUE(*(*db)->Update(j));
-  j.state = "succeeded";
+  j.state = JobState::kSucceeded;
   j.exit_code = 0;
   EXPECT_TRUE(*(*db)->Update(j));
   EXPECT_FALSE(*(*db)->Update(stale));  // pending after succeeded: refused
-  stale.state = "running";
+  stale.state = JobState::kRunning;
   EXPECT_FALSE(*(*db)->Update(stale));
-  stale.state = "failed";
+  stale.state = JobState::kFailed;
   EXPECT_FALSE(*(*db)->Update(stale));  // one final state never becomes another
   auto now = (*db)->Get(j.id);
   ASSERT_TRUE(now.ok());
-  EXPECT_EQ(now->state, "succeeded");
+  EXPECT_EQ(now->state, JobState::kSucceeded);
   EXPECT_EQ(now->exit_code, 0);
   EXPECT_EQ(now->backend_id, "4242");  // Update never touches the backend's id
 
   ElementRecord e;
   e.index = 0;
-  e.state = "succeeded";
+  e.state = JobState::kSucceeded;
   e.exit_code = 0;
   EXPECT_TRUE(*(*db)->UpdateElement(j.id, e));
-  e.state = "running";
+  e.state = JobState::kRunning;
   EXPECT_FALSE(*(*db)->UpdateElement(j.id, e));
-  EXPECT_EQ((*(*db)->Elements(j.id))[0].state, "succeeded");
+  EXPECT_EQ((*(*db)->Elements(j.id))[0].state, JobState::kSucceeded);
 }
 
+
+// The names are what the database stores and users read: they must never change.
+TEST(JobDbTest, StateNamesAreTheStoredStrings) {
+  const std::pair<JobState, std::string_view> expected[] = {
+      {JobState::kPending, "pending"},     {JobState::kRunning, "running"},
+      {JobState::kSucceeded, "succeeded"}, {JobState::kFailed, "failed"},
+      {JobState::kCancelled, "cancelled"}, {JobState::kLost, "lost"},
+      {JobState::kUnknown, "unknown"}};
+  for (const auto& [state, name] : expected) {
+    EXPECT_EQ(StateName(state), name);
+    EXPECT_EQ(ParseJobState(name), state) << name;
+  }
+  EXPECT_FALSE(ParseJobState("done").has_value());
+  EXPECT_FALSE(ParseJobState("").has_value());
+  ElementRecord e;
+  e.state = JobState::kFailed;
+  EXPECT_EQ(nlohmann::json(e.state), "failed");  // JSON holds the name too
+  EXPECT_EQ(CountElementStates({e, e, ElementRecord{}}), "2 failed, 1 pending");
+}
 
 // ---------------------------------------------------------------------------------------
 // Accelerators, placement, metrics, kubernetes fields, targets

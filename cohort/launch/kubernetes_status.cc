@@ -4,6 +4,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cohort/base/strings.h"
@@ -60,7 +61,7 @@ std::vector<const Json*> List(const Json& j, std::initializer_list<const char*> 
 }
 
 struct ObjectState {
-  std::string state = "pending";
+  JobState state = JobState::kPending;
   std::string detail;
 };
 
@@ -81,12 +82,14 @@ std::string ConditionDetail(const Json& c) {
 
 // Kubeflow conditions: Created, Running, Restarting, Succeeded, Failed, Suspended.
 ObjectState PyTorchJobState(const Json& object) {
-  if (const Json* c = TrueCondition(object, "Succeeded")) return {"succeeded", ConditionDetail(*c)};
-  if (const Json* c = TrueCondition(object, "Failed")) return {"failed", ConditionDetail(*c)};
-  if (const Json* c = TrueCondition(object, "Restarting")) return {"running", ConditionDetail(*c)};
-  if (const Json* c = TrueCondition(object, "Running")) return {"running", ConditionDetail(*c)};
-  if (const Json* c = TrueCondition(object, "Suspended")) return {"pending", ConditionDetail(*c)};
-  return {"pending", "created, waiting for its pods"};
+  constexpr std::pair<const char*, JobState> kConditions[] = {
+      {"Succeeded", JobState::kSucceeded}, {"Failed", JobState::kFailed},
+      {"Restarting", JobState::kRunning},  {"Running", JobState::kRunning},
+      {"Suspended", JobState::kPending}};
+  for (const auto& [type, state] : kConditions) {
+    if (const Json* c = TrueCondition(object, type)) return {state, ConditionDetail(*c)};
+  }
+  return {JobState::kPending, "created, waiting for its pods"};
 }
 
 // Volcano phases: Pending, Running, Restarting, Completing, Completed, Aborting, Aborted,
@@ -95,31 +98,35 @@ ObjectState VolcanoJobState(const Json& object) {
   const std::string phase = Str(object, {"status", "state", "phase"});
   std::string detail = Str(object, {"status", "state", "message"});
   if (detail.empty()) detail = Str(object, {"status", "state", "reason"});
-  if (phase == "Completed") return {"succeeded", detail};
+  if (phase == "Completed") return {JobState::kSucceeded, detail};
   if (phase == "Failed" || phase == "Terminated" || phase == "Aborted") {
-    return {"failed", detail.empty() ? "volcano job " + phase : detail};
+    return {JobState::kFailed, detail.empty() ? "volcano job " + phase : detail};
   }
   if (phase == "Running" || phase == "Restarting" || phase == "Completing" ||
       phase == "Terminating" || phase == "Aborting") {
-    return {"running", phase == "Running" ? detail : phase};
+    return {JobState::kRunning, phase == "Running" ? detail : phase};
   }
-  return {"pending", phase.empty() ? "created, waiting for the scheduler" : phase};
+  return {JobState::kPending, phase.empty() ? "created, waiting for the scheduler" : phase};
 }
 
 // batch/v1 conditions: Complete, Failed (and SuccessCriteriaMet, FailureTarget before them).
 ObjectState BatchJobState(const Json& object) {
   for (const char* t : {"Complete", "SuccessCriteriaMet"}) {
-    if (const Json* c = TrueCondition(object, t)) return {"succeeded", ConditionDetail(*c)};
+    if (const Json* c = TrueCondition(object, t)) {
+      return {JobState::kSucceeded, ConditionDetail(*c)};
+    }
   }
   for (const char* t : {"Failed", "FailureTarget"}) {
-    if (const Json* c = TrueCondition(object, t)) return {"failed", ConditionDetail(*c)};
+    if (const Json* c = TrueCondition(object, t)) return {JobState::kFailed, ConditionDetail(*c)};
   }
-  if (const Json* c = TrueCondition(object, "Suspended")) return {"pending", ConditionDetail(*c)};
+  if (const Json* c = TrueCondition(object, "Suspended")) {
+    return {JobState::kPending, ConditionDetail(*c)};
+  }
   if (Int(object, {"status", "active"}) > 0 || Int(object, {"status", "succeeded"}) > 0 ||
       Int(object, {"status", "failed"}) > 0) {
-    return {"running", ""};
+    return {JobState::kRunning, ""};
   }
-  return {"pending", "created, waiting for its pods"};
+  return {JobState::kPending, "created, waiting for its pods"};
 }
 
 ObjectState StateOf(const std::string& resource, const Json& object) {
@@ -182,8 +189,8 @@ Result<JobStatus> KubernetesStatusFromJson(const std::string& resource,
     ObjectState s = StateOf(resource, object);
     status.state = s.state;
     status.detail = s.detail;
-    if (s.state == "succeeded") status.exit_code = 0;
-    if (s.state == "failed") status.exit_code = FailedExitCode(pods, -1);
+    if (s.state == JobState::kSucceeded) status.exit_code = 0;
+    if (s.state == JobState::kFailed) status.exit_code = FailedExitCode(pods, -1);
     if (array_size <= 0) return status;
     const std::set<int> done = ParseIndexes(Str(object, {"status", "completedIndexes"}));
     const std::set<int> failed = ParseIndexes(Str(object, {"status", "failedIndexes"}));
@@ -198,16 +205,16 @@ Result<JobStatus> KubernetesStatusFromJson(const std::string& resource,
       ElementRecord e;
       e.index = i;
       if (done.count(i)) {
-        e.state = "succeeded";
+        e.state = JobState::kSucceeded;
         e.exit_code = 0;
       } else if (failed.count(i)) {
-        e.state = "failed";
+        e.state = JobState::kFailed;
         e.exit_code = FailedExitCode(pods, i);
-      } else if (s.state == "failed" || s.state == "succeeded") {
-        e.state = "cancelled";
+      } else if (s.state == JobState::kFailed || s.state == JobState::kSucceeded) {
+        e.state = JobState::kCancelled;
         e.detail = "the job ended before this element finished";
       } else {
-        e.state = running.count(i) ? "running" : "pending";
+        e.state = running.count(i) ? JobState::kRunning : JobState::kPending;
       }
       status.elements.push_back(e);
     }
@@ -227,14 +234,14 @@ Result<JobStatus> KubernetesStatusFromJson(const std::string& resource,
     e.index = i;
     auto it = states.find(i);
     if (it == states.end()) {  // deleted: `cohort cancel --element`, or by hand
-      e.state = "cancelled";
+      e.state = JobState::kCancelled;
       e.detail = "its object is no longer in the cluster (deleted)";
     } else {
       e.state = it->second.state;
       e.detail = it->second.detail;
     }
-    if (e.state == "succeeded") e.exit_code = 0;
-    if (e.state == "failed") {
+    if (e.state == JobState::kSucceeded) e.exit_code = 0;
+    if (e.state == JobState::kFailed) {
       e.exit_code = FailedExitCode(pods, i);
       ++failed;
     }
@@ -242,7 +249,7 @@ Result<JobStatus> KubernetesStatusFromJson(const std::string& resource,
   }
   status.state = AggregateElementStates(status.elements);
   if (failed > 0) status.detail = fmt::format("{} of {} elements failed", failed, n);
-  if (status.state == "succeeded") status.exit_code = 0;
+  if (status.state == JobState::kSucceeded) status.exit_code = 0;
   return status;
 }
 

@@ -23,6 +23,7 @@
 #include "cohort/base/subprocess.h"
 #include "cohort/base/time.h"
 #include "cohort/launch/agent_command.h"
+#include "cohort/launch/job_env.h"
 
 namespace cohort::launch {
 namespace {
@@ -105,8 +106,8 @@ std::vector<std::pair<std::string, std::string>> UnitEnv(
     const JobSpec& spec, const JobRecord& job, const std::map<std::string, std::string>* extra) {
   std::vector<std::pair<std::string, std::string>> env(spec.env.begin(), spec.env.end());
   if (extra) env.insert(env.end(), extra->begin(), extra->end());
-  env.emplace_back("COHORT_JOB_ID", std::to_string(job.id));
-  env.emplace_back("COHORT_JOB_NAME", job.name);
+  env.emplace_back(kEnvJobId, std::to_string(job.id));
+  env.emplace_back(kEnvJobName, job.name);
   return env;
 }
 
@@ -262,11 +263,11 @@ class LocalBackend final : public Backend {
       // Re-read: the runner may have recorded its end just before exiting.
       COHORT_ASSIGN_OR_RETURN(JobRecord again, db->Get(job.id));
       if (!IsFinalState(again.state)) {
-        s.state = "lost";
+        s.state = JobState::kLost;
         s.detail = "the local runner exited without recording an end (killed, or the machine "
                    "restarted); see " + job.log_dir + "/runner.log";
         for (auto& e : s.elements) {
-          if (!IsFinalState(e.state)) e.state = "lost";
+          if (!IsFinalState(e.state)) e.state = JobState::kLost;
         }
       } else {
         s.state = again.state;
@@ -301,7 +302,7 @@ class LocalBackend final : public Backend {
       return ErrnoStatus("asking the runner to stop the element: create " + request.string(),
                          errno);
     }
-    if (job.state == "running" && ::kill(*pid, SIGUSR1) != 0) {
+    if (job.state == JobState::kRunning && ::kill(*pid, SIGUSR1) != 0) {
       return Unavailable("cannot signal the runner of job {} (pid {}): {}", job.id, *pid,
                          std::strerror(errno));
     }
@@ -376,9 +377,10 @@ class Runner {
     std::vector<Problem> problems;
     spec_ = ParseJobSpec(job_.spec_yaml, &problems);
     if (!problems.empty()) {
-      return Finish("failed", 1, "the stored job spec is invalid:\n" + FormatProblems(problems));
+      return Finish(JobState::kFailed, 1,
+                    "the stored job spec is invalid:\n" + FormatProblems(problems));
     }
-    if (Status s = LoadUnits(); !s.ok()) return Finish("failed", 1, s.message());
+    if (Status s = LoadUnits(); !s.ok()) return Finish(JobState::kFailed, 1, s.message());
 
     sigset_t set;
     sigemptyset(&set);
@@ -386,7 +388,7 @@ class Runner {
     ::sigprocmask(SIG_BLOCK, &set, nullptr);
     sig_fd_ = ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
 
-    job_.state = "running";
+    job_.state = JobState::kRunning;
     job_.started_at = WallSeconds();
     (void)db_->Update(job_);
     const int limit = LocalBackend::Concurrency(spec_, units_.size());
@@ -407,19 +409,21 @@ class Runner {
     }
     if (cancelling_) {
       for (auto& u : units_) {
-        if (!u.started) RecordUnit(u, "cancelled", std::nullopt, "cancelled before it started");
+        if (!u.started) {
+          RecordUnit(u, JobState::kCancelled, std::nullopt, "cancelled before it started");
+        }
       }
-      return Finish("cancelled", 143, "cancelled by request");
+      return Finish(JobState::kCancelled, 143, "cancelled by request");
     }
     // Elements cancelled on request are neither failures nor the job's end.
-    const std::string state = AggregateElementStates(results_);
+    const JobState state = AggregateElementStates(results_);
     int failed = 0, cancelled = 0;
     std::optional<int> first_code;
     std::string first_detail;
     for (const auto& r : results_) {
-      if (r.state == "cancelled") {
+      if (r.state == JobState::kCancelled) {
         ++cancelled;
-      } else if (r.state != "succeeded") {
+      } else if (r.state != JobState::kSucceeded) {
         ++failed;
         if (!first_code) {
           first_code = r.exit_code;
@@ -427,8 +431,10 @@ class Runner {
         }
       }
     }
-    if (state == "cancelled") return Finish(state, 143, "every element was cancelled by request");
-    if (state == "succeeded") {
+    if (state == JobState::kCancelled) {
+      return Finish(state, 143, "every element was cancelled by request");
+    }
+    if (state == JobState::kSucceeded) {
       return Finish(state, 0,
                     cancelled ? fmt::format("{} element(s) cancelled by request", cancelled) : "");
     }
@@ -436,7 +442,7 @@ class Runner {
                              ? fmt::format("{} of {} elements failed; first: {}", failed,
                                            units_.size(), first_detail)
                              : first_detail;
-    return Finish("failed", first_code.value_or(1), detail);
+    return Finish(JobState::kFailed, first_code.value_or(1), detail);
   }
 
  private:
@@ -478,11 +484,11 @@ class Runner {
     auto child = Spawn(so);
     if (!child.ok()) {
       u.done = true;
-      RecordUnit(u, "failed", 127, child.status().message());
+      RecordUnit(u, JobState::kFailed, 127, child.status().message());
       return;
     }
     u.child = *child;
-    rec.state = "running";
+    rec.state = JobState::kRunning;
     if (u.index >= 0) (void)db_->UpdateElement(id_, rec);
     started_at_[u.index] = rec.started_at;
   }
@@ -524,7 +530,9 @@ class Runner {
       const int code = st.exited ? st.code : ExitCodeForSignal(st.signal);
       const std::string out = UnitDir(job_, u.index) + "/output.log";
       const bool stopped = cancelling_ || u.cancel_requested;
-      std::string state = st.success() ? "succeeded" : stopped ? "cancelled" : "failed";
+      const JobState state = st.success() ? JobState::kSucceeded
+                             : stopped    ? JobState::kCancelled
+                                          : JobState::kFailed;
       RecordUnit(u, state, code,
                  st.success()           ? ""
                  : u.cancel_requested ? "cancelled by request (cohort cancel --element)"
@@ -547,7 +555,8 @@ class Runner {
         u.cancel_requested = true;
         if (!u.started) {
           u.started = u.done = true;
-          RecordUnit(u, "cancelled", std::nullopt, "cancelled by request before it started");
+          RecordUnit(u, JobState::kCancelled, std::nullopt,
+                     "cancelled by request before it started");
         } else {
           COHORT_LOG_INFO(kLog, "job {}: stopping element {} (cancel requested)", id_, u.index);
           SignalGroup(u.child.pid, SIGTERM);
@@ -556,7 +565,7 @@ class Runner {
     }
   }
 
-  void RecordUnit(const Unit& u, const std::string& state, std::optional<int> code,
+  void RecordUnit(const Unit& u, JobState state, std::optional<int> code,
                   const std::string& detail) {
     ElementRecord rec;
     rec.index = u.index;
@@ -570,7 +579,7 @@ class Runner {
     if (u.index >= 0) (void)db_->UpdateElement(id_, rec);
   }
 
-  int Finish(const std::string& state, int code, const std::string& detail) {
+  int Finish(JobState state, int code, const std::string& detail) {
     job_.state = state;
     job_.exit_code = code;
     job_.ended_at = WallSeconds();
@@ -579,7 +588,7 @@ class Runner {
       Status s = db_->Update(job_).status();
       if (!s.ok()) COHORT_LOG_ERROR(kLog, "job {}: cannot record the end: {}", id_, s.message());
     }
-    COHORT_LOG_INFO(kLog, "job {}: {} (exit {}) {}", id_, state, code, detail);
+    COHORT_LOG_INFO(kLog, "job {}: {} (exit {}) {}", id_, StateName(state), code, detail);
     return code;
   }
 

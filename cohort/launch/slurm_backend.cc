@@ -26,6 +26,7 @@
 #include "cohort/base/time.h"
 #include "cohort/base/worker_env.h"
 #include "cohort/launch/agent_command.h"
+#include "cohort/launch/job_env.h"
 #include "cohort/launch/spec_walker.h"
 
 namespace cohort::launch {
@@ -199,8 +200,8 @@ class SlurmBackend final : public Backend {
     const std::string path = job.log_dir + "/job.sbatch";
     COHORT_RETURN_IF_ERROR(WritePrivateFile(path, script));
     COHORT_ASSIGN_OR_RETURN(CommandOutput r, RunCommand(WithCluster({"sbatch", "--parsable", path}),
-                                                        {{"COHORT_JOB_ID", std::to_string(job.id)},
-                                                         {"COHORT_JOB_NAME", job.name}},
+                                                        {{kEnvJobId, std::to_string(job.id)},
+                                                         {kEnvJobName, job.name}},
                                                         Deadline::AfterMs(kCommandTimeoutMs)));
     if (!r.status.success()) {
       const std::string why = r.Message();
@@ -228,7 +229,7 @@ class SlurmBackend final : public Backend {
     // Whatever scontrol did not report (the job, or elements, already purged from the
     // controller) comes from the files the job left.
     if (job.array_size == 0) {
-      if (s.state.empty()) {
+      if (s.state == JobState::kUnknown) {
         ElementRecord e = slurm::StatusFromFiles(job.log_dir, job.backend_id);
         s.state = e.state;
         s.exit_code = e.exit_code;
@@ -238,12 +239,12 @@ class SlurmBackend final : public Backend {
     }
     if (s.elements.size() != static_cast<size_t>(job.array_size)) {
       s.elements.assign(static_cast<size_t>(job.array_size), ElementRecord{});
-      for (ElementRecord& e : s.elements) e.state.clear();  // nothing reported yet
+      for (ElementRecord& e : s.elements) e.state = JobState::kUnknown;  // nothing reported yet
     }
     for (int i = 0; i < job.array_size; ++i) {
       ElementRecord& e = s.elements[static_cast<size_t>(i)];
       e.index = i;
-      if (e.state.empty()) {
+      if (e.state == JobState::kUnknown) {
         e = slurm::StatusFromFiles(job.log_dir, fmt::format("{}_{}", job.backend_id, i));
         e.index = i;
       }
@@ -427,7 +428,7 @@ std::string EnvironmentSection(const JobSpec& spec, const std::vector<ArrayEleme
     s += "\n# The job's environment.\n";
     for (const auto& [k, v] : spec.env) s += fmt::format("export {}={}\n", k, ShellQuote(v));
   }
-  s += fmt::format("export COHORT_JOB_NAME={}\n", ShellQuote(spec.name));
+  s += fmt::format("export {}={}\n", kEnvJobName, ShellQuote(spec.name));
   if (elements.empty()) {
     s += "unit=job\n"
          "tag=\"$SLURM_JOB_ID\"\n";

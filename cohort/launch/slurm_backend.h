@@ -54,7 +54,7 @@ std::vector<Record> ParseScontrolRecords(std::string_view text);
 // Slurm JobState ("COMPLETED", "CANCELLED by 0", "RUNNING") -> cohort state: pending,
 // running, succeeded, failed, cancelled. A state this table does not know counts as running
 // (not final), so the caller keeps polling.
-std::string MapJobState(std::string_view slurm_state);
+JobState MapJobState(std::string_view slurm_state);
 
 // ExitCode=X:Y -> X, or 128+Y when the batch script was killed by signal Y; nullopt when
 // the text is not X:Y.
@@ -65,7 +65,7 @@ std::vector<int> ParseTaskIds(std::string_view text);
 
 // The job's status from the records of `scontrol show job -o <id>`. For an array
 // (`array_size` > 0) every element 0..array_size-1 gets a row; elements no record names are
-// left with index set and an empty state (the caller fills them from files). The job's
+// left with index set and state kUnknown (the caller fills them from files). The job's
 // state aggregates the elements: running while any runs, else pending while any waits, else
 // failed if any failed, else cancelled if any was cancelled, else succeeded.
 JobStatus StatusFromRecords(const std::vector<Record>& records, int array_size);

@@ -63,17 +63,17 @@ ElementRecord ElementFromRecord(const Record& r) {
   const std::string id = Field(r, "JobId");
   const std::string reason = Field(r, "Reason");
   const bool has_reason = !reason.empty() && reason != "None" && reason != "(null)";
-  if (e.state != "pending") e.started_at = ParseSlurmTime(Field(r, "StartTime"));
+  if (e.state != JobState::kPending) e.started_at = ParseSlurmTime(Field(r, "StartTime"));
   if (IsFinalState(e.state)) {
     e.ended_at = ParseSlurmTime(Field(r, "EndTime"));
     e.exit_code = ParseExitCode(Field(r, "ExitCode"));
   }
-  if (e.state == "pending") {
+  if (e.state == JobState::kPending) {
     e.detail =
         fmt::format("Slurm job {} pending{}", id, has_reason ? fmt::format(" ({})", reason) : "");
-  } else if (e.state == "running") {
+  } else if (e.state == JobState::kRunning) {
     e.detail = fmt::format("Slurm job {} {} on {}", id, slurm_state, Field(r, "NodeList"));
-  } else if (e.state == "failed" || e.state == "cancelled") {
+  } else if (e.state == JobState::kFailed || e.state == JobState::kCancelled) {
     const std::string code = Field(r, "ExitCode");
     std::string how;
     if (auto parts = Split(code, ':', false); parts.size() == 2 && parts[1] != "0") {
@@ -118,7 +118,7 @@ std::vector<Record> ParseScontrolRecords(std::string_view text) {
   return records;
 }
 
-std::string MapJobState(std::string_view slurm_state) {
+JobState MapJobState(std::string_view slurm_state) {
   std::string s(Trim(slurm_state));
   s = s.substr(0, s.find_first_of(" +"));
   static const std::set<std::string> kPending = {"PENDING",      "CONFIGURING", "REQUEUED",
@@ -126,13 +126,13 @@ std::string MapJobState(std::string_view slurm_state) {
                                                  "SPECIAL_EXIT"};
   static const std::set<std::string> kFailed = {
       "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "PREEMPTED"};
-  if (kPending.count(s)) return "pending";
-  if (s == "COMPLETED") return "succeeded";
-  if (kFailed.count(s)) return "failed";
-  if (s == "CANCELLED" || s == "REVOKED") return "cancelled";
+  if (kPending.count(s)) return JobState::kPending;
+  if (s == "COMPLETED") return JobState::kSucceeded;
+  if (kFailed.count(s)) return JobState::kFailed;
+  if (s == "CANCELLED" || s == "REVOKED") return JobState::kCancelled;
   // RUNNING, COMPLETING, SUSPENDED, STOPPED, SIGNALING, STAGE_OUT, RESIZING and anything
   // newer: not final.
-  return "running";
+  return JobState::kRunning;
 }
 
 std::optional<int> ParseExitCode(std::string_view text) {
@@ -181,7 +181,7 @@ JobStatus StatusFromRecords(const std::vector<Record>& records, int array_size) 
   s.elements.resize(static_cast<size_t>(array_size));
   for (int i = 0; i < array_size; ++i) {
     s.elements[static_cast<size_t>(i)].index = i;
-    s.elements[static_cast<size_t>(i)].state.clear();
+    s.elements[static_cast<size_t>(i)].state = JobState::kUnknown;
   }
   for (const Record& r : records) {
     ElementRecord e = ElementFromRecord(r);
@@ -197,42 +197,41 @@ JobStatus StatusFromRecords(const std::vector<Record>& records, int array_size) 
 }
 
 void AggregateElements(JobStatus* status) {
-  std::map<std::string, int> counts;
   std::vector<int> failed;
   const ElementRecord* first_failed = nullptr;
-  bool any_open = false, any_known = false;
+  bool any_open = false, any_known = false, all_pending = true, any_cancelled = false,
+       any_lost = false;
   for (const ElementRecord& e : status->elements) {
-    if (e.state.empty()) continue;
+    if (e.state == JobState::kUnknown) continue;
     any_known = true;
-    counts[e.state]++;
+    all_pending = all_pending && e.state == JobState::kPending;
+    any_cancelled = any_cancelled || e.state == JobState::kCancelled;
+    any_lost = any_lost || e.state == JobState::kLost;
     if (!IsFinalState(e.state)) any_open = true;
-    if (e.state == "failed") {
+    if (e.state == JobState::kFailed) {
       failed.push_back(e.index);
       if (first_failed == nullptr) first_failed = &e;
     }
   }
   if (!any_known) return;
-  std::string summary;
-  for (const auto& [state, n] : counts) {
-    summary += fmt::format("{}{} {}", summary.empty() ? "" : ", ", n, state);
-  }
+  const std::string summary = CountElementStates(status->elements);
   status->exit_code.reset();
   if (any_open) {
-    status->state = counts.size() == 1 && counts.count("pending") ? "pending" : "running";
+    status->state = all_pending ? JobState::kPending : JobState::kRunning;
     status->detail = summary;
   } else if (first_failed != nullptr) {
-    status->state = "failed";
+    status->state = JobState::kFailed;
     status->exit_code = first_failed->exit_code;
     status->detail = fmt::format("element{} {} failed; {}", failed.size() > 1 ? "s" : "",
                                  fmt::join(failed, ", "), summary);
-  } else if (counts.count("cancelled")) {
-    status->state = "cancelled";
+  } else if (any_cancelled) {
+    status->state = JobState::kCancelled;
     status->detail = summary;
-  } else if (counts.count("lost")) {
-    status->state = "lost";
+  } else if (any_lost) {
+    status->state = JobState::kLost;
     status->detail = summary;
   } else {
-    status->state = "succeeded";
+    status->state = JobState::kSucceeded;
     status->exit_code = 0;
     status->detail.clear();
   }
@@ -245,7 +244,7 @@ ElementRecord StatusFromFiles(const std::string& log_dir, const std::string& tag
   if (auto exit_text = ReadFileToString(exit_path); exit_text.ok()) {
     if (auto code = ParseInt64(*exit_text); code) {
       e.exit_code = static_cast<int>(*code);
-      e.state = *code == 0 ? "succeeded" : "failed";
+      e.state = *code == 0 ? JobState::kSucceeded : JobState::kFailed;
       e.detail = *code == 0 ? ""
                             : fmt::format(
                                   "exit code {} (from {}; Slurm no longer knows "
@@ -256,7 +255,7 @@ ElementRecord StatusFromFiles(const std::string& log_dir, const std::string& tag
   }
   auto out = ReadFileToString(out_path);
   if (!out.ok()) {
-    e.state = "lost";
+    e.state = JobState::kLost;
     e.detail =
         fmt::format("Slurm no longer knows job {} and it left no output at {}", tag, out_path);
     return e;
@@ -264,19 +263,19 @@ ElementRecord StatusFromFiles(const std::string& log_dir, const std::string& tag
   const std::string& text = *out;
   // slurmstepd's notices: "*** JOB 8 ON n1 CANCELLED AT ... ***", "... DUE TO TIME LIMIT ***".
   if (text.find("DUE TO TIME LIMIT") != std::string::npos) {
-    e.state = "failed";
+    e.state = JobState::kFailed;
     e.detail = fmt::format("Slurm job {} hit its time limit (from {})", tag, out_path);
   } else if (text.find("DUE TO NODE FAILURE") != std::string::npos) {
-    e.state = "failed";
+    e.state = JobState::kFailed;
     e.detail = fmt::format("Slurm job {} lost a node (from {})", tag, out_path);
   } else if (text.find("DUE TO PREEMPTION") != std::string::npos) {
-    e.state = "failed";
+    e.state = JobState::kFailed;
     e.detail = fmt::format("Slurm job {} was preempted (from {})", tag, out_path);
   } else if (text.find("CANCELLED AT") != std::string::npos) {
-    e.state = "cancelled";
+    e.state = JobState::kCancelled;
     e.detail = fmt::format("Slurm job {} was cancelled (from {})", tag, out_path);
   } else {
-    e.state = "lost";
+    e.state = JobState::kLost;
     e.detail =
         fmt::format("Slurm no longer knows job {} and {} does not say how it ended", tag, out_path);
   }

@@ -32,14 +32,14 @@ Result<JobRecord> SubmitJob(JobDb& db, Backend& backend, const JobSpec& spec,
   auto backend_id = recorded.ok() ? backend.Submit(job, spec, elements)
                                   : Result<std::string>(recorded);
   if (!backend_id.ok()) {
-    job.state = "failed";
+    job.state = JobState::kFailed;
     job.ended_at = WallSeconds();
     job.detail = "not submitted: " + backend_id.status().message();
     (void)db.Update(job);
     for (int i = 0; i < job.array_size; ++i) {  // each element failed, for the same reason
       ElementRecord e;
       e.index = i;
-      e.state = "failed";
+      e.state = JobState::kFailed;
       e.ended_at = job.ended_at;
       e.detail = job.detail;
       (void)db.UpdateElement(job.id, e);
@@ -95,7 +95,7 @@ Result<JobStatus> RefreshJob(JobDb& db, Backend& backend, JobRecord& job) {
   if (backend.RecordsOwnState()) return s;
   // The engine's own times are not asked for: the first poll that sees the job move sets
   // them (a job seen first when it already ended starts and ends then).
-  if (s.state != "pending" && job.started_at == 0) job.started_at = WallSeconds();
+  if (s.state != JobState::kPending && job.started_at == 0) job.started_at = WallSeconds();
   if (IsFinalState(s.state) && job.ended_at == 0) job.ended_at = WallSeconds();
   COHORT_RETURN_IF_ERROR(db.Update(job).status());
   for (const auto& e : s.elements) COHORT_RETURN_IF_ERROR(db.UpdateElement(job.id, e).status());

@@ -9,6 +9,7 @@
 
 #include "cohort/base/strings.h"
 #include "cohort/launch/job_db.h"
+#include "cohort/launch/job_env.h"
 #include "cohort/launch/local_backend.h"
 #include "cohort/launch/submit.h"
 
@@ -129,7 +130,7 @@ class TargetsBackend final : public Backend {
     for (int i = 0; i < job.array_size; ++i) {
       s.elements[static_cast<size_t>(i)].index = i;
       s.elements[static_cast<size_t>(i)].detail = "no target took this element";
-      s.elements[static_cast<size_t>(i)].state = "failed";
+      s.elements[static_cast<size_t>(i)].state = JobState::kFailed;
     }
     int active = 0, pending = 0, succeeded = 0, cancelled = 0, failed = 0;
     std::optional<int> exit_code;
@@ -158,19 +159,19 @@ class TargetsBackend final : public Backend {
         out.index = global;
         out.target = where.target.name;
       }
-      if (cs.state == "succeeded") {
+      if (cs.state == JobState::kSucceeded) {
         ++succeeded;
-      } else if (cs.state == "cancelled") {
+      } else if (cs.state == JobState::kCancelled) {
         ++cancelled;
       } else if (IsFinalState(cs.state)) {
         ++failed;
         if (!exit_code) exit_code = cs.exit_code;
-      } else if (cs.state == "pending") {
+      } else if (cs.state == JobState::kPending) {
         ++pending;
       } else {
         ++active;
       }
-      if (!cs.detail.empty() && cs.state != "succeeded") {
+      if (!cs.detail.empty() && cs.state != JobState::kSucceeded) {
         details.push_back(fmt::format("target {} (job {}): {}", where.target.name, child.id,
                                       cs.detail));
       }
@@ -182,17 +183,17 @@ class TargetsBackend final : public Backend {
       return s;
     }
     if (active > 0 || (pending > 0 && pending < total)) {
-      s.state = "running";
+      s.state = JobState::kRunning;
     } else if (pending == total) {
-      s.state = "pending";
+      s.state = JobState::kPending;
     } else if (succeeded == total) {
-      s.state = "succeeded";
+      s.state = JobState::kSucceeded;
       s.exit_code = 0;
     } else if (failed > 0) {
-      s.state = "failed";
+      s.state = JobState::kFailed;
       s.exit_code = exit_code;
     } else {
-      s.state = "cancelled";
+      s.state = JobState::kCancelled;
     }
     s.detail = fmt::format("{}", fmt::join(details, "; "));
     return s;
@@ -313,7 +314,7 @@ std::vector<TargetShare> SplitByTarget(const JobSpec& spec,
   if (!round_robin && !elements.empty() && elements[0].env.count(column) == 0) {
     std::vector<std::string> columns;
     for (const auto& [k, v] : elements[0].env) {
-      if (!StartsWith(k, "COHORT_ARRAY_")) columns.push_back(k);
+      if (!StartsWith(k, kEnvArrayPrefix)) columns.push_back(k);
     }
     problems->push_back(
         {"array.target_by",
@@ -341,7 +342,7 @@ std::vector<TargetShare> SplitByTarget(const JobSpec& spec,
     }
     ArrayElement e = elements[i];
     e.index = static_cast<int>(shares[t].elements.size());
-    e.env["COHORT_ARRAY_TARGET"] = spec.targets[t].name;
+    e.env[kEnvArrayTarget] = spec.targets[t].name;
     shares[t].elements.push_back(std::move(e));
     shares[t].indices.push_back(elements[i].index);
   }

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "cohort/base/json_bounded.h"
+#include "cohort/metrics/agent_status.h"
 #include "cohort/metrics/json_read.h"
 
 namespace cohort::metrics {
@@ -156,12 +157,13 @@ json RankRows(const json& state) {
   std::map<int, std::string> states;
   for (const auto& r : Arr(state, "ranks")) metrics[Int(r, "rank", -1)] = At(r, "metrics");
   for (const auto& w : Arr(At(state, "system"), "workers")) usage[Int(w, "rank", -1)] = w;
-  for (const auto& r : Arr(At(state, "agent"), "ranks")) states[Int(r, "rank", -1)] = Str(r, "state", "-");
+  const AgentStatus agent = AgentStatus::FromJson(At(state, "agent"));
+  for (const auto& r : agent.ranks) states[r.rank] = r.state;
   // The agent's own list is the authority on its ranks: a snapshot file left by a worker of
   // an earlier attempt (under a rank it no longer has) is not a rank of this node.
   std::set<int> ranks;
   for (const auto& [r, _] : states) ranks.insert(r);
-  if (!At(At(state, "agent"), "ranks").is_array()) {
+  if (!agent.has_ranks) {
     for (const auto& [r, _] : metrics) ranks.insert(r);
   }
   json rows = json::array();
@@ -193,14 +195,15 @@ void JobView::Absorb(Known& k, Result<json> answer, double now) {
     // another one listening at the same address: a replaced agent on a fixed port, or a
     // loopback address published by an agent of another host.
     // An answer that names no pid is not from that agent either.
-    const json& agent = At(*answer, "agent");
+    const AgentStatus agent = AgentStatus::FromJson(At(*answer, "agent"));
     if (At(k.record, "pid").is_number() &&
-        (!At(agent, "pid").is_number() || agent["pid"] != k.record["pid"] ||
-         Str(agent, "host") != Str(k.record, "host"))) {
+        (agent.pid == 0 || agent.pid != Int(k.record, "pid", -1) ||
+         agent.host != Str(k.record, "host"))) {
       answer = Unavailable(
           "another agent (pid {} on {}) answers at {}: this node's agent was replaced, or it "
           "listens on loopback only (--metrics-host 0.0.0.0 lets other hosts reach it)",
-          At(agent, "pid").dump(), Str(agent, "host"), Str(k.record, "url"));
+          agent.pid == 0 ? std::string("null") : std::to_string(agent.pid), agent.host,
+          Str(k.record, "url"));
     }
   }
   if (!answer.ok()) {
@@ -325,7 +328,7 @@ std::pair<std::string, std::string> JobView::StateAndCause(
     if (cause.empty()) cause = fmt::format("its agent exited with code {}", Int(*k.end, "exit_code", 0));
     return {Str(*k.end, "state", "FINISHED"), cause};
   }
-  if (Answering(k)) return {Str(At(k.state, "agent"), "state", "UNKNOWN"), ""};
+  if (Answering(k)) return {AgentStatus::FromJson(At(k.state, "agent")).state, ""};
   // Never answered: nothing says it was part of the job's work.
   if (k.last_seen == 0) return {"UNREACHABLE", k.error};
   // The survivors' record of the job going on without it, from when it was last seen: the
@@ -365,7 +368,10 @@ json JobView::Build(double now, json* logs_out) {
   int ranks_running = 0, world_size = 0;
   double samples_per_s = 0;
   for (const auto& [index, k] : known_) {
-    const json& agent = At(k.state, "agent");
+    const AgentStatus agent = AgentStatus::FromJson(At(k.state, "agent"));
+    // Fields the agent has not said (it never answered, or has not joined a round) are null.
+    const bool answered = At(k.state, "agent").is_object();
+    auto joined = [&](auto field) { return agent.joined ? json(field(*agent.joined)) : json(); };
     const std::string addr = Str(k.record, "addr"), host = Str(k.record, "host");
     const bool running = Answering(k);
     const auto [state, cause] = StateAndCause(k, survivors_history, now);
@@ -385,13 +391,13 @@ json JobView::Build(double now, json* logs_out) {
                      {"reachable", running},
                      {"cause", cause},
                      {"last_seen", k.last_seen},
-                     {"round", At(agent, "round")},
-                     {"world_size", At(agent, "world_size")},
-                     {"group_rank", At(agent, "group_rank")},
-                     {"restarts", At(agent, "restarts")},
-                     {"reforms", At(agent, "reforms")},
-                     {"budget_used", At(agent, "budget_used")},
-                     {"max_restarts", At(agent, "max_restarts")},
+                     {"round", answered ? json(agent.round) : json()},
+                     {"world_size", joined([](const RoundStatus& r) { return r.world_size; })},
+                     {"group_rank", joined([](const RoundStatus& r) { return r.group_rank; })},
+                     {"restarts", joined([](const RoundStatus& r) { return r.restarts; })},
+                     {"reforms", joined([](const RoundStatus& r) { return r.reforms; })},
+                     {"budget_used", joined([](const RoundStatus& r) { return r.budget_used; })},
+                     {"max_restarts", answered ? json(agent.max_restarts) : json()},
                      {"cpu_percent", running ? At(At(sys, "node"), "cpu_percent") : json()},
                      {"gpus", GpuSummary(At(sys, "gpus"))},
                      {"ranks", ranks},
@@ -406,7 +412,7 @@ json JobView::Build(double now, json* logs_out) {
       for (const auto& r : ranks) {
         if (r["samples_per_s"].is_number()) samples_per_s += r["samples_per_s"].get<double>();
       }
-      world_size = std::max(world_size, Int(agent, "world_size", 0));
+      world_size = std::max(world_size, agent.joined ? agent.joined->world_size : 0);
     }
     for (const auto& [rank, lines] : k.logs) {
       for (const auto& l : lines) {

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "cohort/base/file.h"
+#include "cohort/launch/job_env.h"
 
 namespace cohort::pipeline {
 namespace {
@@ -181,10 +182,10 @@ json ExportArgo(const PipelineSpec& spec, const std::map<std::string, std::strin
     }
     if (!s.workdir.empty()) container["workingDir"] = ForTemplate(s.workdir, &needed);
     json env = json::array();
-    env.push_back({{"name", "COHORT_OUTPUTS"}, {"value", kOutputsDir}});
-    env.push_back({{"name", "COHORT_PIPELINE"}, {"value", spec.name}});
-    env.push_back({{"name", "COHORT_PIPELINE_STEP"}, {"value", s.name}});
-    if (workspace) env.push_back({{"name", "COHORT_WORKSPACE"}, {"value", workspace->path}});
+    env.push_back({{"name", launch::kEnvOutputs}, {"value", kOutputsDir}});
+    env.push_back({{"name", launch::kEnvPipeline}, {"value", spec.name}});
+    env.push_back({{"name", launch::kEnvPipelineStep}, {"value", s.name}});
+    if (workspace) env.push_back({{"name", launch::kEnvWorkspace}, {"value", workspace->path}});
     for (const auto& [k, v] : s.env) env.push_back({{"name", k}, {"value", ForTemplate(v, &needed)}});
     container["env"] = env;
     // Each pod gets its own empty outputs directory (a stock image has none), and the

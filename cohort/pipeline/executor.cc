@@ -28,6 +28,7 @@
 #include "cohort/launch/array.h"
 #include "cohort/launch/backend.h"
 #include "cohort/launch/job_db.h"
+#include "cohort/launch/job_env.h"
 #include "cohort/launch/job_spec.h"
 #include "cohort/launch/local_backend.h"
 #include "cohort/launch/submit.h"
@@ -347,8 +348,8 @@ class Execution {
           auto read = ReadFileToString(outputs_dir + "/" + name);
           if (!read.ok()) {
             r.state = StepState::kFailed;
-            r.detail = fmt::format("the step did not write its output '{}' ($COHORT_OUTPUTS/{})",
-                                   name, name);
+            r.detail = fmt::format("the step did not write its output '{}' (${}/{})", name,
+                                   launch::kEnvOutputs, name);
             break;
           }
           std::string v = std::move(*read);
@@ -393,13 +394,13 @@ class Execution {
                    const std::string& outputs_dir, int attempt) {
     Event r = MakeEvent(Event::Kind::kDone, i);
     std::vector<std::pair<std::string, std::string>> env(step.env.begin(), step.env.end());
-    env.push_back({"COHORT_OUTPUTS", outputs_dir});
-    env.push_back({"COHORT_PIPELINE", spec_.name});
-    env.push_back({"COHORT_PIPELINE_RUN", std::to_string(run_.id)});
-    env.push_back({"COHORT_PIPELINE_STEP", spec_.steps[i].name});
-    env.push_back({"COHORT_STEP_ATTEMPT", std::to_string(attempt)});
-    env.push_back({"COHORT_SPEC_DIR", spec_.base_dir});
-    if (spec_.workspace) env.push_back({"COHORT_WORKSPACE", spec_.base_dir});
+    env.push_back({launch::kEnvOutputs, outputs_dir});
+    env.push_back({launch::kEnvPipeline, spec_.name});
+    env.push_back({launch::kEnvPipelineRun, std::to_string(run_.id)});
+    env.push_back({launch::kEnvPipelineStep, spec_.steps[i].name});
+    env.push_back({launch::kEnvStepAttempt, std::to_string(attempt)});
+    env.push_back({launch::kEnvSpecDir, spec_.base_dir});
+    if (spec_.workspace) env.push_back({launch::kEnvWorkspace, spec_.base_dir});
     const std::string part = fmt::format("{}-{}", i, attempt);
     env.push_back({worker_env::kJobCookie, sweeper_.CookieFor(part)});
     SpawnOptions so;
@@ -450,8 +451,8 @@ class Execution {
     std::ofstream log(log_dir + "/output.log", std::ios::app);
     std::vector<Problem> problems;
     launch::JobSpec js = launch::ParseJobSpec(step.job_text, &problems);
-    js.env["COHORT_OUTPUTS"] = outputs_dir;
-    if (spec_.workspace) js.env["COHORT_WORKSPACE"] = spec_.base_dir;
+    js.env[launch::kEnvOutputs] = outputs_dir;
+    if (spec_.workspace) js.env[launch::kEnvWorkspace] = spec_.base_dir;
     const std::string backend_name = launch::BackendOfSpec(js, step.backend);
     if (launch::SharesSubmitHostFiles(js, backend_name)) {
       launch::ResolveEntrypointPath(&js, fs::path(step.job_path).parent_path().string());
@@ -506,19 +507,19 @@ class Execution {
         return r;
       }
       if (launch::IsFinalState(s->state)) {
-        log << fmt::format("job {}: {}{}\n", job.id, s->state,
+        log << fmt::format("job {}: {}{}\n", job.id, launch::StateName(s->state),
                            s->detail.empty() ? "" : " (" + s->detail + ")");
         if (!why_cancel.empty()) {
           r.state = why_cancel == "cancelled" ? StepState::kCancelled : StepState::kFailed;
           r.detail = why_cancel == "cancelled" ? "stopped: the run was cancelled"
                                                : fmt::format("timed out after {}s (job {} "
                                                              "cancelled)", timeout, job.id);
-        } else if (s->state == "succeeded") {
+        } else if (s->state == launch::JobState::kSucceeded) {
           r.state = StepState::kSucceeded;
           r.exit_code = 0;
         } else {
           r.exit_code = s->exit_code.value_or(1);
-          r.detail = fmt::format("job {} {}{}", job.id, s->state,
+          r.detail = fmt::format("job {} {}{}", job.id, launch::StateName(s->state),
                                  s->detail.empty() ? "" : ": " + s->detail);
         }
         return r;

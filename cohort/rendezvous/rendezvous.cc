@@ -1,34 +1,19 @@
-// Implements the elastic rendezvous protocol (docs/rendezvous.md). Thread-safety: see
-// rendezvous.h; this file keeps no global state.
+// Implements the elastic rendezvous protocol (docs/rendezvous.md): joining and closing
+// rounds (Next), ending them (EndRound) and the job (CloseJob). The records' wire forms are
+// in rendezvous_records.cc, a running round's liveness (WatchStep) in rendezvous_watch.cc.
+// Thread-safety: see rendezvous.h; this file keeps no global state.
 #include "cohort/rendezvous/rendezvous.h"
 
-#include <nlohmann/json.hpp>
-
 #include "cohort/base/backoff.h"
-#include "cohort/base/json_bounded.h"
 #include "cohort/base/log.h"
 #include "cohort/base/strings.h"
-#include "cohort/base/worker_env.h"
+#include "cohort/rendezvous/rendezvous_internal.h"
 
 namespace cohort::rendezvous {
 
-using nlohmann::json;
-
 namespace {
-constexpr const char* kLog = "rdzv";
 // Per-call deadline for non-blocking store calls.
 constexpr auto kCallTimeout = std::chrono::seconds(30);
-// When the peer a watcher watches has finished, the watcher reads this many following
-// slots at once to find the next one still running.
-constexpr int kWatchWindow = 64;
-// How long a watcher's step waits when it only reads a suspect peer's counter.
-constexpr auto kLookNow = std::chrono::milliseconds(50);
-
-bool IsTimeout(const Status& s) { return s.code() == StatusCode::kDeadlineExceeded; }
-template <typename T>
-bool IsTimeout(const Result<T>& r) {
-  return !r.ok() && IsTimeout(r.status());
-}
 
 // Runs a blocking store call until it does not time out or `deadline` has really passed: a
 // loaded store (etcd) times single requests out long before a join's deadline, and taking
@@ -50,8 +35,6 @@ auto RequestUntilDeadline(Deadline deadline, const Call& call) -> decltype(call(
                        [&] { return call(Deadline::After(kCallTimeout).Earlier(deadline)); });
 }
 
-double Seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
-
 // A rendezvous counter's value as read (absent = 0).
 Result<int64_t> ParseCounter(const std::optional<std::string>& v, std::string_view name) {
   if (!v) return int64_t{0};
@@ -60,114 +43,7 @@ Result<int64_t> ParseCounter(const std::optional<std::string>& v, std::string_vi
   return *n;
 }
 
-std::string SignalName(int sig) {
-  const char* name = sigabbrev_np(sig);
-  return name ? fmt::format("SIG{}", name) : fmt::format("signal {}", sig);
-}
 }  // namespace
-
-// The records' JSON: every field by its name; a missing field keeps its default.
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(NodeInfo, host, addr, local_world_size, boot_id)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FailureRecord, rank, host, exit_code, signal,
-                                                message)
-
-namespace {
-
-template <typename Record>
-Result<Record> ParseRecord(std::string_view text, const char* what) {
-  json j = ParseJsonBounded(text, 1u << 20);  // another node's record
-  if (j.is_discarded() || !j.is_object()) return DataLoss("malformed {}", what);
-  try {
-    return j.get<Record>();
-  } catch (const json::exception&) {  // a field of the wrong type
-    return DataLoss("malformed {}", what);
-  }
-}
-
-}  // namespace
-
-std::string NodeInfo::ToJson() const { return json(*this).dump(); }
-
-Result<NodeInfo> NodeInfo::FromJson(std::string_view text) {
-  return ParseRecord<NodeInfo>(text, "node record");
-}
-
-std::string FailureRecord::ToJson() const { return json(*this).dump(); }
-
-Result<FailureRecord> FailureRecord::FromJson(std::string_view text) {
-  return ParseRecord<FailureRecord>(text, "failure record");
-}
-
-std::string FailureRecord::Describe() const {
-  if (signal == 0 && exit_code == 0 && !message.empty()) {
-    // Not a process's exit: a node that went silent, a group that did not re-form.
-    return rank >= 0 ? fmt::format("rank {} (host {}): {}", rank, host, message) : message;
-  }
-  std::string how = signal != 0 ? fmt::format("was killed by {}", SignalName(signal))
-                                : fmt::format("exited with code {}", exit_code);
-  if (signal == 0 && exit_code == kExitCannotJoinJob) how += " (it could not join its job)";
-  std::string text = fmt::format("rank {} (host {}) {}", rank, host, how);
-  if (!message.empty()) text += fmt::format(": {}", message);
-  return text;
-}
-
-RoundLayout RoundLayout::FromNodes(const std::vector<NodeInfo>& nodes) {
-  RoundLayout layout;
-  layout.members = static_cast<int>(nodes.size());
-  for (const auto& n : nodes) {
-    if (layout.runs.empty() || layout.runs.back().local_world_size != n.local_world_size) {
-      layout.runs.push_back({n.local_world_size, 0});
-    }
-    ++layout.runs.back().count;
-  }
-  return layout;
-}
-
-std::string RoundLayout::Encode() const {
-  std::string text = fmt::format("{}:", members);
-  for (size_t i = 0; i < runs.size(); ++i) {
-    text += fmt::format("{}{}x{}", i ? "," : "", runs[i].local_world_size, runs[i].count);
-  }
-  return text;
-}
-
-Result<RoundLayout> RoundLayout::Decode(std::string_view text) {
-  auto bad = [&] { return DataLoss("malformed round layout '{}'", text.substr(0, 64)); };
-  const size_t colon = text.find(':');
-  if (colon == std::string_view::npos) return bad();
-  RoundLayout layout;
-  auto members = ParseInt64(text.substr(0, colon));
-  if (!members || *members < 1) return bad();
-  layout.members = static_cast<int>(*members);
-  int64_t counted = 0;
-  for (std::string_view rest = text.substr(colon + 1); !rest.empty();) {
-    const size_t comma = rest.find(',');
-    std::string_view run = rest.substr(0, comma);
-    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    const size_t x = run.find('x');
-    if (x == std::string_view::npos) return bad();
-    auto size = ParseInt64(run.substr(0, x));
-    auto count = ParseInt64(run.substr(x + 1));
-    if (!size || !count || *size < 1 || *count < 1) return bad();
-    layout.runs.push_back({static_cast<int>(*size), static_cast<int>(*count)});
-    counted += *count;
-  }
-  if (counted != layout.members) return bad();
-  return layout;
-}
-
-int RoundLayout::RankOffset(int group_rank) const {
-  int offset = 0, before = group_rank;
-  for (const auto& run : runs) {
-    const int n = std::min(before, run.count);
-    offset += n * run.local_world_size;
-    before -= n;
-    if (before == 0) break;
-  }
-  return offset;
-}
-
-int RoundLayout::WorldSize() const { return RankOffset(members); }
 
 Rendezvous::Rendezvous(std::shared_ptr<store::Store> store, RendezvousConfig config,
                        NodeInfo self)
@@ -472,20 +348,6 @@ Result<int64_t> Rendezvous::AwaitVacancy() {
   }
 }
 
-// r<R>/layout: the layout's text, a newline, then node 1's record.
-std::string Rendezvous::Published::Encode() const {
-  return layout.Encode() + "\n" + master.ToJson();
-}
-
-Result<Rendezvous::Published> Rendezvous::Published::Decode(std::string_view text) {
-  const size_t newline = text.find('\n');
-  if (newline == std::string_view::npos) {
-    return DataLoss("round layout without its master's record: '{}'", text.substr(0, 64));
-  }
-  COHORT_ASSIGN_OR_RETURN(RoundLayout layout, RoundLayout::Decode(text.substr(0, newline)));
-  COHORT_ASSIGN_OR_RETURN(NodeInfo master, NodeInfo::FromJson(text.substr(newline + 1)));
-  return Published{std::move(layout), std::move(master)};
-}
 
 // Step 4: the layout with node 1's record, once slot 1 published it; nullopt when it did
 // not come by `deadline`. `seen`: a Join's mark of a moment the layout was absent (0: none).
@@ -589,34 +451,6 @@ RendezvousInfo Rendezvous::MakeInfo(int64_t round, int64_t slot, Published publi
   return info;
 }
 
-std::string RoundEnd::Encode() const {
-  switch (kind) {
-    case Kind::kJoin: return "join:" + detail;
-    case Kind::kDeadNode: return "dead:" + detail;
-    case Kind::kJobDone: return "done";
-    case Kind::kFailure: break;
-  }
-  return "failure:" + detail;
-}
-
-RoundEnd RoundEnd::Decode(std::string_view text) {
-  auto after = [&](std::string_view prefix) { return std::string(text.substr(prefix.size())); };
-  if (text == "done") return {Kind::kJobDone, ""};
-  if (StartsWith(text, "join:")) return {Kind::kJoin, after("join:")};
-  if (StartsWith(text, "dead:")) return {Kind::kDeadNode, after("dead:")};
-  if (StartsWith(text, "failure:")) return {Kind::kFailure, after("failure:")};
-  return {Kind::kFailure, std::string(text)};
-}
-
-std::string RoundEnd::Describe() const {
-  switch (kind) {
-    case Kind::kJoin: return fmt::format("{} joined", detail);
-    case Kind::kDeadNode: return detail;
-    case Kind::kJobDone: return "the job is over";
-    case Kind::kFailure: break;
-  }
-  return fmt::format("{} failed", detail);
-}
 
 // Protocol: claim the end of the round (first claimant wins), count a failure once in
 // `restarts`, publish the failure record, then `next` (which wakes every watcher) and
@@ -662,274 +496,11 @@ Result<FailureRecord> Rendezvous::GetFailure(int64_t round) {
   return FailureRecord::FromJson(text);
 }
 
-// Liveness is a ring over the round's slots: each node watches one peer, its successor,
-// and when that peer has finished, the next one still running (kWatchWindow slots read at
-// once). Any silent node is watched by its nearest running predecessor. A step is one
-// store call (Store::Beat: bump this node's counter, read the watched one's, wait for the
-// round's end), so a step costs the store one request per node.
-// When the store keeps wills (the embedded store), each node also leaves one on its
-// watcher connection (r<R>/gone<S>, at its first step): a node whose process dies or
-// whose host closes its sockets is known gone one liveness period after its connection
-// ended, and its watcher is woken by it (the step waits for `next` or that key). The beats
-// then only catch hung agents and silent hosts, so they come once per liveness period
-// (dead timeout / 3). Without a will, once per dead timeout / 4 (BeatPeriod).
-// The first step of a round on a store without wills (WatchStep).
-Result<std::optional<RoundEnd>> Rendezvous::FirstStepWithoutWill(const RendezvousInfo& info,
-                                                                 Deadline wake, double spread) {
-  const int64_t round = info.round;
-  // No beat yet (the watched peer is judged from the end of this step: it may not beat
-  // before then either): the first beats of the nodes of a round that just closed would
-  // compete with the joins still in flight. A large round's nodes do not even watch for
-  // the round's end in this step, on a store where that is a request (etcd: thousands of
-  // watches at once cost it more than the joins; docs/scale.md): the beat that ends the
-  // step reads `next`, so a round that ends this early is learned up to a period late.
-  if (quiet_) {
-    Status idle = store_->Idle(wake);
-    if (idle.ok()) {
-      if (info.slot == 1 && DeadTimeout(info) > config_.dead_timeout) {
-        COHORT_LOG_WARN(kLog,
-                        "round {}: {} nodes beat every {:.1f} s (at most {} beats a second "
-                        "in all), so a silent node is found after {:.0f} s, not the dead "
-                        "timeout of {:.0f} s",
-                        round, info.group_world_size, Seconds(BeatPeriod(info)),
-                        config_.quiet_beats_per_s, Seconds(DeadTimeout(info)),
-                        Seconds(config_.dead_timeout));
-      }
-      watched_change_ = SteadyClock::now();
-      return std::optional<RoundEnd>();
-    }
-    if (idle.code() != StatusCode::kFailedPrecondition) return idle;
-    quiet_ = false;  // the store offers no idle wait: an ordinary round
-    quiet_period_ = Duration{};
-    wake = Deadline::After(std::chrono::duration_cast<Duration>(BeatPeriod(info) * spread));
-  }
-  // Else: wait for the round's end, from the moment this node joined (etcd: one watch,
-  // where a beat is a txn and a watch).
-  int64_t since = info.joined_at;
-  auto ended = store_->GetSince(RoundKey(round, "next"), &since, wake);
-  // The watched peer's silence counts from here, as it too may not beat before now.
-  watched_change_ = SteadyClock::now();
-  if (IsTimeout(ended)) return std::optional<RoundEnd>();
-  COHORT_ASSIGN_OR_RETURN(std::string next, std::move(ended));
-  return std::optional<RoundEnd>(RoundEnd::Decode(next));
-}
-
-// The watched peer `silent` (its slot) is taken for dead: the round ends, its next read.
-Result<std::optional<RoundEnd>> Rendezvous::DeclarePeerDead(const RendezvousInfo& info,
-                                                            int silent,
-                                                            const std::optional<std::string>& gone) {
-  const int64_t round = info.round;
-  const std::string host = PeerHost(round, silent);
-  RoundEnd dead{RoundEnd::Kind::kDeadNode,
-                gone ? fmt::format("node {} ({}): {}", silent - 1, host, *gone)
-                     : fmt::format("node {} ({}) stopped sending heartbeats", silent - 1, host)};
-  COHORT_LOG_WARN(kLog, "round {}: {}", round, dead.detail);
-  FailureRecord record;
-  record.host = host;
-  record.message = dead.detail;
-  COHORT_RETURN_IF_ERROR(EndRound(round, dead, &record, info.group_world_size - 1).status());
-  COHORT_ASSIGN_OR_RETURN(std::string next, store_->Get(RoundKey(round, "next"), CallDeadline()));
-  return std::optional<RoundEnd>(RoundEnd::Decode(next));
-}
-
-Result<std::optional<RoundEnd>> Rendezvous::WatchStep(const RendezvousInfo& info, bool beat) {
-  const int64_t round = info.round;
-  const bool watching = info.group_world_size > 1 && StartWatching(info);
-  const auto now = SteadyClock::now();
-  const bool first = first_step_round_ != round;
-  if (first) {
-    first_step_round_ = round;
-    // Before anything else: a node that dies in its first seconds is told by its will too.
-    // (A store without wills says so once.)
-    will_left_ = info.group_world_size > 1 &&
-                 store_->LeaveWill(RoundKey(round, fmt::format("gone{}", info.slot)),
-                                   LivenessPeriod(), CallDeadline())
-                     .ok();
-  }
-  // A large round on a store without wills may be quiet (below): its beat period is then
-  // bounded by quiet_beats_per_s from the first step on (the first beats are spread too).
-  if (first) quiet_ = !will_left_ && info.group_world_size >= config_.quiet_start_nodes;
-  Duration period = BeatPeriod(info);
-  if (first) quiet_period_ = quiet_ ? period : Duration{};
-  // Every node starts watching when the round closes: spread their beats over the period
-  // (the first step waits a random 10-100% of it) so that the store is not asked by all of
-  // them in the same milliseconds every period.
-  const double spread = 0.1 + 0.9 * RandomUnit();
-  Deadline wake = Deadline::After(first ? std::chrono::duration_cast<Duration>(period * spread)
-                                        : period);
-  if (first && !will_left_) return FirstStepWithoutWill(info, wake, spread);
-  std::vector<std::string> peek;
-  std::vector<std::string> wait = {RoundKey(round, "next")};
-  if (watching) {
-    peek.push_back(RoundKey(round, fmt::format("hb{}", watched_slot_)));
-    if (will_left_) wait.push_back(RoundKey(round, fmt::format("gone{}", watched_slot_)));
-    // Past the watched peer's deadline: look at once (its counter read by this call
-    // decides); else wake when the deadline comes, if that is before the next beat.
-    // (Never less than kLookNow: the store's answer must come before the call's deadline.)
-    const auto due = watched_change_ + DeadTimeout(info);
-    wake = wake.Earlier(Deadline::At(std::max(due + std::chrono::milliseconds(1), now + kLookNow)));
-  }
-  // A quiet round (see the first step) reads `next` with the beat and then rests until the
-  // step's end, asking nothing: one request per step, the round's end learned at the next
-  // beat. Otherwise the beat call waits for `next` (and a will) itself.
-  const size_t next_at = peek.size();
-  if (quiet_) {
-    peek.push_back(wait[0]);
-    wait.clear();
-  }
-  auto rest = [&]() -> Result<std::optional<RoundEnd>> {
-    if (quiet_) COHORT_RETURN_IF_ERROR(store_->Idle(wake));
-    return std::optional<RoundEnd>();
-  };
-  auto beat_result =
-      store_->Beat(beat ? RoundKey(round, fmt::format("hb{}", info.slot)) : std::string(), peek,
-                   wait, wake);
-  // An answer that came after the step's deadline (a loaded store or client) tells nothing
-  // about the peer: judge it at the next step.
-  if (IsTimeout(beat_result.status())) return std::optional<RoundEnd>();
-  COHORT_ASSIGN_OR_RETURN(store::Store::BeatResult step, std::move(beat_result));
-  if (quiet_ && step.peeked[next_at]) {
-    return std::optional<RoundEnd>(RoundEnd::Decode(*step.peeked[next_at]));
-  }
-  if (step.waited && step.waited_index == 0) {
-    return std::optional<RoundEnd>(RoundEnd::Decode(*step.waited));
-  }
-  if (!watching) return rest();
-  const std::optional<std::string> gone = step.waited;  // the watched peer's will, if set
-  std::optional<std::string> peer_beat = std::move(step.peeked[0]);
-  if (gone) {
-    // The counter was read when the step began; the peer may have finished (and closed its
-    // connection) since: read it again before taking the will for a death.
-    COHORT_ASSIGN_OR_RETURN(auto now_beat, store_->Peek({peek[0]}, CallDeadline()));
-    peer_beat = std::move(now_beat[0]);
-  }
-  COHORT_ASSIGN_OR_RETURN(int silent, JudgeWatchedPeer(info, peer_beat, step.peeked_age_ms[0],
-                                                       gone.has_value(), now));
-  if (silent == 0) return rest();
-  return DeclarePeerDead(info, silent, gone);
-}
 
 Deadline Rendezvous::GraceDeadline(Deadline join_deadline) const {
   return join_deadline.Earlier(Deadline::After(config_.layout_grace + quiet_period_));
 }
 
-// A quiet round's beats, N per beat period, stay within quiet_beats_per_s: its period is at
-// least N / that rate, and the dead timeout at least four periods.
-Duration Rendezvous::DeadTimeout(const RendezvousInfo& info) const {
-  if (!quiet_ || config_.quiet_beats_per_s <= 0) return config_.dead_timeout;
-  const auto period = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(
-      double(info.group_world_size) / config_.quiet_beats_per_s));
-  return std::max(config_.dead_timeout, 4 * period);
-}
-
-Duration Rendezvous::LivenessPeriod() const {
-  return std::max(config_.heartbeat_interval, config_.dead_timeout / 3);
-}
-
-// With a will, beats only catch hung agents, and the store dates them (BEAT's ages): one
-// per liveness period. Without one (etcd, file store), beats are the only liveness and a
-// watcher dates a peer's beat when it sees it, up to a period late, so a live peer's beats
-// may look two periods apart, three when both calls take their whole period: a quarter of
-// the dead timeout keeps that under it. A dead node is reported up to a period after its
-// deadline. (Not every heartbeat interval: at 5,000 nodes on etcd that was 5,000 raft
-// writes and watch streams a second, which three members on two cores could not carry;
-// docs/scale.md.)
-Duration Rendezvous::BeatPeriod(const RendezvousInfo& info) const {
-  return will_left_ ? LivenessPeriod()
-                    : std::max(config_.heartbeat_interval, DeadTimeout(info) / 4);
-}
-
-// Sets up the watch of a new round (the successor); false once nobody is left to watch.
-bool Rendezvous::StartWatching(const RendezvousInfo& info) {
-  if (watched_round_ != info.round) {
-    watched_round_ = info.round;
-    watched_slot_ = info.slot % info.group_world_size + 1;
-    watched_beat_.clear();
-    watched_change_ = SteadyClock::now();
-  }
-  return watched_slot_ > 0;
-}
-
-// Judges the watched peer's counter as read at `seen`: the peer's slot when its will was
-// set (`gone`) or its counter has not moved for the dead timeout, else 0. When the store
-// says how long ago the counter last moved (`age_ms` >= 0) that dates it; else the change
-// is dated when this watcher saw it. A finished peer (its connection ends too) hands the
-// watch to the next one still running.
-Result<int> Rendezvous::JudgeWatchedPeer(const RendezvousInfo& info,
-                                         const std::optional<std::string>& beat, int64_t age_ms,
-                                         bool gone, SteadyClock::time_point seen) {
-  const int n = info.group_world_size;
-  auto after = [n](int slot) { return slot % n + 1; };
-  if (beat == "finished") {
-    // Move on to the next peer still running: read the following slots in one call.
-    std::vector<int> slots;
-    std::vector<std::string> keys;
-    for (int s = after(watched_slot_);
-         s != info.slot && static_cast<int>(slots.size()) < kWatchWindow; s = after(s)) {
-      slots.push_back(s);
-      keys.push_back(RoundKey(info.round, fmt::format("hb{}", s)));
-    }
-    watched_slot_ = 0;
-    watched_change_ = seen;
-    watched_beat_.clear();
-    if (keys.empty()) return 0;  // every other node finished
-    COHORT_ASSIGN_OR_RETURN(auto beats, store_->Peek(keys, CallDeadline()));
-    size_t i = 0;
-    while (i < beats.size() && beats[i] == "finished") ++i;
-    // All finished: continue after the window next time (the ring wraps to this node).
-    watched_slot_ = i < beats.size() ? slots[i] : slots.back();
-    if (i < beats.size()) watched_beat_ = beats[i].value_or("");
-    return 0;
-  }
-  if (gone) return watched_slot_;
-  const std::string value = beat.value_or("");
-  if (age_ms >= 0) {
-    watched_beat_ = value;
-    watched_change_ = seen - std::chrono::milliseconds(age_ms);
-  } else if (value != watched_beat_) {
-    watched_beat_ = value;
-    watched_change_ = seen;
-    return 0;
-  }
-  return seen - watched_change_ > DeadTimeout(info) ? watched_slot_ : 0;
-}
-
-std::string Rendezvous::PeerHost(int64_t round, int slot) {
-  auto record = store_->ReadAppended(RoundKey(round, "slot"), RoundKey(round, "node"), slot, 1,
-                                     CallDeadline());
-  if (!record.ok() || record->empty()) return "unknown host";
-  auto node = NodeInfo::FromJson((*record)[0]);
-  if (!node.ok()) return "unknown host";
-  // Several nodes may share a host name (containers, network namespaces): the address too.
-  return node->addr.empty() || node->addr == node->host ? node->host
-                                                        : node->host + " at " + node->addr;
-}
-
-// The last member of the round to finish closes the job, which wakes a store host that
-// stays up for the others (see Agent) and refuses later joins.
-Status Rendezvous::MarkFinished(const RendezvousInfo& info) {
-  COHORT_RETURN_IF_ERROR(store_->Set(RoundKey(info.round, fmt::format("hb{}", info.slot)),
-                                     "finished", CallDeadline()));
-  COHORT_ASSIGN_OR_RETURN(int64_t finished,
-                          store_->Add(RoundKey(info.round, "finished"), 1, CallDeadline()));
-  if (finished >= info.group_world_size) return CloseJob("succeeded");
-  return Status::Ok();
-}
-
-Result<std::string> Rendezvous::WaitForJobEnd(const RendezvousInfo& info) {
-  for (;;) {
-    // This node's heartbeat reads "finished"; it only watches the others.
-    COHORT_ASSIGN_OR_RETURN(std::optional<RoundEnd> ended, WatchStep(info, /*beat=*/false));
-    if (!ended) continue;
-    if (ended->kind == RoundEnd::Kind::kJobDone) break;
-    // The round ended without this node (a failure elsewhere); the others may form a new
-    // round and finish it. Wait for the job's end at most one join timeout.
-    Status st = store_->Wait({Key("done")}, Deadline::After(config_.join_timeout));
-    if (!st.ok()) return st;
-    break;
-  }
-  return store_->Get(Key("done"), CallDeadline());
-}
 
 Status Rendezvous::CloseJob(std::string_view outcome) {
   COHORT_RETURN_IF_ERROR(

@@ -241,9 +241,13 @@ class Rendezvous {
                                   Deadline join_deadline);
   RendezvousInfo MakeInfo(int64_t round, int64_t slot, Published published,
                           int64_t restarts) const;
-  // WatchStep's parts: the first step on a store without wills, and a silent peer's end.
+  // WatchStep's parts (rendezvous_watch.cc): a round's first step (its will, whether it is
+  // quiet), that step on a store without wills, a step with a beat, a silent peer's end.
+  void BeginWatchRound(const RendezvousInfo& info);
   Result<std::optional<RoundEnd>> FirstStepWithoutWill(const RendezvousInfo& info,
                                                        Deadline wake, double spread);
+  Result<std::optional<RoundEnd>> BeatStep(const RendezvousInfo& info, bool beat, bool watching,
+                                           SteadyClock::time_point now, Deadline wake);
   Result<std::optional<RoundEnd>> DeclarePeerDead(const RendezvousInfo& info, int silent,
                                                   const std::optional<std::string>& gone);
   // The watcher's ring (WatchStep): which peer to watch, and whether it went silent.

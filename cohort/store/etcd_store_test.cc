@@ -1,454 +1,33 @@
-// EtcdStore tests against real etcd processes (Debian etcd-server, /usr/bin/etcd), started
-// here with their data in a temp dir on free loopback ports and stopped by SIGKILL. Covers
-// the Store contract (the cases of StoreContract in store_test.cc), leases, auth with token
-// renewal, failover across a 3-member cluster, a cluster without quorum, and a rendezvous of
-// 8 agents. Skipped when etcd is not installed.
+// EtcdStore tests against real etcd processes (Debian etcd-server, /usr/bin/etcd; the harness
+// is etcd_test_util.h), started here with their data in a temp dir on free loopback ports and
+// stopped by SIGKILL. Covers the Store contract (the cases of StoreContract in store_test.cc),
+// prefixes, leases, the job directory and a rendezvous of 8 agents on etcd, retried joins,
+// quiet rounds, auth with token renewal, TLS with client certificates, failover across a
+// 3-member cluster and a cluster without quorum. Skipped when etcd is not installed. The
+// client without a real etcd (endpoints, stand-in gateways): etcd_client_test.cc.
 #include "cohort/store/etcd_store.h"
 #include "cohort/store/store_contract.h"
 
-#include <curl/curl.h>
-#include <fcntl.h>
-#include <httplib.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
-#include <nlohmann/json.hpp>
-#include <set>
-#include <map>
-#include <mutex>
+#include <memory>
 #include <optional>
+#include <set>
 #include <thread>
+#include <vector>
 
 #include "cohort/agent/job_directory.h"
 #include "cohort/base/strings.h"
 #include "cohort/rendezvous/rendezvous.h"
+#include "cohort/store/etcd_test_util.h"
 
-namespace cohort::store {
+namespace cohort::store::etcd_test {
 namespace {
-
-namespace fs = std::filesystem;
-using json = nlohmann::json;
-using namespace std::chrono_literals;
-
-constexpr const char* kEtcd = "/usr/bin/etcd";
-
-Deadline Soon() { return Deadline::AfterMs(5000); }
-
-// A free loopback port: bind port 0, read it, close (etcd cannot bind port 0 itself).
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof(a);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-size_t Append(char* data, size_t size, size_t n, void* out) {
-  static_cast<std::string*>(out)->append(data, size * n);
-  return size * n;
-}
-
-// A plain HTTP request for the harness (health, status, auth setup); "" on failure.
-// TLS material for https members (CA, and a client certificate the members trust).
-struct TlsFiles {
-  std::string ca, cert, key;
-};
-
-std::string Http(const std::string& url, const std::string* post_body = nullptr,
-                 long timeout_ms = 1000, const TlsFiles* tls = nullptr) {
-  CURL* h = curl_easy_init();
-  std::string out;
-  curl_easy_setopt(h, CURLOPT_URL, url.c_str());
-  if (tls) {
-    curl_easy_setopt(h, CURLOPT_CAINFO, tls->ca.c_str());
-    curl_easy_setopt(h, CURLOPT_SSLCERT, tls->cert.c_str());
-    curl_easy_setopt(h, CURLOPT_SSLKEY, tls->key.c_str());
-  }
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, &Append);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, &out);
-  if (post_body) curl_easy_setopt(h, CURLOPT_POSTFIELDS, post_body->c_str());
-  long code = 0;
-  CURLcode rc = curl_easy_perform(h);
-  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
-  curl_easy_cleanup(h);
-  return rc == CURLE_OK && code == 200 ? out : std::string();
-}
-
-// N etcd members on loopback; killed (SIGKILL) and reaped on destruction.
-class EtcdCluster {
- public:
-  struct Member {
-    std::string name;
-    int client_port = 0;
-    int peer_port = 0;
-    pid_t pid = -1;
-  };
-
-  ~EtcdCluster() {
-    for (size_t i = 0; i < members_.size(); ++i) Kill(i);
-    std::error_code ec;
-    if (!dir_.empty()) fs::remove_all(dir_, ec);
-  }
-
-  // Members serve clients over https with these files and require client certificates.
-  void UseTls(TlsFiles files, std::string server_cert, std::string server_key) {
-    tls_ = std::move(files);
-    server_cert_ = std::move(server_cert);
-    server_key_ = std::move(server_key);
-  }
-
-  // Starts `n` members and waits until every one reports healthy.
-  bool Start(int n, const std::vector<std::string>& extra_flags, std::string* error) {
-    dir_ = fs::temp_directory_path() / ("cohort-etcd-test-" + RandomHex(6));
-    fs::create_directories(dir_);
-    std::string initial;
-    for (int i = 0; i < n; ++i) {
-      Member m{"s" + std::to_string(i), FreePort(), FreePort()};
-      initial += fmt::format("{}{}=http://127.0.0.1:{}", i ? "," : "", m.name, m.peer_port);
-      members_.push_back(m);
-    }
-    const std::string token = "cohort-test-" + RandomHex(4);
-    for (auto& m : members_) {
-      std::string client =
-          fmt::format("{}://127.0.0.1:{}", tls_ ? "https" : "http", m.client_port);
-      std::string peer = fmt::format("http://127.0.0.1:{}", m.peer_port);
-      std::vector<std::string> args = {kEtcd,
-                                       "--name",
-                                       m.name,
-                                       "--data-dir",
-                                       (dir_ / m.name).string(),
-                                       "--listen-client-urls",
-                                       client,
-                                       "--advertise-client-urls",
-                                       client,
-                                       "--listen-peer-urls",
-                                       peer,
-                                       "--initial-advertise-peer-urls",
-                                       peer,
-                                       "--initial-cluster",
-                                       initial,
-                                       "--initial-cluster-token",
-                                       token,
-                                       "--initial-cluster-state",
-                                       "new",
-                                       "--heartbeat-interval",
-                                       "50",
-                                       "--election-timeout",
-                                       "500",
-                                       "--logger",
-                                       "zap",
-                                       "--log-level",
-                                       "error"};
-      args.insert(args.end(), extra_flags.begin(), extra_flags.end());
-      if (tls_) {
-        for (const std::string& a : {std::string("--cert-file"), server_cert_,
-                                     std::string("--key-file"), server_key_,
-                                     std::string("--trusted-ca-file"), tls_->ca,
-                                     std::string("--client-cert-auth")}) {
-          args.push_back(a);
-        }
-      }
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      std::string log = (dir_ / (m.name + ".log")).string();
-      int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-      pid_t pid = ::fork();
-      if (pid == 0) {
-        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (log_fd >= 0) {
-          ::dup2(log_fd, 1);
-          ::dup2(log_fd, 2);
-        }
-        ::execv(kEtcd, argv.data());
-        ::_exit(127);
-      }
-      if (log_fd >= 0) ::close(log_fd);
-      if (pid < 0) {
-        *error = "fork failed";
-        return false;
-      }
-      m.pid = pid;
-    }
-    // Wait for /health of every member (a harness wait for an external process).
-    auto give_up = SteadyClock::now() + 20s;
-    for (auto& m : members_) {
-      std::string url =
-          fmt::format("{}://127.0.0.1:{}/health", tls_ ? "https" : "http", m.client_port);
-      while (Http(url, nullptr, 1000, tls_ ? &*tls_ : nullptr).find("\"true\"") ==
-             std::string::npos) {
-        if (SteadyClock::now() > give_up) {
-          *error =
-              fmt::format("etcd member {} not healthy in 20 s (logs in {})", m.name, dir_.string());
-          return false;
-        }
-        std::this_thread::sleep_for(50ms);
-      }
-    }
-    return true;
-  }
-
-  std::string Endpoint(size_t i) const {
-    return fmt::format("127.0.0.1:{}", members_[i].client_port);
-  }
-  std::vector<std::string> Endpoints() const {
-    std::vector<std::string> out;
-    for (size_t i = 0; i < members_.size(); ++i) out.push_back(Endpoint(i));
-    return out;
-  }
-  size_t size() const { return members_.size(); }
-
-  void Kill(size_t i) {
-    if (members_[i].pid <= 0) return;
-    ::kill(members_[i].pid, SIGKILL);
-    ::waitpid(members_[i].pid, nullptr, 0);
-    members_[i].pid = -1;
-  }
-
-  // The index of the current leader, or -1.
-  int Leader() const {
-    std::string empty = "{}";
-    for (size_t i = 0; i < members_.size(); ++i) {
-      if (members_[i].pid <= 0) continue;
-      std::string r =
-          Http(fmt::format("http://127.0.0.1:{}/v3/maintenance/status", members_[i].client_port),
-               &empty);
-      json j = json::parse(r, nullptr, false);
-      if (j.is_discarded() || !j.contains("leader")) continue;
-      if (j["header"].value("member_id", "") == j["leader"].get<std::string>()) {
-        return static_cast<int>(i);
-      }
-    }
-    return -1;
-  }
-
-  std::string Post(size_t i, const std::string& path, const json& body) const {
-    std::string text = body.dump();
-    return Http(fmt::format("http://127.0.0.1:{}{}", members_[i].client_port, path), &text);
-  }
-
- private:
-  fs::path dir_;
-  std::vector<Member> members_;
-  std::optional<TlsFiles> tls_;
-  std::string server_cert_, server_key_;
-};
-
-std::shared_ptr<EtcdStore> Connect(const std::vector<std::string>& endpoints,
-                                   const std::string& prefix, Duration request_timeout = 5s) {
-  EtcdStoreOptions o;
-  o.endpoints = endpoints;
-  o.prefix = prefix;
-  o.request_timeout = request_timeout;
-  auto s = EtcdStore::Connect(o, Soon());
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  if (!s.ok()) return nullptr;
-  return std::shared_ptr<EtcdStore>(std::move(s).value());
-}
-
-// etcd refuses a write while more than 5,000 committed entries wait to be applied ("too
-// many requests"; etcd 3.4's gateway answers it with gRPC code 2): at 5,000 and 10,000
-// simulated nodes this ended joins. A stand-in gateway answers the first writes so; the
-// client retries them, and does not retry the same code's "database space exceeded"
-// (nothing to wait for).
-TEST(EtcdOverloadTest, TooManyRequestsIsRetriedSpaceExceededIsNot) {
-  httplib::Server server;
-  std::atomic<int> puts{0}, refusals{2};
-  std::atomic<bool> space_exceeded{false};
-  server.Post("/v3/kv/range", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(R"({"header":{"revision":"1"},"count":"0"})", "application/json");
-  });
-  server.Post("/v3/kv/put", [&](const httplib::Request&, httplib::Response& res) {
-    ++puts;
-    if (refusals.fetch_sub(1) > 0) {
-      const std::string message = space_exceeded ? "etcdserver: mvcc: database space exceeded"
-                                                 : "etcdserver: too many requests";
-      // etcd 3.4 sends "too many requests" with gRPC code 2 (unknown); code 8 is what its
-      // error table names (both are retried); "database space exceeded" is code 8.
-      const int code = space_exceeded || puts == 2 ? 8 : 2;
-      res.status = code == 8 ? 429 : 500;
-      res.set_content(json{{"error", message}, {"code", code}, {"message", message}}.dump(),
-                      "application/json");
-      return;
-    }
-    res.set_content(R"({"header":{"revision":"2"}})", "application/json");
-  });
-  const int port = server.bind_to_any_port("127.0.0.1");
-  ASSERT_GT(port, 0);
-  std::thread serving([&] { server.listen_after_bind(); });
-  EtcdStoreOptions options;
-  options.endpoints = {fmt::format("127.0.0.1:{}", port)};
-  auto store = EtcdStore::Connect(options, Soon());
-  ASSERT_TRUE(store.ok()) << store.status().ToString();
-  Status overloaded = (*store)->Set("k", "v", Soon());
-  EXPECT_TRUE(overloaded.ok()) << overloaded.ToString();
-  EXPECT_EQ(puts.load(), 3) << "two refusals, then the write";
-  space_exceeded = true;
-  refusals = 1;
-  Status full = (*store)->Set("k", "v", Soon());
-  EXPECT_EQ(full.code(), StatusCode::kFailedPrecondition) << full.ToString();
-  EXPECT_NE(full.message().find("database space exceeded"), std::string::npos);
-  EXPECT_EQ(puts.load(), 4) << "not retried";
-  server.stop();
-  serving.join();
-}
-
-// A stand-in etcd gateway for the ticket txn: applies it as etcd does (the marker's
-// compare, the ticket key's version, a range at a past revision) and answers the first
-// txn `late` after applying it, as a loaded member whose answer comes after the client's
-// attempt gave up.
-class LateTicketGateway {
- public:
-  explicit LateTicketGateway(std::chrono::milliseconds late) : late_(late) {
-    server_.Post("/v3/kv/range", [this](const httplib::Request& req, httplib::Response& res) {
-      json q = json::parse(req.body);
-      std::lock_guard<std::mutex> lock(mu_);
-      json answer = {{"header", {{"revision", std::to_string(revision_)}}}, {"count", "0"}};
-      if (q.contains("revision")) {
-        const int64_t at = std::stoll(q["revision"].get<std::string>());
-        answer["kvs"] = json::array({{{"version", std::to_string(version_at_[at])}}});
-      }
-      res.set_content(answer.dump(), "application/json");
-    });
-    server_.Post("/v3/kv/txn", [this](const httplib::Request& req, httplib::Response& res) {
-      json answer;
-      bool late = false;
-      const json q = json::parse(req.body);
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!q.contains("compare")) {
-          // The reads at a marker's revision: the ticket key's version then.
-          json responses = json::array();
-          for (const auto& op : q["success"]) {
-            const int64_t at = std::stoll(op["request_range"]["revision"].get<std::string>());
-            json kv = {{"version", std::to_string(version_at_[at])}};
-            responses.push_back({{"response_range", {{"kvs", json::array({kv})}}}});
-          }
-          res.set_content(json{{"responses", responses}}.dump(), "application/json");
-          return;
-        }
-        late = ++txns_ == 1;
-        answer = Apply(q["compare"][0]["key"]);
-      }
-      if (late) std::this_thread::sleep_for(late_);
-      res.set_content(answer.dump(), "application/json");
-    });
-    server_.Post("/v3/kv/put", [this](const httplib::Request&, httplib::Response& res) {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++puts_;
-      res.set_content(R"({"header":{}})", "application/json");
-    });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    serving_ = std::thread([this] { server_.listen_after_bind(); });
-  }
-  ~LateTicketGateway() {
-    server_.stop();
-    serving_.join();
-  }
-  std::string endpoint() const { return fmt::format("127.0.0.1:{}", port_); }
-  int64_t txns() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return txns_;
-  }
-  int64_t version() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return version_;
-  }
-  int64_t puts() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return puts_;
-  }
-
- private:
-  json Apply(const std::string& marker) {
-    if (auto it = markers_.find(marker); it != markers_.end()) {
-      json kv = {{"create_revision", std::to_string(it->second)}};
-      return {{"responses", json::array({{{"response_range", {{"kvs", json::array({kv})}}}}})}};
-    }
-    markers_[marker] = ++revision_;
-    version_at_[revision_] = ++version_;
-    json prev = {{"version", std::to_string(version_ - 1)}};
-    return {{"succeeded", true},
-            {"responses", json::array({{{"response_put", {{"prev_kv", prev}}}},
-                                       {{"response_put", json::object()}}})}};
-  }
-
-  const std::chrono::milliseconds late_;
-  httplib::Server server_;
-  int port_ = 0;
-  std::thread serving_;
-  std::mutex mu_;
-  int64_t version_ = 4, revision_ = 10, txns_ = 0, puts_ = 0;  // four tickets taken before
-  std::map<std::string, int64_t> markers_;          // marker -> create revision
-  std::map<int64_t, int64_t> version_at_;           // revision -> the ticket key's version
-};
-
-// The client's attempt times out (a ticket txn's first attempt: the request timeout, 3 s) and
-// it sends the same txn to the next member: no second ticket is taken.
-TEST(EtcdOverloadTest, ARetriedTicketTxnTakesNoSecondTicket) {
-  LateTicketGateway gateway(3500ms);  // longer than the request timeout: sent again
-  EtcdStoreOptions options;
-  options.endpoints = {gateway.endpoint(), gateway.endpoint()};  // two "members"
-  options.request_timeout = 3s;
-  auto store = EtcdStore::Connect(options, Soon());
-  ASSERT_TRUE(store.ok()) << store.status().ToString();
-  auto ticket = (*store)->TakeTicket("slot", Soon());
-  ASSERT_TRUE(ticket.ok()) << ticket.status().ToString();
-  EXPECT_EQ(*ticket, 5) << "the ticket of the applied txn";
-  EXPECT_EQ(gateway.txns(), 2) << "the txn was sent again";
-  EXPECT_EQ(gateway.version(), 5) << "and took no second ticket";
-  auto next = (*store)->TakeTicket("slot", Soon());
-  ASSERT_TRUE(next.ok()) << next.status().ToString();
-  EXPECT_EQ(*next, 6);
-  store->reset();  // closes its kept-alive connections, which the server would wait out
-}
-
-// The whole request timeout (1 s) passes without an answer: a join's Append sends the same
-// ticket txn (which holds its record) again until the caller's deadline, instead of failing
-// (at 10,000 simulated nodes an overloaded etcd failed joins so).
-TEST(EtcdOverloadTest, AnAppendOutlastsTheRequestTimeout) {
-  LateTicketGateway gateway(1500ms);
-  EtcdStoreOptions options;
-  options.endpoints = {gateway.endpoint()};
-  options.request_timeout = 1s;
-  auto store = EtcdStore::Connect(options, Soon());
-  ASSERT_TRUE(store.ok()) << store.status().ToString();
-  auto ticket = (*store)->Append("slot", "node", "me", Soon());
-  ASSERT_TRUE(ticket.ok()) << ticket.status().ToString();
-  EXPECT_EQ(*ticket, 5);
-  EXPECT_EQ(gateway.txns(), 2);
-  EXPECT_EQ(gateway.version(), 5);
-  EXPECT_EQ(gateway.puts(), 0) << "the record goes in the ticket txn";
-  store->reset();
-}
-
-TEST(EtcdEndpointsTest, Parse) {
-  auto e = ParseEtcdEndpoints("h1:2379, h2 ,https://h3:1/,[::1]:5");
-  ASSERT_TRUE(e.ok()) << e.status().ToString();
-  EXPECT_EQ(*e, (std::vector<std::string>{"http://h1:2379", "http://h2:2379", "https://h3:1",
-                                          "http://[::1]:5"}));
-  EXPECT_EQ(ParseEtcdEndpoints("h1:2379", true)->at(0), "https://h1:2379");
-  EXPECT_FALSE(ParseEtcdEndpoints("").ok());
-  EXPECT_FALSE(ParseEtcdEndpoints("h1:notaport").ok());
-}
 
 // One single-member cluster per test process (started on first use, killed at exit) for
 // the contract cases and EtcdStoreTest; every store gets its own key prefix.
@@ -716,9 +295,6 @@ TEST(EtcdAuthTest, UserPasswordAndTokenRenewal) {
   EXPECT_EQ(*(*s)->Add("n", 2, Soon()), 2);
 }
 
-// Kill the leader of three: a client with every endpoint keeps working (including a Get
-// blocked on a watch served by the dead leader); then kill a second member: calls fail with
-// kDeadlineExceeded/kUnavailable within their timeout instead of hanging.
 // Makes a CA, a server certificate for 127.0.0.1 and a client certificate with openssl.
 bool MakeCertificates(const fs::path& dir, std::string* error) {
   const std::string d = dir.string();
@@ -773,6 +349,9 @@ TEST(EtcdTlsTest, ClientCertificatesOverHttps) {
   fs::remove_all(dir, ec);
 }
 
+// Kill the leader of three: a client with every endpoint keeps working (including a Get
+// blocked on a watch served by the dead leader); then kill a second member: calls fail with
+// kDeadlineExceeded/kUnavailable within their timeout instead of hanging.
 TEST(EtcdClusterTest, FailoverThenQuorumLoss) {
   if (!fs::exists(kEtcd)) GTEST_SKIP() << kEtcd << " is not installed";
   EtcdCluster cluster;
@@ -843,11 +422,14 @@ TEST(EtcdClusterTest, FailoverThenQuorumLoss) {
 }
 
 }  // namespace
+}  // namespace cohort::store::etcd_test
 
-namespace contract {
+namespace cohort::store::contract {
 std::unique_ptr<StoreFactory> MakeFactory(const std::string& kind) {
-  if (kind != "etcd" || !fs::exists(kEtcd) || SharedCluster() == nullptr) return nullptr;
-  return std::make_unique<EtcdFactory>();
+  if (kind != "etcd" || !std::filesystem::exists(etcd_test::kEtcd) ||
+      etcd_test::SharedCluster() == nullptr) {
+    return nullptr;
+  }
+  return std::make_unique<etcd_test::EtcdFactory>();
 }
-}  // namespace contract
-}  // namespace cohort::store
+}  // namespace cohort::store::contract

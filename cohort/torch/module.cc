@@ -9,6 +9,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "cohort/base/membership_channel.h"
+#include "cohort/base/worker_env.h"
 #include "cohort/torch/process_group.h"
 #include "cohort/torch/progress.h"
 #include "cohort/torch/snapshots.h"
@@ -50,6 +51,9 @@ void BindChannel(py::module_& m) {
         d["restart_count"] = n->restart_count;
         d["master_addr"] = n->master_addr;
         d["master_port"] = n->master_port;
+        py::dict env;  // what the worker sets in its own environment (worker_env.h)
+        for (const auto& [name, value] : cohort::ReformedEnvironment(*n)) env[py::str(name)] = value;
+        d["environment"] = env;
         return d;
       },
       py::arg("dir"), py::arg("local_rank"), py::arg("secret"),
@@ -72,6 +76,10 @@ void BindChannel(py::module_& m) {
       },
       py::arg("dir"), py::arg("local_rank"), py::arg("round"), py::arg("rank"),
       py::arg("reason"), py::arg("secret"), "Tells the agent a collective of `round` failed: a peer went away.");
+  // The worker contract's names (base/worker_env.h), so the Python side spells none.
+  py::dict names;
+  for (const auto& [key, name] : cohort::worker_env::PythonNames()) names[key] = name;
+  m.attr("WORKER_ENV") = names;
 }
 
 }  // namespace

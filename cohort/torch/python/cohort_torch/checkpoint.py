@@ -68,7 +68,7 @@ class Checkpointer:
     def __init__(self, directory=None, keep=3):
         self.directory = os.fspath(directory) if directory else ""
         self.keep = int(keep)
-        self.memory_dir = os.environ.get("COHORT_SNAPSHOT_DIR", "")
+        self.memory_dir = os.environ.get(_C.WORKER_ENV["snapshot_dir"], "")
         self._store = None
         self._rank = None
         self.loaded_from = None  # where load()'s state came from
@@ -76,8 +76,8 @@ class Checkpointer:
 
     def _roles(self):
         rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else \
-            _env_int("RANK", 0)
-        local_rank = _env_int("LOCAL_RANK", 0)
+            _env_int(_C.WORKER_ENV["rank"], 0)
+        local_rank = _env_int(_C.WORKER_ENV["local_rank"], 0)
         memory = self.memory_dir if local_rank == 0 else ""
         disk = self.directory if rank == 0 else ""
         return rank, local_rank, memory, disk

@@ -82,7 +82,7 @@ class Live:
         self.local_rank = local_rank
         self._secret = secret
         self.round = round_  # the round the current group was formed in
-        self.timeout = _seconds("COHORT_RECONFIG_TIMEOUT", 60.0)
+        self.timeout = _seconds(_C.WORKER_ENV["reconfig_timeout"], 60.0)
         # Re-formed groups use the script's own backend (gloo, nccl or cohort).
         self.backend = dist.get_backend() if dist.is_initialized() else "cohort"
         self._reported = None  # the round whose loss of a peer was reported to the agent
@@ -138,22 +138,9 @@ class Live:
             notice = self._await(error, deadline)
             with self._lock:
                 self._drop_group("re-forming in round %d" % notice["round"])
-                # Newcomers of this round start with exactly these variables (env://).
-                # TORCHELASTIC_RESTART_COUNT too: torch's env:// puts the agent-store keys
-                # under /worker/attempt_<it>, and a newcomer after a loss (which counts as
-                # a restart) has the round's count: a survivor that kept its own waited
-                # in another namespace until the re-form timed out.
-                os.environ.update({
-                    "TORCHELASTIC_RESTART_COUNT": str(notice["restart_count"]),
-                    "RANK": str(notice["rank"]), "WORLD_SIZE": str(notice["world_size"]),
-                    "GROUP_RANK": str(notice["group_rank"]),
-                    "GROUP_WORLD_SIZE": str(notice["group_world_size"]),
-                    "ROLE_RANK": str(notice["rank"]),
-                    "ROLE_WORLD_SIZE": str(notice["world_size"]),
-                    "MASTER_ADDR": notice["master_addr"],
-                    "MASTER_PORT": str(notice["master_port"]),
-                    "COHORT_STORE_PREFIX": notice["store_prefix"],
-                    "COHORT_ROUND": str(notice["round"])})
+                # Newcomers of this round start with exactly these variables (env://): the
+                # agent's notice lists them (the worker contract, base/worker_env.h).
+                os.environ.update(notice["environment"])
                 # torch 1.13 counts groups even when creating one failed, and the default
                 # group's store barrier is keyed by that count: keep it a newcomer's.
                 dist.distributed_c10d._group_count = 0
@@ -310,9 +297,10 @@ class Live:
 def start():
     """The membership channel `cohort run` offers this worker (COHORT_MEMBERSHIP_DIR), as a
     Live object that has declared support; None when there is none."""
-    directory = os.environ.get("COHORT_MEMBERSHIP_DIR")
+    env = _C.WORKER_ENV
+    directory = os.environ.get(env["membership_dir"])
     if not directory:
         return None
-    return Live(directory, int(os.environ.get("LOCAL_RANK", "0")),
-                int(os.environ.get("COHORT_ROUND", "0") or 0),
-                os.environ.get("COHORT_MEMBERSHIP_SECRET", ""))
+    return Live(directory, int(os.environ.get(env["local_rank"], "0")),
+                int(os.environ.get(env["round"], "0") or 0),
+                os.environ.get(env["membership_secret"], ""))

@@ -1,0 +1,174 @@
+// The rendezvous records' wire forms (rendezvous.h): NodeInfo and FailureRecord as JSON,
+// RoundLayout ("N:LxC,..."), RoundEnd (r<R>/next) and the layout slot 1 publishes
+// (Rendezvous::Published: the layout, a newline, node 1's record); FailureRecord::Describe.
+// Thread-safety: value types and pure functions; this file keeps no global state.
+#include <string.h>
+
+#include <nlohmann/json.hpp>
+
+#include "cohort/base/exit_codes.h"
+#include "cohort/base/json_bounded.h"
+#include "cohort/base/strings.h"
+#include "cohort/rendezvous/rendezvous.h"
+
+namespace cohort::rendezvous {
+
+using nlohmann::json;
+
+namespace {
+
+std::string SignalName(int sig) {
+  const char* name = sigabbrev_np(sig);
+  return name ? fmt::format("SIG{}", name) : fmt::format("signal {}", sig);
+}
+
+}  // namespace
+
+// The records' JSON: every field by its name; a missing field keeps its default.
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(NodeInfo, host, addr, local_world_size, boot_id)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FailureRecord, rank, host, exit_code, signal,
+                                                message)
+
+namespace {
+
+template <typename Record>
+Result<Record> ParseRecord(std::string_view text, const char* what) {
+  json j = ParseJsonBounded(text, 1u << 20);  // another node's record
+  if (j.is_discarded() || !j.is_object()) return DataLoss("malformed {}", what);
+  try {
+    return j.get<Record>();
+  } catch (const json::exception&) {  // a field of the wrong type
+    return DataLoss("malformed {}", what);
+  }
+}
+
+}  // namespace
+
+std::string NodeInfo::ToJson() const { return json(*this).dump(); }
+
+Result<NodeInfo> NodeInfo::FromJson(std::string_view text) {
+  return ParseRecord<NodeInfo>(text, "node record");
+}
+
+std::string FailureRecord::ToJson() const { return json(*this).dump(); }
+
+Result<FailureRecord> FailureRecord::FromJson(std::string_view text) {
+  return ParseRecord<FailureRecord>(text, "failure record");
+}
+
+std::string FailureRecord::Describe() const {
+  if (signal == 0 && exit_code == 0 && !message.empty()) {
+    // Not a process's exit: a node that went silent, a group that did not re-form.
+    return rank >= 0 ? fmt::format("rank {} (host {}): {}", rank, host, message) : message;
+  }
+  std::string how = signal != 0 ? fmt::format("was killed by {}", SignalName(signal))
+                                : fmt::format("exited with code {}", exit_code);
+  if (signal == 0 && exit_code == kExitCannotJoinJob) how += " (it could not join its job)";
+  std::string text = fmt::format("rank {} (host {}) {}", rank, host, how);
+  if (!message.empty()) text += fmt::format(": {}", message);
+  return text;
+}
+
+RoundLayout RoundLayout::FromNodes(const std::vector<NodeInfo>& nodes) {
+  RoundLayout layout;
+  layout.members = static_cast<int>(nodes.size());
+  for (const auto& n : nodes) {
+    if (layout.runs.empty() || layout.runs.back().local_world_size != n.local_world_size) {
+      layout.runs.push_back({n.local_world_size, 0});
+    }
+    ++layout.runs.back().count;
+  }
+  return layout;
+}
+
+std::string RoundLayout::Encode() const {
+  std::string text = fmt::format("{}:", members);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    text += fmt::format("{}{}x{}", i ? "," : "", runs[i].local_world_size, runs[i].count);
+  }
+  return text;
+}
+
+Result<RoundLayout> RoundLayout::Decode(std::string_view text) {
+  auto bad = [&] { return DataLoss("malformed round layout '{}'", text.substr(0, 64)); };
+  const size_t colon = text.find(':');
+  if (colon == std::string_view::npos) return bad();
+  RoundLayout layout;
+  auto members = ParseInt64(text.substr(0, colon));
+  if (!members || *members < 1) return bad();
+  layout.members = static_cast<int>(*members);
+  int64_t counted = 0;
+  for (std::string_view rest = text.substr(colon + 1); !rest.empty();) {
+    const size_t comma = rest.find(',');
+    std::string_view run = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    const size_t x = run.find('x');
+    if (x == std::string_view::npos) return bad();
+    auto size = ParseInt64(run.substr(0, x));
+    auto count = ParseInt64(run.substr(x + 1));
+    if (!size || !count || *size < 1 || *count < 1) return bad();
+    layout.runs.push_back({static_cast<int>(*size), static_cast<int>(*count)});
+    counted += *count;
+  }
+  if (counted != layout.members) return bad();
+  return layout;
+}
+
+int RoundLayout::RankOffset(int group_rank) const {
+  int offset = 0, before = group_rank;
+  for (const auto& run : runs) {
+    const int n = std::min(before, run.count);
+    offset += n * run.local_world_size;
+    before -= n;
+    if (before == 0) break;
+  }
+  return offset;
+}
+
+int RoundLayout::WorldSize() const { return RankOffset(members); }
+
+std::string RoundEnd::Encode() const {
+  switch (kind) {
+    case Kind::kJoin: return "join:" + detail;
+    case Kind::kDeadNode: return "dead:" + detail;
+    case Kind::kJobDone: return "done";
+    case Kind::kFailure: break;
+  }
+  return "failure:" + detail;
+}
+
+RoundEnd RoundEnd::Decode(std::string_view text) {
+  auto after = [&](std::string_view prefix) { return std::string(text.substr(prefix.size())); };
+  if (text == "done") return {Kind::kJobDone, ""};
+  if (StartsWith(text, "join:")) return {Kind::kJoin, after("join:")};
+  if (StartsWith(text, "dead:")) return {Kind::kDeadNode, after("dead:")};
+  if (StartsWith(text, "failure:")) return {Kind::kFailure, after("failure:")};
+  return {Kind::kFailure, std::string(text)};
+}
+
+std::string RoundEnd::Describe() const {
+  switch (kind) {
+    case Kind::kJoin: return fmt::format("{} joined", detail);
+    case Kind::kDeadNode: return detail;
+    case Kind::kJobDone: return "the job is over";
+    case Kind::kFailure: break;
+  }
+  return fmt::format("{} failed", detail);
+}
+
+// r<R>/layout: the layout's text, a newline, then node 1's record.
+std::string Rendezvous::Published::Encode() const {
+  return layout.Encode() + "\n" + master.ToJson();
+}
+
+Result<Rendezvous::Published> Rendezvous::Published::Decode(std::string_view text) {
+  const size_t newline = text.find('\n');
+  if (newline == std::string_view::npos) {
+    return DataLoss("round layout without its master's record: '{}'", text.substr(0, 64));
+  }
+  COHORT_ASSIGN_OR_RETURN(RoundLayout layout, RoundLayout::Decode(text.substr(0, newline)));
+  COHORT_ASSIGN_OR_RETURN(NodeInfo master, NodeInfo::FromJson(text.substr(newline + 1)));
+  return Published{std::move(layout), std::move(master)};
+}
+
+}  // namespace cohort::rendezvous

@@ -1,0 +1,216 @@
+// EtcdStore's client without a real etcd: the parsing of endpoint lists, and retries
+// against stand-in etcd gateways (cpp-httplib) that answer as an overloaded etcd does:
+// "too many requests" is retried and "database space exceeded" is not, a ticket txn sent
+// again after its first attempt timed out takes no second ticket, and an Append outlasts
+// the request timeout. The tests against real etcd processes: etcd_store_test.cc.
+#include "cohort/store/etcd_store.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace cohort::store {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+Deadline Soon() { return Deadline::AfterMs(5000); }
+
+TEST(EtcdEndpointsTest, Parse) {
+  auto e = ParseEtcdEndpoints("h1:2379, h2 ,https://h3:1/,[::1]:5");
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_EQ(*e, (std::vector<std::string>{"http://h1:2379", "http://h2:2379", "https://h3:1",
+                                          "http://[::1]:5"}));
+  EXPECT_EQ(ParseEtcdEndpoints("h1:2379", true)->at(0), "https://h1:2379");
+  EXPECT_FALSE(ParseEtcdEndpoints("").ok());
+  EXPECT_FALSE(ParseEtcdEndpoints("h1:notaport").ok());
+}
+
+// etcd refuses a write while more than 5,000 committed entries wait to be applied ("too
+// many requests"; etcd 3.4's gateway answers it with gRPC code 2): at 5,000 and 10,000
+// simulated nodes this ended joins. A stand-in gateway answers the first writes so; the
+// client retries them, and does not retry the same code's "database space exceeded"
+// (nothing to wait for).
+TEST(EtcdOverloadTest, TooManyRequestsIsRetriedSpaceExceededIsNot) {
+  httplib::Server server;
+  std::atomic<int> puts{0}, refusals{2};
+  std::atomic<bool> space_exceeded{false};
+  server.Post("/v3/kv/range", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"header":{"revision":"1"},"count":"0"})", "application/json");
+  });
+  server.Post("/v3/kv/put", [&](const httplib::Request&, httplib::Response& res) {
+    ++puts;
+    if (refusals.fetch_sub(1) > 0) {
+      const std::string message = space_exceeded ? "etcdserver: mvcc: database space exceeded"
+                                                 : "etcdserver: too many requests";
+      // etcd 3.4 sends "too many requests" with gRPC code 2 (unknown); code 8 is what its
+      // error table names (both are retried); "database space exceeded" is code 8.
+      const int code = space_exceeded || puts == 2 ? 8 : 2;
+      res.status = code == 8 ? 429 : 500;
+      res.set_content(json{{"error", message}, {"code", code}, {"message", message}}.dump(),
+                      "application/json");
+      return;
+    }
+    res.set_content(R"({"header":{"revision":"2"}})", "application/json");
+  });
+  const int port = server.bind_to_any_port("127.0.0.1");
+  ASSERT_GT(port, 0);
+  std::thread serving([&] { server.listen_after_bind(); });
+  EtcdStoreOptions options;
+  options.endpoints = {fmt::format("127.0.0.1:{}", port)};
+  auto store = EtcdStore::Connect(options, Soon());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  Status overloaded = (*store)->Set("k", "v", Soon());
+  EXPECT_TRUE(overloaded.ok()) << overloaded.ToString();
+  EXPECT_EQ(puts.load(), 3) << "two refusals, then the write";
+  space_exceeded = true;
+  refusals = 1;
+  Status full = (*store)->Set("k", "v", Soon());
+  EXPECT_EQ(full.code(), StatusCode::kFailedPrecondition) << full.ToString();
+  EXPECT_NE(full.message().find("database space exceeded"), std::string::npos);
+  EXPECT_EQ(puts.load(), 4) << "not retried";
+  server.stop();
+  serving.join();
+}
+
+// A stand-in etcd gateway for the ticket txn: applies it as etcd does (the marker's
+// compare, the ticket key's version, a range at a past revision) and answers the first
+// txn `late` after applying it, as a loaded member whose answer comes after the client's
+// attempt gave up.
+class LateTicketGateway {
+ public:
+  explicit LateTicketGateway(std::chrono::milliseconds late) : late_(late) {
+    server_.Post("/v3/kv/range", [this](const httplib::Request& req, httplib::Response& res) {
+      json q = json::parse(req.body);
+      std::lock_guard<std::mutex> lock(mu_);
+      json answer = {{"header", {{"revision", std::to_string(revision_)}}}, {"count", "0"}};
+      if (q.contains("revision")) {
+        const int64_t at = std::stoll(q["revision"].get<std::string>());
+        answer["kvs"] = json::array({{{"version", std::to_string(version_at_[at])}}});
+      }
+      res.set_content(answer.dump(), "application/json");
+    });
+    server_.Post("/v3/kv/txn", [this](const httplib::Request& req, httplib::Response& res) {
+      json answer;
+      bool late = false;
+      const json q = json::parse(req.body);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!q.contains("compare")) {
+          // The reads at a marker's revision: the ticket key's version then.
+          json responses = json::array();
+          for (const auto& op : q["success"]) {
+            const int64_t at = std::stoll(op["request_range"]["revision"].get<std::string>());
+            json kv = {{"version", std::to_string(version_at_[at])}};
+            responses.push_back({{"response_range", {{"kvs", json::array({kv})}}}});
+          }
+          res.set_content(json{{"responses", responses}}.dump(), "application/json");
+          return;
+        }
+        late = ++txns_ == 1;
+        answer = Apply(q["compare"][0]["key"]);
+      }
+      if (late) std::this_thread::sleep_for(late_);
+      res.set_content(answer.dump(), "application/json");
+    });
+    server_.Post("/v3/kv/put", [this](const httplib::Request&, httplib::Response& res) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++puts_;
+      res.set_content(R"({"header":{}})", "application/json");
+    });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    serving_ = std::thread([this] { server_.listen_after_bind(); });
+  }
+  ~LateTicketGateway() {
+    server_.stop();
+    serving_.join();
+  }
+  std::string endpoint() const { return fmt::format("127.0.0.1:{}", port_); }
+  int64_t txns() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return txns_;
+  }
+  int64_t version() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return version_;
+  }
+  int64_t puts() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return puts_;
+  }
+
+ private:
+  json Apply(const std::string& marker) {
+    if (auto it = markers_.find(marker); it != markers_.end()) {
+      json kv = {{"create_revision", std::to_string(it->second)}};
+      return {{"responses", json::array({{{"response_range", {{"kvs", json::array({kv})}}}}})}};
+    }
+    markers_[marker] = ++revision_;
+    version_at_[revision_] = ++version_;
+    json prev = {{"version", std::to_string(version_ - 1)}};
+    return {{"succeeded", true},
+            {"responses", json::array({{{"response_put", {{"prev_kv", prev}}}},
+                                       {{"response_put", json::object()}}})}};
+  }
+
+  const std::chrono::milliseconds late_;
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread serving_;
+  std::mutex mu_;
+  int64_t version_ = 4, revision_ = 10, txns_ = 0, puts_ = 0;  // four tickets taken before
+  std::map<std::string, int64_t> markers_;          // marker -> create revision
+  std::map<int64_t, int64_t> version_at_;           // revision -> the ticket key's version
+};
+
+// The client's attempt times out (a ticket txn's first attempt: the request timeout, 3 s) and
+// it sends the same txn to the next member: no second ticket is taken.
+TEST(EtcdOverloadTest, ARetriedTicketTxnTakesNoSecondTicket) {
+  LateTicketGateway gateway(3500ms);  // longer than the request timeout: sent again
+  EtcdStoreOptions options;
+  options.endpoints = {gateway.endpoint(), gateway.endpoint()};  // two "members"
+  options.request_timeout = 3s;
+  auto store = EtcdStore::Connect(options, Soon());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto ticket = (*store)->TakeTicket("slot", Soon());
+  ASSERT_TRUE(ticket.ok()) << ticket.status().ToString();
+  EXPECT_EQ(*ticket, 5) << "the ticket of the applied txn";
+  EXPECT_EQ(gateway.txns(), 2) << "the txn was sent again";
+  EXPECT_EQ(gateway.version(), 5) << "and took no second ticket";
+  auto next = (*store)->TakeTicket("slot", Soon());
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ(*next, 6);
+  store->reset();  // closes its kept-alive connections, which the server would wait out
+}
+
+// The whole request timeout (1 s) passes without an answer: a join's Append sends the same
+// ticket txn (which holds its record) again until the caller's deadline, instead of failing
+// (at 10,000 simulated nodes an overloaded etcd failed joins so).
+TEST(EtcdOverloadTest, AnAppendOutlastsTheRequestTimeout) {
+  LateTicketGateway gateway(1500ms);
+  EtcdStoreOptions options;
+  options.endpoints = {gateway.endpoint()};
+  options.request_timeout = 1s;
+  auto store = EtcdStore::Connect(options, Soon());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto ticket = (*store)->Append("slot", "node", "me", Soon());
+  ASSERT_TRUE(ticket.ok()) << ticket.status().ToString();
+  EXPECT_EQ(*ticket, 5);
+  EXPECT_EQ(gateway.txns(), 2);
+  EXPECT_EQ(gateway.version(), 5);
+  EXPECT_EQ(gateway.puts(), 0) << "the record goes in the ticket txn";
+  store->reset();
+}
+
+}  // namespace
+}  // namespace cohort::store

@@ -1,0 +1,241 @@
+// EtcdStore's internals, shared by the files that implement it (include it from them
+// only): the helpers on etcd's JSON answers, one kept-open connection, and EtcdStore::Impl,
+// whose members live in
+//   etcd_gateway.cc  the gateway client: base64 and answer fields, the connection pool,
+//                    one POST with failover and retries, errors, outage reports, auth;
+//   etcd_kv.cc       reads of many keys, watches and the blocking gets on them, puts;
+//   etcd_tickets.cc  the ticket txn, the tickets' records, the beat txn;
+//   etcd_store.cc    the lease keeper (and the EtcdStore methods on top of all this).
+//
+// Thread-safety: Impl's connection pool, socket set, token, beat counters and endpoint
+// index are guarded by their own mutexes or are atomics; a Conn (one CURL easy handle) is
+// used by one call at a time. The free functions are pure.
+#pragma once
+
+#include <curl/curl.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "cohort/base/mutex.h"
+#include "cohort/store/etcd_store.h"
+
+namespace cohort::store {
+
+using json = nlohmann::json;
+
+namespace etcd {
+
+inline constexpr const char* kLog = "store";
+// etcd's answers are parsed within these bounds (json_bounded.h): nesting as any answer of
+// the v3 JSON gateway has, and a size well above the largest range page.
+inline constexpr size_t kMaxReplyBytes = size_t{1} << 30;
+inline constexpr size_t kMaxTxnOps = 128;  // etcd's default --max-txn-ops
+inline constexpr size_t kPrefixReadMinKeys = 8;
+inline constexpr size_t kMaxIdleConns = 8;
+
+// Keys and values (base64) and the fields of etcd's answers (etcd_gateway.cc says what
+// each one reads).
+std::string B64(std::string_view in);
+Result<std::string> UnB64(std::string_view in);
+int64_t Int(const json& j, const char* field);
+int64_t HeaderRevision(const json& answer);
+const json* FirstKv(const json& range);
+Result<std::optional<std::string>> RangeValue(const json& range);
+
+// An integer counter as a range response shows it (nullopt when the key is missing), and
+// the compare that holds while it is unchanged: Add's and Beat's compare-and-put.
+struct Counter {
+  int64_t value = 0;
+  int64_t mod_revision = 0;
+};
+Result<std::optional<Counter>> CounterIn(const json& range, std::string_view key);
+// Txn compares: the key does not exist; the key is as `known` (absent when nullopt).
+json AbsentCompare(const std::string& b64_key);
+json UnchangedCompare(const std::string& b64_key, const std::optional<Counter>& known);
+std::string PrefixEnd(std::string prefix);
+
+// One kept-open HTTP connection (a CURL easy handle; libcurl keeps its sockets cached).
+struct Conn {
+  CURL* curl = nullptr;
+  std::string body;  // the response body (unary calls)
+  // Streaming calls: called with each complete line; returns false to end the transfer.
+  std::function<bool(std::string_view)> on_line;
+  std::string pending;  // partial line of a stream
+  Conn() : curl(curl_easy_init()) {}
+  ~Conn() {
+    if (curl) curl_easy_cleanup(curl);
+  }
+  Conn(const Conn&) = delete;
+  Conn& operator=(const Conn&) = delete;
+};
+
+}  // namespace etcd
+
+struct EtcdStore::Impl {
+  EtcdStoreOptions options;
+  std::vector<std::string> urls;
+  std::string root;  // "/cohort/<prefix>/"
+  std::atomic<size_t> current{0};
+  std::atomic<bool> aborted{false};
+
+  Mutex pool_mu;
+  std::vector<std::unique_ptr<etcd::Conn>> idle COHORT_GUARDED_BY(pool_mu);
+
+  Mutex fds_mu;
+  std::set<int> fds COHORT_GUARDED_BY(fds_mu);  // sockets libcurl opened for us
+
+  Mutex token_mu;
+  std::string token COHORT_GUARDED_BY(token_mu);  // never logged
+
+  std::atomic<int64_t> lease_id{0};
+  Mutex lease_mu;
+  CondVar lease_cv;  // signalled to stop the keep-alive thread
+  bool lease_stop COHORT_GUARDED_BY(lease_mu) = false;
+  std::thread keepalive;
+
+  // Beat counters as this client last wrote or read them (EtcdStore::Beat).
+  Mutex beat_mu;
+  std::unordered_map<std::string, etcd::Counter> beat_counters COHORT_GUARDED_BY(beat_mu);
+
+  Mutex abort_mu;  // for abortable backoff sleeps
+  CondVar abort_cv;
+
+  // Outage reports (any thread): when requests have failed for kOutageWarnMs in a row (no
+  // quorum, no member reachable, the cluster behind), a warning says so, again every
+  // kOutageRepeatMs while it lasts, and one line when etcd answers again. The job keeps
+  // running meanwhile; without this an agent was silent through 23 s without quorum.
+  static constexpr int64_t kOutageWarnMs = 2000, kOutageRepeatMs = 10000;
+  std::atomic<int64_t> failing_since_ms{0};  // steady clock; 0: the last request succeeded
+  std::atomic<int64_t> warned_at_ms{0};      // 0: no warning for the current outage
+
+  // Connections go first: their cleanup calls CloseSocket, which uses fds.
+  ~Impl() { idle.clear(); }
+
+  // ---- connections (etcd_gateway.cc) ----
+
+  class ConnRef {
+   public:
+    explicit ConnRef(Impl* impl) : impl_(impl) {
+      MutexLock lock(&impl_->pool_mu);
+      if (!impl_->idle.empty()) {
+        conn_ = std::move(impl_->idle.back());
+        impl_->idle.pop_back();
+      }
+      if (!conn_) conn_ = impl_->NewConn();
+    }
+    ~ConnRef() {
+      if (!conn_) return;
+      MutexLock lock(&impl_->pool_mu);
+      if (impl_->idle.size() < etcd::kMaxIdleConns) impl_->idle.push_back(std::move(conn_));
+    }
+    etcd::Conn& operator*() { return *conn_; }
+    etcd::Conn* operator->() { return conn_.get(); }
+    // Drops a connection whose state is unknown (an interrupted stream).
+    void Discard() { conn_.reset(); }
+
+   private:
+    Impl* impl_;
+    std::unique_ptr<etcd::Conn> conn_;
+  };
+
+  // libcurl's callbacks: sockets opened and closed through fds (for Abort), the abort check,
+  // the response body or a stream's lines.
+  static curl_socket_t OpenSocket(void* clientp, curlsocktype, struct curl_sockaddr* addr);
+  static int CloseSocket(void* clientp, curl_socket_t fd);
+  static int XferInfo(void* clientp, curl_off_t, curl_off_t, curl_off_t, curl_off_t);
+  static size_t Write(char* data, size_t size, size_t n, void* userp);
+  std::unique_ptr<etcd::Conn> NewConn();
+
+  std::string Full(std::string_view key) const { return root + std::string(key); }
+
+  // Moves the next request to the member after `from` (unless another call did already).
+  void Rotate(size_t from);
+  void Pause(Duration d, Deadline deadline);
+  CURLcode Perform(etcd::Conn& c, const std::string& url, const std::string& body,
+                   Duration timeout, Duration connect_timeout, bool with_token,
+                   bool require_leader, long* http_code);
+
+  // etcd's errors: a cluster behind, and a gRPC error (as the gateway shows it) as a Status.
+  static bool Behind(std::string_view message);
+  static bool Overloaded(const Status& s);
+  static Status GrpcError(const json& err, long http, bool* transient, bool* bad_token);
+
+  // Outage reports (see failing_since_ms above).
+  static int64_t NowMs();
+  void NoteFailure(const Status& last);
+  void NoteAnswer();
+
+  // One request on the gateway, with failover (`resend`: how long it may be sent again).
+  enum class Resend { kWithinRequestTimeout, kUntilDeadline };
+  Result<json> Post(const std::string& path, const json& request, Deadline deadline,
+                    bool with_token = true, Resend resend = Resend::kWithinRequestTimeout);
+  static std::string Join(const std::vector<std::string>& v);  // "a,b,c"
+  Status Authenticate(Deadline deadline);
+
+  // ---- KV helpers (etcd_kv.cc) ----
+
+  Result<json> Range(const std::string& full_key, Deadline deadline);
+  Result<std::vector<std::optional<std::string>>> ReadMany(const std::vector<std::string>& keys,
+                                                           bool keys_only, Deadline deadline,
+                                                           int64_t* revision = nullptr);
+  Result<std::optional<std::vector<std::optional<std::string>>>> ReadByPrefix(
+      const std::vector<std::string>& keys, bool keys_only, Deadline deadline,
+      int64_t* revision);
+
+  // Which of a key's states a wait waits for (its kv as etcd shows it): by default any.
+  using KvAccept = std::function<bool(const json& kv)>;
+  static bool AnyKv(const json&) { return true; }
+  Result<std::optional<std::string>> Watch(const std::string& full_key, Deadline deadline,
+                                           int64_t absent_at, const KvAccept& accept = AnyKv);
+  // GetBlocking's `absent_at`: read the key first, or watch from now (then read it).
+  static constexpr int64_t kReadFirst = -1, kWatchNow = 0;
+  Result<std::string> GetBlocking(const std::string& full_key, Deadline deadline,
+                                  int64_t absent_at = kReadFirst,
+                                  const KvAccept& accept = AnyKv,
+                                  int64_t* mod_revision = nullptr);
+  Result<std::vector<std::string>> ReadAllWaiting(const std::vector<std::string>& keys,
+                                                  bool keys_only, Deadline deadline);
+  Status Put(const std::string& key, std::string_view value, Deadline deadline,
+             Resend resend = Resend::kWithinRequestTimeout);
+
+  // ---- tickets and their records (etcd_tickets.cc) ----
+  // A ticket of "<key>" is a version of "<key>/ticket"; the caller's marker
+  // "<key>/t/<random>" is created in the same txn and holds its record. The markers in
+  // the order of their create revisions are therefore the tickets' records in ticket order.
+  std::string TicketKey(std::string_view key) const { return Full(key) + "/ticket"; }
+  std::string MarkerPrefix(std::string_view key) const { return Full(key) + "/t/"; }
+
+  // What a ticket txn answered: the ticket (0: refused), the answers of the reads, and the
+  // revision the txn ran at.
+  struct TicketAnswer {
+    int64_t ticket = 0;
+    std::vector<json> reads;  // range responses, one per read key
+    int64_t revision = 0;
+  };
+  Result<TicketAnswer> TicketTxn(std::string_view key, std::string_view record,
+                                 const std::vector<std::string>& unless,
+                                 const std::vector<std::string>& reads, Deadline deadline,
+                                 std::string_view token = {});
+  Result<std::vector<std::string>> TicketRecords(std::string_view key, int64_t first,
+                                                 int64_t last, Deadline deadline);
+  Result<json> BeatTxn(const std::string& beat_key, const json& reads, Deadline deadline);
+
+  // ---- lease (etcd_store.cc) ----
+
+  Status GrantLease(Deadline deadline);
+  void KeepAliveLoop();
+};
+
+}  // namespace cohort::store
