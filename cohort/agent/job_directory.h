@@ -24,6 +24,7 @@
 #include "cohort/base/status.h"
 #include "cohort/base/time.h"
 #include "cohort/metrics/job_view.h"
+#include "cohort/store/job_store_access.h"
 #include "cohort/store/store.h"
 
 namespace cohort::agent {
@@ -44,7 +45,7 @@ Result<std::vector<DirectoryEntry>> ReadDirectory(store::Store& store, const std
 // ReadDirectory as a function of no arguments (JobViewOptions::list) over a store
 // connection of its own (`first`, or one made on first use), made again after a failure;
 // each call bounded by `timeout`. One caller at a time (JobView serializes its calls).
-using StoreConnector = std::function<Result<std::shared_ptr<store::Store>>(Deadline)>;
+using StoreConnector = store::StoreConnector;  // store/job_store_access.h
 std::function<Result<std::vector<DirectoryEntry>>()> DirectoryReader(
     StoreConnector connect, std::string run_id, Duration timeout = std::chrono::seconds(2),
     std::shared_ptr<store::Store> first = nullptr);

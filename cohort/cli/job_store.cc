@@ -1,4 +1,4 @@
-// How the command lines reach a job's store (see job_store.h). Thread-safety: as there.
+// The etcd client settings of --rdzv-conf (see job_store.h). Thread-safety: as there.
 #include "cohort/cli/job_store.h"
 
 #include <filesystem>
@@ -50,20 +50,6 @@ Status SplitEtcdConf(const std::string& text, store::EtcdStoreOptions& o, std::s
   if (o.user.empty()) o.user = worker_env::Inherited(worker_env::kEtcdUser).value_or("");
   o.password = worker_env::Inherited(worker_env::kEtcdPassword).value_or("");
   return Status::Ok();
-}
-
-agent::StoreConnector TcpConnector(store::TcpStoreOptions options) {
-  return [options](Deadline d) -> Result<std::shared_ptr<store::Store>> {
-    COHORT_ASSIGN_OR_RETURN(auto s, store::TcpStore::Connect(options, d));
-    return std::shared_ptr<store::Store>(std::move(s));
-  };
-}
-
-agent::StoreConnector EtcdConnector(store::EtcdStoreOptions options) {
-  return [options](Deadline d) -> Result<std::shared_ptr<store::Store>> {
-    COHORT_ASSIGN_OR_RETURN(auto s, store::EtcdStore::Connect(options, d));
-    return std::shared_ptr<store::Store>(std::move(s));
-  };
 }
 
 }  // namespace cohort::cli

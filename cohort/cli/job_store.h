@@ -1,16 +1,13 @@
-// How the command lines reach a job's store, shared by `cohort run` and `cohort top`: the
-// etcd client settings of --rdzv-conf, and connectors (a new connection per call, within a
-// deadline) to a cohort store or etcd.
+// The etcd client settings of --rdzv-conf, shared by `cohort run` and `cohort top` (both then
+// reach the job's store through store/job_store_access.h).
 // Thread-safety: pure functions (SplitEtcdConf reads the environment and the file system);
-// a connector may be called from any thread, each call making its own connection.
+// nothing shared.
 #pragma once
 
 #include <string>
 
-#include "cohort/agent/job_directory.h"
 #include "cohort/base/status.h"
 #include "cohort/store/etcd_store.h"
-#include "cohort/store/tcp_store.h"
 
 namespace cohort::cli {
 
@@ -21,8 +18,5 @@ namespace cohort::cli {
 // is NotFound; a bad value InvalidArgument.
 Status SplitEtcdConf(const std::string& text, store::EtcdStoreOptions& o, std::string* rest,
                      bool* https);
-
-agent::StoreConnector TcpConnector(store::TcpStoreOptions options);
-agent::StoreConnector EtcdConnector(store::EtcdStoreOptions options);
 
 }  // namespace cohort::cli

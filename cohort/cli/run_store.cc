@@ -9,6 +9,7 @@
 #include "cohort/base/worker_env.h"
 #include "cohort/cli/job_store.h"
 #include "cohort/net/socket.h"
+#include "cohort/store/job_store_access.h"
 #include "cohort/store/tcp_store.h"
 
 namespace cohort::cli {
@@ -87,31 +88,14 @@ void WireJobStore(const StorePlan& plan, const std::string& store_addr, bool use
                   bool serving, const store::EtcdStoreOptions& etcd, const std::string& run_id,
                   Duration join_timeout, agent::AgentOptions& o,
                   agent::StoreConnector* connect_within) {
-  if (use_etcd && !serving) {
-    o.spec.store_access.kind = JobStoreAccess::Kind::kEtcd;
-    o.spec.store_access.etcd_endpoints = etcd.endpoints;
-    o.spec.store_access.etcd_prefix = run_id;
-    o.spec.store_access.etcd_ca_file = etcd.ca_file;
-    o.spec.store_access.etcd_cert_file = etcd.cert_file;
-    o.spec.store_access.etcd_key_file = etcd.key_file;
-    o.spec.store_access.etcd_user = etcd.user;
-    o.spec.store_access.etcd_request_timeout_s =
-        std::chrono::duration<double>(etcd.request_timeout).count();
-  } else {
-    o.spec.store_access.kind = JobStoreAccess::Kind::kTcp;
-    o.spec.store_access.addr = store_addr;
-    o.spec.store_access.port = plan.port;
-    o.spec.store_access.token = plan.token;
-  }
-  const store::TcpStoreOptions store_options{
-      .host = store_addr, .port = plan.port, .token = plan.token};
-  *connect_within = TcpConnector(store_options);
-  if (use_etcd) {
-    // Each connection is its own EtcdStore (the agent's and the watcher's), keys under
-    // "/cohort/<run id>/" (etcd.prefix). Connect gives up after the request timeout when no
-    // member answers.
-    *connect_within = EtcdConnector(etcd);
-  }
+  // The job's keys in etcd: "/cohort/<run id>/" (etcd.prefix is the run id too).
+  store::EtcdStoreOptions job_keys = etcd;
+  job_keys.prefix = run_id;
+  const JobStoreAccess tcp = store::TcpAccess({.host = store_addr, .port = plan.port,
+                                               .token = plan.token});
+  o.spec.store_access = use_etcd && !serving ? store::EtcdAccess(job_keys) : tcp;
+  // The agent's connections (its own and the watcher's): etcd whenever the job meets there.
+  *connect_within = store::ConnectorFor(use_etcd ? store::EtcdAccess(etcd) : tcp);
   const Deadline connect_deadline = Deadline::After(join_timeout);
   o.connect_store = [connect = *connect_within, connect_deadline] {
     return connect(connect_deadline.expired() ? Deadline::AfterMs(5000) : connect_deadline);

@@ -29,8 +29,7 @@
 #include "cohort/cli/job_store.h"
 #include "cohort/metrics/job_view.h"
 #include "cohort/metrics/json_read.h"
-#include "cohort/store/etcd_store.h"
-#include "cohort/store/tcp_store.h"
+#include "cohort/store/job_store_access.h"
 
 namespace cohort::cli {
 namespace {
@@ -156,7 +155,7 @@ Result<agent::StoreConnector> JobStoreConnector(const std::string& backend,
                             store::ParseEtcdEndpoints(endpoint, https || !eo.ca_file.empty()));
     eo.endpoints = endpoints;
     eo.prefix = rdzv_id;
-    return EtcdConnector(eo);
+    return store::ConnectorFor(store::EtcdAccess(eo));
   }
   auto hp = ParseHostPort(endpoint, 29400);
   if (!hp) return InvalidArgument("--rdzv-endpoint '{}' is not HOST:PORT", endpoint);
@@ -165,8 +164,7 @@ Result<agent::StoreConnector> JobStoreConnector(const std::string& backend,
     return InvalidArgument("a cohort store needs the job's token: set COHORT_TOKEN as for "
                            "cohort run");
   }
-  store::TcpStoreOptions to{.host = hp->first, .port = hp->second, .token = token};
-  return TcpConnector(to);
+  return store::ConnectorFor(store::TcpAccess({.host = hp->first, .port = hp->second, .token = token}));
 }
 
 }  // namespace

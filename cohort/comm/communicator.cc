@@ -17,9 +17,7 @@
 #include "cohort/comm/reduce.h"
 #include "cohort/metrics/registry.h"
 #include "cohort/net/socket.h"
-#include "cohort/store/etcd_store.h"
 #include "cohort/store/memory_store.h"
-#include "cohort/store/tcp_store.h"
 
 namespace cohort::comm {
 namespace {
@@ -526,32 +524,6 @@ Result<std::unique_ptr<Communicator>> Communicator::FromEnvironment(CommOptions 
     store = std::make_shared<store::PrefixStore>(env.store.round_prefix, store);
   }
   return Create(store, env.rank, env.world_size, std::move(options));
-}
-
-Result<std::shared_ptr<store::Store>> ConnectJobStore(const JobStoreAccess& access,
-                                                      Deadline deadline) {
-  if (access.kind == JobStoreAccess::Kind::kTcp) {
-    store::TcpStoreOptions so{.host = access.addr, .port = access.port, .token = access.token};
-    COHORT_ASSIGN_OR_RETURN(auto tcp, store::TcpStore::Connect(so, deadline));
-    return std::shared_ptr<store::Store>(std::move(tcp));
-  }
-  if (access.kind != JobStoreAccess::Kind::kEtcd) {
-    return FailedPrecondition("the worker environment names no job store");
-  }
-  store::EtcdStoreOptions eo;
-  eo.endpoints = access.etcd_endpoints;
-  eo.prefix = access.etcd_prefix;
-  eo.ca_file = access.etcd_ca_file;
-  eo.cert_file = access.etcd_cert_file;
-  eo.key_file = access.etcd_key_file;
-  eo.user = access.etcd_user;
-  eo.password = access.etcd_password;
-  if (access.etcd_request_timeout_s > 0) {
-    eo.request_timeout = std::chrono::duration_cast<Duration>(
-        std::chrono::duration<double>(access.etcd_request_timeout_s));
-  }
-  COHORT_ASSIGN_OR_RETURN(auto etcd, store::EtcdStore::Connect(eo, deadline));
-  return std::shared_ptr<store::Store>(std::move(etcd));
 }
 
 std::string Communicator::topology() const { return impl_->topology(); }

@@ -40,6 +40,7 @@
 #include "cohort/base/worker_env.h"
 #include "cohort/comm/dtype.h"
 #include "cohort/comm/op.h"
+#include "cohort/store/job_store_access.h"
 #include "cohort/store/store.h"
 
 namespace cohort::comm {
@@ -65,9 +66,8 @@ struct CommOptions {
 void ApplyWorkerEnv(const WorkerEnv& env, CommOptions& options);
 
 // A new connection to the job's store that the worker environment names (a cohort store or
-// etcd), by `deadline`; not narrowed to a round (wrap it in a PrefixStore for that).
-Result<std::shared_ptr<store::Store>> ConnectJobStore(const JobStoreAccess& access,
-                                                      Deadline deadline);
+// etcd), by `deadline`; not narrowed to a round (store/job_store_access.h).
+using store::ConnectJobStore;
 
 enum class Exec { kInline, kAsync };
 

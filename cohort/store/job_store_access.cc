@@ -1,0 +1,75 @@
+// Implements the one way to reach a job's store (job_store_access.h). Pure functions.
+#include "cohort/store/job_store_access.h"
+
+namespace cohort::store {
+
+JobStoreAccess TcpAccess(const TcpStoreOptions& options) {
+  JobStoreAccess a;
+  a.kind = JobStoreAccess::Kind::kTcp;
+  a.addr = options.host;
+  a.port = options.port;
+  a.token = options.token;
+  return a;
+}
+
+JobStoreAccess EtcdAccess(const EtcdStoreOptions& options) {
+  JobStoreAccess a;
+  a.kind = JobStoreAccess::Kind::kEtcd;
+  a.etcd_endpoints = options.endpoints;
+  a.etcd_prefix = options.prefix;
+  a.etcd_ca_file = options.ca_file;
+  a.etcd_cert_file = options.cert_file;
+  a.etcd_key_file = options.key_file;
+  a.etcd_user = options.user;
+  a.etcd_password = options.password;  // never written to a worker's environment
+  a.etcd_request_timeout_s = std::chrono::duration<double>(options.request_timeout).count();
+  return a;
+}
+
+EtcdStoreOptions EtcdOptionsOf(const JobStoreAccess& access) {
+  EtcdStoreOptions o;
+  o.endpoints = access.etcd_endpoints;
+  o.prefix = access.etcd_prefix;
+  o.ca_file = access.etcd_ca_file;
+  o.cert_file = access.etcd_cert_file;
+  o.key_file = access.etcd_key_file;
+  o.user = access.etcd_user;
+  o.password = access.etcd_password;
+  if (access.etcd_request_timeout_s > 0) {
+    o.request_timeout = std::chrono::duration_cast<Duration>(
+        std::chrono::duration<double>(access.etcd_request_timeout_s));
+  }
+  return o;
+}
+
+StoreConnector ConnectorFor(const JobStoreAccess& access) {
+  switch (access.kind) {
+    case JobStoreAccess::Kind::kTcp: {
+      const TcpStoreOptions o{.host = access.addr, .port = access.port, .token = access.token};
+      return [o](Deadline d) -> Result<std::shared_ptr<Store>> {
+        COHORT_ASSIGN_OR_RETURN(auto s, TcpStore::Connect(o, d));
+        return std::shared_ptr<Store>(std::move(s));
+      };
+    }
+    case JobStoreAccess::Kind::kEtcd: {
+      // Each connection is its own EtcdStore; Connect gives up after the request timeout
+      // when no member answers.
+      const EtcdStoreOptions o = EtcdOptionsOf(access);
+      return [o](Deadline d) -> Result<std::shared_ptr<Store>> {
+        COHORT_ASSIGN_OR_RETURN(auto s, EtcdStore::Connect(o, d));
+        return std::shared_ptr<Store>(std::move(s));
+      };
+    }
+    case JobStoreAccess::Kind::kNone:
+      break;
+  }
+  return [](Deadline) -> Result<std::shared_ptr<Store>> {
+    return FailedPrecondition("the worker environment names no job store");
+  };
+}
+
+Result<std::shared_ptr<Store>> ConnectJobStore(const JobStoreAccess& access, Deadline deadline) {
+  return ConnectorFor(access)(deadline);
+}
+
+}  // namespace cohort::store
