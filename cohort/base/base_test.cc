@@ -11,6 +11,7 @@
 #include "cohort/base/event_fd.h"
 #include "cohort/base/file.h"
 #include "cohort/base/flight_record.h"
+#include "cohort/base/exit_codes.h"
 #include "cohort/base/status.h"
 #include "cohort/base/strings.h"
 #include "cohort/base/settings.h"
@@ -30,6 +31,26 @@ Result<int> Half(int x) {
 Result<int> Quarter(int x) {
   COHORT_ASSIGN_OR_RETURN(int h, Half(x));
   return Half(h);
+}
+
+// A status code means one thing per kind of command; a step that fails with it exits so.
+TEST(ExitCodeForTest, LauncherAndJobCommandsReadStatusCodesTheirWay) {
+  const auto launcher = ExitContext::kLauncher, job = ExitContext::kJobCommand;
+  EXPECT_EQ(ExitCodeFor(Status::Ok(), launcher), kExitOk);
+  EXPECT_EQ(ExitCodeFor(InvalidArgument("x"), launcher), kExitInvalidValue);
+  EXPECT_EQ(ExitCodeFor(InvalidArgument("x"), job), kExitUsage);
+  EXPECT_EQ(ExitCodeFor(FailedPrecondition("x"), job), kExitInvalidValue);
+  EXPECT_EQ(ExitCodeFor(NotFound("no such file"), launcher), kExitNotFound);
+  EXPECT_EQ(ExitCodeFor(NotFound("no such job"), job), kExitNoSuchJob);
+  EXPECT_EQ(ExitCodeFor(AlreadyExists("port"), launcher), kExitPortInUse);
+  EXPECT_EQ(ExitCodeFor(PermissionDenied("token"), launcher), kExitRendezvous);
+  EXPECT_EQ(ExitCodeFor(Unavailable("store"), launcher), kExitRendezvous);
+  EXPECT_EQ(ExitCodeFor(Unavailable("kubectl"), job), kExitBackend);
+  EXPECT_EQ(ExitCodeFor(Cancelled("by request"), job), kExitJobCancelled);
+  // What has no meaning of its own there: the caller's choice, else a bug.
+  EXPECT_EQ(ExitCodeFor(Internal("x"), launcher), kExitInternal);
+  EXPECT_EQ(ExitCodeFor(DataLoss("x"), job, kExitBackend), kExitBackend);
+  EXPECT_EQ(ExitCodeFor(Cancelled("x"), launcher, kExitWorkerFailed), kExitWorkerFailed);
 }
 
 TEST(StatusTest, CodesAndMessages) {

@@ -3,6 +3,8 @@
 // wherever a script sees it; docs/exit-codes.md lists them. Thread-safety: constants.
 #pragma once
 
+#include "cohort/base/status.h"
+
 namespace cohort {
 
 inline constexpr int kExitOk = 0;
@@ -25,5 +27,37 @@ inline constexpr int kExitNotFound = 127;      // the entrypoint does not exist 
 // 128 + N: stopped by signal N (130 for SIGINT), after stopping the workers; also how a
 // child killed by signal N is reported (as a shell does).
 constexpr int ExitCodeForSignal(int signal) { return 128 + signal; }
+
+// Who reads a failed Status as an exit code: the launcher (`cohort run`, its agent) or a job
+// command (submit, status, logs, cancel, pipeline). A status code means one thing in each.
+enum class ExitContext { kLauncher, kJobCommand };
+
+// The exit code of a command that failed with `s` (kExitOk for an ok status), by its code:
+//   code                 launcher            job command
+//   kInvalidArgument     kExitInvalidValue   kExitUsage
+//   kFailedPrecondition  kExitInvalidValue   kExitInvalidValue
+//   kNotFound            kExitNotFound       kExitNoSuchJob
+//   kAlreadyExists       kExitPortInUse      `otherwise`
+//   kUnavailable,
+//   kDeadlineExceeded,
+//   kPermissionDenied    kExitRendezvous     kExitBackend
+//   kCancelled           `otherwise`         kExitJobCancelled
+// and `otherwise` for the rest (a bug or an OS failure: kExitInternal, unless the caller
+// knows better).
+inline int ExitCodeFor(const Status& s, ExitContext where, int otherwise = kExitInternal) {
+  const bool launcher = where == ExitContext::kLauncher;
+  switch (s.code()) {
+    case StatusCode::kOk: return kExitOk;
+    case StatusCode::kInvalidArgument: return launcher ? kExitInvalidValue : kExitUsage;
+    case StatusCode::kFailedPrecondition: return kExitInvalidValue;
+    case StatusCode::kNotFound: return launcher ? kExitNotFound : kExitNoSuchJob;
+    case StatusCode::kAlreadyExists: return launcher ? kExitPortInUse : otherwise;
+    case StatusCode::kUnavailable:
+    case StatusCode::kDeadlineExceeded:
+    case StatusCode::kPermissionDenied: return launcher ? kExitRendezvous : kExitBackend;
+    case StatusCode::kCancelled: return launcher ? otherwise : kExitJobCancelled;
+    default: return otherwise;
+  }
+}
 
 }  // namespace cohort

@@ -244,7 +244,7 @@ int LogsCommand(const std::vector<std::string>& args) {
       auto p = o.backend->LogPath(o.job, element, rank);
       if (!p.ok() && (!follow || p.status().code() != StatusCode::kNotFound)) {
         fmt::print(stderr, "cohort logs: {}\n", p.status().message());
-        return p.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitNoSuchJob;
+        return ExitCodeFor(p.status(), ExitContext::kJobCommand, kExitNoSuchJob);
       }
       if (p.ok()) {
         path = *p;
@@ -326,7 +326,7 @@ int CancelOneElement(OpenedJob& o, int element, double timeout) {
   }
   if (Status s = o.backend->CancelElement(job, element); !s.ok()) {
     fmt::print(stderr, "cohort cancel: job {} element {}: {}\n", job.id, element, s.message());
-    return s.code() == StatusCode::kFailedPrecondition ? kExitInvalidValue : kExitBackend;
+    return ExitCodeFor(s, ExitContext::kJobCommand, kExitBackend);
   }
   const auto [ended, state] = PollUntilEnded(o, element, timeout);
   if (!ended) {

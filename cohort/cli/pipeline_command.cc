@@ -106,9 +106,7 @@ int Execute(const std::string& name, const std::string& home, int parallel,
   }
   if (!outcome.ok()) {
     fmt::print(stderr, "cohort pipeline {}: {}\n", name, outcome.status().message());
-    return outcome.status().code() == StatusCode::kNotFound ? kExitNoSuchJob
-           : outcome.status().code() == StatusCode::kFailedPrecondition ? kExitInvalidValue
-                                                                       : kExitBackend;
+    return ExitCodeFor(outcome.status(), ExitContext::kJobCommand, kExitBackend);
   }
   fmt::print("run {}: {}  (cohort pipeline status {})\n", outcome->run_id, pipeline::StateName(outcome->state),
              outcome->run_id);

@@ -528,6 +528,7 @@ int ParseRunFlags(const std::vector<std::string>& args, ResolvedRun* r) {
 // on, else the exit code (reason printed). Starts nothing.
 int Resolve(ResolvedRun* r) {
   const RunFlags& f = r->f;
+  const StoreFlags store_flags{f.standalone, f.rdzv_endpoint, f.rdzv_conf};
   auto nnodes = ParseNnodes(f.nnodes);
   if (!nnodes.ok()) return RunFailed(kExitInvalidValue, nnodes.status().message());
   auto nproc = ParseNproc(f.nproc_per_node);
@@ -546,7 +547,7 @@ int Resolve(ResolvedRun* r) {
   r->use_etcd = (backend == "etcd" || backend == "etcd-v2") && !f.standalone;
   std::string rdzv_conf = f.rdzv_conf;
   if (r->use_etcd) {
-    if (int rc = PlanEtcd({f.standalone, f.rdzv_endpoint, f.rdzv_conf}, &r->etcd, &rdzv_conf); rc >= 0) return rc;
+    if (Status s = PlanEtcd(store_flags, &r->etcd, &rdzv_conf); !s.ok()) return RunFailed(s);
   }
   r->rdzv.min_nodes = nnodes->first;
   r->rdzv.max_nodes = nnodes->second;
@@ -583,7 +584,9 @@ int Resolve(ResolvedRun* r) {
     r->f.log_dir = *logs;
   }
   r->single = r->rdzv.max_nodes == 1;
-  if (int rc = PlanStore({f.standalone, f.rdzv_endpoint, f.rdzv_conf}, r->use_etcd, r->single, r->is_host, &r->plan); rc >= 0) return rc;
+  if (Status s = PlanStore(store_flags, r->use_etcd, r->single, r->is_host, &r->plan); !s.ok()) {
+    return RunFailed(s);
+  }
   r->rdzv.run_id = f.rdzv_id;
   r->own_run_id = f.rdzv_id == "none" && (f.standalone || r->single);
   if (r->own_run_id) r->rdzv.run_id = "cohort-" + RandomHex(6);
@@ -657,9 +660,9 @@ int RunCommand(const std::vector<std::string>& args) {
   std::unique_ptr<store::StoreServer> server;
   std::string local_store_addr;  // how this node reaches the store it serves (or joins here)
   if (r.plan.serve) {
-    if (int rc = ServeOrJoinStore(r.plan, r.rdzv, r.single, &server, &local_store_addr);
-        rc >= 0) {
-      return rc;
+    if (Status s = ServeOrJoinStore(r.plan, r.rdzv, r.single, &server, &local_store_addr);
+        !s.ok()) {
+      return RunFailed(s);
     }
   }
 

@@ -39,9 +39,13 @@ int RunFailed(int code, const std::string& message) {
   return code;
 }
 
-int ServeOrJoinStore(StorePlan& plan, const rendezvous::RendezvousConfig& rdzv, bool single,
-                     std::unique_ptr<store::StoreServer>* server,
-                     std::string* local_store_addr) {
+int RunFailed(const Status& s) {
+  return RunFailed(ExitCodeFor(s, ExitContext::kLauncher), s.message());
+}
+
+Status ServeOrJoinStore(StorePlan& plan, const rendezvous::RendezvousConfig& rdzv, bool single,
+                        std::unique_ptr<store::StoreServer>* server,
+                        std::string* local_store_addr) {
   const std::string bind_addr = StoreBindAddress(plan);
   *local_store_addr = bind_addr == "0.0.0.0" ? "127.0.0.1" : bind_addr;
   const Deadline give_up = Deadline::After(rdzv.join_timeout);
@@ -54,7 +58,7 @@ int ServeOrJoinStore(StorePlan& plan, const rendezvous::RendezvousConfig& rdzv, 
       break;
     }
     if (started.status().code() != StatusCode::kAlreadyExists) {
-      return RunFailed(kExitRendezvous, started.status().message());
+      return Unavailable("{}", started.status().message());
     }
     auto probe = store::TcpStore::Probe(
         {.host = *local_store_addr, .port = plan.port, .token = plan.token},
@@ -65,23 +69,21 @@ int ServeOrJoinStore(StorePlan& plan, const rendezvous::RendezvousConfig& rdzv, 
     }
     const Status& why = probe.status;
     if (probe.peer == store::StorePeer::kWrongToken) {
-      return RunFailed(kExitRendezvous, fmt::format("the store on port {} refused this job's token; "
-                                               "set the same COHORT_TOKEN on every node",
-                                               plan.port));
+      return PermissionDenied("the store on port {} refused this job's token; set the same "
+                              "COHORT_TOKEN on every node",
+                              plan.port);
     }
     if (probe.peer == store::StorePeer::kOtherProgram || single) {
-      return RunFailed(kExitPortInUse,
-                  fmt::format("cannot serve the rendezvous store on port {}: another program "
-                              "holds the port; choose another --rdzv-endpoint port",
-                              plan.port));
+      return AlreadyExists("cannot serve the rendezvous store on port {}: another program "
+                           "holds the port; choose another --rdzv-endpoint port",
+                           plan.port);
     }
     if (give_up.expired()) {
-      return RunFailed(kExitRendezvous, fmt::format("could neither serve nor reach the store on "
-                                               "port {}: {}",
-                                               plan.port, why.message()));
+      return Unavailable("could neither serve nor reach the store on port {}: {}", plan.port,
+                         why.message());
     }
   }
-  return -1;
+  return Status::Ok();
 }
 
 void WireJobStore(const StorePlan& plan, const std::string& store_addr, bool use_etcd,
@@ -102,7 +104,7 @@ void WireJobStore(const StorePlan& plan, const std::string& store_addr, bool use
   };
 }
 
-int PlanStore(const StoreFlags& f, bool use_etcd, bool single, std::optional<bool> is_host,
+Status PlanStore(const StoreFlags& f, bool use_etcd, bool single, std::optional<bool> is_host,
               StorePlan* plan) {
   const std::optional<std::string> env_token = worker_env::Inherited(worker_env::kToken);
   if (use_etcd) {
@@ -116,8 +118,7 @@ int PlanStore(const StoreFlags& f, bool use_etcd, bool single, std::optional<boo
     auto hp = ParseHostPort(f.rdzv_endpoint.empty() ? "127.0.0.1" : f.rdzv_endpoint,
                             kDefaultStorePort);
     if (!hp) {
-      return RunFailed(kExitInvalidValue,
-                  fmt::format("--rdzv-endpoint '{}' is not host[:port]", f.rdzv_endpoint));
+      return InvalidArgument("--rdzv-endpoint '{}' is not host[:port]", f.rdzv_endpoint);
     }
     plan->host = hp->first;
     plan->port = hp->second;
@@ -127,30 +128,27 @@ int PlanStore(const StoreFlags& f, bool use_etcd, bool single, std::optional<boo
     } else if (single) {
       plan->token = RandomHex(16);
     } else {
-      return RunFailed(kExitInvalidValue,
-                  "a multi-node job needs a shared secret: set COHORT_TOKEN to the same value "
-                  "on every node (for example: export COHORT_TOKEN=$(head -c16 /dev/urandom | "
-                  "od -An -tx1 | tr -d ' \\n'))");
+      return InvalidArgument(
+          "a multi-node job needs a shared secret: set COHORT_TOKEN to the same value on every "
+          "node (for example: export COHORT_TOKEN=$(head -c16 /dev/urandom | od -An -tx1 | tr "
+          "-d ' \\n'))");
     }
   }
-  return -1;
+  return Status::Ok();
 }
 
-int PlanEtcd(const StoreFlags& f, store::EtcdStoreOptions* etcd, std::string* rdzv_conf) {
+Status PlanEtcd(const StoreFlags& f, store::EtcdStoreOptions* etcd, std::string* rdzv_conf) {
   if (f.rdzv_endpoint.empty()) {
-    return RunFailed(kExitInvalidValue,
-                "--rdzv-backend etcd needs --rdzv-endpoint host:port[,host:port...] of the "
-                "etcd members");
+    return InvalidArgument("--rdzv-backend etcd needs --rdzv-endpoint host:port[,host:port...] "
+                           "of the etcd members");
   }
   bool https = false;
-  if (Status s = SplitEtcdConf(f.rdzv_conf, *etcd, rdzv_conf, &https); !s.ok()) {
-    return RunFailed(s.code() == StatusCode::kNotFound ? kExitNotFound : kExitInvalidValue,
-                s.message());
-  }
+  // A named file that does not exist is kNotFound (exit 127), a bad value kInvalidArgument.
+  COHORT_RETURN_IF_ERROR(SplitEtcdConf(f.rdzv_conf, *etcd, rdzv_conf, &https));
   auto endpoints = store::ParseEtcdEndpoints(f.rdzv_endpoint, https || !etcd->ca_file.empty());
-  if (!endpoints.ok()) return RunFailed(kExitInvalidValue, endpoints.status().message());
+  if (!endpoints.ok()) return InvalidArgument("{}", endpoints.status().message());
   etcd->endpoints = *endpoints;
-  return -1;
+  return Status::Ok();
 }
 
 void RemoveEtcdKeys(const store::EtcdStoreOptions& etcd) {
@@ -162,6 +160,5 @@ void RemoveEtcdKeys(const store::EtcdStoreOptions& etcd) {
                     deleted.status().message());
   }
 }
-
 
 }  // namespace cohort::cli
