@@ -5,6 +5,7 @@
 #include "cohort/base/membership_channel.h"
 
 #include <cstdlib>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -231,20 +232,28 @@ int OmpThreadsOfThisProcess() {
 
 std::vector<std::pair<std::string, std::string>> ReformedEnvironment(
     const MembershipNotice& n) {
-  // TORCHELASTIC_RESTART_COUNT too: torch's env:// puts the agent-store keys under
-  // /worker/attempt_<count>, and a newcomer after a loss (which counts as a restart) has the
-  // round's count.
-  return {{we::kRestartCount, std::to_string(n.restart_count)},
-          {we::kRank, std::to_string(n.rank)},
-          {we::kWorldSize, std::to_string(n.world_size)},
-          {we::kGroupRank, std::to_string(n.group_rank)},
-          {we::kGroupWorldSize, std::to_string(n.group_world_size)},
-          {we::kRoleRank, std::to_string(n.rank)},
-          {we::kRoleWorldSize, std::to_string(n.world_size)},
-          {we::kMasterAddr, n.master_addr},
-          {we::kMasterPort, std::to_string(n.master_port)},
-          {we::kStorePrefix, n.store_prefix},
-          {we::kRound, std::to_string(n.round)}};
+  WorkerEnv w;
+  w.rank = w.role_rank = n.rank;
+  w.world_size = w.role_world_size = n.world_size;
+  w.group_rank = n.group_rank;
+  w.group_world_size = n.group_world_size;
+  w.master_addr = n.master_addr;
+  w.master_port = n.master_port;
+  w.restart_count = static_cast<int>(n.restart_count);
+  w.store.round_prefix = n.store_prefix;
+  w.round = static_cast<int>(n.round);
+  // What the round changes, written as a new worker's are. TORCHELASTIC_RESTART_COUNT too:
+  // torch's env:// puts the agent-store keys under /worker/attempt_<count>, and a newcomer
+  // after a loss (which counts as a restart) has the round's count.
+  static const std::set<std::string> kChanged = {
+      we::kRank,       we::kWorldSize,  we::kGroupRank,    we::kGroupWorldSize,
+      we::kRoleRank,   we::kRoleWorldSize, we::kMasterAddr, we::kMasterPort,
+      we::kRestartCount, we::kStorePrefix, we::kRound};
+  std::vector<std::pair<std::string, std::string>> out;
+  for (auto& kv : WriteWorkerEnv(w)) {
+    if (kChanged.count(kv.first)) out.push_back(std::move(kv));
+  }
+  return out;
 }
 
 namespace worker_env {

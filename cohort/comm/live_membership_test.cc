@@ -57,6 +57,22 @@ class LiveMembershipTest : public ::testing::Test {
     return c.ok() ? std::move(*c) : nullptr;
   }
 
+  // A worker alone in round 0 (rank 0 of 1) with its own channel, its membership live.
+  struct Solo {
+    TempDir dir;
+    WorkerEnv env;
+    std::unique_ptr<Communicator> comm;
+    std::unique_ptr<LiveMembership> live;
+  };
+  void StartSolo(Solo* s) {
+    s->env = Env(0, 1, s->dir.path());
+    s->comm = Join(s->env);
+    ASSERT_TRUE(s->comm);
+    auto live = LiveMembership::Start(s->env, s->comm.get());
+    ASSERT_TRUE(live.ok() && *live);
+    s->live = std::move(*live);
+  }
+
   static MembershipNotice Notice(int64_t round, int rank, int world) {
     MembershipNotice n;
     n.round = round;
@@ -128,60 +144,52 @@ TEST_F(LiveMembershipTest, ANoticeInterruptsAStepAndTheGroupReformsThere) {
 }
 
 TEST_F(LiveMembershipTest, ATransportFailureIsReportedToTheAgentAsALostPeer) {
-  TempDir d;
-  const WorkerEnv e = Env(0, 1, d.path());
-  auto c = Join(e);
-  ASSERT_TRUE(c);
-  auto live = LiveMembership::Start(e, c.get());
-  ASSERT_TRUE(live.ok() && *live);
+  Solo w;
+  ASSERT_NO_FATAL_FAILURE(StartSolo(&w));
   Result<MembershipNotice> next = Status(StatusCode::kInternal, "not yet");
   std::thread waiter([&] {
-    next = (*live)->AwaitChange(Status(StatusCode::kUnavailable, "rank 1 closed its connection"),
-                                Deadline::AfterMs(20000));
+    next = w.live->AwaitChange(Status(StatusCode::kUnavailable, "rank 1 closed its connection"),
+                               Deadline::AfterMs(20000));
   });
   // The agent's side: the report arrives, then the agent announces the next round.
   Result<LostPeerReport> report = NotFound("no report");
   for (Deadline until = Deadline::AfterMs(20000); !report.ok() && !until.expired();) {
-    report = mc::ReadLost(d.path(), 0, kSecret);
+    report = mc::ReadLost(w.dir.path(), 0, kSecret);
     if (!report.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   EXPECT_EQ(report->round, 0);
   EXPECT_EQ(report->reason, "rank 1 closed its connection");
-  ASSERT_TRUE(mc::WriteNotice(d.path(), 0, Notice(1, 0, 1), kSecret).ok());
+  ASSERT_TRUE(mc::WriteNotice(w.dir.path(), 0, Notice(1, 0, 1), kSecret).ok());
   waiter.join();
   ASSERT_TRUE(next.ok()) << next.status().ToString();
   EXPECT_EQ(next->round, 1);
 }
 
 TEST_F(LiveMembershipTest, ANewerNoticeAbandonsAFormationThatCannotComplete) {
-  TempDir d;
-  const WorkerEnv e = Env(0, 1, d.path());
-  auto c = Join(e);
-  ASSERT_TRUE(c);
-  auto live = LiveMembership::Start(e, c.get());
-  ASSERT_TRUE(live.ok() && *live);
+  Solo w;
+  ASSERT_NO_FATAL_FAILURE(StartSolo(&w));
   // Round 1 expects a peer that was lost meanwhile: its formation would wait 60 s.
-  ASSERT_TRUE(mc::WriteNotice(d.path(), 0, Notice(1, 0, 2), kSecret).ok());
-  ASSERT_TRUE((*live)->AwaitChange(Status(StatusCode::kAborted, "notice"),
-                                   Deadline::AfterMs(20000)).ok());
+  ASSERT_TRUE(mc::WriteNotice(w.dir.path(), 0, Notice(1, 0, 2), kSecret).ok());
+  ASSERT_TRUE(
+      w.live->AwaitChange(Status(StatusCode::kAborted, "notice"), Deadline::AfterMs(20000)).ok());
   const auto started = SteadyClock::now();
   Status formed;
-  std::thread reform([&] { formed = (*live)->Reform(Deadline::AfterMs(60000)); });
+  std::thread reform([&] { formed = w.live->Reform(Deadline::AfterMs(60000)); });
   // Once the formation is under way (this rank published its host in round 1)...
-  auto probe = ConnectJobStore(e.store, Deadline::AfterMs(10000));
+  auto probe = ConnectJobStore(w.env.store, Deadline::AfterMs(10000));
   ASSERT_TRUE(probe.ok());
   ASSERT_TRUE((*probe)->Wait({"r1/comm/default/host/0"}, Deadline::AfterMs(20000)).ok());
   // ... round 2, alone: the stale formation is aborted and Reform forms round 2 instead.
-  ASSERT_TRUE(mc::WriteNotice(d.path(), 0, Notice(2, 0, 1), kSecret).ok());
+  ASSERT_TRUE(mc::WriteNotice(w.dir.path(), 0, Notice(2, 0, 1), kSecret).ok());
   reform.join();
   ASSERT_TRUE(formed.ok()) << formed.ToString();
   EXPECT_LT(SecondsSince(started), 30.0);
-  EXPECT_EQ((*live)->round(), 2);
-  EXPECT_EQ(c->size(), 1);
-  EXPECT_EQ(mc::ReadFormed(d.path(), 0), 2);
+  EXPECT_EQ(w.live->round(), 2);
+  EXPECT_EQ(w.comm->size(), 1);
+  EXPECT_EQ(mc::ReadFormed(w.dir.path(), 0), 2);
   float v = 4;
-  EXPECT_TRUE(c->AllReduce(&v, &v, 1, DataType::kF32, ReduceOp::kSum)->Wait().ok());
+  EXPECT_TRUE(w.comm->AllReduce(&v, &v, 1, DataType::kF32, ReduceOp::kSum)->Wait().ok());
 }
 
 TEST(MembershipChannelTest, FilesRoundTripAndNamesParse) {

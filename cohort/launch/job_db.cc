@@ -67,22 +67,29 @@ JobState StoredState(const SqlStatement& s) {
   return ParseJobState(s.Text("state")).value_or(JobState::kUnknown);
 }
 
+// The columns a job and an element share (JobRecord, ElementRecord): its state, outcome,
+// times, logs and why it failed.
+template <typename Record>
+void ReadOutcome(const SqlStatement& s, Record* r) {
+  r->state = StoredState(s);
+  r->exit_code = s.OptInt("exit_code");
+  r->started_at = s.Real("started_at");
+  r->ended_at = s.Real("ended_at");
+  r->log_dir = s.Text("log_dir");
+  r->detail = s.Text("detail");
+}
+
 JobRecord ReadJob(const SqlStatement& s) {
   JobRecord j;
   j.id = s.Int("id");
   j.name = s.Text("name");
   j.backend = s.Text("backend");
   j.spec_yaml = s.Text("spec_yaml");
-  j.state = StoredState(s);
-  j.exit_code = s.OptInt("exit_code");
+  ReadOutcome(s, &j);
   j.submitted_at = s.Real("submitted_at");
-  j.started_at = s.Real("started_at");
-  j.ended_at = s.Real("ended_at");
-  j.log_dir = s.Text("log_dir");
   j.backend_id = s.Text("backend_id");
   j.array_size = static_cast<int>(s.Int("array_size"));
   j.concurrency = static_cast<int>(s.Int("concurrency"));
-  j.detail = s.Text("detail");
   j.parent_id = s.Int("parent_id");
   j.target = s.Text("target");
   return j;
@@ -192,28 +199,36 @@ std::string StateMayMove() {
                      StateName(JobState::kPending), StateName(JobState::kRunning));
 }
 
-Result<bool> JobDb::Update(const JobRecord& job) {
-  Stmt s(db_, fmt::format("UPDATE jobs SET state=?1, exit_code=?2, started_at=?3, ended_at=?4, "
-                          "log_dir=?5, detail=?6 WHERE id=?7 AND {}",
-                          StateMayMove())
-                  .c_str());
+namespace {
+
+// Stores the outcome of a job or an element (the columns ReadOutcome reads) in the row of
+// `table` that `where` picks (its parameters from ?7 on, bound by `bind_where`), unless its
+// stored state may not move to the new one. Whether a row changed.
+template <typename Record, typename BindWhere>
+Result<bool> UpdateOutcome(sqlite3* db, const char* table, const char* where, const Record& r,
+                           BindWhere bind_where) {
+  Stmt s(db, fmt::format("UPDATE {} SET state=?1, exit_code=?2, started_at=?3, ended_at=?4, "
+                         "log_dir=?5, detail=?6 WHERE {} AND {}",
+                         table, where, StateMayMove())
+                 .c_str());
   COHORT_RETURN_IF_ERROR(s.ok());
-  s.Bind(1, Name(job.state)).Bind(2, job.exit_code).Bind(3, job.started_at).Bind(4, job.ended_at);
-  s.Bind(5, job.log_dir).Bind(6, job.detail).Bind(7, job.id);
+  s.Bind(1, Name(r.state)).Bind(2, r.exit_code).Bind(3, r.started_at).Bind(4, r.ended_at);
+  s.Bind(5, r.log_dir).Bind(6, r.detail);
+  bind_where(s);
   COHORT_RETURN_IF_ERROR(s.Run());
-  return sqlite3_changes(db_) > 0;
+  return sqlite3_changes(db) > 0;
+}
+
+}  // namespace
+
+Result<bool> JobDb::Update(const JobRecord& job) {
+  return UpdateOutcome(db_, "jobs", "id=?7", job, [&](SqlStatement& s) { s.Bind(7, job.id); });
 }
 
 Result<bool> JobDb::UpdateElement(int64_t job_id, const ElementRecord& e) {
-  Stmt s(db_, fmt::format("UPDATE elements SET state=?1, exit_code=?2, started_at=?3, "
-                          "ended_at=?4, log_dir=?5, detail=?6 WHERE job_id=?7 AND idx=?8 AND {}",
-                          StateMayMove())
-                  .c_str());
-  COHORT_RETURN_IF_ERROR(s.ok());
-  s.Bind(1, Name(e.state)).Bind(2, e.exit_code).Bind(3, e.started_at).Bind(4, e.ended_at);
-  s.Bind(5, e.log_dir).Bind(6, e.detail).Bind(7, job_id).Bind(8, static_cast<int64_t>(e.index));
-  COHORT_RETURN_IF_ERROR(s.Run());
-  return sqlite3_changes(db_) > 0;
+  return UpdateOutcome(db_, "elements", "job_id=?7 AND idx=?8", e, [&](SqlStatement& s) {
+    s.Bind(7, job_id).Bind(8, static_cast<int64_t>(e.index));
+  });
 }
 
 Status JobDb::SetBackendId(int64_t job_id, const std::string& backend_id) {
@@ -260,12 +275,7 @@ Result<std::vector<ElementRecord>> JobDb::Elements(int64_t job_id) {
   return s.Rows([](const SqlStatement& s) {
     ElementRecord e;
     e.index = static_cast<int>(s.Int("idx"));
-    e.state = StoredState(s);
-    e.exit_code = s.OptInt("exit_code");
-    e.started_at = s.Real("started_at");
-    e.ended_at = s.Real("ended_at");
-    e.log_dir = s.Text("log_dir");
-    e.detail = s.Text("detail");
+    ReadOutcome(s, &e);
     return e;
   });
 }

@@ -44,6 +44,30 @@ bool IsExtendedResourceName(const std::string& s) {
          domain != "kubernetes.io" && !EndsWith(domain, ".kubernetes.io");
 }
 
+// A list of maps at `path` ("volumes", "placement.tolerations"): calls `each(where, entry)`
+// for every entry that is a map ("volumes[2]"), after reporting its keys not in `keys`. A
+// value that is not a list (`list_what`) or an entry that is not a map (`map_what`) is a
+// problem.
+template <typename Each>
+void ForEachMapEntry(Walker& w, const YAML::Node& n, const std::string& path,
+                     const std::string& list_what, const std::string& map_what,
+                     const std::vector<std::string>& keys, Each each) {
+  if (!n.IsSequence()) {
+    w.Add(path, list_what);
+    return;
+  }
+  for (size_t i = 0; i < n.size(); ++i) {
+    const std::string where = fmt::format("{}[{}]", path, i);
+    const YAML::Node& entry = n[i];
+    if (!entry.IsMap()) {
+      w.Add(where, map_what);
+      continue;
+    }
+    w.CheckKeys(entry, where, keys);
+    each(where, entry);
+  }
+}
+
 // A map of environment variables at `path` ("env", "targets[1].env").
 void ParseEnv(Walker& w, const YAML::Node& n, const std::string& path,
               std::map<std::string, std::string>* out) {
@@ -134,6 +158,40 @@ bool IsLabelValue(const std::string& s) {
   return std::regex_match(s, value);
 }
 
+// One entry of placement.tolerations, at `where`.
+Toleration ParseToleration(Walker& w, const YAML::Node& t, const std::string& where) {
+  Toleration tol;
+  tol.key = w.String(t, where, "key").value_or("");
+  tol.op = w.String(t, where, "operator").value_or("Equal");
+  tol.value = w.String(t, where, "value").value_or("");
+  tol.effect = w.String(t, where, "effect").value_or("");
+  if (t["toleration_seconds"]) {
+    tol.toleration_seconds = w.Int(t, where, "toleration_seconds", 0, 1LL << 40);
+  }
+  if (tol.op != "Equal" && tol.op != "Exists") {
+    w.Add(where + ".operator", fmt::format("'{}' is not Equal or Exists", tol.op));
+  }
+  if (!tol.key.empty() && !IsQualifiedName(tol.key)) {
+    w.Add(where + ".key", fmt::format("'{}' is not a taint key ([prefix/]name)", tol.key));
+  }
+  if (tol.key.empty() && tol.op != "Exists") {
+    w.Add(where + ".key", "required unless operator is Exists (which then tolerates "
+                          "every taint)");
+  }
+  if (tol.op == "Exists" && !tol.value.empty()) {
+    w.Add(where + ".value", "must be empty with operator Exists");
+  }
+  if (!tol.effect.empty() && tol.effect != "NoSchedule" && tol.effect != "PreferNoSchedule" &&
+      tol.effect != "NoExecute") {
+    w.Add(where + ".effect",
+          fmt::format("'{}' is not NoSchedule, PreferNoSchedule or NoExecute", tol.effect));
+  }
+  if (tol.toleration_seconds && tol.effect != "NoExecute") {
+    w.Add(where + ".toleration_seconds", "only applies with effect NoExecute");
+  }
+  return tol;
+}
+
 void ParsePlacement(Walker& w, const YAML::Node& n, Placement* p) {
   const std::string path = "placement";
   if (!n.IsMap()) {
@@ -160,49 +218,13 @@ void ParsePlacement(Walker& w, const YAML::Node& n, Placement* p) {
     }
   }
   if (YAML::Node tols = n["tolerations"]) {
-    if (!tols.IsSequence()) {
-      w.Add("placement.tolerations", "must be a list of {key, operator, value, effect}");
-      return;
-    }
-    for (size_t i = 0; i < tols.size(); ++i) {
-      const std::string where = fmt::format("placement.tolerations[{}]", i);
-      const YAML::Node& t = tols[i];
-      if (!t.IsMap()) {
-        w.Add(where, "must be a map {key, operator, value, effect, toleration_seconds}");
-        continue;
-      }
-      w.CheckKeys(t, where, {"key", "operator", "value", "effect", "toleration_seconds"});
-      Toleration tol;
-      tol.key = w.String(t, where, "key").value_or("");
-      tol.op = w.String(t, where, "operator").value_or("Equal");
-      tol.value = w.String(t, where, "value").value_or("");
-      tol.effect = w.String(t, where, "effect").value_or("");
-      if (t["toleration_seconds"]) {
-        tol.toleration_seconds = w.Int(t, where, "toleration_seconds", 0, 1LL << 40);
-      }
-      if (tol.op != "Equal" && tol.op != "Exists") {
-        w.Add(where + ".operator", fmt::format("'{}' is not Equal or Exists", tol.op));
-      }
-      if (!tol.key.empty() && !IsQualifiedName(tol.key)) {
-        w.Add(where + ".key", fmt::format("'{}' is not a taint key ([prefix/]name)", tol.key));
-      }
-      if (tol.key.empty() && tol.op != "Exists") {
-        w.Add(where + ".key", "required unless operator is Exists (which then tolerates "
-                              "every taint)");
-      }
-      if (tol.op == "Exists" && !tol.value.empty()) {
-        w.Add(where + ".value", "must be empty with operator Exists");
-      }
-      if (!tol.effect.empty() && tol.effect != "NoSchedule" && tol.effect != "PreferNoSchedule" &&
-          tol.effect != "NoExecute") {
-        w.Add(where + ".effect",
-              fmt::format("'{}' is not NoSchedule, PreferNoSchedule or NoExecute", tol.effect));
-      }
-      if (tol.toleration_seconds && tol.effect != "NoExecute") {
-        w.Add(where + ".toleration_seconds", "only applies with effect NoExecute");
-      }
-      p->tolerations.push_back(std::move(tol));
-    }
+    ForEachMapEntry(w, tols, "placement.tolerations",
+                    "must be a list of {key, operator, value, effect}",
+                    "must be a map {key, operator, value, effect, toleration_seconds}",
+                    {"key", "operator", "value", "effect", "toleration_seconds"},
+                    [&](const std::string& where, const YAML::Node& t) {
+                      p->tolerations.push_back(ParseToleration(w, t, where));
+                    });
   }
 }
 
@@ -242,154 +264,152 @@ void ParseKubernetes(Walker& w, const YAML::Node& n, KubernetesSpec* k) {
   }
 }
 
+// One entry of targets, at `path`; `names` holds the names of the earlier ones.
+Target ParseTarget(Walker& w, const YAML::Node& t, const std::string& path,
+                   std::set<std::string>* names) {
+  Target target;
+  target.name = w.String(t, path, "name").value_or("");
+  if (target.name.empty()) {
+    w.Add(path + ".name", "required (the value elements use to pick this target)");
+  } else if (!names->insert(target.name).second) {
+    w.Add(path + ".name", fmt::format("'{}' names an earlier target too", target.name));
+  }
+  target.backend = w.String(t, path, "backend").value_or("");
+  if (target.backend == "k8s") target.backend = "kubernetes";
+  if (target.backend == "kubernetes" && !target.name.empty() && !IsDnsLabel(target.name)) {
+    w.Add(path + ".name",
+          fmt::format("'{}': a kubernetes target names its objects <job>-<target>, so use "
+                      "lowercase letters, digits and '-'",
+                      target.name));
+  }
+  if (target.backend != "local" && target.backend != "slurm" && target.backend != "kubernetes") {
+    w.Add(path + ".backend", target.backend.empty()
+                                 ? std::string("required: local, slurm or kubernetes")
+                                 : fmt::format("'{}' is not local, slurm or kubernetes",
+                                               target.backend));
+  }
+  if (auto c = w.Int(t, path, "concurrency", 1, 1000000)) {
+    target.concurrency = static_cast<int>(*c);
+  }
+  target.context = w.String(t, path, "context").value_or("");
+  target.kube_namespace = w.String(t, path, "namespace").value_or("");
+  target.flavor = w.String(t, path, "flavor").value_or("");
+  target.cluster = w.String(t, path, "cluster").value_or("");
+  target.partition = w.String(t, path, "partition").value_or("");
+  // Fields of one backend only: (field, value, the backend it belongs to).
+  for (const auto& [field, value, owner] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"context", target.context, "kubernetes"},
+           {"namespace", target.kube_namespace, "kubernetes"},
+           {"flavor", target.flavor, "kubernetes"},
+           {"cluster", target.cluster, "slurm"},
+           {"partition", target.partition, "slurm"}}) {
+    if (!value.empty() && target.backend != owner) {
+      w.Add(path + "." + field, fmt::format("only applies to the {} backend", owner));
+    }
+  }
+  if (YAML::Node env = t["env"]) ParseEnv(w, env, path + ".env", &target.env);
+  return target;
+}
+
 void ParseTargets(Walker& w, const YAML::Node& n, std::vector<Target>* out) {
-  if (!n.IsSequence() || n.size() == 0) {
-    w.Add("targets", "must be a list of {name, backend, ...} (one entry per place elements "
-                     "run)");
+  constexpr const char* kWhat =
+      "must be a list of {name, backend, ...} (one entry per place elements run)";
+  if (n.IsSequence() && n.size() == 0) {
+    w.Add("targets", kWhat);
     return;
   }
   std::set<std::string> names;
-  for (size_t i = 0; i < n.size(); ++i) {
-    const std::string path = fmt::format("targets[{}]", i);
-    const YAML::Node& t = n[i];
-    if (!t.IsMap()) {
-      w.Add(path, "must be a map {name, backend, concurrency, context, namespace, flavor, "
-                  "cluster, partition, env}");
-      continue;
-    }
-    w.CheckKeys(t, path, {"name", "backend", "concurrency", "context", "namespace", "flavor",
-                          "cluster", "partition", "env"});
-    Target target;
-    target.name = w.String(t, path, "name").value_or("");
-    if (target.name.empty()) {
-      w.Add(path + ".name", "required (the value elements use to pick this target)");
-    } else if (!names.insert(target.name).second) {
-      w.Add(path + ".name", fmt::format("'{}' names an earlier target too", target.name));
-    }
-    target.backend = w.String(t, path, "backend").value_or("");
-    if (target.backend == "k8s") target.backend = "kubernetes";
-    if (target.backend == "kubernetes" && !target.name.empty() && !IsDnsLabel(target.name)) {
-      w.Add(path + ".name",
-            fmt::format("'{}': a kubernetes target names its objects <job>-<target>, so use "
-                        "lowercase letters, digits and '-'",
-                        target.name));
-    }
-    if (target.backend != "local" && target.backend != "slurm" && target.backend != "kubernetes") {
-      w.Add(path + ".backend", target.backend.empty()
-                                   ? std::string("required: local, slurm or kubernetes")
-                                   : fmt::format("'{}' is not local, slurm or kubernetes",
-                                                 target.backend));
-    }
-    if (auto c = w.Int(t, path, "concurrency", 1, 1000000)) {
-      target.concurrency = static_cast<int>(*c);
-    }
-    target.context = w.String(t, path, "context").value_or("");
-    target.kube_namespace = w.String(t, path, "namespace").value_or("");
-    target.flavor = w.String(t, path, "flavor").value_or("");
-    target.cluster = w.String(t, path, "cluster").value_or("");
-    target.partition = w.String(t, path, "partition").value_or("");
-    // Fields of one backend only: (field, value, the backend it belongs to).
-    for (const auto& [field, value, owner] :
-         std::vector<std::tuple<std::string, std::string, std::string>>{
-             {"context", target.context, "kubernetes"},
-             {"namespace", target.kube_namespace, "kubernetes"},
-             {"flavor", target.flavor, "kubernetes"},
-             {"cluster", target.cluster, "slurm"},
-             {"partition", target.partition, "slurm"}}) {
-      if (!value.empty() && target.backend != owner) {
-        w.Add(path + "." + field, fmt::format("only applies to the {} backend", owner));
-      }
-    }
-    if (YAML::Node env = t["env"]) ParseEnv(w, env, path + ".env", &target.env);
-    out->push_back(std::move(target));
+  ForEachMapEntry(w, n, "targets", kWhat,
+                  "must be a map {name, backend, concurrency, context, namespace, flavor, "
+                  "cluster, partition, env}",
+                  {"name", "backend", "concurrency", "context", "namespace", "flavor", "cluster",
+                   "partition", "env"},
+                  [&](const std::string& path, const YAML::Node& t) {
+                    out->push_back(ParseTarget(w, t, path, &names));
+                  });
+}
+
+// One entry of volumes, at `path`; `names` holds the names of the earlier ones.
+Volume ParseVolume(Walker& w, const YAML::Node& v, const std::string& path,
+                   std::set<std::string>* names) {
+  Volume vol;
+  vol.name = w.String(v, path, "name").value_or("");
+  if (vol.name.empty()) {
+    w.Add(path + ".name", "required");
+  } else if (!IsDnsLabel(vol.name)) {
+    w.Add(path + ".name", fmt::format("'{}' must be lowercase letters, digits and '-'", vol.name));
+  } else if (!names->insert(vol.name).second) {
+    w.Add(path + ".name", fmt::format("'{}' is used by an earlier volume", vol.name));
   }
+  vol.host_path = w.String(v, path, "host_path").value_or("");
+  vol.claim = w.String(v, path, "claim").value_or("");
+  if (YAML::Node nfs = v["nfs"]) {
+    if (!nfs.IsMap()) {
+      w.Add(path + ".nfs", "must be a map {server, path}");
+    } else {
+      w.CheckKeys(nfs, path + ".nfs", {"server", "path"});
+      vol.nfs_server = w.String(nfs, path + ".nfs", "server").value_or("");
+      vol.nfs_path = w.String(nfs, path + ".nfs", "path").value_or("");
+      if (vol.nfs_server.empty()) w.Add(path + ".nfs.server", "required");
+      if (vol.nfs_path.empty()) w.Add(path + ".nfs.path", "required");
+    }
+  }
+  int kinds = !vol.host_path.empty() + !vol.claim.empty() + !vol.nfs_server.empty();
+  if (kinds != 1 && !(kinds == 0 && v["nfs"])) {
+    w.Add(path, "needs exactly one of host_path, claim or nfs");
+  }
+  if (!vol.host_path.empty() && vol.host_path[0] != '/') {
+    w.Add(path + ".host_path", fmt::format("'{}' must be an absolute path", vol.host_path));
+  }
+  return vol;
 }
 
 void ParseVolumes(Walker& w, const YAML::Node& n, std::vector<Volume>* out) {
-  if (!n.IsSequence()) {
-    w.Add("volumes", "must be a list of {name, host_path | claim | nfs}");
-    return;
-  }
   std::set<std::string> names;
-  for (size_t i = 0; i < n.size(); ++i) {
-    const std::string path = fmt::format("volumes[{}]", i);
-    const YAML::Node& v = n[i];
-    if (!v.IsMap()) {
-      w.Add(path, "must be a map {name, host_path | claim | nfs}");
-      continue;
+  ForEachMapEntry(w, n, "volumes", "must be a list of {name, host_path | claim | nfs}",
+                  "must be a map {name, host_path | claim | nfs}",
+                  {"name", "host_path", "claim", "nfs"},
+                  [&](const std::string& path, const YAML::Node& v) {
+                    out->push_back(ParseVolume(w, v, path, &names));
+                  });
+}
+
+// One entry of mounts, at `path`, of one of `volumes`.
+Mount ParseMount(Walker& w, const YAML::Node& m, const std::string& path,
+                 const std::vector<Volume>& volumes) {
+  Mount mount;
+  mount.volume = w.String(m, path, "volume").value_or("");
+  mount.path = w.String(m, path, "path").value_or("");
+  if (auto ro = w.String(m, path, "read_only")) {
+    auto b = ParseBool(*ro);
+    if (!b) {
+      w.Add(path + ".read_only", fmt::format("'{}' is not true or false", *ro));
+    } else {
+      mount.read_only = *b;
     }
-    w.CheckKeys(v, path, {"name", "host_path", "claim", "nfs"});
-    Volume vol;
-    vol.name = w.String(v, path, "name").value_or("");
-    if (vol.name.empty()) {
-      w.Add(path + ".name", "required");
-    } else if (!IsDnsLabel(vol.name)) {
-      w.Add(path + ".name", fmt::format("'{}' must be lowercase letters, digits and '-'", vol.name));
-    } else if (!names.insert(vol.name).second) {
-      w.Add(path + ".name", fmt::format("'{}' is used by an earlier volume", vol.name));
-    }
-    vol.host_path = w.String(v, path, "host_path").value_or("");
-    vol.claim = w.String(v, path, "claim").value_or("");
-    if (YAML::Node nfs = v["nfs"]) {
-      if (!nfs.IsMap()) {
-        w.Add(path + ".nfs", "must be a map {server, path}");
-      } else {
-        w.CheckKeys(nfs, path + ".nfs", {"server", "path"});
-        vol.nfs_server = w.String(nfs, path + ".nfs", "server").value_or("");
-        vol.nfs_path = w.String(nfs, path + ".nfs", "path").value_or("");
-        if (vol.nfs_server.empty()) w.Add(path + ".nfs.server", "required");
-        if (vol.nfs_path.empty()) w.Add(path + ".nfs.path", "required");
-      }
-    }
-    int kinds = !vol.host_path.empty() + !vol.claim.empty() + !vol.nfs_server.empty();
-    if (kinds != 1 && !(kinds == 0 && v["nfs"])) {
-      w.Add(path, "needs exactly one of host_path, claim or nfs");
-    }
-    if (!vol.host_path.empty() && vol.host_path[0] != '/') {
-      w.Add(path + ".host_path", fmt::format("'{}' must be an absolute path", vol.host_path));
-    }
-    out->push_back(std::move(vol));
   }
+  if (mount.volume.empty()) {
+    w.Add(path + ".volume", "required (the name of an entry of volumes)");
+  } else if (std::none_of(volumes.begin(), volumes.end(),
+                          [&](const Volume& v) { return v.name == mount.volume; })) {
+    w.Add(path + ".volume", fmt::format("no volume named '{}' in volumes", mount.volume));
+  }
+  if (mount.path.empty() || mount.path[0] != '/') {
+    w.Add(path + ".path", mount.path.empty()
+                              ? std::string("required (where the volume appears, e.g. /data)")
+                              : fmt::format("'{}' must be an absolute path", mount.path));
+  }
+  return mount;
 }
 
 void ParseMounts(Walker& w, const YAML::Node& n, const std::vector<Volume>& volumes,
                  std::vector<Mount>* out) {
-  if (!n.IsSequence()) {
-    w.Add("mounts", "must be a list of {volume, path, read_only}");
-    return;
-  }
-  for (size_t i = 0; i < n.size(); ++i) {
-    const std::string path = fmt::format("mounts[{}]", i);
-    const YAML::Node& m = n[i];
-    if (!m.IsMap()) {
-      w.Add(path, "must be a map {volume, path, read_only}");
-      continue;
-    }
-    w.CheckKeys(m, path, {"volume", "path", "read_only"});
-    Mount mount;
-    mount.volume = w.String(m, path, "volume").value_or("");
-    mount.path = w.String(m, path, "path").value_or("");
-    if (auto ro = w.String(m, path, "read_only")) {
-      auto b = ParseBool(*ro);
-      if (!b) {
-        w.Add(path + ".read_only", fmt::format("'{}' is not true or false", *ro));
-      } else {
-        mount.read_only = *b;
-      }
-    }
-    if (mount.volume.empty()) {
-      w.Add(path + ".volume", "required (the name of an entry of volumes)");
-    } else if (std::none_of(volumes.begin(), volumes.end(),
-                            [&](const Volume& v) { return v.name == mount.volume; })) {
-      w.Add(path + ".volume", fmt::format("no volume named '{}' in volumes", mount.volume));
-    }
-    if (mount.path.empty() || mount.path[0] != '/') {
-      w.Add(path + ".path", mount.path.empty()
-                                ? std::string("required (where the volume appears, e.g. /data)")
-                                : fmt::format("'{}' must be an absolute path", mount.path));
-    }
-    out->push_back(std::move(mount));
-  }
+  ForEachMapEntry(w, n, "mounts", "must be a list of {volume, path, read_only}",
+                  "must be a map {volume, path, read_only}", {"volume", "path", "read_only"},
+                  [&](const std::string& path, const YAML::Node& m) {
+                    out->push_back(ParseMount(w, m, path, volumes));
+                  });
 }
 
 void ParseArray(Walker& w, const YAML::Node& n, ArraySource* a) {

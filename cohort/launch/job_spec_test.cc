@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "cohort/base/strings.h"
 #include "cohort/base/temp_dir.h"
@@ -29,6 +30,46 @@ bool HasProblem(const std::vector<Problem>& ps, const std::string& where,
 }
 
 std::string Dump(const std::vector<Problem>& ps) { return FormatProblems(ps); }
+
+// The elements of `src` (a manifest read from `dir`); any problem fails the test.
+std::vector<ArrayElement> ExpandOk(const ArraySource& src, const std::string& dir = "") {
+  std::vector<Problem> ps;
+  std::vector<ArrayElement> e = ExpandArray(src, dir, &ps);
+  EXPECT_TRUE(ps.empty()) << Dump(ps);
+  return e;
+}
+
+// Each (field, part of its problem's text) of `want` is among the problems `ps`.
+void ExpectProblems(const std::vector<Problem>& ps,
+                    const std::vector<std::pair<std::string, std::string>>& want) {
+  for (const auto& [where, fragment] : want) {
+    EXPECT_TRUE(HasProblem(ps, where, fragment)) << where << ": " << fragment << "\n" << Dump(ps);
+  }
+}
+
+// Every variable of `want` is set in `e`'s environment, to the value given.
+void ExpectEnv(const ArrayElement& e, const std::map<std::string, std::string>& want) {
+  for (const auto& [name, value] : want) {
+    auto it = e.env.find(name);
+    EXPECT_EQ(it == e.env.end() ? "(unset)" : it->second, value) << name;
+  }
+}
+
+// Runs `sql` on the SQLite database at `path` (created when absent), as another program would.
+void RunSqlite(const std::string& path, const char* sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  const int rc = sqlite3_exec(db, sql, nullptr, nullptr, nullptr);
+  sqlite3_close(db);
+  ASSERT_EQ(rc, SQLITE_OK);
+}
+
+// The problems of `src` (a manifest read from `dir`), which must expand to no elements.
+std::vector<Problem> ExpandProblems(const ArraySource& src, const std::string& dir = "") {
+  std::vector<Problem> ps;
+  EXPECT_TRUE(ExpandArray(src, dir, &ps).empty());
+  return ps;
+}
 
 // The YAML of `spec` (what the job history stores) parses back to the same spec.
 void ExpectRoundTrip(const JobSpec& spec) {
@@ -104,19 +145,19 @@ rdzv: {backend: zookeeper}
 array: {range: "0-9", manifest: x.csv}
 )",
                &ps);
-  EXPECT_TRUE(HasProblem(ps, "name", "lowercase")) << Dump(ps);
-  EXPECT_TRUE(HasProblem(ps, "nnode", "did you mean 'nnodes'")) << Dump(ps);
-  EXPECT_TRUE(HasProblem(ps, "nnodes", "MIN <= MAX")) << Dump(ps);
-  EXPECT_TRUE(HasProblem(ps, "nproc_per_node", "not a whole number")) << Dump(ps);
-  EXPECT_TRUE(HasProblem(ps, "entrypoint", "required")) << Dump(ps);
-  EXPECT_TRUE(HasProblem(ps, "resources.cpu", "positive")) << Dump(ps);
-  EXPECT_TRUE(HasProblem(ps, "resources.memory", "not a memory size")) << Dump(ps);
-  EXPECT_TRUE(HasProblem(ps, "env.1BAD", "environment variable")) << Dump(ps);
-  EXPECT_TRUE(HasProblem(ps, "volumes[0]", "exactly one of")) << Dump(ps);
-  EXPECT_TRUE(HasProblem(ps, "mounts[0].volume", "no volume named 'nope'")) << Dump(ps);
-  EXPECT_TRUE(HasProblem(ps, "mounts[0].path", "absolute")) << Dump(ps);
-  EXPECT_TRUE(HasProblem(ps, "rdzv.backend", "zookeeper")) << Dump(ps);
-  EXPECT_TRUE(HasProblem(ps, "array", "only one of")) << Dump(ps);
+  ExpectProblems(ps, {{"name", "lowercase"},
+                      {"nnode", "did you mean 'nnodes'"},
+                      {"nnodes", "MIN <= MAX"},
+                      {"nproc_per_node", "not a whole number"},
+                      {"entrypoint", "required"},
+                      {"resources.cpu", "positive"},
+                      {"resources.memory", "not a memory size"},
+                      {"env.1BAD", "environment variable"},
+                      {"volumes[0]", "exactly one of"},
+                      {"mounts[0].volume", "no volume named 'nope'"},
+                      {"mounts[0].path", "absolute"},
+                      {"rdzv.backend", "zookeeper"},
+                      {"array", "only one of"}});
   EXPECT_GE(ps.size(), 13u);
 }
 
@@ -154,25 +195,19 @@ TEST(ArrayTest, RangesWithSteps) {
   EXPECT_TRUE(err.empty());
   EXPECT_TRUE(ParseArrayRange("5-1", &err).empty());
   EXPECT_NE(err.find("FIRST <= LAST"), std::string::npos);
-  std::vector<Problem> ps;
-  auto e = ExpandArray(ArraySource{.range = "10-12"}, "", &ps);
-  ASSERT_TRUE(ps.empty()) << Dump(ps);
+  auto e = ExpandOk(ArraySource{.range = "10-12"});
   ASSERT_EQ(e.size(), 3u);
-  EXPECT_EQ(e[2].env.at("COHORT_ARRAY_INDEX"), "2");
-  EXPECT_EQ(e[2].env.at("COHORT_ARRAY_TASK_ID"), "12");
-  EXPECT_EQ(e[2].env.at("COHORT_ARRAY_SIZE"), "3");
+  ExpectEnv(e[2], {{"COHORT_ARRAY_INDEX", "2"},
+                   {"COHORT_ARRAY_TASK_ID", "12"},
+                   {"COHORT_ARRAY_SIZE", "3"}});
 }
 
 TEST(ArrayTest, CsvManifestRowsBecomeEnvironments) {
   TempDir dir;
   dir.File("m.csv", "REGION,LR\nus-east,0.1\n\"eu, west\",\"0.2\"\n");
-  std::vector<Problem> ps;
-  auto e = ExpandArray(ArraySource{.manifest = "m.csv"}, dir.path(), &ps);
-  ASSERT_TRUE(ps.empty()) << Dump(ps);
+  auto e = ExpandOk(ArraySource{.manifest = "m.csv"}, dir.path());
   ASSERT_EQ(e.size(), 2u);
-  EXPECT_EQ(e[1].env.at("REGION"), "eu, west");
-  EXPECT_EQ(e[1].env.at("LR"), "0.2");
-  EXPECT_EQ(e[1].env.at("COHORT_ARRAY_INDEX"), "1");
+  ExpectEnv(e[1], {{"REGION", "eu, west"}, {"LR", "0.2"}, {"COHORT_ARRAY_INDEX", "1"}});
 }
 
 TEST(ArrayTest, BadManifestsAreProblemsWithLines) {
@@ -180,66 +215,49 @@ TEST(ArrayTest, BadManifestsAreProblemsWithLines) {
   dir.File("ragged.csv", "A,B\n1,2\n3\n");
   dir.File("badname.csv", "A,not a name\n1,2\n");
   dir.File("empty.csv", "");
-  std::vector<Problem> ps;
-  EXPECT_TRUE(ExpandArray(ArraySource{.manifest = "ragged.csv"}, dir.path(), &ps).empty());
+  std::vector<Problem> ps = ExpandProblems(ArraySource{.manifest = "ragged.csv"}, dir.path());
   ASSERT_EQ(ps.size(), 1u);
   EXPECT_NE(ps[0].where.find("line 3"), std::string::npos) << Dump(ps);
-  ps.clear();
-  EXPECT_TRUE(ExpandArray(ArraySource{.manifest = "badname.csv"}, dir.path(), &ps).empty());
+  ps = ExpandProblems(ArraySource{.manifest = "badname.csv"}, dir.path());
   ASSERT_EQ(ps.size(), 1u);
   EXPECT_NE(ps[0].what.find("'not a name' cannot be one"), std::string::npos) << Dump(ps);
   EXPECT_NE(ps[0].what.find("--array-manifest-columns"), std::string::npos) << Dump(ps);
-  ps.clear();
-  EXPECT_TRUE(ExpandArray(ArraySource{.manifest = "empty.csv"}, dir.path(), &ps).empty());
+  ps = ExpandProblems(ArraySource{.manifest = "empty.csv"}, dir.path());
   EXPECT_TRUE(HasProblem(ps, "array.manifest", "empty")) << Dump(ps);
-  ps.clear();
-  EXPECT_TRUE(ExpandArray(ArraySource{.manifest = "missing.csv"}, dir.path(), &ps).empty());
+  ps = ExpandProblems(ArraySource{.manifest = "missing.csv"}, dir.path());
   EXPECT_TRUE(HasProblem(ps, "array.manifest", "cannot read")) << Dump(ps);
 }
 
 TEST(ArrayTest, SqliteQueryRowsBecomeElements) {
   TempDir dir;
   const std::string db_path = dir.path() + "/meta.db";
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(db_path.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db,
-                         "CREATE TABLE datasets(name TEXT, rows INTEGER, ready INTEGER);"
-                         "INSERT INTO datasets VALUES ('a', 10, 1), ('b', 20, 0), ('c', 30, 1);",
-                         nullptr, nullptr, nullptr),
-            SQLITE_OK);
-  sqlite3_close(db);
-  std::vector<Problem> ps;
+  ASSERT_NO_FATAL_FAILURE(
+      RunSqlite(db_path,
+                "CREATE TABLE datasets(name TEXT, rows INTEGER, ready INTEGER);"
+                "INSERT INTO datasets VALUES ('a', 10, 1), ('b', 20, 0), ('c', 30, 1);"));
   ArraySource src{.from_sql = "SELECT name AS DATASET, rows AS N FROM datasets WHERE ready = 1 "
                               "ORDER BY name",
                   .db = "sqlite://" + db_path};
-  auto e = ExpandArray(src, "", &ps);
-  ASSERT_TRUE(ps.empty()) << Dump(ps);
+  auto e = ExpandOk(src);
   ASSERT_EQ(e.size(), 2u);
-  EXPECT_EQ(e[0].env.at("DATASET"), "a");
-  EXPECT_EQ(e[1].env.at("DATASET"), "c");
-  EXPECT_EQ(e[1].env.at("N"), "30");
+  ExpectEnv(e[0], {{"DATASET", "a"}});
+  ExpectEnv(e[1], {{"DATASET", "c"}, {"N", "30"}});
 
   // A syntax error names the character; a write is refused; the file is unchanged.
-  ps.clear();
   src.from_sql = "SELEC name FROM datasets";
-  EXPECT_TRUE(ExpandArray(src, "", &ps).empty());
+  std::vector<Problem> ps = ExpandProblems(src);
   ASSERT_EQ(ps.size(), 1u);
   EXPECT_NE(ps[0].where.find("array.from_sql (character"), std::string::npos) << Dump(ps);
   EXPECT_NE(ps[0].what.find("syntax error"), std::string::npos) << Dump(ps);
-  ps.clear();
   src.from_sql = "DELETE FROM datasets";
-  EXPECT_TRUE(ExpandArray(src, "", &ps).empty());
-  EXPECT_FALSE(ps.empty());
-  ps.clear();
+  EXPECT_FALSE(ExpandProblems(src).empty());
   src.from_sql = "SELECT name FROM missing_table";
-  EXPECT_TRUE(ExpandArray(src, "", &ps).empty());
+  ps = ExpandProblems(src);
   EXPECT_TRUE(HasProblem(ps, "array.from_sql", "no such table")) << Dump(ps);
-  ps.clear();
   src.from_sql = "SELECT name AS DATASET FROM datasets WHERE ready = 1";
-  ASSERT_EQ(ExpandArray(src, "", &ps).size(), 2u) << Dump(ps);
-  ps.clear();
+  ASSERT_EQ(ExpandOk(src).size(), 2u);
   src.db = "mysql://x";
-  EXPECT_TRUE(ExpandArray(src, "", &ps).empty());
+  ps = ExpandProblems(src);
   EXPECT_TRUE(HasProblem(ps, "array.db", "sqlite")) << Dump(ps);
 }
 
@@ -289,23 +307,17 @@ TEST(JobDbTest, HistorySurvivesReopening) {
 TEST(JobDbTest, ChildJobsBelongToTheirParentAndOldHistoriesOpen) {
   TempDir dir;
   const std::string path = dir.path() + "/jobs.db";
-  {
-    sqlite3* old = nullptr;
-    ASSERT_EQ(sqlite3_open(path.c_str(), &old), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(old,
-                           "CREATE TABLE jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT "
-                           "NOT NULL, backend TEXT NOT NULL, spec_yaml TEXT NOT NULL, state TEXT "
-                           "NOT NULL, exit_code INTEGER, submitted_at REAL NOT NULL, started_at "
-                           "REAL NOT NULL DEFAULT 0, ended_at REAL NOT NULL DEFAULT 0, log_dir "
-                           "TEXT NOT NULL DEFAULT '', backend_id TEXT NOT NULL DEFAULT '', "
-                           "array_size INTEGER NOT NULL DEFAULT 0, concurrency INTEGER NOT NULL "
-                           "DEFAULT 0, detail TEXT NOT NULL DEFAULT '');"
-                           "INSERT INTO jobs (name, backend, spec_yaml, state, submitted_at) "
-                           "VALUES ('before', 'local', 'name: before', 'succeeded', 1);",
-                           nullptr, nullptr, nullptr),
-              SQLITE_OK);
-    sqlite3_close(old);
-  }
+  ASSERT_NO_FATAL_FAILURE(
+      RunSqlite(path,
+                "CREATE TABLE jobs (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT "
+                "NOT NULL, backend TEXT NOT NULL, spec_yaml TEXT NOT NULL, state TEXT "
+                "NOT NULL, exit_code INTEGER, submitted_at REAL NOT NULL, started_at "
+                "REAL NOT NULL DEFAULT 0, ended_at REAL NOT NULL DEFAULT 0, log_dir "
+                "TEXT NOT NULL DEFAULT '', backend_id TEXT NOT NULL DEFAULT '', "
+                "array_size INTEGER NOT NULL DEFAULT 0, concurrency INTEGER NOT NULL "
+                "DEFAULT 0, detail TEXT NOT NULL DEFAULT '');"
+                "INSERT INTO jobs (name, backend, spec_yaml, state, submitted_at) "
+                "VALUES ('before', 'local', 'name: before', 'succeeded', 1);"));
   auto db = JobDb::Open(path);
   ASSERT_TRUE(db.ok()) << db.status().ToString();
   EXPECT_EQ((*db)->Find("before")->state, JobState::kSucceeded);
@@ -466,22 +478,22 @@ targets:
   - {backend: slurm, namespace: n}
 )",
                &ps);
-  EXPECT_TRUE(HasProblem(ps, "resources.extended.neuron", "DOMAIN/NAME")) << Dump(ps);
-  EXPECT_TRUE(HasProblem(ps, "resources.extended.aws.amazon.com/neuron", "at least 1")) << Dump(ps);
-  EXPECT_TRUE(HasProblem(ps, "resources.extended.nvidia.com/gpu", "repeats resources.gpu")) << Dump(ps);
-  EXPECT_TRUE(HasProblem(ps, "resources.extended.kubernetes.io/x", "DOMAIN/NAME")) << Dump(ps);
-  EXPECT_TRUE(HasProblem(ps, "placement.node_selector.bad key!", "node label key")) << Dump(ps);
-  EXPECT_TRUE(HasProblem(ps, "placement.tolerations[0].value", "empty with operator Exists")) << Dump(ps);
-  EXPECT_TRUE(HasProblem(ps, "placement.tolerations[1].effect", "'Sometimes'")) << Dump(ps);
-  EXPECT_TRUE(HasProblem(ps, "placement.tolerations[2].key", "required")) << Dump(ps);
-  EXPECT_TRUE(HasProblem(ps, "metrics.port", "required")) << Dump(ps);
-  EXPECT_TRUE(HasProblem(ps, "kubernetes.master", "'maybe'")) << Dump(ps);
-  EXPECT_TRUE(HasProblem(ps, "kubernetes.clean_pod_policy", "None, Running or All")) << Dump(ps);
-  EXPECT_TRUE(HasProblem(ps, "targets[0].context", "only applies to the kubernetes backend")) << Dump(ps);
-  EXPECT_TRUE(HasProblem(ps, "targets[1].name", "earlier target")) << Dump(ps);
-  EXPECT_TRUE(HasProblem(ps, "targets[1].backend", "'mars'")) << Dump(ps);
-  EXPECT_TRUE(HasProblem(ps, "targets[2].name", "required")) << Dump(ps);
-  EXPECT_TRUE(HasProblem(ps, "targets[2].namespace", "only applies to the kubernetes backend")) << Dump(ps);
+  ExpectProblems(ps, {{"resources.extended.neuron", "DOMAIN/NAME"},
+                      {"resources.extended.aws.amazon.com/neuron", "at least 1"},
+                      {"resources.extended.nvidia.com/gpu", "repeats resources.gpu"},
+                      {"resources.extended.kubernetes.io/x", "DOMAIN/NAME"},
+                      {"placement.node_selector.bad key!", "node label key"},
+                      {"placement.tolerations[0].value", "empty with operator Exists"},
+                      {"placement.tolerations[1].effect", "'Sometimes'"},
+                      {"placement.tolerations[2].key", "required"},
+                      {"metrics.port", "required"},
+                      {"kubernetes.master", "'maybe'"},
+                      {"kubernetes.clean_pod_policy", "None, Running or All"},
+                      {"targets[0].context", "only applies to the kubernetes backend"},
+                      {"targets[1].name", "earlier target"},
+                      {"targets[1].backend", "'mars'"},
+                      {"targets[2].name", "required"},
+                      {"targets[2].namespace", "only applies to the kubernetes backend"}});
 }
 
 TEST(JobSpecTest, ArgsExpandTheJobsVariablesAndLeaveTheRest) {
@@ -506,18 +518,14 @@ TEST(JobSpecTest, ArgsExpandTheJobsVariablesAndLeaveTheRest) {
 TEST(ArrayTest, HeaderlessManifestTakesItsColumnNamesFromTheSpec) {
   TempDir dir;
   dir.File("regions.csv", "us-east-1, s3://bucket/east\nus-west-2, s3://bucket/west\n");
-  std::vector<Problem> ps;
   ArraySource source{.manifest = "regions.csv"};
   source.columns = {"REGION", "DATA"};
-  auto elements = ExpandArray(source, dir.path(), &ps);
-  ASSERT_TRUE(ps.empty()) << Dump(ps);
+  auto elements = ExpandOk(source, dir.path());
   ASSERT_EQ(elements.size(), 2u);
-  EXPECT_EQ(elements[0].env.at("REGION"), "us-east-1");
-  EXPECT_EQ(elements[0].env.at("DATA"), "s3://bucket/east");
-  EXPECT_EQ(elements[1].env.at("DATA"), "s3://bucket/west");
-  EXPECT_EQ(elements[1].env.at("COHORT_ARRAY_SIZE"), "2");
+  ExpectEnv(elements[0], {{"REGION", "us-east-1"}, {"DATA", "s3://bucket/east"}});
+  ExpectEnv(elements[1], {{"DATA", "s3://bucket/west"}, {"COHORT_ARRAY_SIZE", "2"}});
   source.columns = {"REGION"};
-  EXPECT_TRUE(ExpandArray(source, dir.path(), &ps).empty());
+  const std::vector<Problem> ps = ExpandProblems(source, dir.path());
   EXPECT_TRUE(HasProblem(ps, "array.manifest (" + dir.path() + "/regions.csv line 1)",
                          "array.columns names 1 columns"))
       << Dump(ps);
@@ -552,9 +560,9 @@ TEST(TargetsTest, ElementsGoToTheTargetTheirColumnNames) {
   EXPECT_EQ(shares[1].spec.array.concurrency, 5);  // the array's
   // Elements are numbered per target; the array's own index and size stay.
   EXPECT_EQ(shares[1].elements[2].index, 2);
-  EXPECT_EQ(shares[1].elements[2].env.at("COHORT_ARRAY_INDEX"), "4");
-  EXPECT_EQ(shares[1].elements[2].env.at("COHORT_ARRAY_SIZE"), "5");
-  EXPECT_EQ(shares[1].elements[2].env.at("COHORT_ARRAY_TARGET"), "eu");
+  ExpectEnv(shares[1].elements[2], {{"COHORT_ARRAY_INDEX", "4"},
+                                    {"COHORT_ARRAY_SIZE", "5"},
+                                    {"COHORT_ARRAY_TARGET", "eu"}});
   // The child record keeps where the elements went.
   auto record = ParseTargetRecord(TargetRecord(shares[1].target, shares[1].indices));
   ASSERT_TRUE(record.ok());

@@ -211,50 +211,54 @@ TEST(KubernetesRenderTest, IndexedJobElastic) {
   EXPECT_TRUE(HasPair(cmd, "--rdzv-endpoint", "fmnist-0.fmnist:29400"));
 }
 
-TEST(KubernetesRenderTest, SingleNodeUsesTheEmbeddedStore) {
-  for (const std::string flavor : {"pytorchjob", "volcano", "indexed"}) {
-    SCOPED_TRACE(flavor);
-    auto objects = Render(SingleNodeSpec(), {}, flavor);
-    EXPECT_TRUE(OfKind(objects, "Secret").empty());
-    EXPECT_TRUE(OfKind(objects, "Service").empty());
-    Json job = JobObject(objects, flavor);
-    auto cmd = Strings(PodSpecOf(job)["containers"][0]["command"]);
-    EXPECT_TRUE(HasPair(cmd, "--nnodes", "1"));
-    EXPECT_TRUE(std::find(cmd.begin(), cmd.end(), "--rdzv-endpoint") == cmd.end());
-  }
+// The tests that hold for every flavor run once per flavor.
+class KubernetesFlavorTest : public ::testing::TestWithParam<std::string> {};
+
+INSTANTIATE_TEST_SUITE_P(AllFlavors, KubernetesFlavorTest,
+                         ::testing::Values("pytorchjob", "volcano", "indexed"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+TEST_P(KubernetesFlavorTest, SingleNodeUsesTheEmbeddedStore) {
+  const std::string& flavor = GetParam();
+  auto objects = Render(SingleNodeSpec(), {}, flavor);
+  EXPECT_TRUE(OfKind(objects, "Secret").empty());
+  EXPECT_TRUE(OfKind(objects, "Service").empty());
+  Json job = JobObject(objects, flavor);
+  auto cmd = Strings(PodSpecOf(job)["containers"][0]["command"]);
+  EXPECT_TRUE(HasPair(cmd, "--nnodes", "1"));
+  EXPECT_TRUE(std::find(cmd.begin(), cmd.end(), "--rdzv-endpoint") == cmd.end());
 }
 
-TEST(KubernetesRenderTest, OwnEtcdForEveryFlavor) {
-  for (const std::string flavor : {"pytorchjob", "volcano", "indexed"}) {
-    SCOPED_TRACE(flavor);
-    auto objects = Render(OwnEtcdSpec(), {}, flavor);
-    EXPECT_TRUE(OfKind(objects, "Secret").empty());  // etcd needs no COHORT_TOKEN
-    Json deployment = One(objects, "Deployment");
-    EXPECT_EQ(deployment["metadata"]["name"], "etcdjob-etcd");
-    EXPECT_EQ(deployment["spec"]["replicas"], 1);
-    Json etcd = deployment["spec"]["template"]["spec"]["containers"][0];
-    EXPECT_TRUE(StartsWith(etcd["image"].get<std::string>(), "quay.io/coreos/etcd:v3.5."));
-    EXPECT_TRUE(
-        Contains(etcd["command"].dump(), "--advertise-client-urls=http://etcdjob-etcd:2379"));
-    bool etcd_service = false;
-    for (const Json* found : OfKind(objects, "Service")) {
-      Json s = *found;
-      if (s["metadata"]["name"] == "etcdjob-etcd") {
-        etcd_service = true;
-        EXPECT_EQ(s["spec"]["selector"]["cohort.dev/component"], "etcd");
-        EXPECT_EQ(s["spec"]["ports"][0]["port"], 2379);
-      }
+TEST_P(KubernetesFlavorTest, OwnEtcd) {
+  const std::string& flavor = GetParam();
+  auto objects = Render(OwnEtcdSpec(), {}, flavor);
+  EXPECT_TRUE(OfKind(objects, "Secret").empty());  // etcd needs no COHORT_TOKEN
+  Json deployment = One(objects, "Deployment");
+  EXPECT_EQ(deployment["metadata"]["name"], "etcdjob-etcd");
+  EXPECT_EQ(deployment["spec"]["replicas"], 1);
+  Json etcd = deployment["spec"]["template"]["spec"]["containers"][0];
+  EXPECT_TRUE(StartsWith(etcd["image"].get<std::string>(), "quay.io/coreos/etcd:v3.5."));
+  EXPECT_TRUE(Contains(etcd["command"].dump(), "--advertise-client-urls=http://etcdjob-etcd:2379"));
+  bool etcd_service = false;
+  for (const Json* found : OfKind(objects, "Service")) {
+    Json s = *found;
+    if (s["metadata"]["name"] == "etcdjob-etcd") {
+      etcd_service = true;
+      EXPECT_EQ(s["spec"]["selector"]["cohort.dev/component"], "etcd");
+      EXPECT_EQ(s["spec"]["ports"][0]["port"], 2379);
     }
-    EXPECT_TRUE(etcd_service);
-    auto cmd = Strings(PodSpecOf(JobObject(objects, flavor))["containers"][0]["command"]);
-    EXPECT_TRUE(HasPair(cmd, "--nnodes", "2:3"));
-    EXPECT_TRUE(HasPair(cmd, "--rdzv-backend", "etcd"));
-    EXPECT_TRUE(HasPair(cmd, "--rdzv-endpoint", "etcdjob-etcd:2379"));
-    EXPECT_TRUE(HasPair(cmd, "--rdzv-conf", "request_timeout=60"));
-    auto id = std::find(cmd.begin(), cmd.end(), "--rdzv-id");
-    ASSERT_NE(id, cmd.end());
-    EXPECT_TRUE(StartsWith(*(id + 1), "etcdjob-"));
   }
+  EXPECT_TRUE(etcd_service);
+  auto cmd = Strings(PodSpecOf(JobObject(objects, flavor))["containers"][0]["command"]);
+  EXPECT_TRUE(HasPair(cmd, "--nnodes", "2:3"));
+  EXPECT_TRUE(HasPair(cmd, "--rdzv-backend", "etcd"));
+  EXPECT_TRUE(HasPair(cmd, "--rdzv-endpoint", "etcdjob-etcd:2379"));
+  EXPECT_TRUE(HasPair(cmd, "--rdzv-conf", "request_timeout=60"));
+  auto id = std::find(cmd.begin(), cmd.end(), "--rdzv-id");
+  ASSERT_NE(id, cmd.end());
+  EXPECT_TRUE(StartsWith(*(id + 1), "etcdjob-"));
 }
 
 TEST(KubernetesRenderTest, ExternalEtcd) {
@@ -269,39 +273,37 @@ TEST(KubernetesRenderTest, ExternalEtcd) {
   EXPECT_TRUE(std::find(cmd.begin(), cmd.end(), "--rdzv-conf") == cmd.end());
 }
 
-TEST(KubernetesRenderTest, SingleNodeArrayIsOneIndexedJob) {
-  for (const std::string flavor : {"pytorchjob", "volcano", "indexed"}) {
-    SCOPED_TRACE(flavor);
-    auto objects = Render(SingleNodeArraySpec(), Elements(5), flavor);
-    ASSERT_EQ(objects.size(), 2u);
-    Json configmap = One(objects, "ConfigMap");
-    EXPECT_EQ(configmap["metadata"]["name"], "sweep-array");
-    ASSERT_EQ(configmap["data"].size(), 5u);
-    for (int i = 0; i < 5; ++i) {
-      const std::string script = configmap["data"][std::to_string(i)];
-      EXPECT_TRUE(Contains(script, fmt::format("export COHORT_ARRAY_INDEX={}\n", i))) << script;
-    }
-    Json job = One(objects, "Job");
-    EXPECT_EQ(job["apiVersion"], "batch/v1");
-    EXPECT_EQ(job["spec"]["completionMode"], "Indexed");
-    EXPECT_EQ(job["spec"]["completions"], 5);
-    EXPECT_EQ(job["spec"]["parallelism"], 2);  // array.concurrency
-    EXPECT_EQ(job["spec"]["backoffLimitPerIndex"], 1);
-    Json pod = job["spec"]["template"]["spec"];
-    EXPECT_EQ(pod["restartPolicy"], "Never");
-    auto cmd = Strings(pod["containers"][0]["command"]);
-    EXPECT_EQ(cmd[0], "/bin/sh");
-    EXPECT_TRUE(HasPair(cmd, "--nnodes", "1"));
-    if (flavor == "volcano") {
-      EXPECT_EQ(pod["schedulerName"], "volcano");
-      EXPECT_EQ(
-          job["spec"]["template"]["metadata"]["annotations"]["scheduling.volcano.sh/queue-name"],
-          "batch");
-    } else {
-      EXPECT_EQ(job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], "batch");
-    }
-    EXPECT_EQ(KubernetesResource(SingleNodeArraySpec(), Elements(5), flavor), "jobs.batch");
+TEST_P(KubernetesFlavorTest, SingleNodeArrayIsOneIndexedJob) {
+  const std::string& flavor = GetParam();
+  auto objects = Render(SingleNodeArraySpec(), Elements(5), flavor);
+  ASSERT_EQ(objects.size(), 2u);
+  Json configmap = One(objects, "ConfigMap");
+  EXPECT_EQ(configmap["metadata"]["name"], "sweep-array");
+  ASSERT_EQ(configmap["data"].size(), 5u);
+  for (int i = 0; i < 5; ++i) {
+    const std::string script = configmap["data"][std::to_string(i)];
+    EXPECT_TRUE(Contains(script, fmt::format("export COHORT_ARRAY_INDEX={}\n", i))) << script;
   }
+  Json job = One(objects, "Job");
+  EXPECT_EQ(job["apiVersion"], "batch/v1");
+  EXPECT_EQ(job["spec"]["completionMode"], "Indexed");
+  EXPECT_EQ(job["spec"]["completions"], 5);
+  EXPECT_EQ(job["spec"]["parallelism"], 2);  // array.concurrency
+  EXPECT_EQ(job["spec"]["backoffLimitPerIndex"], 1);
+  Json pod = job["spec"]["template"]["spec"];
+  EXPECT_EQ(pod["restartPolicy"], "Never");
+  auto cmd = Strings(pod["containers"][0]["command"]);
+  EXPECT_EQ(cmd[0], "/bin/sh");
+  EXPECT_TRUE(HasPair(cmd, "--nnodes", "1"));
+  if (flavor == "volcano") {
+    EXPECT_EQ(pod["schedulerName"], "volcano");
+    EXPECT_EQ(
+        job["spec"]["template"]["metadata"]["annotations"]["scheduling.volcano.sh/queue-name"],
+        "batch");
+  } else {
+    EXPECT_EQ(job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"], "batch");
+  }
+  EXPECT_EQ(KubernetesResource(SingleNodeArraySpec(), Elements(5), flavor), "jobs.batch");
 }
 
 // The wrapper really loads element i's variables in a POSIX shell, quotes included, and
@@ -335,35 +337,33 @@ TEST(KubernetesRenderTest, ArrayWrapperLoadsTheElementEnvironment) {
   EXPECT_TRUE(Contains(r.output, "NOTE=it's $HOME \"quoted\"\n")) << r.output;
 }
 
-TEST(KubernetesRenderTest, MultiNodeArrayIsOneObjectPerElement) {
-  for (const std::string flavor : {"pytorchjob", "volcano", "indexed"}) {
-    SCOPED_TRACE(flavor);
-    auto objects = Render(MultiNodeArraySpec(), Elements(3), flavor);
-    std::vector<const Json*> jobs;
-    for (const auto& o : objects) {
-      if (o.value("kind", "") == "PyTorchJob" || o.value("kind", "") == "Job") jobs.push_back(&o);
-    }
-    ASSERT_EQ(jobs.size(), 3u);
-    for (int i = 0; i < 3; ++i) {
-      Json job = *jobs[i];
-      const std::string name = fmt::format("msweep-{}", i);
-      EXPECT_EQ(job["metadata"]["name"], name);
-      EXPECT_EQ(job["metadata"]["labels"]["cohort.dev/job"], "msweep");
-      EXPECT_EQ(job["metadata"]["labels"]["cohort.dev/array-index"], std::to_string(i));
-      Json container = PodSpecOf(job)["containers"][0];
-      auto env = EnvOf(container);
-      EXPECT_EQ(env["COHORT_ARRAY_INDEX"]["value"], std::to_string(i));
-      EXPECT_EQ(env["NOTE"]["value"], "it's $HOME \"quoted\"");
-      auto cmd = Strings(container["command"]);
-      EXPECT_TRUE(HasPair(cmd, "--nnodes", "2"));
-      const std::string endpoint = flavor == "pytorchjob" ? name + "-worker-0:29400"
-                                   : flavor == "volcano"  ? name + "-worker-0." + name + ":29400"
-                                                          : name + "-0." + name + ":29400";
-      EXPECT_TRUE(HasPair(cmd, "--rdzv-endpoint", endpoint));
-    }
-    if (flavor == "indexed") {
-      EXPECT_EQ(OfKind(objects, "Service").size(), 3u);
-    }
+TEST_P(KubernetesFlavorTest, MultiNodeArrayIsOneObjectPerElement) {
+  const std::string& flavor = GetParam();
+  auto objects = Render(MultiNodeArraySpec(), Elements(3), flavor);
+  std::vector<const Json*> jobs;
+  for (const auto& o : objects) {
+    if (o.value("kind", "") == "PyTorchJob" || o.value("kind", "") == "Job") jobs.push_back(&o);
+  }
+  ASSERT_EQ(jobs.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    Json job = *jobs[i];
+    const std::string name = fmt::format("msweep-{}", i);
+    EXPECT_EQ(job["metadata"]["name"], name);
+    EXPECT_EQ(job["metadata"]["labels"]["cohort.dev/job"], "msweep");
+    EXPECT_EQ(job["metadata"]["labels"]["cohort.dev/array-index"], std::to_string(i));
+    Json container = PodSpecOf(job)["containers"][0];
+    auto env = EnvOf(container);
+    EXPECT_EQ(env["COHORT_ARRAY_INDEX"]["value"], std::to_string(i));
+    EXPECT_EQ(env["NOTE"]["value"], "it's $HOME \"quoted\"");
+    auto cmd = Strings(container["command"]);
+    EXPECT_TRUE(HasPair(cmd, "--nnodes", "2"));
+    const std::string endpoint = flavor == "pytorchjob" ? name + "-worker-0:29400"
+                                 : flavor == "volcano"  ? name + "-worker-0." + name + ":29400"
+                                                        : name + "-0." + name + ":29400";
+    EXPECT_TRUE(HasPair(cmd, "--rdzv-endpoint", endpoint));
+  }
+  if (flavor == "indexed") {
+    EXPECT_EQ(OfKind(objects, "Service").size(), 3u);
   }
 }
 
@@ -387,36 +387,34 @@ TEST(KubernetesRenderTest, QuantitiesAndQuoting) {
 // ---------------------------------------------------------------------------------------
 // Accelerators, placement, metrics, Master + Worker
 
-TEST(KubernetesRenderTest, AcceleratorResourcesPlacementAndMetrics) {
-  for (const std::string flavor : {"pytorchjob", "volcano", "indexed"}) {
-    SCOPED_TRACE(flavor);
-    auto objects = Render(AcceleratorSpec(), {}, flavor);
-    Json job = One(objects, flavor == "pytorchjob" ? "PyTorchJob" : "Job");
-    Json pod = PodSpecOf(job);
-    Json container = pod["containers"][0];
-    EXPECT_EQ(container["resources"]["limits"]["aws.amazon.com/neuron"], "1");
-    EXPECT_EQ(container["resources"]["limits"]["vpc.amazonaws.com/efa"], "4");
-    EXPECT_EQ(pod["nodeSelector"]["node.kubernetes.io/instance-type"], "trn1.32xlarge");
-    ASSERT_EQ(pod["tolerations"].size(), 2u);
-    EXPECT_EQ(pod["tolerations"][0],
-              Json({{"key", "aws.amazon.com/neuron"}, {"operator", "Exists"}, {"effect", "NoSchedule"}}));
-    EXPECT_EQ(pod["tolerations"][1]["tolerationSeconds"], 300);
-    bool metrics_port = false;
-    for (const auto& p : container["ports"]) metrics_port |= p["name"] == "metrics" && p["containerPort"] == 9400;
-    EXPECT_TRUE(metrics_port) << container.dump();
-    auto cmd = Strings(container["command"]);
-    EXPECT_TRUE(HasPair(cmd, "--metrics-port", "9400"));
-    EXPECT_TRUE(HasPair(cmd, "--metrics-host", "0.0.0.0"));
-    Json annotations = flavor == "pytorchjob"
-                           ? job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"]
-                       : flavor == "volcano" ? job["spec"]["tasks"][0]["template"]["metadata"]["annotations"]
-                                             : job["spec"]["template"]["metadata"]["annotations"];
-    EXPECT_EQ(annotations["prometheus.io/scrape"], "true");
-    EXPECT_EQ(annotations["prometheus.io/port"], "9400");
-    const Json ttl = flavor == "pytorchjob" ? job["spec"]["runPolicy"]["ttlSecondsAfterFinished"]
-                                            : job["spec"]["ttlSecondsAfterFinished"];
-    EXPECT_EQ(ttl, 600);
-  }
+TEST_P(KubernetesFlavorTest, AcceleratorResourcesPlacementAndMetrics) {
+  const std::string& flavor = GetParam();
+  auto objects = Render(AcceleratorSpec(), {}, flavor);
+  Json job = One(objects, flavor == "pytorchjob" ? "PyTorchJob" : "Job");
+  Json pod = PodSpecOf(job);
+  Json container = pod["containers"][0];
+  EXPECT_EQ(container["resources"]["limits"]["aws.amazon.com/neuron"], "1");
+  EXPECT_EQ(container["resources"]["limits"]["vpc.amazonaws.com/efa"], "4");
+  EXPECT_EQ(pod["nodeSelector"]["node.kubernetes.io/instance-type"], "trn1.32xlarge");
+  ASSERT_EQ(pod["tolerations"].size(), 2u);
+  EXPECT_EQ(pod["tolerations"][0],
+            Json({{"key", "aws.amazon.com/neuron"}, {"operator", "Exists"}, {"effect", "NoSchedule"}}));
+  EXPECT_EQ(pod["tolerations"][1]["tolerationSeconds"], 300);
+  bool metrics_port = false;
+  for (const auto& p : container["ports"]) metrics_port |= p["name"] == "metrics" && p["containerPort"] == 9400;
+  EXPECT_TRUE(metrics_port) << container.dump();
+  auto cmd = Strings(container["command"]);
+  EXPECT_TRUE(HasPair(cmd, "--metrics-port", "9400"));
+  EXPECT_TRUE(HasPair(cmd, "--metrics-host", "0.0.0.0"));
+  Json annotations = flavor == "pytorchjob"
+                         ? job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]["annotations"]
+                     : flavor == "volcano" ? job["spec"]["tasks"][0]["template"]["metadata"]["annotations"]
+                                           : job["spec"]["template"]["metadata"]["annotations"];
+  EXPECT_EQ(annotations["prometheus.io/scrape"], "true");
+  EXPECT_EQ(annotations["prometheus.io/port"], "9400");
+  const Json ttl = flavor == "pytorchjob" ? job["spec"]["runPolicy"]["ttlSecondsAfterFinished"]
+                                          : job["spec"]["ttlSecondsAfterFinished"];
+  EXPECT_EQ(ttl, 600);
 }
 
 TEST(KubernetesRenderTest, PyTorchJobWithMasterAndWorkers) {

@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <optional>
+#include <tuple>
 
 #include "cohort/base/temp_dir.h"
 #include "cohort/launch/slurm_test_util.h"
@@ -222,20 +223,19 @@ TEST(Aggregate, CancelledArray) {
 // --- validation ---------------------------------------------------------------------------
 
 TEST(ParseSinfo, Partitions) {
+  // Per partition, in sinfo's order: name, default, nodes, CPUs, memory (MiB), GPUs.
+  const std::vector<std::tuple<std::string, bool, int, int, int64_t, int>> want = {
+      {"debug", true, 3, 2, 4096, 0},
+      {"gpu", false, 3, 64, 512000, 8},
+  };
   auto parts = slurm::ParseSinfo(kSinfo);
-  ASSERT_EQ(parts.size(), 2u);
-  EXPECT_EQ(parts[0].name, "debug");
-  EXPECT_TRUE(parts[0].is_default);
-  EXPECT_EQ(parts[0].nodes, 3);
-  EXPECT_EQ(parts[0].max_cpus, 2);
-  EXPECT_EQ(parts[0].max_memory_mib, 4096);
-  EXPECT_EQ(parts[0].max_gpus, 0);
-  EXPECT_EQ(parts[1].name, "gpu");
-  EXPECT_FALSE(parts[1].is_default);
-  EXPECT_EQ(parts[1].nodes, 3);
-  EXPECT_EQ(parts[1].max_cpus, 64);
-  EXPECT_EQ(parts[1].max_memory_mib, 512000);
-  EXPECT_EQ(parts[1].max_gpus, 8);
+  ASSERT_EQ(parts.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const slurm::Partition& p = parts[i];
+    EXPECT_EQ(std::tie(p.name, p.is_default, p.nodes, p.max_cpus, p.max_memory_mib, p.max_gpus),
+              want[i])
+        << "partition " << i;
+  }
 }
 
 TEST(Validate, AgainstPartitions) {

@@ -27,6 +27,14 @@ std::string Why(const Result<std::string>& read, const std::string& path) {
                    : read.status().message();
 }
 
+// Sets the gauge `name` to the number `field` of `sample` when the sample has that field.
+void SetFromSample(Registry& registry, const nlohmann::json& sample, const char* field,
+                   std::string_view name, std::string_view help, const Labels& labels = {}) {
+  if (sample.contains(field)) {
+    registry.GetGauge(name, help, labels).Set(sample.at(field).get<double>());
+  }
+}
+
 }  // namespace
 
 // NVML through dlopen: only the handful of entry points used, declared from the C ABI.
@@ -214,14 +222,10 @@ nlohmann::json SystemSampler::Sample(const std::vector<WorkerProcess>& workers,
   for (const auto& w : workers) {
     nlohmann::json s = SampleWorker(w, now);
     const Labels labels = {{"rank", std::to_string(w.rank)}};
-    if (s.contains("cpu_percent")) {
-      registry.GetGauge("cohort_worker_cpu_percent", "CPU use of the worker process, percent of one core", labels)
-          .Set(s["cpu_percent"].get<double>());
-    }
-    if (s.contains("rss_bytes")) {
-      registry.GetGauge("cohort_worker_resident_bytes", "Resident memory of the worker process", labels)
-          .Set(s["rss_bytes"].get<double>());
-    }
+    SetFromSample(registry, s, "cpu_percent", "cohort_worker_cpu_percent",
+                  "CPU use of the worker process, percent of one core", labels);
+    SetFromSample(registry, s, "rss_bytes", "cohort_worker_resident_bytes",
+                  "Resident memory of the worker process", labels);
     if (s.contains("read_bytes")) {
       registry.GetGauge("cohort_worker_read_bytes", "Bytes the worker read through syscalls (files, sockets)", labels)
           .Set(s["read_bytes"].get<double>());
@@ -237,14 +241,10 @@ nlohmann::json SystemSampler::Sample(const std::vector<WorkerProcess>& workers,
     it = watched ? std::next(it) : worker_marks_.erase(it);
   }
   nlohmann::json node = SampleNode(now);
-  if (node.contains("cpu_percent")) {
-    registry.GetGauge("cohort_node_cpu_percent", "CPU use of the node, percent of all cores")
-        .Set(node["cpu_percent"].get<double>());
-  }
-  if (node.contains("mem_used_bytes")) {
-    registry.GetGauge("cohort_node_memory_used_bytes", "Memory in use on the node")
-        .Set(node["mem_used_bytes"].get<double>());
-  }
+  SetFromSample(registry, node, "cpu_percent", "cohort_node_cpu_percent",
+                "CPU use of the node, percent of all cores");
+  SetFromSample(registry, node, "mem_used_bytes", "cohort_node_memory_used_bytes",
+                "Memory in use on the node");
   if (node.contains("net_rx_bytes")) {
     registry.GetGauge("cohort_node_network_received_bytes", "Bytes received on non-loopback interfaces")
         .Set(node["net_rx_bytes"].get<double>());
@@ -256,14 +256,10 @@ nlohmann::json SystemSampler::Sample(const std::vector<WorkerProcess>& workers,
       .Set(gpus["available"].get<bool>() ? 1 : 0);
   for (const auto& d : gpus["devices"]) {
     const Labels labels = {{"gpu", std::to_string(d.value("index", 0))}};
-    if (d.contains("utilization_percent")) {
-      registry.GetGauge("cohort_gpu_utilization_percent", "GPU utilisation (NVML)", labels)
-          .Set(d["utilization_percent"].get<double>());
-    }
-    if (d.contains("memory_used_bytes")) {
-      registry.GetGauge("cohort_gpu_memory_used_bytes", "GPU memory in use (NVML)", labels)
-          .Set(d["memory_used_bytes"].get<double>());
-    }
+    SetFromSample(registry, d, "utilization_percent", "cohort_gpu_utilization_percent",
+                  "GPU utilisation (NVML)", labels);
+    SetFromSample(registry, d, "memory_used_bytes", "cohort_gpu_memory_used_bytes",
+                  "GPU memory in use (NVML)", labels);
   }
   return {{"workers", ws}, {"node", node}, {"gpus", gpus}};
 }

@@ -63,6 +63,16 @@ Result<bool> PollFd(int fd, short events, Deadline deadline) {
   }
 }
 
+// Names a socket for sock_diag by its four-tuple: source port and address, destination port
+// and address (network byte order; `addr_bytes` 4 for IPv4, 16 for IPv6).
+void SetDiagSocketId(inet_diag_sockid* id, uint16_t sport, const void* src, uint16_t dport,
+                     const void* dst, size_t addr_bytes) {
+  id->idiag_sport = sport;
+  id->idiag_dport = dport;
+  std::memcpy(id->idiag_src, src, addr_bytes);
+  std::memcpy(id->idiag_dst, dst, addr_bytes);
+}
+
 }  // namespace
 
 Socket& Socket::operator=(Socket&& other) noexcept {
@@ -278,17 +288,11 @@ Result<std::optional<uint32_t>> LocalPeerUid(int fd) {
   if (theirs.ss_family == AF_INET) {
     const auto& t = reinterpret_cast<const sockaddr_in&>(theirs);
     const auto& o = reinterpret_cast<const sockaddr_in&>(ours);
-    ask.request.id.idiag_sport = t.sin_port;
-    ask.request.id.idiag_dport = o.sin_port;
-    std::memcpy(ask.request.id.idiag_src, &t.sin_addr, 4);
-    std::memcpy(ask.request.id.idiag_dst, &o.sin_addr, 4);
+    SetDiagSocketId(&ask.request.id, t.sin_port, &t.sin_addr, o.sin_port, &o.sin_addr, 4);
   } else if (theirs.ss_family == AF_INET6) {
     const auto& t = reinterpret_cast<const sockaddr_in6&>(theirs);
     const auto& o = reinterpret_cast<const sockaddr_in6&>(ours);
-    ask.request.id.idiag_sport = t.sin6_port;
-    ask.request.id.idiag_dport = o.sin6_port;
-    std::memcpy(ask.request.id.idiag_src, &t.sin6_addr, 16);
-    std::memcpy(ask.request.id.idiag_dst, &o.sin6_addr, 16);
+    SetDiagSocketId(&ask.request.id, t.sin6_port, &t.sin6_addr, o.sin6_port, &o.sin6_addr, 16);
   } else {
     return InvalidArgument("not a TCP/IP connection");
   }

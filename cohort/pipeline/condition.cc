@@ -311,24 +311,20 @@ class Parser {
     return e;
   }
 
-  Result<std::unique_ptr<Expr>> Or() {
-    COHORT_ASSIGN_OR_RETURN(auto l, And());
-    while (IsOp("||")) {
+  // One left-associative level of binary operators: operands parsed by `operand`, joined
+  // by the operator `text` into `op` nodes.
+  Result<std::unique_ptr<Expr>> Chain(const char* text, Expr::Op op,
+                                      Result<std::unique_ptr<Expr>> (Parser::*operand)()) {
+    COHORT_ASSIGN_OR_RETURN(auto l, (this->*operand)());
+    while (IsOp(text)) {
       ++pos_;
-      COHORT_ASSIGN_OR_RETURN(auto r, And());
-      l = Binary(Expr::Op::kOr, std::move(l), std::move(r));
+      COHORT_ASSIGN_OR_RETURN(auto r, (this->*operand)());
+      l = Binary(op, std::move(l), std::move(r));
     }
     return l;
   }
-  Result<std::unique_ptr<Expr>> And() {
-    COHORT_ASSIGN_OR_RETURN(auto l, Unary());
-    while (IsOp("&&")) {
-      ++pos_;
-      COHORT_ASSIGN_OR_RETURN(auto r, Unary());
-      l = Binary(Expr::Op::kAnd, std::move(l), std::move(r));
-    }
-    return l;
-  }
+  Result<std::unique_ptr<Expr>> Or() { return Chain("||", Expr::Op::kOr, &Parser::And); }
+  Result<std::unique_ptr<Expr>> And() { return Chain("&&", Expr::Op::kAnd, &Parser::Unary); }
   // Counts one level of '!' or '(' nesting for as long as it lives.
   struct Nested {
     explicit Nested(int& depth) : depth_(depth) { ++depth_; }

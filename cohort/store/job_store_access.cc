@@ -2,6 +2,18 @@
 #include "cohort/store/job_store_access.h"
 
 namespace cohort::store {
+namespace {
+
+// New connections of one client type (TcpStore, EtcdStore) with fixed options.
+template <typename Client, typename Options>
+StoreConnector ConnectorOf(Options options) {
+  return [options](Deadline d) -> Result<std::shared_ptr<Store>> {
+    COHORT_ASSIGN_OR_RETURN(auto s, Client::Connect(options, d));
+    return std::shared_ptr<Store>(std::move(s));
+  };
+}
+
+}  // namespace
 
 JobStoreAccess TcpAccess(const TcpStoreOptions& options) {
   JobStoreAccess a;
@@ -44,22 +56,13 @@ EtcdStoreOptions EtcdOptionsOf(const JobStoreAccess& access) {
 
 StoreConnector ConnectorFor(const JobStoreAccess& access) {
   switch (access.kind) {
-    case JobStoreAccess::Kind::kTcp: {
-      const TcpStoreOptions o{.host = access.addr, .port = access.port, .token = access.token};
-      return [o](Deadline d) -> Result<std::shared_ptr<Store>> {
-        COHORT_ASSIGN_OR_RETURN(auto s, TcpStore::Connect(o, d));
-        return std::shared_ptr<Store>(std::move(s));
-      };
-    }
-    case JobStoreAccess::Kind::kEtcd: {
+    case JobStoreAccess::Kind::kTcp:
+      return ConnectorOf<TcpStore>(
+          TcpStoreOptions{.host = access.addr, .port = access.port, .token = access.token});
+    case JobStoreAccess::Kind::kEtcd:
       // Each connection is its own EtcdStore; Connect gives up after the request timeout
       // when no member answers.
-      const EtcdStoreOptions o = EtcdOptionsOf(access);
-      return [o](Deadline d) -> Result<std::shared_ptr<Store>> {
-        COHORT_ASSIGN_OR_RETURN(auto s, EtcdStore::Connect(o, d));
-        return std::shared_ptr<Store>(std::move(s));
-      };
-    }
+      return ConnectorOf<EtcdStore>(EtcdOptionsOf(access));
     case JobStoreAccess::Kind::kNone:
       break;
   }

@@ -98,6 +98,16 @@ class StoreServerTest : public ::testing::Test {
     return TcpStore::Connect({.host = "127.0.0.1", .port = server_->port(), .token = token},
                              Soon());
   }
+  // A client that has left a will on `key` with `grace`; null (the test failed) when it could
+  // not connect or leave it.
+  std::unique_ptr<TcpStore> ClientWithWill(const std::string& key, int grace_ms) {
+    auto c = Client(token_);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    if (!c.ok()) return nullptr;
+    const Status left = (*c)->LeaveWill(key, std::chrono::milliseconds(grace_ms), Soon());
+    EXPECT_TRUE(left.ok()) << left.ToString();
+    return left.ok() ? std::move(c).value() : nullptr;
+  }
   net::Socket Raw() {
     auto s = net::Connect("127.0.0.1", server_->port(), Soon());
     EXPECT_TRUE(s.ok());
@@ -425,14 +435,13 @@ TEST_F(StoreServerTest, BeatSaysHowLongAgoEachPeekedCounterWasBeaten) {
 TEST_F(StoreServerTest, WillIsSetWhenItsConnectionEnds) {
   auto watcher = Client(token_);
   ASSERT_TRUE(watcher.ok());
-  auto owner = Client(token_);
-  ASSERT_TRUE(owner.ok());
-  ASSERT_TRUE((*owner)->LeaveWill("gone", std::chrono::milliseconds(200), Soon()).ok());
+  auto owner = ClientWithWill("gone", 200);
+  ASSERT_TRUE(owner);
   // While the connection lives, nothing is set.
   EXPECT_EQ((*watcher)->Wait({"gone"}, Deadline::AfterMs(300)).code(),
             StatusCode::kDeadlineExceeded);
   const auto closed = SteadyClock::now();
-  owner->reset();  // the process's connection ends (as when it dies)
+  owner.reset();  // the process's connection ends (as when it dies)
   auto why = (*watcher)->Get("gone", Deadline::AfterMs(20000));
   ASSERT_TRUE(why.ok()) << why.status().ToString();
   EXPECT_EQ(*why, "its store connection closed");
@@ -440,10 +449,9 @@ TEST_F(StoreServerTest, WillIsSetWhenItsConnectionEnds) {
   EXPECT_EQ(server_->stats().wills_fired, 1);
   // A will does not overwrite a key set meanwhile.
   ASSERT_TRUE((*watcher)->Set("taken", "first word", Soon()).ok());
-  auto other = Client(token_);
-  ASSERT_TRUE(other.ok());
-  ASSERT_TRUE((*other)->LeaveWill("taken", std::chrono::milliseconds(0), Soon()).ok());
-  other->reset();
+  auto other = ClientWithWill("taken", 0);
+  ASSERT_TRUE(other);
+  other.reset();
   ASSERT_TRUE((*watcher)->LeaveWill("sentinel", std::chrono::milliseconds(0), Soon()).ok());
   // Fired wills are counted before their key is looked at: wait for the second one.
   ASSERT_TRUE(AwaitStats(**watcher, [](const StoreServerStats& st) {
@@ -459,43 +467,40 @@ TEST_F(StoreServerTest, WillTakenUpWithinItsGraceDoesNotFire) {
   ASSERT_TRUE(watcher.ok());
   // One client leaves the will and its connection ends; another (the same node
   // reconnected) leaves it again within the grace: it does not fire.
-  auto first = Client(token_);
-  ASSERT_TRUE(first.ok());
-  ASSERT_TRUE((*first)->LeaveWill("gone", std::chrono::milliseconds(1500), Soon()).ok());
+  auto first = ClientWithWill("gone", 1500);
+  ASSERT_TRUE(first);
   const int64_t open = server_->stats().connections_open;
-  first->reset();
+  first.reset();
   // The server has seen the end (the will is pending) before the will is left again.
   ASSERT_TRUE(AwaitStats(**watcher, [&](const StoreServerStats& st) {
     return st.connections_open < open;
   }));
-  auto second = Client(token_);
-  ASSERT_TRUE(second.ok());
-  ASSERT_TRUE((*second)->LeaveWill("gone", std::chrono::milliseconds(1500), Soon()).ok());
+  auto second = ClientWithWill("gone", 1500);
+  ASSERT_TRUE(second);
   EXPECT_EQ((*watcher)->Wait({"gone"}, Deadline::AfterMs(2500)).code(),
             StatusCode::kDeadlineExceeded);
   EXPECT_EQ(server_->stats().wills_fired, 0);
   // The new owner's end fires it.
-  second->reset();
+  second.reset();
   EXPECT_EQ(*(*watcher)->Get("gone", Deadline::AfterMs(20000)), "its store connection closed");
 }
 
 TEST_F(StoreServerTest, ClientLeavesItsWillsAgainAfterReconnecting) {
   const int port = server_->port();
-  auto owner = Client(token_);
-  ASSERT_TRUE(owner.ok());
-  ASSERT_TRUE((*owner)->LeaveWill("gone", std::chrono::milliseconds(100), Soon()).ok());
+  auto owner = ClientWithWill("gone", 100);
+  ASSERT_TRUE(owner);
   // The store restarts on the same port (a stopped server fires no will): the client's
   // next call reconnects and leaves the will on the new server.
   server_->Stop();
   auto restarted = StoreServer::Start({.host = "127.0.0.1", .port = port, .token = token_});
   ASSERT_TRUE(restarted.ok()) << restarted.status().ToString();
   server_ = std::move(restarted).value();
-  Status reconnected = (*owner)->Set("x", "1", Soon());
-  if (!reconnected.ok()) reconnected = (*owner)->Set("x", "1", Soon());  // the first may see the old end
+  Status reconnected = owner->Set("x", "1", Soon());
+  if (!reconnected.ok()) reconnected = owner->Set("x", "1", Soon());  // the first may see the old end
   ASSERT_TRUE(reconnected.ok()) << reconnected.ToString();
   auto watcher = Client(token_);
   ASSERT_TRUE(watcher.ok());
-  owner->reset();
+  owner.reset();
   EXPECT_EQ(*(*watcher)->Get("gone", Deadline::AfterMs(20000)), "its store connection closed");
 }
 

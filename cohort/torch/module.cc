@@ -41,16 +41,8 @@ void BindChannel(py::module_& m) {
           if (n.status().code() == cohort::StatusCode::kNotFound) return py::none();
           throw std::runtime_error(n.status().ToString());
         }
-        py::dict d;
-        d["round"] = n->round;
-        d["rank"] = n->rank;
-        d["world_size"] = n->world_size;
-        d["group_rank"] = n->group_rank;
-        d["group_world_size"] = n->group_world_size;
-        d["store_prefix"] = n->store_prefix;
-        d["restart_count"] = n->restart_count;
-        d["master_addr"] = n->master_addr;
-        d["master_port"] = n->master_port;
+        // The notice's fields as the channel's file has them (MembershipNotice::ToJson).
+        py::dict d = py::module_::import("json").attr("loads")(n->ToJson());
         py::dict env;  // what the worker sets in its own environment (worker_env.h)
         for (const auto& [name, value] : cohort::ReformedEnvironment(*n)) env[py::str(name)] = value;
         d["environment"] = env;

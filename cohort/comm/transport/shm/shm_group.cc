@@ -305,57 +305,71 @@ char* ShmGroup::ring(int from, int to) const {
   return reinterpret_cast<char*>(&pair(from, to)) + 192;
 }
 
+namespace {
+
+// Moves `bytes` through one pair's ring, for either end: `mine` is this end's counter (bytes
+// written, for the sender; bytes read, for the receiver), `theirs` the other end's.
+// `room(mine, theirs)` is how many bytes may move now; `copy(at, k)` moves the next k bytes
+// at ring offset `at`; `wait(theirs)` returns once the other end moved on from `theirs`.
+// Each move is published to the other end, woken if it sleeps.
+template <typename Room, typename Copy, typename Wait>
+Status MoveThroughRing(std::atomic<uint32_t>& mine, std::atomic<uint32_t>& theirs,
+                       std::atomic<uint32_t>& sleepers, size_t bytes, const Room& room,
+                       const Copy& copy, const Wait& wait) {
+  while (bytes > 0) {
+    const uint32_t m = mine.load(std::memory_order_relaxed);
+    const uint32_t t = theirs.load(std::memory_order_acquire);
+    const size_t can = room(m, t);
+    if (can == 0) {
+      COHORT_RETURN_IF_ERROR(wait(t));
+      continue;
+    }
+    const size_t at = m % kPairRingBytes;
+    const size_t k = std::min({bytes, can, kPairRingBytes - at});
+    copy(at, k);
+    mine.store(m + static_cast<uint32_t>(k), std::memory_order_seq_cst);
+    if (sleepers.load(std::memory_order_seq_cst) > 0) {
+      Futex(&mine, FUTEX_WAKE, INT_MAX, nullptr);
+    }
+    bytes -= k;
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status ShmGroup::Push(int to, const char* data, size_t bytes, const OpDesc& desc,
                       Deadline deadline) {
   PairControl& pc = pair(index_, to);
   char* buf = ring(index_, to);
-  while (bytes > 0) {
-    const uint32_t w = pc.written.load(std::memory_order_relaxed);
-    const uint32_t r = pc.read.load(std::memory_order_acquire);
-    const size_t free = kPairRingBytes - (w - r);
-    if (free == 0) {
-      COHORT_RETURN_IF_ERROR(WaitUntil(pc.read, pc.sleepers, [r](uint32_t v) { return v != r; },
-                                       to, desc, deadline, "receive"));
-      continue;
-    }
-    const size_t at = w % kPairRingBytes;
-    const size_t k = std::min({bytes, free, kPairRingBytes - at});
-    std::memcpy(buf + at, data, k);
-    pc.written.store(w + static_cast<uint32_t>(k), std::memory_order_seq_cst);
-    if (pc.sleepers.load(std::memory_order_seq_cst) > 0) {
-      Futex(&pc.written, FUTEX_WAKE, INT_MAX, nullptr);
-    }
-    data += k;
-    bytes -= k;
-  }
-  return Status::Ok();
+  return MoveThroughRing(
+      pc.written, pc.read, pc.sleepers, bytes,
+      [](uint32_t w, uint32_t r) { return kPairRingBytes - (w - r); },
+      [&](size_t at, size_t k) {
+        std::memcpy(buf + at, data, k);
+        data += k;
+      },
+      [&](uint32_t r) {
+        return WaitUntil(pc.read, pc.sleepers, [r](uint32_t v) { return v != r; }, to, desc,
+                         deadline, "receive");
+      });
 }
 
 Status ShmGroup::Pull(int from, char* data, size_t bytes, const OpDesc& desc,
                       Deadline deadline) {
   PairControl& pc = pair(from, index_);
   const char* buf = ring(from, index_);
-  while (bytes > 0) {
-    const uint32_t r = pc.read.load(std::memory_order_relaxed);
-    const uint32_t w = pc.written.load(std::memory_order_acquire);
-    const size_t avail = w - r;
-    if (avail == 0) {
-      COHORT_RETURN_IF_ERROR(WaitUntil(pc.written, pc.sleepers,
-                                       [w](uint32_t v) { return v != w; }, from, desc, deadline,
-                                       "send"));
-      continue;
-    }
-    const size_t at = r % kPairRingBytes;
-    const size_t k = std::min({bytes, avail, kPairRingBytes - at});
-    std::memcpy(data, buf + at, k);
-    pc.read.store(r + static_cast<uint32_t>(k), std::memory_order_seq_cst);
-    if (pc.sleepers.load(std::memory_order_seq_cst) > 0) {
-      Futex(&pc.read, FUTEX_WAKE, INT_MAX, nullptr);
-    }
-    data += k;
-    bytes -= k;
-  }
-  return Status::Ok();
+  return MoveThroughRing(
+      pc.read, pc.written, pc.sleepers, bytes,
+      [](uint32_t r, uint32_t w) { return static_cast<size_t>(w - r); },
+      [&](size_t at, size_t k) {
+        std::memcpy(data, buf + at, k);
+        data += k;
+      },
+      [&](uint32_t w) {
+        return WaitUntil(pc.written, pc.sleepers, [w](uint32_t v) { return v != w; }, from,
+                         desc, deadline, "send");
+      });
 }
 
 struct ShmMessageHeader {
