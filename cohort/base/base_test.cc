@@ -12,6 +12,7 @@
 #include "cohort/base/file.h"
 #include "cohort/base/flight_record.h"
 #include "cohort/base/exit_codes.h"
+#include "cohort/base/retry_budget.h"
 #include "cohort/base/status.h"
 #include "cohort/base/strings.h"
 #include "cohort/base/settings.h"
@@ -31,6 +32,37 @@ Result<int> Half(int x) {
 Result<int> Quarter(int x) {
   COHORT_ASSIGN_OR_RETURN(int h, Half(x));
   return Half(h);
+}
+
+// Retries past the budget wait for a token: a client sends again at most its saved tokens,
+// a share of its first tries and what time adds.
+TEST(RetryBudgetTest, RetriesAreAShareOfFirstTriesPlusTime) {
+  const SteadyClock::time_point t0 = SteadyClock::now();
+  RetryBudget budget({.ratio = 0.2, .per_second = 0.5, .max_tokens = 5}, t0);
+  // (Each answer adds one: checked last.)
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(budget.Take(t0), Duration::zero()) << i;
+  EXPECT_EQ(budget.Take(t0), std::chrono::seconds(2)) << "empty: one token in 2 s";
+  EXPECT_EQ(budget.held(), 1);
+  for (int i = 0; i < 5; ++i) budget.OnFirstTry(t0);
+  EXPECT_EQ(budget.Take(t0), Duration::zero()) << "five first tries add one retry";
+  EXPECT_GT(budget.Take(t0), Duration::zero());
+  EXPECT_EQ(budget.Take(t0 + std::chrono::seconds(2)), Duration::zero()) << "time adds one";
+  // Saved tokens are capped: a long quiet spell buys five retries, not more.
+  const auto later = t0 + std::chrono::hours(1);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(budget.Take(later), Duration::zero()) << i;
+  EXPECT_GT(budget.Take(later), Duration::zero());
+  budget.OnAnswer(later);
+  EXPECT_EQ(budget.Take(later), Duration::zero()) << "an answer adds one";
+  EXPECT_EQ(budget.held(), 3);
+}
+
+TEST(LatencyTrackerTest, MovesAnEighthTowardsEachNewAnswer) {
+  LatencyTracker t;
+  EXPECT_EQ(t.average(), Duration::zero());
+  t.Add(std::chrono::milliseconds(800));
+  EXPECT_EQ(t.average(), std::chrono::milliseconds(800));
+  t.Add(std::chrono::milliseconds(0));
+  EXPECT_EQ(t.average(), std::chrono::milliseconds(700));
 }
 
 // A status code means one thing per kind of command; a step that fails with it exits so.

@@ -98,6 +98,11 @@ const Setting<bool> kLiveReconfig{
 const Setting<double> kReconfigTimeout{
     "COHORT_RECONFIG_TIMEOUT", 60,
     "seconds workers may take to re-form in a new membership before the agent restarts them"};
+const Setting<double> kEtcdRetryBudget{
+    "COHORT_ETCD_RETRY_BUDGET", 0.2,
+    "retries an etcd client may send, as a share of its first tries (a token bucket that "
+    "also refills by 0.5 a second); a retry past it waits: a slow etcd is not pushed into "
+    "a retry storm (0: no budget)"};
 const Setting<std::string> kHome{
     "COHORT_HOME", "",
     "job history, pipeline runs and local job logs (empty: ~/.cohort; --home overrides)"};

@@ -143,6 +143,7 @@ extern const Setting<bool> kTorchStoreAnyHost;
 // Live reconfiguration (docs/multinode.md).
 extern const Setting<bool> kLiveReconfig;
 extern const Setting<double> kReconfigTimeout;
+extern const Setting<double> kEtcdRetryBudget;
 extern const Setting<std::string> kHome;
 // cohort_torch.report (a PyTorch script's progress).
 extern const Setting<std::string> kTensorboardDir;

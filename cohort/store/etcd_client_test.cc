@@ -1,8 +1,8 @@
 // EtcdStore's client without a real etcd: the parsing of endpoint lists, and retries
 // against stand-in etcd gateways (cpp-httplib) that answer as an overloaded etcd does:
-// "too many requests" is retried and "database space exceeded" is not, a ticket txn sent
-// again after its first attempt timed out takes no second ticket, and an Append outlasts
-// the request timeout. The tests against real etcd processes: etcd_store_test.cc.
+// "too many requests" is retried and "database space exceeded" is not, retries stay within
+// the client's retry budget while etcd refuses, a ticket txn sent again after its first
+// attempt timed out takes no second ticket, and an Append outlasts the request timeout. The tests against real etcd processes: etcd_store_test.cc.
 #include "cohort/store/etcd_store.h"
 
 #include <fmt/format.h>
@@ -11,7 +11,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -36,51 +38,110 @@ TEST(EtcdEndpointsTest, Parse) {
   EXPECT_FALSE(ParseEtcdEndpoints("h1:notaport").ok());
 }
 
+// A stand-in etcd gateway: ranges answer "no such key"; each put asks `refuse` whether to
+// turn it down (the gRPC code and message etcd would send), else succeeds. Serves on a
+// loopback port until destroyed.
+class PutGateway {
+ public:
+  using Refusal = std::optional<std::pair<int, std::string>>;
+  explicit PutGateway(std::function<Refusal()> refuse) : refuse_(std::move(refuse)) {
+    server_.new_task_queue = [] { return new httplib::ThreadPool(48); };
+    server_.Post("/v3/kv/range", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(R"({"header":{"revision":"1"},"count":"0"})", "application/json");
+    });
+    server_.Post("/v3/kv/put", [this](const httplib::Request&, httplib::Response& res) {
+      ++puts_;
+      if (Refusal r = refuse_()) {
+        ++refused_;
+        // etcd 3.4 sends "too many requests" with gRPC code 2 (unknown); code 8 is what its
+        // error table names; "database space exceeded" is code 8.
+        res.status = r->first == 8 ? 429 : 500;
+        res.set_content(
+            json{{"error", r->second}, {"code", r->first}, {"message", r->second}}.dump(),
+            "application/json");
+        return;
+      }
+      res.set_content(R"({"header":{"revision":"2"}})", "application/json");
+    });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    serving_ = std::thread([this] { server_.listen_after_bind(); });
+  }
+  ~PutGateway() {
+    server_.stop();
+    serving_.join();
+  }
+  Result<std::unique_ptr<EtcdStore>> Connect(EtcdStoreOptions options = {}) {
+    options.endpoints = {fmt::format("127.0.0.1:{}", port_)};
+    return EtcdStore::Connect(options, Soon());
+  }
+  int puts() const { return puts_; }
+  int refused() const { return refused_; }
+
+ private:
+  std::function<Refusal()> refuse_;
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread serving_;
+  std::atomic<int> puts_{0}, refused_{0};
+};
+
 // etcd refuses a write while more than 5,000 committed entries wait to be applied ("too
 // many requests"; etcd 3.4's gateway answers it with gRPC code 2): at 5,000 and 10,000
 // simulated nodes this ended joins. A stand-in gateway answers the first writes so; the
 // client retries them, and does not retry the same code's "database space exceeded"
 // (nothing to wait for).
 TEST(EtcdOverloadTest, TooManyRequestsIsRetriedSpaceExceededIsNot) {
-  httplib::Server server;
-  std::atomic<int> puts{0}, refusals{2};
+  std::atomic<int> refusals{2};
   std::atomic<bool> space_exceeded{false};
-  server.Post("/v3/kv/range", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(R"({"header":{"revision":"1"},"count":"0"})", "application/json");
+  PutGateway gateway([&]() -> PutGateway::Refusal {
+    if (refusals.fetch_sub(1) <= 0) return std::nullopt;
+    if (space_exceeded) return std::make_pair(8, "etcdserver: mvcc: database space exceeded");
+    // Both codes of "too many requests" are retried.
+    return std::make_pair(refusals == 1 ? 2 : 8, "etcdserver: too many requests");
   });
-  server.Post("/v3/kv/put", [&](const httplib::Request&, httplib::Response& res) {
-    ++puts;
-    if (refusals.fetch_sub(1) > 0) {
-      const std::string message = space_exceeded ? "etcdserver: mvcc: database space exceeded"
-                                                 : "etcdserver: too many requests";
-      // etcd 3.4 sends "too many requests" with gRPC code 2 (unknown); code 8 is what its
-      // error table names (both are retried); "database space exceeded" is code 8.
-      const int code = space_exceeded || puts == 2 ? 8 : 2;
-      res.status = code == 8 ? 429 : 500;
-      res.set_content(json{{"error", message}, {"code", code}, {"message", message}}.dump(),
-                      "application/json");
-      return;
-    }
-    res.set_content(R"({"header":{"revision":"2"}})", "application/json");
-  });
-  const int port = server.bind_to_any_port("127.0.0.1");
-  ASSERT_GT(port, 0);
-  std::thread serving([&] { server.listen_after_bind(); });
-  EtcdStoreOptions options;
-  options.endpoints = {fmt::format("127.0.0.1:{}", port)};
-  auto store = EtcdStore::Connect(options, Soon());
+  auto store = gateway.Connect();
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   Status overloaded = (*store)->Set("k", "v", Soon());
   EXPECT_TRUE(overloaded.ok()) << overloaded.ToString();
-  EXPECT_EQ(puts.load(), 3) << "two refusals, then the write";
+  EXPECT_EQ(gateway.puts(), 3) << "two refusals, then the write";
   space_exceeded = true;
   refusals = 1;
   Status full = (*store)->Set("k", "v", Soon());
   EXPECT_EQ(full.code(), StatusCode::kFailedPrecondition) << full.ToString();
   EXPECT_NE(full.message().find("database space exceeded"), std::string::npos);
-  EXPECT_EQ(puts.load(), 4) << "not retried";
-  server.stop();
-  serving.join();
+  EXPECT_EQ(gateway.puts(), 4) << "not retried";
+}
+
+// While etcd refuses every write ("too many requests") for two seconds, a client with forty
+// writes to make sends them again within its retry budget (COHORT_ETCD_RETRY_BUDGET: 0.2 of
+// its first tries, ten saved, 0.5 a second): without it each write was sent about four
+// times in that time (pauses of 0.25, 0.5, 1 s...), 134 refused requests in one run, to an
+// etcd already behind. Every write still succeeds once etcd takes them again (each answer
+// lets one more held-back request go).
+TEST(EtcdOverloadTest, RetriesWhileEtcdIsBehindStayWithinTheBudget) {
+  const auto refuse_until = std::chrono::steady_clock::now() + 2s;
+  PutGateway gateway([&]() -> PutGateway::Refusal {
+    if (std::chrono::steady_clock::now() >= refuse_until) return std::nullopt;
+    return std::make_pair(2, "etcdserver: too many requests");
+  });
+  EtcdStoreOptions options;
+  options.request_timeout = 20s;  // the writes outlast the refusals
+  auto store = gateway.Connect(options);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  constexpr int kWrites = 40;
+  std::vector<std::thread> writers;
+  std::atomic<int> written{0};
+  for (int i = 0; i < kWrites; ++i) {
+    writers.emplace_back([&, i] {
+      if ((*store)->Set(fmt::format("k{}", i), "v", Deadline::AfterMs(30000)).ok()) ++written;
+    });
+  }
+  for (auto& w : writers) w.join();
+  EXPECT_EQ(written.load(), kWrites);
+  // While refused: the first tries, the ten saved tokens, 0.2 per first try, 0.5 a second.
+  EXPECT_LE(gateway.refused(), kWrites + 10 + 0.2 * kWrites + 0.5 * 2 + 1)
+      << "refused " << gateway.refused();
+  EXPECT_EQ(gateway.puts() - gateway.refused(), kWrites) << "each write accepted once";
 }
 
 // A stand-in etcd gateway for the ticket txn: applies it as etcd does (the marker's

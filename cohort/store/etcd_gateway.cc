@@ -353,6 +353,35 @@ void EtcdStore::Impl::NoteFailure(const Status& last) {
                     Join(urls), (now - since) / 1000.0, last.message());
   }
 }
+bool EtcdStore::Impl::AwaitRetryToken(Deadline deadline) {
+  if (!retry_budget) return true;
+  for (Duration wait = retry_budget->Take(); wait > Duration::zero();
+       wait = retry_budget->Take()) {
+    const int64_t now = NowMs();
+    int64_t warned = shedding_warned_ms.load();
+    if (now - warned >= kSheddingRepeatMs &&
+        shedding_warned_ms.compare_exchange_strong(warned, now)) {
+      COHORT_LOG_WARN(kLog, "etcd at {} is slow (answers take {:.0f} ms): holding back "
+                      "retries to spare it ({} so far; COHORT_ETCD_RETRY_BUDGET)",
+                      Join(urls),
+                      std::chrono::duration<double, std::milli>(latency.average()).count(),
+                      retry_budget->held());
+    }
+    // A random part of the wait, at most half a second (an answer to another request may
+    // add a token sooner): requests held back together do not go out together.
+    Pause(std::chrono::duration_cast<Duration>(
+              std::min<Duration>(wait, std::chrono::milliseconds(500)) * (0.5 + RandomUnit())),
+          deadline);
+    if (aborted || deadline.expired()) return false;
+  }
+  return true;
+}
+
+Duration EtcdStore::Impl::OverloadPause() const {
+  return std::clamp<Duration>(2 * latency.average(), std::chrono::milliseconds(250),
+                              std::chrono::seconds(4));
+}
+
 void EtcdStore::Impl::NoteAnswer() {
   const int64_t since = failing_since_ms.exchange(0);
   if (since != 0 && warned_at_ms.exchange(0) != 0) {
@@ -393,11 +422,16 @@ Result<json> EtcdStore::Impl::Post(const std::string& path, const json& request,
   // request sent until the caller's deadline (a join's, in a burst of thousands) starts
   // with the whole request timeout.
   Duration attempt = resend == Resend::kUntilDeadline ? options.request_timeout : share;
-  cohort::Backoff overload(std::chrono::milliseconds(250), std::chrono::seconds(4), d);
+  cohort::Backoff overload(OverloadPause(), std::chrono::seconds(4) + 4 * OverloadPause(), d);
   size_t failures_in_cycle = 0;
   cohort::Backoff backoff(std::chrono::milliseconds(20), std::chrono::milliseconds(500), d);
-  for (;;) {
+  if (retry_budget) retry_budget->OnFirstTry();
+  for (bool first = true;; first = false) {
     if (aborted) return Cancelled("etcd store client aborted");
+    // Every request is safe to send again (reads, puts of fixed values, compare-and-puts,
+    // the ticket txn with its marker; a lease granted twice expires unused), but only
+    // within the client's retry budget.
+    if (!first && !AwaitRetryToken(d) && aborted) return Cancelled("etcd store client aborted");
     if (d.expired()) {
       if (!last.ok() && only_refused) {
         return Unavailable("no etcd member reachable at {} (last error: {})", Join(urls),
@@ -410,10 +444,13 @@ Result<json> EtcdStore::Impl::Post(const std::string& path, const json& request,
     const std::string& url = urls[idx];
     Duration left = d.remaining();
     long http = 0;
+    const SteadyClock::time_point sent = SteadyClock::now();
     CURLcode rc = Perform(*c, url + path, body, std::min(left, attempt),
                           std::min(left, share), with_token, false, &http);
     bool retry = false;
     if (rc == CURLE_OK) {
+      latency.Add(SteadyClock::now() - sent);
+      if (retry_budget && http == 200) retry_budget->OnAnswer();
       json reply = ParseJsonBounded(c->body, kMaxReplyBytes);
       if (reply.is_discarded()) {
         last = DataLoss("etcd at {} answered {} with non-JSON (HTTP {})", url, path, http);

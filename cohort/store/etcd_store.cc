@@ -20,6 +20,7 @@
 #include "cohort/base/log.h"
 #include "cohort/base/mutex.h"
 #include "cohort/base/strings.h"
+#include "cohort/base/settings.h"
 #include "cohort/store/etcd_store_internal.h"
 
 namespace cohort::store {
@@ -107,6 +108,9 @@ Result<std::unique_ptr<EtcdStore>> EtcdStore::Connect(const EtcdStoreOptions& op
   std::call_once(curl_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  if (const double ratio = settings::kEtcdRetryBudget.Get(); ratio > 0) {
+    impl->retry_budget = std::make_unique<RetryBudget>(RetryBudget::Options{.ratio = ratio});
+  }
   if (impl->options.request_timeout <= Duration::zero()) {
     return InvalidArgument("etcd request timeout must be positive");
   }

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "cohort/base/mutex.h"
+#include "cohort/base/retry_budget.h"
 #include "cohort/store/etcd_store.h"
 
 namespace cohort::store {
@@ -120,6 +121,14 @@ struct EtcdStore::Impl {
   std::atomic<int64_t> failing_since_ms{0};  // steady clock; 0: the last request succeeded
   std::atomic<int64_t> warned_at_ms{0};      // 0: no warning for the current outage
 
+  // Retries on a budget (base/retry_budget.h; COHORT_ETCD_RETRY_BUDGET, null: none), pauses
+  // that grow with how long etcd takes to answer, and a warning (at most every
+  // kSheddingRepeatMs) while retries are held back.
+  std::unique_ptr<RetryBudget> retry_budget;
+  LatencyTracker latency;
+  static constexpr int64_t kSheddingRepeatMs = 10000;
+  std::atomic<int64_t> shedding_warned_ms{0};
+
   // Connections go first: their cleanup calls CloseSocket, which uses fds.
   ~Impl() { idle.clear(); }
 
@@ -176,6 +185,12 @@ struct EtcdStore::Impl {
   static int64_t NowMs();
   void NoteFailure(const Status& last);
   void NoteAnswer();
+  // Waits (abortable, within `deadline`) until the retry budget lets one more request go
+  // out again; false when the deadline passed or the client was aborted meanwhile.
+  bool AwaitRetryToken(Deadline deadline);
+  // The first pause after etcd said it is behind: twice its recent answer time, at least
+  // 250 ms and at most 4 s (the pauses then double, jittered).
+  Duration OverloadPause() const;
 
   // One request on the gateway, with failover (`resend`: how long it may be sent again).
   enum class Resend { kWithinRequestTimeout, kUntilDeadline };
