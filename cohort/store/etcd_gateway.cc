@@ -401,6 +401,27 @@ void EtcdStore::Impl::NoteAnswer() {
 // `resend`: kUntilDeadline for requests that are safe to apply twice (a put of a fixed
 // value, a ticket txn with its marker): they are tried until the caller's deadline, not
 // only the request timeout, so an overloaded cluster slows a join down instead of failing it.
+// Every request is safe to send again (reads, puts of fixed values, compare-and-puts, the
+// ticket txn with its marker; a lease granted twice expires unused), but only within the
+// client's retry budget (AwaitRetryToken).
+// Why a call whose time is up failed: no member could be connected to, or none answered.
+Status EtcdStore::Impl::TimedOut(const std::string& path, int64_t budget_ms, const Status& last,
+                                 bool only_refused) const {
+  if (!last.ok() && only_refused) {
+    return Unavailable("no etcd member reachable at {} (last error: {})", Join(urls),
+                       last.message());
+  }
+  return DeadlineExceeded("etcd {} did not complete within {} ms{}", path, budget_ms,
+                          last.ok() ? "" : ": " + last.message());
+}
+
+// TLS and protocol errors: another member or a later try cannot do better.
+bool EtcdStore::Impl::IsConfigurationError(CURLcode rc) {
+  return rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CACERT_BADFILE ||
+         rc == CURLE_SSL_CERTPROBLEM || rc == CURLE_SSL_CIPHER ||
+         rc == CURLE_UNSUPPORTED_PROTOCOL;
+}
+
 Result<json> EtcdStore::Impl::Post(const std::string& path, const json& request,
                                    Deadline deadline, bool with_token, Resend resend) {
   const Deadline d = resend == Resend::kUntilDeadline
@@ -428,18 +449,8 @@ Result<json> EtcdStore::Impl::Post(const std::string& path, const json& request,
   if (retry_budget) retry_budget->OnFirstTry();
   for (bool first = true;; first = false) {
     if (aborted) return Cancelled("etcd store client aborted");
-    // Every request is safe to send again (reads, puts of fixed values, compare-and-puts,
-    // the ticket txn with its marker; a lease granted twice expires unused), but only
-    // within the client's retry budget.
     if (!first && !AwaitRetryToken(d) && aborted) return Cancelled("etcd store client aborted");
-    if (d.expired()) {
-      if (!last.ok() && only_refused) {
-        return Unavailable("no etcd member reachable at {} (last error: {})", Join(urls),
-                           last.message());
-      }
-      return DeadlineExceeded("etcd {} did not complete within {} ms{}", path, budget_ms,
-                              last.ok() ? "" : ": " + last.message());
-    }
+    if (d.expired()) return TimedOut(path, budget_ms, last, only_refused);
     size_t idx = current.load() % urls.size();
     const std::string& url = urls[idx];
     Duration left = d.remaining();
@@ -486,9 +497,7 @@ Result<json> EtcdStore::Impl::Post(const std::string& path, const json& request,
       }
     } else if (rc == CURLE_ABORTED_BY_CALLBACK || aborted) {
       return Cancelled("etcd store client aborted");
-    } else if (rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CACERT_BADFILE ||
-               rc == CURLE_SSL_CERTPROBLEM || rc == CURLE_SSL_CIPHER ||
-               rc == CURLE_UNSUPPORTED_PROTOCOL) {
+    } else if (IsConfigurationError(rc)) {
       return FailedPrecondition("etcd at {}: {}", url, curl_easy_strerror(rc));
     } else {
       if (rc == CURLE_OPERATION_TIMEDOUT) {

@@ -196,6 +196,9 @@ struct EtcdStore::Impl {
   enum class Resend { kWithinRequestTimeout, kUntilDeadline };
   Result<json> Post(const std::string& path, const json& request, Deadline deadline,
                     bool with_token = true, Resend resend = Resend::kWithinRequestTimeout);
+  Status TimedOut(const std::string& path, int64_t budget_ms, const Status& last,
+                  bool only_refused) const;
+  static bool IsConfigurationError(CURLcode rc);
   static std::string Join(const std::vector<std::string>& v);  // "a,b,c"
   Status Authenticate(Deadline deadline);
 
