@@ -35,6 +35,10 @@ On etcd, --jobs floor first runs bench/etcd_join_floor on members of its own (co
 then start on fresh ones too): the two-request join (one txn, one watch) with nodes of its
 own and no rendezvous rules, the cost below which cohort's join cannot go; its round and
 etcd CPU are the table's "floor" columns.
+--etcd-cpu F slows etcd on purpose, reproducibly: every member runs in one cgroup (v1 cpu
+controller, root) limited to F of one core (0.5: half a core for the three members).
+--retry-budget LIST runs each configuration with COHORT_ETCD_RETRY_BUDGET set to each value
+in turn (0: no budget), so the table shows the nodes' retries with and without it.
 --repeat K runs each backend and size K times, each on a fresh store, and the table gives
 each measurement's median and the round's range (this machine's speed moves between runs).
 
@@ -64,10 +68,40 @@ ETCD = "/usr/bin/etcd"
 PER_PROCESS = 2500
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def limit_cpu(pids, fraction):
+    """Puts `pids` in a new cgroup (v1 cpu controller) limited to `fraction` of one core;
+    returns its directory (removed by release_cpu once they exited)."""
+    root = "/sys/fs/cgroup/cpu"
+    if not os.path.isdir(root) or os.geteuid() != 0:
+        raise RuntimeError("--etcd-cpu needs root and the cgroup v1 cpu controller at %s" % root)
+    path = os.path.join(root, "rdzv_scale-" + os.urandom(4).hex())
+    os.mkdir(path)
+    Path(path, "cpu.cfs_period_us").write_text("100000")
+    Path(path, "cpu.cfs_quota_us").write_text(str(max(1000, int(fraction * 100000))))
+    for pid in pids:
+        Path(path, "cgroup.procs").write_text(str(pid))
+    return path
+
+
+def release_cpu(path):
+    if path:
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
+
+
+def free_ports(count):
+    """`count` distinct free loopback ports: the sockets stay bound until all are chosen (a
+    port freed at once can be handed out again: two etcd members once got the same one)."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def cpu_seconds(pid):
@@ -147,11 +181,13 @@ class EtcdStore:
     """etcd members on loopback (data in a temporary directory), stopped by PID."""
     keeps_wills = False  # cohort's etcd client: heartbeats only
 
-    def __init__(self, members, extra_flags, profile_dir):
+    def __init__(self, members, extra_flags, profile_dir, cpu=0.0):
         self.name = "etcd%d" % members
+        self.cgroup = None
         self.profile_dir, self.profiling, self.profile_paths = profile_dir, [], []
         self.dir = tempfile.mkdtemp(prefix="rdzv_scale-etcd-")
-        ports = [(free_port(), free_port()) for _ in range(members)]
+        free = free_ports(2 * members)
+        ports = [(free[2 * i], free[2 * i + 1]) for i in range(members)]
         cluster = ",".join("m%d=http://127.0.0.1:%d" % (i, p) for i, (_, p) in enumerate(ports))
         self.procs, self.endpoints = [], []
         for i, (client, peer) in enumerate(ports):
@@ -182,6 +218,8 @@ class EtcdStore:
                 if time.monotonic() > deadline:
                     raise RuntimeError("etcd did not become healthy (logs in %s)" % self.dir)
                 time.sleep(0.1)
+        if cpu > 0:
+            self.cgroup = limit_cpu(self.pids, cpu)
 
     def agent_flags(self, job):
         return ["--etcd", ",".join(self.endpoints),
@@ -247,6 +285,7 @@ class EtcdStore:
         for p in self.procs:
             p.send_signal(signal.SIGKILL)
             p.wait()
+        release_cpu(self.cgroup)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -533,7 +572,8 @@ def make_store(name, sim, args):
     if name in ("etcd1", "etcd3"):
         if not os.path.exists(ETCD):
             raise RuntimeError("%s missing (apt-get install etcd-server)" % ETCD)
-        return EtcdStore(int(name[-1]), args.etcd_flags.split(), args.etcd_profile)
+        return EtcdStore(int(name[-1]), args.etcd_flags.split(), args.etcd_profile,
+                         args.etcd_cpu)
     raise ValueError("unknown backend %r" % name)
 
 
@@ -557,7 +597,9 @@ def print_table(results, args):
     print("rendezvous at scale: heartbeat %d ms, dead after %d ms, %d workers per node%s"
           % (args.heartbeat_ms, args.dead_ms, args.local_world_size,
              "; each cell the median of %d runs" % args.repeat if args.repeat > 1 else ""))
-    cols = [("backend", "backend", "%s"), ("nodes", "n", "%d"), ("round s", "round_s", "%.3f"),
+    cols = [("backend", "backend", "%s"), ("nodes", "n", "%d"),
+            ("etcd cores", "etcd_cpu", "%s"), ("retry budget", "retry_budget", "%s"),
+            ("round s", "round_s", "%.3f"),
             ("round s (min-max)", "round_s_range", "%s"),
             ("req/join", "req_per_join", "%.1f"),
             ("store CPU s (round)", "round_store_cpu_s", "%.2f"),
@@ -609,6 +651,10 @@ def one_run(backend, n, args):
     """The jobs of --jobs, each kind on fresh stores; their measurements ({"error"} when one
     failed)."""
     out = {"backend": backend, "n": n}
+    if backend != "embedded":
+        out["etcd_cpu"] = "%g" % args.etcd_cpu if args.etcd_cpu > 0 else "all"
+    if args.retry_budget:
+        out["retry_budget"] = os.environ.get("COHORT_ETCD_RETRY_BUDGET", "")
     print("%s, %d nodes ..." % (backend, n), flush=True)
     if "floor" in args.jobs and backend != "embedded":
         # On members of its own: cohort's job then starts on an etcd as fresh as the floor's.
@@ -629,6 +675,9 @@ def median_of(runs):
     """One row from repeated runs: each number the median of the runs that measured it, the
     round's range ("min-max"), and the first error."""
     out = {"backend": runs[0]["backend"], "n": runs[0]["n"], "runs": len(runs)}
+    for key in ("etcd_cpu", "retry_budget"):
+        if key in runs[0]:
+            out[key] = runs[0][key]
     for key in dict.fromkeys(k for r in runs for k in r):
         values = sorted(r[key] for r in runs if isinstance(r.get(key), (int, float)))
         if values and key not in out:
@@ -659,6 +708,12 @@ def main():
                          "(summarise: python3 bench/etcd_profile.py DIR/*.pb.gz)")
     ap.add_argument("--etcd-profile-s", type=int, default=10,
                     help="length of those profiles, from the round's start")
+    ap.add_argument("--etcd-cpu", type=float, default=0.0,
+                    help="limit the etcd members together to this share of one core (cgroup "
+                         "v1, root): etcd slowed on purpose; 0: no limit")
+    ap.add_argument("--retry-budget", default="",
+                    help="COHORT_ETCD_RETRY_BUDGET values to run each configuration with, "
+                         "e.g. 0.2,0 (0: none); default: the nodes' environment")
     ap.add_argument("--sim", default=str(REPO / "build/dev/bench/rdzv_sim"))
     ap.add_argument("--local-world-size", type=int, default=8)
     ap.add_argument("--heartbeat-ms", type=int, default=1000)
@@ -685,15 +740,23 @@ def main():
         sys.exit("rdzv_scale: --repeat must be at least 1")
     if not os.path.exists(args.sim):
         sys.exit("rdzv_scale: %s not built (ninja -C build/dev)" % args.sim)
+    if args.etcd_cpu > 0 and (os.geteuid() != 0 or not os.path.isdir("/sys/fs/cgroup/cpu")):
+        print("rdzv_scale: skipped: --etcd-cpu needs root and the cgroup v1 cpu controller "
+              "(/sys/fs/cgroup/cpu)", flush=True)
+        sys.exit(77)
     results = []
+    budgets = args.retry_budget.split(",") if args.retry_budget else [None]
     for backend in args.backends.split(","):
         sizes = args.nodes if backend == "embedded" else args.etcd_nodes
         for n in map(int, sizes.split(",")):
-            runs = [one_run(backend, n, args) for _ in range(args.repeat)]
-            out = runs[0] if len(runs) == 1 else median_of(runs)
-            if len(runs) > 1:
-                print("  median of %d runs: %s" % (len(runs), json.dumps(out)), flush=True)
-            results.append(out)
+            for budget in budgets:
+                if budget is not None:
+                    os.environ["COHORT_ETCD_RETRY_BUDGET"] = budget  # the nodes inherit it
+                runs = [one_run(backend, n, args) for _ in range(args.repeat)]
+                out = runs[0] if len(runs) == 1 else median_of(runs)
+                if len(runs) > 1:
+                    print("  median of %d runs: %s" % (len(runs), json.dumps(out)), flush=True)
+                results.append(out)
     print_table(results, args)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
