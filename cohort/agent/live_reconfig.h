@@ -29,7 +29,6 @@ class LiveReconfig {
   LiveReconfig(const LiveReconfig&) = delete;
   LiveReconfig& operator=(const LiveReconfig&) = delete;
 
-  bool offered() const { return offered_; }
   // The agent's private runtime directory (0700), once per agent; empty when not offered
   // or it cannot be made (then workers are restarted on every membership change).
   const std::string& MakeRuntimeDir();

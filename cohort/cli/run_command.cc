@@ -642,8 +642,8 @@ agent::AgentOptions AgentOptionsFor(const ResolvedRun& r, const std::string& sto
   o.spec.listen_addr = worker_env::Inherited(worker_env::kListenAddr).value_or(o.self.addr);
   o.spec.flight_recorder_dir =
       worker_env::Inherited(worker_env::kFlightRecorderDir).value_or("");
-  WireJobStore(r.plan, store_addr, r.use_etcd, serving, r.etcd,
-               r.rdzv.run_id, r.rdzv.join_timeout, o, connect_within);
+  WireJobStore(r.plan, store_addr, r.use_etcd, serving, r.etcd, r.rdzv.join_timeout, o,
+               connect_within);
   o.serves_store = serving && !r.use_etcd;
   return o;
 }

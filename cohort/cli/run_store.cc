@@ -87,17 +87,15 @@ Status ServeOrJoinStore(StorePlan& plan, const rendezvous::RendezvousConfig& rdz
 }
 
 void WireJobStore(const StorePlan& plan, const std::string& store_addr, bool use_etcd,
-                  bool serving, const store::EtcdStoreOptions& etcd, const std::string& run_id,
-                  Duration join_timeout, agent::AgentOptions& o,
-                  agent::StoreConnector* connect_within) {
-  // The job's keys in etcd: "/cohort/<run id>/" (etcd.prefix is the run id too).
-  store::EtcdStoreOptions job_keys = etcd;
-  job_keys.prefix = run_id;
+                  bool serving, const store::EtcdStoreOptions& etcd, Duration join_timeout,
+                  agent::AgentOptions& o, agent::StoreConnector* connect_within) {
   const JobStoreAccess tcp = store::TcpAccess({.host = store_addr, .port = plan.port,
                                                .token = plan.token});
-  o.spec.store_access = use_etcd && !serving ? store::EtcdAccess(job_keys) : tcp;
+  // The job's keys in etcd: "/cohort/<run id>/" (etcd.prefix is the run id).
+  const JobStoreAccess on_etcd = use_etcd ? store::EtcdAccess(etcd) : JobStoreAccess{};
+  o.spec.store_access = use_etcd && !serving ? on_etcd : tcp;
   // The agent's connections (its own and the watcher's): etcd whenever the job meets there.
-  *connect_within = store::ConnectorFor(use_etcd ? store::EtcdAccess(etcd) : tcp);
+  *connect_within = store::ConnectorFor(use_etcd ? on_etcd : tcp);
   const Deadline connect_deadline = Deadline::After(join_timeout);
   o.connect_store = [connect = *connect_within, connect_deadline] {
     return connect(connect_deadline.expired() ? Deadline::AfterMs(5000) : connect_deadline);

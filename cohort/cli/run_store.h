@@ -63,9 +63,8 @@ Status ServeOrJoinStore(StorePlan& plan, const rendezvous::RendezvousConfig& rdz
 // serves or joins; on an etcd job etcd itself (the run id's keys), except on a single node,
 // where this agent serves a loopback store for its own workers.
 void WireJobStore(const StorePlan& plan, const std::string& store_addr, bool use_etcd,
-                  bool serving, const store::EtcdStoreOptions& etcd, const std::string& run_id,
-                  Duration join_timeout, agent::AgentOptions& o,
-                  agent::StoreConnector* connect_within);
+                  bool serving, const store::EtcdStoreOptions& etcd, Duration join_timeout,
+                  agent::AgentOptions& o, agent::StoreConnector* connect_within);
 
 // Removes the job's keys from etcd (best effort, warned on failure).
 void RemoveEtcdKeys(const store::EtcdStoreOptions& etcd);
