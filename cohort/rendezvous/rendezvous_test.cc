@@ -732,6 +732,18 @@ TEST(RendezvousTest, AWarmSpareTakesALostNodesPlace) {
                              /*expect_next=*/2)
                   .ok());
   const auto start = SteadyClock::now();
+  // The survivors of a real job come back after stopping their workers, long after the
+  // spare counted itself in round 1's `expect`; here they wait for that count. (Had they
+  // closed round 1 first, the spare would find it running with room and ask for a
+  // re-rendezvous: round 2 with all three, one restart later.)
+  const Deadline counted = Deadline::AfterMs(20000);
+  for (;;) {  // polled (MemoryStore has no wait for a value): ends when the count is 3
+    auto expect = store->Get("rdzv/test/r1/expect", counted);
+    ASSERT_TRUE(expect.ok()) << expect.status().ToString();
+    if (*expect == "3") break;
+    ASSERT_FALSE(counted.expired()) << "the spare never counted itself: expect " << *expect;
+    std::this_thread::yield();
+  }
   auto survivors = JoinAll(store, c, 2);
   const auto& admitted = spare.Join();
   ASSERT_TRUE(admitted.ok()) << admitted.status().ToString();
