@@ -22,7 +22,7 @@ TEST_PACKAGES=(
   openmpi-bin libopenmpi-dev libgloo-dev
   slurmctld slurmd slurm-client munge
   postgresql sqlite3
-  chromium
+  chromium chromium-driver python3-selenium
 )
 IMAGE_PACKAGES=(podman runc uidmap debootstrap)
 mode=${1:-all}

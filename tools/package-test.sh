@@ -78,7 +78,24 @@ torchrun --standalone --nproc_per_node 2 --redirects 2 --tee 2 "$out/allreduce.p
   >"$out/torchrun.log" 2>&1
 echo "under torchrun:"; check_sums "$out/torchrun.log"
 
-step "3. the store's systemd unit and the man pages"
+step "3. cohort ui from the package, over a job the installed cohort ran"
+export COHORT_HOME="$out/home"
+printf 'name: packaged\nentrypoint: /bin/sh\nargs: [-c, "echo hello from the package"]\n' \
+  >"$out/packaged.yaml"
+cohort submit "$out/packaged.yaml" --wait >"$out/submit.log" 2>&1 || { cat "$out/submit.log"; exit 1; }
+cohort ui >"$out/ui.log" 2>&1 &
+ui_pid=$!
+for _ in $(seq 100); do grep -q "cohort ui on" "$out/ui.log" && break; sleep 0.1; done
+url=$(grep -o 'http://[^ ]*/' "$out/ui.log" | head -1)
+page=$(curl -fsS --noproxy '*' "${url}jobs/1" || true)
+log=$(curl -fsS --noproxy '*' "${url}jobs/1/log.txt" || true)
+kill "$ui_pid"; wait "$ui_pid" || true
+unset COHORT_HOME
+echo "$page" | grep -q 'data-state="succeeded"' && echo "$log" | grep -q "hello from the package" \
+  || { echo "cohort ui did not show the job:"; cat "$out/ui.log"; echo "$page" | head -40; exit 1; }
+echo "  $url: job 1 succeeded, its log served"
+
+step "4. the store's systemd unit and the man pages"
 unit=$(grep 'cohort-store.service$' "$out/installed-files.txt")
 systemd-analyze verify "$unit" 2>&1 | grep -v "^$" | tee "$out/verify.log" || true
 if grep -qi "error\|invalid\|unknown" "$out/verify.log"; then exit 1; fi
@@ -89,7 +106,7 @@ for m in cohort.1 cohort-train.1; do
   echo "  $f"
 done
 
-step "4. removing the packages"
+step "5. removing the packages"
 DEBIAN_FRONTEND=noninteractive apt-get purge -y -q python3-cohort-torch cohort \
   >"$out/purge.log" 2>&1 || { tail -20 "$out/purge.log"; exit 1; }
 left=$(while read -r f; do [ -e "$f" ] && echo "$f"; done <"$out/installed-files.txt" || true)

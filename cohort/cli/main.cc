@@ -30,6 +30,7 @@ constexpr const char* kUsage =
     "  cancel  cancel a job\n"
     "  list    recent jobs\n"
     "  pipeline  multi-step workflows: run, resume, status, list, export (Argo)\n"
+    "  ui      web pages over the job and pipeline histories (jobs, arrays, DAGs, curves)\n"
     "  bench   nccl-tests-style collective benchmarks (runs cohort-bench);\n"
     "          bench scaling -- <cmd>: a training command at 1..N workers,\n"
     "          or (--nodes 1,2,3) on 1..N hosts\n"
@@ -57,7 +58,8 @@ int main(int argc, char** argv) {
   }
   if (command == "bench") return cohort::cli::ExecSibling("cohort-bench", args);
   if (command == "submit" || command == "status" || command == "logs" || command == "cancel" ||
-      command == "list" || command == "pipeline" || command == "_run-local-job") {
+      command == "list" || command == "pipeline" || command == "ui" ||
+      command == "_run-local-job") {
     args.insert(args.begin(), command);
     return cohort::cli::ExecSibling("cohort-jobs", args);
   }

@@ -157,6 +157,11 @@ Result<std::unique_ptr<JobDb>> JobDb::Open(const std::string& path) {
   return out;
 }
 
+Result<std::unique_ptr<JobDb>> JobDb::OpenReadOnly(const std::string& path) {
+  COHORT_ASSIGN_OR_RETURN(sqlite3* db, OpenSqlDatabaseReadOnly(path, kWhat));
+  return std::unique_ptr<JobDb>(new JobDb(db));
+}
+
 JobDb::~JobDb() { sqlite3_close(db_); }
 
 Status JobDb::Exec(const std::string& sql) { return ExecSql(db_, sql, kWhat); }

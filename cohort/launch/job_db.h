@@ -102,6 +102,8 @@ class JobDb {
  public:
   // Opens (creating if needed) the database at `path`.
   static Result<std::unique_ptr<JobDb>> Open(const std::string& path);
+  // Opens an existing history for reading only (the writers' calls then fail).
+  static Result<std::unique_ptr<JobDb>> OpenReadOnly(const std::string& path);
   ~JobDb();
 
   // Inserts the job (id assigned) and `array_size` pending element rows.

@@ -19,6 +19,19 @@ Status ExecSql(sqlite3* db, const std::string& sql, const std::string& what) {
   return Status::Ok();
 }
 
+Result<sqlite3*> OpenSqlDatabaseReadOnly(const std::string& path, const std::string& what) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
+    sqlite3_close(db);
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) return NotFound("no {} at {}", what, path);
+    return Unavailable("cannot open the {} {} for reading: {}", what, path, msg);
+  }
+  sqlite3_busy_timeout(db, 10000);
+  return db;
+}
+
 Result<sqlite3*> OpenSqlDatabase(const std::string& path, const char* schema,
                                  const std::string& what) {
   std::error_code ec;

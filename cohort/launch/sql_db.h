@@ -18,6 +18,9 @@
 
 namespace cohort::launch {
 
+// Opens an existing database for reading only (no schema written, no migration): for
+// readers that must never change a history (`cohort ui`). kNotFound when it does not exist.
+Result<sqlite3*> OpenSqlDatabaseReadOnly(const std::string& path, const std::string& what);
 // Opens (creating the file and its directory) `path` for use by several processes: a busy
 // timeout for their locks, WAL journal, then `schema` (CREATE ... IF NOT EXISTS).
 Result<sqlite3*> OpenSqlDatabase(const std::string& path, const char* schema,

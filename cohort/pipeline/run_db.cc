@@ -161,6 +161,11 @@ Result<std::unique_ptr<RunDb>> RunDb::Open(const std::string& path) {
   return std::unique_ptr<RunDb>(new RunDb(db));
 }
 
+Result<std::unique_ptr<RunDb>> RunDb::OpenReadOnly(const std::string& path) {
+  COHORT_ASSIGN_OR_RETURN(sqlite3* db, launch::OpenSqlDatabaseReadOnly(path, kWhat));
+  return std::unique_ptr<RunDb>(new RunDb(db));
+}
+
 RunDb::~RunDb() { sqlite3_close(db_); }
 
 Result<int64_t> RunDb::InsertRun(const RunRecord& r) {

@@ -75,6 +75,8 @@ struct StepRecord {
 class RunDb {
  public:
   static Result<std::unique_ptr<RunDb>> Open(const std::string& path);
+  // Opens an existing run history for reading only.
+  static Result<std::unique_ptr<RunDb>> OpenReadOnly(const std::string& path);
   ~RunDb();
 
   Result<int64_t> InsertRun(const RunRecord& run);

@@ -422,6 +422,16 @@ bool EtcdStore::Impl::IsConfigurationError(CURLcode rc) {
          rc == CURLE_UNSUPPORTED_PROTOCOL;
 }
 
+// The time of a call's first attempt: a member's share of the request timeout, and never
+// less than four times etcd's recent answer time (a slow cluster is not asked again, as a
+// second proposal in its queue, because a fixed share ran out); a request sent until the
+// caller's deadline gets the whole request timeout.
+Duration EtcdStore::Impl::FirstAttempt(Resend resend, Duration share) const {
+  if (resend == Resend::kUntilDeadline) return options.request_timeout;
+  return std::clamp<Duration>(4 * latency.average(), share,
+                              std::max(share, options.request_timeout));
+}
+
 Result<json> EtcdStore::Impl::Post(const std::string& path, const json& request,
                                    Deadline deadline, bool with_token, Resend resend) {
   const Deadline d = resend == Resend::kUntilDeadline
@@ -442,7 +452,7 @@ Result<json> EtcdStore::Impl::Post(const std::string& path, const json& request,
   // proposal) gets longer, while a stalled one is still left after the first share. A
   // request sent until the caller's deadline (a join's, in a burst of thousands) starts
   // with the whole request timeout.
-  Duration attempt = resend == Resend::kUntilDeadline ? options.request_timeout : share;
+  Duration attempt = FirstAttempt(resend, share);
   cohort::Backoff overload(OverloadPause(), std::chrono::seconds(4) + 4 * OverloadPause(), d);
   size_t failures_in_cycle = 0;
   cohort::Backoff backoff(std::chrono::milliseconds(20), std::chrono::milliseconds(500), d);

@@ -194,6 +194,8 @@ struct EtcdStore::Impl {
 
   // One request on the gateway, with failover (`resend`: how long it may be sent again).
   enum class Resend { kWithinRequestTimeout, kUntilDeadline };
+  // The time of a call's first attempt (see Post).
+  Duration FirstAttempt(Resend resend, Duration share) const;
   Result<json> Post(const std::string& path, const json& request, Deadline deadline,
                     bool with_token = true, Resend resend = Resend::kWithinRequestTimeout);
   Status TimedOut(const std::string& path, int64_t budget_ms, const Status& last,
