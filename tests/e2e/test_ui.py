@@ -376,3 +376,60 @@ def test_unknown_pages_and_bad_values_say_what_is_missing(ui):
     assert status == 404 and "elements 0..3" in body
     status, body, _ = get(ui.url + "compare?job=abc&job=99999")
     assert status == 200 and "No such job: 99999" in body
+
+
+def test_resume_from_the_page_runs_the_failed_steps_again(ui, browser):
+    flag = ui.dir / "fixed"
+    spec = ui.spec("flaky.yaml", """\
+        name: flaky
+        steps:
+          - name: first
+            command: "echo first"
+          - name: needs-fix
+            depends: [first]
+            command: "test -e %s && echo fixed"
+        """ % flag)
+    r = ui.run("pipeline", "run", spec)
+    assert r.returncode != 0, r.stdout + r.stderr
+    run = max(x["id"] for x in json.loads(ui.run("pipeline", "list", "--json").stdout))
+    browser.get(ui.url + "pipelines/%d" % run)
+    steps = {g.get_attribute("data-step"): g.get_attribute("data-state")
+             for g in css(browser, "svg.dag g.step")}
+    assert steps == {"first": "succeeded", "needs-fix": "failed"}, steps
+    flag.write_text("")
+    browser.find_element("id", "resume").click()
+    wait_for_element(browser, "confirm").click()
+    wait_for_text(browser, "note", "cohort pipeline resume %d started" % run)
+
+    def state():
+        s = json.loads(ui.run("pipeline", "status", run, "--json").stdout)
+        return s["state"] == "succeeded" and s
+    st = U.wait_for(state, 60, interval=0.2, what="the resumed run to succeed")
+    browser.get(ui.url + "pipelines/%d" % run)
+    steps = {g.get_attribute("data-step"): g.get_attribute("data-state")
+             for g in css(browser, "svg.dag g.step")}
+    assert steps["needs-fix"] == "succeeded", steps
+
+
+def test_a_running_job_links_to_its_live_page(ui, browser, marker):
+    release = ui.dir / "release-live"
+    job = ui.submit("live.yaml", """\
+        name: live
+        entrypoint: /bin/sh
+        args: [-c, 'while [ ! -e "%s" ]; do sleep 0.05; done', %s]
+        nproc_per_node: 2
+        metrics: {port: 0}
+        """ % (release, marker), wait=False)
+    try:
+        def linked():
+            browser.get(ui.url + "jobs/%d" % job)
+            return css(browser, "#live")
+        U.wait_for(linked, 60, interval=0.5, what="the job page to link its live page")
+        href = css(browser, "#live")[0].get_attribute("href")
+        assert re.match(r"http://127\.0\.0\.1:\d+/job$", href), href
+        status, body, _ = get(href)
+        assert status == 200 and "<html" in body.lower()
+    finally:
+        release.write_text("")
+    r = ui.run("status", job, "--wait")
+    assert r.returncode == 0, r.stdout + r.stderr
