@@ -243,6 +243,7 @@ class Sim {
       options.endpoints = std::move(endpoints);
       options.prefix = o_.prefix;
       options.request_timeout = std::chrono::seconds(30);
+      options.peers = o_.max_nodes;
       COHORT_ASSIGN_OR_RETURN(auto s, store::EtcdStore::Connect(options, deadline));
       return std::shared_ptr<store::Store>(std::move(s));
     }

@@ -551,6 +551,7 @@ int Resolve(ResolvedRun* r) {
   }
   r->rdzv.min_nodes = nnodes->first;
   r->rdzv.max_nodes = nnodes->second;
+  r->etcd.peers = nnodes->second;
   r->rdzv.max_restarts = f.max_restarts;
   r->rdzv.standby = f.standby;
   if (f.standby && r->rdzv.max_nodes <= 1) {

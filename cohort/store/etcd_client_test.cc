@@ -144,6 +144,40 @@ TEST(EtcdOverloadTest, RetriesWhileEtcdIsBehindStayWithinTheBudget) {
   EXPECT_EQ(gateway.puts() - gateway.refused(), kWrites) << "each write accepted once";
 }
 
+// Thousands of nodes share one etcd: together they may not retry more than 100 alone
+// would, whatever their number (each saves and earns a share).
+TEST(EtcdOverloadTest, ManyPeersShareWhatABudgetSavesAndEarns) {
+  const RetryBudget::Options alone = RetryBudgetFor(0.2, 1), few = RetryBudgetFor(0.2, 100);
+  EXPECT_DOUBLE_EQ(alone.per_second, 0.5);
+  EXPECT_DOUBLE_EQ(alone.max_tokens, 10);
+  EXPECT_DOUBLE_EQ(few.per_second, 0.5);
+  const RetryBudget::Options many = RetryBudgetFor(0.2, 10000);
+  EXPECT_DOUBLE_EQ(many.ratio, 0.2);
+  EXPECT_DOUBLE_EQ(many.per_second * 10000, 0.5 * 100);
+  EXPECT_DOUBLE_EQ(many.max_tokens, 1);  // every node may still retry once at once
+}
+
+// Told "too many requests", one of 2,000 peers comes back after about 2,000 /
+// kPacedRequestsPerSecond = 2 s (jittered: at least half of it), not at once: together they
+// come back at the rate etcd applies.
+TEST(EtcdOverloadTest, ARefusedPeerOfManyWaitsItsShareBeforeTheRetry) {
+  std::atomic<int> calls{0};
+  PutGateway gateway([&]() -> PutGateway::Refusal {
+    if (calls++ == 0) return std::make_pair(2, "etcdserver: too many requests");
+    return std::nullopt;
+  });
+  EtcdStoreOptions options;
+  options.request_timeout = 20s;
+  options.peers = 2000;
+  auto store = gateway.Connect(options);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE((*store)->Set("k", "v", Deadline::AfterMs(30000)).ok());
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(waited, 0.5 * 2000 / kPacedRequestsPerSecond) << "retried after " << waited << " s";
+  EXPECT_EQ(gateway.refused(), 1);
+}
+
 // A stand-in etcd gateway for the ticket txn: applies it as etcd does (the marker's
 // compare, the ticket key's version, a range at a past revision) and answers the first
 // txn `late` after applying it, as a loaded member whose answer comes after the client's

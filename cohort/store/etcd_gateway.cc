@@ -378,8 +378,12 @@ bool EtcdStore::Impl::AwaitRetryToken(Deadline deadline) {
 }
 
 Duration EtcdStore::Impl::OverloadPause() const {
-  return std::clamp<Duration>(2 * latency.average(), std::chrono::milliseconds(250),
-                              std::chrono::seconds(4));
+  // `peers` clients each waiting peers / rate come back together at about that rate.
+  const auto paced = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(
+      static_cast<double>(std::max<int64_t>(1, options.peers)) / kPacedRequestsPerSecond));
+  const Duration ceiling = std::max<Duration>(std::chrono::seconds(4), 2 * paced);
+  return std::clamp<Duration>(std::max(2 * latency.average(), paced),
+                              std::chrono::milliseconds(250), ceiling);
 }
 
 void EtcdStore::Impl::NoteAnswer() {

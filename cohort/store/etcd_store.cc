@@ -101,6 +101,15 @@ void EtcdStore::Impl::KeepAliveLoop() {
 
 // ---------------------------------------------------------------------------------------
 
+RetryBudget::Options RetryBudgetFor(double ratio, int64_t peers) {
+  const double share = std::min(1.0, 100.0 / static_cast<double>(std::max<int64_t>(1, peers)));
+  RetryBudget::Options o;
+  o.ratio = ratio;
+  o.per_second *= share;
+  o.max_tokens = std::max(1.0, o.max_tokens * share);
+  return o;
+}
+
 EtcdStore::EtcdStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Result<std::unique_ptr<EtcdStore>> EtcdStore::Connect(const EtcdStoreOptions& options,
@@ -109,7 +118,7 @@ Result<std::unique_ptr<EtcdStore>> EtcdStore::Connect(const EtcdStoreOptions& op
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   if (const double ratio = settings::kEtcdRetryBudget.Get(); ratio > 0) {
-    impl->retry_budget = std::make_unique<RetryBudget>(RetryBudget::Options{.ratio = ratio});
+    impl->retry_budget = std::make_unique<RetryBudget>(RetryBudgetFor(ratio, options.peers));
   }
   if (impl->options.request_timeout <= Duration::zero()) {
     return InvalidArgument("etcd request timeout must be positive");

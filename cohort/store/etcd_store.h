@@ -33,6 +33,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cohort/base/retry_budget.h"
 #include "cohort/store/store.h"
 
 namespace cohort::store {
@@ -52,7 +53,20 @@ struct EtcdStoreOptions {
   std::string password;
   // When > 0: grant a lease with this TTL, keep it alive, attach keys written by Set to it.
   Duration lease_ttl = Duration::zero();
+  // How many clients share the cluster at once (a job's nodes: --nnodes MAX). With many, a
+  // client told "too many requests" waits in proportion (together they come back at about
+  // kPacedRequestsPerSecond), and its retry budget saves and earns less (RetryBudgetFor).
+  int64_t peers = 1;
 };
+
+// The retries together of `peers` clients that etcd is given after it refused some: about
+// what three members on modest machines apply in a second.
+inline constexpr double kPacedRequestsPerSecond = 1000;
+
+// The retry budget of one of `peers` clients: the ratio as given; what it saves (10 tokens)
+// and earns by time (0.5 a second) shared out beyond 100 peers, so that the cluster's
+// clients together may not retry more than 100 of them alone would (at least one token).
+RetryBudget::Options RetryBudgetFor(double ratio, int64_t peers);
 
 // Splits "h1:2379,h2:2379" (or URLs) into endpoint URLs: "http://h1:2379", or https:// when
 // `tls`. A missing port is 2379.

@@ -188,8 +188,9 @@ struct EtcdStore::Impl {
   // Waits (abortable, within `deadline`) until the retry budget lets one more request go
   // out again; false when the deadline passed or the client was aborted meanwhile.
   bool AwaitRetryToken(Deadline deadline);
-  // The first pause after etcd said it is behind: twice its recent answer time, at least
-  // 250 ms and at most 4 s (the pauses then double, jittered).
+  // The first pause after etcd said it is behind: twice its recent answer time, and at
+  // least peers / kPacedRequestsPerSecond; at least 250 ms and at most 4 s or twice the
+  // paced wait (the pauses then double, jittered).
   Duration OverloadPause() const;
 
   // One request on the gateway, with failover (`resend`: how long it may be sent again).
