@@ -377,13 +377,16 @@ bool EtcdStore::Impl::AwaitRetryToken(Deadline deadline) {
   return true;
 }
 
-Duration EtcdStore::Impl::OverloadPause() const {
+Duration EtcdStore::Impl::OverloadPause(Resend resend) const {
+  const Duration answer = 2 * latency.average();
+  if (resend != Resend::kUntilDeadline) {
+    return std::clamp<Duration>(answer, std::chrono::milliseconds(250), std::chrono::seconds(4));
+  }
   // `peers` clients each waiting peers / rate come back together at about that rate.
   const auto paced = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(
       static_cast<double>(std::max<int64_t>(1, options.peers)) / kPacedRequestsPerSecond));
   const Duration ceiling = std::max<Duration>(std::chrono::seconds(4), 2 * paced);
-  return std::clamp<Duration>(std::max(2 * latency.average(), paced),
-                              std::chrono::milliseconds(250), ceiling);
+  return std::clamp<Duration>(std::max(answer, paced), std::chrono::milliseconds(250), ceiling);
 }
 
 void EtcdStore::Impl::NoteAnswer() {
@@ -457,7 +460,8 @@ Result<json> EtcdStore::Impl::Post(const std::string& path, const json& request,
   // request sent until the caller's deadline (a join's, in a burst of thousands) starts
   // with the whole request timeout.
   Duration attempt = FirstAttempt(resend, share);
-  cohort::Backoff overload(OverloadPause(), std::chrono::seconds(4) + 4 * OverloadPause(), d);
+  const Duration pause = OverloadPause(resend);
+  cohort::Backoff overload(pause, std::chrono::seconds(4) + 4 * pause, d);
   size_t failures_in_cycle = 0;
   cohort::Backoff backoff(std::chrono::milliseconds(20), std::chrono::milliseconds(500), d);
   if (retry_budget) retry_budget->OnFirstTry();

@@ -105,7 +105,6 @@ RetryBudget::Options RetryBudgetFor(double ratio, int64_t peers) {
   const double share = std::min(1.0, 100.0 / static_cast<double>(std::max<int64_t>(1, peers)));
   RetryBudget::Options o;
   o.ratio = ratio;
-  o.per_second *= share;
   o.max_tokens = std::max(1.0, o.max_tokens * share);
   return o;
 }

@@ -54,8 +54,8 @@ struct EtcdStoreOptions {
   // When > 0: grant a lease with this TTL, keep it alive, attach keys written by Set to it.
   Duration lease_ttl = Duration::zero();
   // How many clients share the cluster at once (a job's nodes: --nnodes MAX). With many, a
-  // client told "too many requests" waits in proportion (together they come back at about
-  // kPacedRequestsPerSecond), and its retry budget saves and earns less (RetryBudgetFor).
+  // join's ticket txn told "too many requests" waits in proportion (together they come back
+  // at about kPacedRequestsPerSecond), and the retry budget saves less (RetryBudgetFor).
   int64_t peers = 1;
 };
 
@@ -63,9 +63,11 @@ struct EtcdStoreOptions {
 // what three members on modest machines apply in a second.
 inline constexpr double kPacedRequestsPerSecond = 1000;
 
-// The retry budget of one of `peers` clients: the ratio as given; what it saves (10 tokens)
-// and earns by time (0.5 a second) shared out beyond 100 peers, so that the cluster's
-// clients together may not retry more than 100 of them alone would (at least one token).
+// The retry budget of one of `peers` clients: the ratio and the refill by time (0.5 a
+// second) as for one; what it saves (10 tokens, spent at once in a burst) shared out beyond
+// 100 peers, so that a burst of the cluster's clients together may not retry more at once
+// than 100 of them alone would (at least one token each). The refill stays: a node whose
+// requests etcd does not answer must still retry its beats within its dead timeout.
 RetryBudget::Options RetryBudgetFor(double ratio, int64_t peers);
 
 // Splits "h1:2379,h2:2379" (or URLs) into endpoint URLs: "http://h1:2379", or https:// when

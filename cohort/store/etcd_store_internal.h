@@ -188,13 +188,16 @@ struct EtcdStore::Impl {
   // Waits (abortable, within `deadline`) until the retry budget lets one more request go
   // out again; false when the deadline passed or the client was aborted meanwhile.
   bool AwaitRetryToken(Deadline deadline);
-  // The first pause after etcd said it is behind: twice its recent answer time, and at
-  // least peers / kPacedRequestsPerSecond; at least 250 ms and at most 4 s or twice the
-  // paced wait (the pauses then double, jittered).
-  Duration OverloadPause() const;
 
   // One request on the gateway, with failover (`resend`: how long it may be sent again).
   enum class Resend { kWithinRequestTimeout, kUntilDeadline };
+  // The first pause after etcd said it is behind: twice its recent answer time, at least
+  // 250 ms and at most 4 s (the pauses then double, jittered). For the ticket txns of a
+  // join's burst (kUntilDeadline: thousands of nodes at once) at least peers /
+  // kPacedRequestsPerSecond too, up to twice that: the peers together come back at the rate
+  // etcd applies. Not for the others: pacing every request (beats too) broke rounds of
+  // 2,000 nodes on a slowed etcd (docs/scale.md).
+  Duration OverloadPause(Resend resend) const;
   // The time of a call's first attempt (see Post).
   Duration FirstAttempt(Resend resend, Duration share) const;
   Result<json> Post(const std::string& path, const json& request, Deadline deadline,
