@@ -26,7 +26,14 @@ def main():
     model = DDP(nn.Linear(8, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     step, deadline = 0, time.monotonic() + 120
-    while not os.path.exists(os.path.join(out_dir, "stop")) and time.monotonic() < deadline:
+    while True:
+        # The ranks agree on stopping (MAX of what each sees): one rank leaving on its own
+        # while the other is in the next step's allreduce fails that rank (peer closed).
+        stop = torch.tensor([float(os.path.exists(os.path.join(out_dir, "stop")) or
+                                   time.monotonic() >= deadline)])
+        dist.all_reduce(stop, op=dist.ReduceOp.MAX)
+        if stop.item() > 0:
+            break
         x = torch.randn(16, 8)
         loss = ((model(x) - 1.0) ** 2).mean()
         opt.zero_grad()
