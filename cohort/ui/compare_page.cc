@@ -77,14 +77,16 @@ Reply ComparePage(const UiContext& c, const Query& q) {
     std::string rows;
     for (const auto& j : jobs) {
       const std::string name = fmt::format("job {} {}", j.id, j.name);
+      const std::string live = LiveJobPageUrl(c, j);
       rows += fmt::format(
           "<tr data-job=\"{0}\"><td><a href=\"/jobs/{0}\">{0}</a></td><td>{1}</td><td>{2}</td>"
-          "<td class=\"n\">{3}</td><td class=\"n\">{4}</td></tr>",
+          "<td class=\"n\">{3}</td><td class=\"n\">{4}</td><td>{5}</td></tr>",
           j.id, Escape(j.name), Badge(launch::StateName(j.state)), LastValue(loss, name),
-          LastValue(speed, name));
+          LastValue(speed, name),
+          live.empty() ? "" : fmt::format("<a class=\"live\" href=\"{}\">live</a>", Escape(live)));
     }
     body += "<div class=\"scroll\"><table id=\"compared\"><tr><th>job</th><th>name</th>"
-            "<th>state</th><th>last loss</th><th>last samples/s</th></tr>" + rows +
+            "<th>state</th><th>last loss</th><th>last samples/s</th><th>running</th></tr>" + rows +
             "</table></div>\n";
     body += "<h2>Loss</h2><div class=\"scroll\" id=\"loss\">" +
             RenderLineChartSvg("loss by step", "step", "loss", loss) + "</div>\n";

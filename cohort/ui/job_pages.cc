@@ -145,21 +145,11 @@ std::string LogLinks(const UiContext& c, const JobRecord& j, int element) {
   return "<h2>Logs</h2><div class=\"actions\">" + links + "</div>\n";
 }
 
-// The dashboard a running job's agent printed ("dashboard on http://...") in its console.
 std::string LiveLink(const UiContext& c, const JobRecord& j) {
-  if (j.state != JobState::kRunning || j.array_size > 0) return "";
-  launch::BackendOptions o;
-  o.home = c.home;
-  auto backend = launch::MakeBackendForJob(j, o);
-  if (!backend.ok()) return "";
-  auto path = (*backend)->LogPath(j, -1, -1);
-  if (!path.ok()) return "";
-  const FileChunk head = ReadFileChunk(*path, 0, 64 << 10);
-  static const std::regex kDashboard(R"(dashboard on (https?://[^\s/]+/))");
-  std::smatch m;
-  if (!std::regex_search(head.text, m, kDashboard)) return "";
-  return fmt::format(" <a class=\"button\" id=\"live\" href=\"{0}job\">live job page</a>",
-                     Escape(m[1].str()));
+  const std::string url = LiveJobPageUrl(c, j);
+  if (url.empty()) return "";
+  return fmt::format(" <a class=\"button\" id=\"live\" href=\"{}\">live job page</a>",
+                     Escape(url));
 }
 
 std::string JobActions(const UiContext& c, const JobRecord& j) {
@@ -207,6 +197,22 @@ std::string ChildrenTable(JobDb& db, const JobRecord& j) {
 }
 
 }  // namespace
+
+std::string LiveJobPageUrl(const UiContext& c, const JobRecord& j) {
+  if (j.state != JobState::kRunning || j.array_size > 0) return "";
+  launch::BackendOptions o;
+  o.home = c.home;
+  auto backend = launch::MakeBackendForJob(j, o);
+  if (!backend.ok()) return "";
+  auto path = (*backend)->LogPath(j, -1, -1);
+  if (!path.ok()) return "";
+  // The dashboard the job's agent printed ("dashboard on http://...") in its console.
+  const FileChunk head = ReadFileChunk(*path, 0, 64 << 10);
+  static const std::regex kDashboard(R"(dashboard on (https?://[^\s/]+/))");
+  std::smatch m;
+  if (!std::regex_search(head.text, m, kDashboard)) return "";
+  return m[1].str() + "job";
+}
 
 Reply JobsPage(const UiContext& c, const Query& q) {
   const std::string state = Param(q, "state"), backend = Param(q, "backend"),

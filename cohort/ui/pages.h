@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "cohort/launch/job_db.h"
+
 namespace cohort::ui {
 
 // What every page needs from the server.
@@ -54,6 +56,10 @@ Reply PipelineStepPage(const UiContext& c, int64_t id, const std::string& step);
 Reply PipelineStepLogText(const UiContext& c, int64_t id, const std::string& step,
                           const Query& q);
 Reply ResumeRun(const UiContext& c, int64_t id);
+
+// A running job's live page (`<agent's dashboard>/job`, from the address its agent logged in
+// the job's console), or "" (not running, an array, no metrics endpoint).
+std::string LiveJobPageUrl(const UiContext& c, const launch::JobRecord& job);
 
 // Compare: loss and samples/s of the chosen jobs (?job=1&job=2) on one chart each.
 Reply ComparePage(const UiContext& c, const Query& q);

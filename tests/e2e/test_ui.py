@@ -429,6 +429,9 @@ def test_a_running_job_links_to_its_live_page(ui, browser, marker):
         assert re.match(r"http://127\.0\.0\.1:\d+/job$", href), href
         status, body, _ = get(href)
         assert status == 200 and "<html" in body.lower()
+        # The compare page links it too.
+        browser.get(ui.url + "compare?job=%d" % job)
+        assert [a.get_attribute("href") for a in css(browser, "#compared a.live")] == [href]
     finally:
         release.write_text("")
     r = ui.run("status", job, "--wait")
