@@ -4,8 +4,10 @@
 #include <fmt/format.h>
 #include <signal.h>
 #include <sys/signalfd.h>
+#include <unistd.h>
 
 #include <ctime>
+#include <fstream>
 
 #include "cohort/base/exit_codes.h"
 #include "cohort/base/settings.h"
@@ -80,6 +82,40 @@ int SignalFd() {
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&set, sig);
   ::sigprocmask(SIG_BLOCK, &set, nullptr);
   return ::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+}
+
+namespace {
+sigset_t StopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  return set;
+}
+}  // namespace
+
+void BlockStopSignals() {
+  const sigset_t set = StopSignals();
+  ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+int WaitForStopSignal() {
+  const sigset_t set = StopSignals();
+  const int sfd = ::signalfd(-1, &set, SFD_CLOEXEC);
+  signalfd_siginfo si{};
+  while (sfd >= 0 && ::read(sfd, &si, sizeof(si)) != sizeof(si)) {
+  }
+  if (sfd >= 0) ::close(sfd);
+  return static_cast<int>(si.ssi_signo);
+}
+
+Result<std::string> ReadTokenFile(const std::string& path) {
+  std::ifstream in(path);
+  std::string token;
+  if (!in || !std::getline(in, token)) {
+    return InvalidArgument("cannot read the token from {}", path);
+  }
+  return std::string(Trim(token));
 }
 
 }  // namespace cohort::cli

@@ -31,6 +31,16 @@ std::string ConfigReport(const CLI::App& app, const std::vector<std::string>& gi
 // cleanly on Ctrl-C. -1 when it cannot be made.
 int SignalFd();
 
+// For a server command that runs until Ctrl-C or SIGTERM: blocks SIGINT and SIGTERM in this
+// thread before the server's threads start (they inherit the mask, so only the wait below
+// receives them), and waits for one (returns it).
+void BlockStopSignals();
+int WaitForStopSignal();
+
+// The token in the first line of `path`, trimmed (the file is the user's; the token is never
+// printed). kInvalidArgument naming the file when it cannot be read.
+Result<std::string> ReadTokenFile(const std::string& path);
+
 // "2026-11-29 16:23:05" in local time (or as `format` says, strftime); "-" for 0 (not yet).
 std::string FormatTime(double unix_seconds, const char* format = "%Y-%m-%d %H:%M:%S");
 

@@ -2,12 +2,7 @@
 // COHORT_TOKEN (or --token-file) and is never printed.
 #include "cohort/cli/store_command.h"
 
-#include <signal.h>
-#include <sys/signalfd.h>
-#include <unistd.h>
-
 #include <CLI/CLI.hpp>
-#include <fstream>
 
 #include "cohort/base/exit_codes.h"
 #include "cohort/base/strings.h"
@@ -29,12 +24,12 @@ int StoreCommand(const std::vector<std::string>& args) {
   if (int rc = ParseCommandLine(app, args, "store"); rc >= 0) return rc;
   std::string token;
   if (!token_file.empty()) {
-    std::ifstream in(token_file);
-    if (!in || !std::getline(in, token)) {
-      fmt::print(stderr, "cohort store: cannot read the token from {}\n", token_file);
+    auto read = ReadTokenFile(token_file);
+    if (!read.ok()) {
+      fmt::print(stderr, "cohort store: {}\n", read.status().message());
       return kExitInvalidValue;
     }
-    token = std::string(Trim(token));
+    token = *read;
   } else {
     token = worker_env::Inherited(worker_env::kToken).value_or("");
   }
@@ -52,15 +47,7 @@ int StoreCommand(const std::vector<std::string>& args) {
   }
   fmt::print("cohort store listening on {}:{}\n", host, (*server)->port());
   std::fflush(stdout);
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  int sfd = ::signalfd(-1, &set, SFD_CLOEXEC);
-  signalfd_siginfo si{};
-  while (::read(sfd, &si, sizeof(si)) != sizeof(si)) {
-  }
-  ::close(sfd);
+  WaitForStopSignal();  // main.cc blocked them before any thread started
   (*server)->Stop();
   return 0;
 }

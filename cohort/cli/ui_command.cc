@@ -5,14 +5,8 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
-#include <signal.h>
-#include <sys/signalfd.h>
-#include <unistd.h>
-
-#include <fstream>
 
 #include "cohort/base/exit_codes.h"
-#include "cohort/base/strings.h"
 #include "cohort/cli/cli_util.h"
 #include "cohort/cli/exec_sibling.h"
 #include "cohort/launch/local_backend.h"
@@ -37,21 +31,16 @@ int UiCommand(const std::vector<std::string>& args) {
   app.add_option("--token", o.token)->envname("COHORT_UI_TOKEN")->group("");  // env only
   if (int rc = ParseCommandLine(app, args, "ui"); rc >= 0) return rc;
   if (!token_file.empty()) {
-    std::ifstream in(token_file);
-    if (!in || !std::getline(in, o.token) || Trim(o.token).empty()) {
+    auto read = ReadTokenFile(token_file);
+    if (!read.ok() || read->empty()) {
       fmt::print(stderr, "cohort ui: cannot read a token from {} (one line, not empty)\n",
                  token_file);
       return kExitInvalidValue;
     }
-    o.token = std::string(Trim(o.token));
+    o.token = *read;
   }
   o.cohort_bin = SiblingPath("cohort");
-  // Before the server's threads start: they inherit the mask, and only signalfd gets these.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  BlockStopSignals();
   auto server = ui::UiServer::Start(o);
   if (!server.ok()) {
     fmt::print(stderr, "cohort ui: {}\n", server.status().message());
@@ -62,11 +51,7 @@ int UiCommand(const std::vector<std::string>& args) {
   fmt::print("cohort ui on http://{}{}{}:{}/ (history: {})\n", v6 ? "[" : "", o.host,
              v6 ? "]" : "", (*server)->port(), o.home);
   std::fflush(stdout);
-  const int sfd = ::signalfd(-1, &set, SFD_CLOEXEC);
-  signalfd_siginfo si{};
-  while (sfd >= 0 && ::read(sfd, &si, sizeof(si)) != sizeof(si)) {
-  }
-  if (sfd >= 0) ::close(sfd);
+  WaitForStopSignal();
   (*server)->Stop();
   return kExitOk;
 }

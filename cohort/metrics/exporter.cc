@@ -162,24 +162,41 @@ std::vector<RankSnapshot> ReadRankSnapshots(const std::string& dir) {
   return out;
 }
 
+std::vector<RankSnapshot> ReadRankHistory(const std::string& path, size_t max_bytes) {
+  std::vector<RankSnapshot> points;
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return points;
+  const auto size = static_cast<size_t>(in.tellg());
+  in.seekg(static_cast<std::streamoff>(size > max_bytes ? size - max_bytes : 0));
+  std::string line;
+  if (size > max_bytes) std::getline(in, line);  // skip the partial first line
+  while (std::getline(in, line)) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) continue;
+    points.push_back({j.value("rank", -1), j.value("time", 0.0),
+                      j.value("metrics", nlohmann::json::array())});
+  }
+  return points;
+}
+
+std::optional<double> MetricValue(const nlohmann::json& metrics, std::string_view name) {
+  if (!metrics.is_array()) return std::nullopt;
+  for (const auto& m : metrics) {
+    if (m.is_object() && m.value("name", "") == name && m.contains("value") &&
+        m["value"].is_number()) {
+      return m["value"].get<double>();
+    }
+  }
+  return std::nullopt;
+}
+
 std::vector<std::vector<RankSnapshot>> ReadRankHistories(const std::string& dir,
                                                          size_t max_bytes) {
   std::vector<std::vector<RankSnapshot>> out;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     if (entry.path().extension() != ".jsonl") continue;
-    std::ifstream in(entry.path(), std::ios::binary | std::ios::ate);
-    const auto size = static_cast<size_t>(in.tellg());
-    in.seekg(static_cast<std::streamoff>(size > max_bytes ? size - max_bytes : 0));
-    std::string line;
-    if (size > max_bytes) std::getline(in, line);  // skip the partial first line
-    std::vector<RankSnapshot> points;
-    while (std::getline(in, line)) {
-      nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_discarded() || !j.is_object()) continue;
-      points.push_back({j.value("rank", -1), j.value("time", 0.0),
-                        j.value("metrics", nlohmann::json::array())});
-    }
+    std::vector<RankSnapshot> points = ReadRankHistory(entry.path().string(), max_bytes);
     if (!points.empty()) out.push_back(std::move(points));
   }
   std::sort(out.begin(), out.end(),

@@ -11,7 +11,9 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cohort/metrics/registry.h"
@@ -39,5 +41,11 @@ std::vector<RankSnapshot> ReadRankSnapshots(const std::string& dir);
 // rank (oldest first).
 std::vector<std::vector<RankSnapshot>> ReadRankHistories(const std::string& dir,
                                                          size_t max_bytes);
+// The lines of one rank<R>.jsonl (its last `max_bytes`), oldest first.
+std::vector<RankSnapshot> ReadRankHistory(const std::string& path, size_t max_bytes);
+
+// The value of the metric `name` in a snapshot's metrics (Registry::ToJson()), when it is a
+// number.
+std::optional<double> MetricValue(const nlohmann::json& metrics, std::string_view name);
 
 }  // namespace cohort::metrics

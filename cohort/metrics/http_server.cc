@@ -216,10 +216,8 @@ nlohmann::json MetricsServer::History() {
   nlohmann::json ranks = nlohmann::json::array();
   if (o_.metrics_dir.empty()) return {{"ranks", ranks}};
   auto value = [](const nlohmann::json& metrics, const char* name) -> nlohmann::json {
-    for (const auto& m : metrics) {
-      if (m.value("name", "") == name && m.contains("value")) return m["value"];
-    }
-    return nullptr;
+    const std::optional<double> v = MetricValue(metrics, name);
+    return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
   };
   for (const auto& points : ReadRankHistories(o_.metrics_dir, 512 << 10)) {
     nlohmann::json series = nlohmann::json::array();

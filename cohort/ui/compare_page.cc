@@ -5,12 +5,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <set>
 
 #include "cohort/base/strings.h"
 #include "cohort/launch/job_db.h"
-#include "cohort/launch/local_backend.h"
 #include "cohort/ui/metrics_history.h"
 #include "cohort/ui/page.h"
 #include "cohort/ui/pages.h"
@@ -51,13 +49,8 @@ Reply ComparePage(const UiContext& c, const Query& q) {
   for (auto [it, end] = q.equal_range("job"); it != end; ++it) {
     if (auto id = ParseInt64(it->second)) chosen.insert(*id);
   }
-  const std::string path = launch::JobDbPath(c.home);
-  std::error_code ec;
-  std::unique_ptr<launch::JobDb> db;
-  if (std::filesystem::exists(path, ec)) {
-    auto opened = launch::JobDb::OpenReadOnly(path);
-    if (opened.ok()) db = std::move(*opened);
-  }
+  auto opened = OpenJobHistory(c);
+  std::unique_ptr<launch::JobDb> db = opened.ok() ? std::move(*opened) : nullptr;
   std::vector<launch::JobRecord> jobs;
   std::string missing;
   for (int64_t id : chosen) {
@@ -68,7 +61,9 @@ Reply ComparePage(const UiContext& c, const Query& q) {
       missing += fmt::format(" {}", id);
     }
   }
-  const std::vector<Series> loss = LossCurves(c, jobs), speed = SpeedCurves(c, jobs);
+  const JobCurves curves = CurvesOf(jobs);
+  const std::vector<Series>& loss = curves.loss;
+  const std::vector<Series>& speed = curves.speed;
   std::string body = "<h1>Compare runs</h1>\n";
   if (!missing.empty()) {
     body += fmt::format("<p class=\"notice\">No such job:{}</p>", Escape(missing));
@@ -77,7 +72,8 @@ Reply ComparePage(const UiContext& c, const Query& q) {
     std::string rows;
     for (const auto& j : jobs) {
       const std::string name = fmt::format("job {} {}", j.id, j.name);
-      const std::string live = LiveJobPageUrl(c, j);
+      auto backend = BackendFor(c, j);
+      const std::string live = backend.ok() ? LiveJobPageUrl(**backend, j) : "";
       rows += fmt::format(
           "<tr data-job=\"{0}\"><td><a href=\"/jobs/{0}\">{0}</a></td><td>{1}</td><td>{2}</td>"
           "<td class=\"n\">{3}</td><td class=\"n\">{4}</td><td>{5}</td></tr>",

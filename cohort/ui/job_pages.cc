@@ -29,13 +29,15 @@ using launch::JobDb;
 using launch::JobRecord;
 using launch::JobState;
 
-// The job history, or nullptr when there is none yet (the page says so; nothing created).
-Result<std::unique_ptr<JobDb>> OpenJobs(const UiContext& c) {
-  const std::string path = launch::JobDbPath(c.home);
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return std::unique_ptr<JobDb>();
-  return JobDb::OpenReadOnly(path);
+// From its start to its end, or to now while it is not over.
+std::string JobElapsed(const JobRecord& j) {
+  return Elapsed(j.started_at, launch::IsFinalState(j.state) ? j.ended_at : 0);
 }
+
+// The jobs table's header (the list, an array's children).
+constexpr const char kJobsHeader[] =
+    "<tr><th></th><th>id</th><th>name</th><th>backend</th><th>state</th><th>elements</th>"
+    "<th class=\"hide-narrow\">submitted (UTC)</th><th>duration</th><th>exit</th></tr>\n";
 
 bool Matches(const JobRecord& j, const std::string& state, const std::string& backend,
              const std::string& name) {
@@ -85,8 +87,7 @@ std::string JobRow(JobDb& db, const JobRecord& j) {
       "<td><a href=\"/jobs/{0}\">{1}</a></td><td>{2}</td><td>{3}</td><td>{4}</td>"
       "<td class=\"hide-narrow\">{5}</td><td class=\"n\">{6}</td><td class=\"n\">{7}</td></tr>\n",
       j.id, Escape(j.name), Escape(j.backend), Badge(launch::StateName(j.state)),
-      Escape(ElementSummary(db, j)), FormatTime(j.submitted_at),
-      Elapsed(j.started_at, launch::IsFinalState(j.state) ? j.ended_at : 0), exit);
+      Escape(ElementSummary(db, j)), FormatTime(j.submitted_at), JobElapsed(j), exit);
 }
 
 std::string Card(std::string_view label, std::string_view value_html) {
@@ -127,16 +128,11 @@ std::string ElementGrid(const JobRecord& j, const std::vector<ElementRecord>& el
 }
 
 // Links to the console and to each rank's log that exists (local jobs keep them).
-std::string LogLinks(const UiContext& c, const JobRecord& j, int element) {
-  launch::BackendOptions o;
-  o.home = c.home;
-  o.cohort_bin = c.cohort_bin;
-  auto backend = launch::MakeBackendForJob(j, o);
-  if (!backend.ok()) return "";
+std::string LogLinks(launch::Backend& backend, const JobRecord& j, int element) {
   const std::string base = fmt::format("/jobs/{}/log?element={}", j.id, element);
   std::string links = fmt::format("<a class=\"button\" href=\"{}\">console</a>", base);
   for (int rank = 0; rank < 256; ++rank) {
-    auto p = (*backend)->LogPath(j, element, rank);
+    auto p = backend.LogPath(j, element, rank);
     std::error_code ec;
     if (!p.ok() || !fs::exists(*p, ec)) break;
     links += fmt::format(" <a class=\"button rank-log\" href=\"{}&amp;rank={}\">rank {}</a>",
@@ -145,14 +141,7 @@ std::string LogLinks(const UiContext& c, const JobRecord& j, int element) {
   return "<h2>Logs</h2><div class=\"actions\">" + links + "</div>\n";
 }
 
-std::string LiveLink(const UiContext& c, const JobRecord& j) {
-  const std::string url = LiveJobPageUrl(c, j);
-  if (url.empty()) return "";
-  return fmt::format(" <a class=\"button\" id=\"live\" href=\"{}\">live job page</a>",
-                     Escape(url));
-}
-
-std::string JobActions(const UiContext& c, const JobRecord& j) {
+std::string JobActions(launch::Backend* backend, const JobRecord& j) {
   std::string out = "<div class=\"actions\">";
   if (!launch::IsFinalState(j.state)) {
     out += fmt::format("<a class=\"button danger\" id=\"cancel\" href=\"/jobs/{}/cancel\">"
@@ -161,7 +150,12 @@ std::string JobActions(const UiContext& c, const JobRecord& j) {
   out += fmt::format("<a class=\"button\" id=\"resubmit\" href=\"/jobs/{}/resubmit\">"
                      "Resubmit…</a>", j.id);
   out += fmt::format(" <a class=\"button\" href=\"/compare?job={}\">curves</a>", j.id);
-  return out + LiveLink(c, j) + "</div>\n";
+  const std::string live = backend != nullptr ? LiveJobPageUrl(*backend, j) : "";
+  if (!live.empty()) {
+    out += fmt::format(" <a class=\"button\" id=\"live\" href=\"{}\">live job page</a>",
+                       Escape(live));
+  }
+  return out + "</div>\n";
 }
 
 std::string JobCards(const JobRecord& j) {
@@ -172,8 +166,7 @@ std::string JobCards(const JobRecord& j) {
                       Card("submitted", FormatTime(j.submitted_at)) +
                       Card("started", FormatTime(j.started_at)) +
                       Card("ended", FormatTime(j.ended_at)) +
-                      Card("duration", Elapsed(j.started_at,
-                                               launch::IsFinalState(j.state) ? j.ended_at : 0));
+                      Card("duration", JobElapsed(j));
   if (j.array_size > 0) {
     cards += Card("elements", fmt::format("{} (at once: {})", j.array_size,
                                           j.concurrency > 0 ? std::to_string(j.concurrency)
@@ -191,20 +184,15 @@ std::string ChildrenTable(JobDb& db, const JobRecord& j) {
   if (!children.ok() || children->empty()) return "";
   std::string rows;
   for (const auto& child : *children) rows += JobRow(db, child);
-  return "<h2>Per target</h2><div class=\"scroll\"><table><tr><th></th><th>id</th><th>name</th>"
-         "<th>backend</th><th>state</th><th>elements</th><th class=\"hide-narrow\">submitted"
-         "</th><th>duration</th><th>exit</th></tr>" + rows + "</table></div>\n";
+  return std::string("<h2>Per target</h2><div class=\"scroll\"><table>") + kJobsHeader + rows +
+         "</table></div>\n";
 }
 
 }  // namespace
 
-std::string LiveJobPageUrl(const UiContext& c, const JobRecord& j) {
+std::string LiveJobPageUrl(launch::Backend& backend, const JobRecord& j) {
   if (j.state != JobState::kRunning || j.array_size > 0) return "";
-  launch::BackendOptions o;
-  o.home = c.home;
-  auto backend = launch::MakeBackendForJob(j, o);
-  if (!backend.ok()) return "";
-  auto path = (*backend)->LogPath(j, -1, -1);
+  auto path = backend.LogPath(j, -1, -1);
   if (!path.ok()) return "";
   // The dashboard the job's agent printed ("dashboard on http://...") in its console.
   const FileChunk head = ReadFileChunk(*path, 0, 64 << 10);
@@ -217,7 +205,7 @@ std::string LiveJobPageUrl(const UiContext& c, const JobRecord& j) {
 Reply JobsPage(const UiContext& c, const Query& q) {
   const std::string state = Param(q, "state"), backend = Param(q, "backend"),
                     name = Param(q, "name");
-  auto db = OpenJobs(c);
+  auto db = OpenJobHistory(c);
   if (!db.ok()) return ErrorPage(db.status().ToString());
   std::string rows;
   int shown = 0;
@@ -237,17 +225,15 @@ Reply JobsPage(const UiContext& c, const Query& q) {
   } else {
     body += fmt::format(
         "<form method=\"get\" action=\"/compare\"><div class=\"scroll\"><table id=\"jobs\">"
-        "<tr><th></th><th>id</th><th>name</th><th>backend</th><th>state</th><th>elements</th>"
-        "<th class=\"hide-narrow\">submitted (UTC)</th><th>duration</th><th>exit</th></tr>\n"
-        "{}</table></div><div class=\"actions\"><button class=\"button\" type=\"submit\">"
+        "{}{}</table></div><div class=\"actions\"><button class=\"button\" type=\"submit\">"
         "Compare the chosen jobs</button></div></form>",
-        rows);
+        kJobsHeader, rows);
   }
   return Reply{200, Layout("Jobs", Section::kJobs, body)};
 }
 
 Reply JobPage(const UiContext& c, int64_t id, const Query& q) {
-  auto db = OpenJobs(c);
+  auto db = OpenJobHistory(c);
   if (!db.ok()) return ErrorPage(db.status().ToString());
   if (!*db) return NotFoundPage(fmt::format("job {}", id));
   auto job = (*db)->Get(id);
@@ -261,15 +247,17 @@ Reply JobPage(const UiContext& c, int64_t id, const Query& q) {
   if (!j.detail.empty()) {
     body += fmt::format("<p class=\"notice\" id=\"detail\">{}</p>\n", Escape(j.detail));
   }
-  body += JobActions(c, j) + StateHistory(j);
+  auto backend = BackendFor(c, j);  // one for the page: its logs and its live page
+  launch::Backend* b = backend.ok() ? backend->get() : nullptr;
+  body += JobActions(b, j) + StateHistory(j);
   if (j.array_size > 0) {
     auto elements = (*db)->Elements(j.id);
     if (elements.ok()) body += ElementGrid(j, *elements);
-  } else {
-    body += LogLinks(c, j, -1);
+  } else if (b != nullptr) {
+    body += LogLinks(*b, j, -1);
   }
   body += ChildrenTable(**db, j);
-  const std::vector<Series> loss = LossCurves(c, {j});
+  const std::vector<Series> loss = CurvesOf({j}).loss;
   if (!loss.empty()) {
     body += "<h2>Loss</h2><div class=\"scroll\">" +
             RenderLineChartSvg("loss", "step", "loss", loss) + "</div>\n";
@@ -282,14 +270,12 @@ Reply JobPage(const UiContext& c, int64_t id, const Query& q) {
 // The log file a request names (?element=&rank=), through the job's backend.
 static Result<std::pair<JobRecord, std::string>> JobLogPath(const UiContext& c, int64_t id,
                                                             const Query& q) {
-  COHORT_ASSIGN_OR_RETURN(auto db, OpenJobs(c));
+  COHORT_ASSIGN_OR_RETURN(auto db, OpenJobHistory(c));
   if (!db) return NotFound("no job history in {}", c.home);
   COHORT_ASSIGN_OR_RETURN(JobRecord job, db->Get(id));
   const int element = static_cast<int>(ParseInt64(Param(q, "element", "-1")).value_or(-1));
   const int rank = static_cast<int>(ParseInt64(Param(q, "rank", "-1")).value_or(-1));
-  launch::BackendOptions o;
-  o.home = c.home;
-  COHORT_ASSIGN_OR_RETURN(auto backend, launch::MakeBackendForJob(job, o));
+  COHORT_ASSIGN_OR_RETURN(auto backend, BackendFor(c, job));
   COHORT_ASSIGN_OR_RETURN(std::string path, backend->LogPath(job, element, rank));
   if (job.array_size > 0 && element >= 0) {  // the element's own state says if it is live
     COHORT_ASSIGN_OR_RETURN(auto elements, db->Elements(job.id));
@@ -344,7 +330,7 @@ Reply CancelJob(const UiContext& c, int64_t id) {
 }
 
 Reply ResubmitJob(const UiContext& c, int64_t id) {
-  auto db = OpenJobs(c);
+  auto db = OpenJobHistory(c);
   if (!db.ok() || !*db) return NotFoundPage(fmt::format("job {}", id));
   auto job = (*db)->Get(id);
   if (!job.ok()) return NotFoundPage(fmt::format("job {}", id));

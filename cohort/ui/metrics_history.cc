@@ -5,8 +5,8 @@
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <functional>
 
+#include "cohort/base/strings.h"
 #include "cohort/metrics/exporter.h"
 
 namespace cohort::ui {
@@ -14,87 +14,74 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::optional<double> MetricValue(const nlohmann::json& metrics, std::string_view name) {
-  if (!metrics.is_array()) return std::nullopt;
-  for (const auto& m : metrics) {
-    if (m.is_object() && m.value("name", "") == name && m.contains("value") &&
-        m["value"].is_number()) {
-      return m["value"].get<double>();
-    }
-  }
-  return std::nullopt;
+// The rank of a "rank<R>.jsonl" file; nullopt for any other name.
+std::optional<int64_t> HistoryRank(const fs::path& p) {
+  const std::string name = p.filename().string();
+  if (p.extension() != ".jsonl" || name.rfind("rank", 0) != 0) return std::nullopt;
+  return ParseInt64(std::string_view(name).substr(4, name.size() - 4 - 6));
 }
 
-// The points of `x_of`/`y_of` for the job's lowest rank with a history.
-Series JobSeries(const launch::JobRecord& job,
-                 const std::function<std::optional<double>(const metrics::RankSnapshot&,
-                                                           double first_time)>& x_of,
-                 std::string_view y_metric) {
-  Series s;
-  s.name = fmt::format("job {} {}", job.id, job.name);
-  const std::string dir = FindMetricsDir(job.log_dir);
-  if (dir.empty()) return s;
-  auto histories = metrics::ReadRankHistories(dir, 4 << 20);
-  if (histories.empty() || histories[0].empty()) return s;
-  const auto& points = histories[0];
-  for (const auto& p : points) {
-    auto x = x_of(p, points.front().time);
-    auto y = MetricValue(p.metrics, y_metric);
-    if (x && y) s.points.emplace_back(*x, *y);
-  }
-  return s;
-}
-
-std::vector<Series> Curves(const std::vector<launch::JobRecord>& jobs, bool loss) {
-  std::vector<Series> out;
-  for (const auto& job : jobs) {
-    Series s = loss ? JobSeries(job,
-                                [](const metrics::RankSnapshot& p, double) {
-                                  return MetricValue(p.metrics, "cohort_train_step");
-                                },
-                                "cohort_train_loss")
-                    : JobSeries(job,
-                                [](const metrics::RankSnapshot& p, double first) {
-                                  return std::optional<double>(p.time - first);
-                                },
-                                "cohort_train_samples_per_second");
-    if (!s.points.empty()) out.push_back(std::move(s));
-  }
-  return out;
-}
-
-}  // namespace
-
-std::string FindMetricsDir(const std::string& log_dir) {
-  std::error_code ec;
-  if (log_dir.empty() || !fs::is_directory(log_dir, ec)) return "";
+// The lowest rank's history file in `dir`.
+std::string LowestRankFile(const fs::path& dir) {
   std::string best;
-  bool best_has_rank0 = false;
-  fs::file_time_type best_time{};
-  fs::recursive_directory_iterator it(log_dir, fs::directory_options::skip_permission_denied, ec);
-  for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    if (it.depth() > 6) it.disable_recursion_pending();
-    const fs::path& p = it->path();
-    const std::string name = p.filename().string();
-    if (p.extension() != ".jsonl" || name.rfind("rank", 0) != 0) continue;
-    const bool rank0 = name == "rank0.jsonl";
-    const auto time = fs::last_write_time(p, ec);
-    if (best.empty() || (rank0 && !best_has_rank0) ||
-        (rank0 == best_has_rank0 && time > best_time)) {
-      best = p.parent_path().string();
-      best_has_rank0 = rank0;
-      best_time = time;
+  int64_t best_rank = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const auto rank = HistoryRank(entry.path());
+    if (rank && (best.empty() || *rank < best_rank)) {
+      best = entry.path().string();
+      best_rank = *rank;
     }
   }
   return best;
 }
 
-std::vector<Series> LossCurves(const UiContext&, const std::vector<launch::JobRecord>& jobs) {
-  return Curves(jobs, /*loss=*/true);
+}  // namespace
+
+std::string FindRankHistory(const std::string& log_dir) {
+  std::error_code ec;
+  if (log_dir.empty() || !fs::is_directory(log_dir, ec)) return "";
+  fs::path best;
+  bool best_has_rank0 = false;
+  fs::file_time_type best_time{};
+  fs::recursive_directory_iterator it(log_dir, fs::directory_options::skip_permission_denied, ec);
+  for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (it.depth() > 6) it.disable_recursion_pending();
+    const auto rank = HistoryRank(it->path());
+    if (!rank) continue;
+    const bool rank0 = *rank == 0;
+    const auto time = fs::last_write_time(it->path(), ec);
+    if (best.empty() || (rank0 && !best_has_rank0) ||
+        (rank0 == best_has_rank0 && time > best_time)) {
+      best = it->path().parent_path();
+      best_has_rank0 = rank0;
+      best_time = time;
+    }
+  }
+  return best.empty() ? "" : LowestRankFile(best);
 }
 
-std::vector<Series> SpeedCurves(const UiContext&, const std::vector<launch::JobRecord>& jobs) {
-  return Curves(jobs, /*loss=*/false);
+JobCurves CurvesOf(const std::vector<launch::JobRecord>& jobs) {
+  JobCurves out;
+  for (const auto& job : jobs) {
+    const std::string path = FindRankHistory(job.log_dir);
+    if (path.empty()) continue;
+    const auto points = metrics::ReadRankHistory(path, 4 << 20);
+    if (points.empty()) continue;
+    Series loss{fmt::format("job {} {}", job.id, job.name), {}};
+    Series speed{loss.name, {}};
+    for (const auto& p : points) {
+      const auto step = metrics::MetricValue(p.metrics, "cohort_train_step");
+      const auto value = metrics::MetricValue(p.metrics, "cohort_train_loss");
+      if (step && value) loss.points.emplace_back(*step, *value);
+      if (auto sps = metrics::MetricValue(p.metrics, "cohort_train_samples_per_second")) {
+        speed.points.emplace_back(p.time - points.front().time, *sps);
+      }
+    }
+    if (!loss.points.empty()) out.loss.push_back(std::move(loss));
+    if (!speed.points.empty()) out.speed.push_back(std::move(speed));
+  }
+  return out;
 }
 
 }  // namespace cohort::ui

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "cohort/base/strings.h"
+#include "cohort/launch/local_backend.h"
 #include "cohort/ui/page.h"
 #include "cohort/ui/svg.h"
 
@@ -17,6 +18,44 @@ namespace cohort::ui {
 std::string Param(const Query& q, std::string_view key, std::string_view fallback) {
   auto it = q.find(std::string(key));
   return it == q.end() ? std::string(fallback) : it->second;
+}
+
+namespace {
+
+// A read-only history, or nullptr when its file does not exist.
+template <typename Db>
+Result<std::unique_ptr<Db>> OpenHistory(const std::string& path) {
+  auto db = Db::OpenReadOnly(path);
+  if (!db.ok() && db.status().code() == StatusCode::kNotFound) return std::unique_ptr<Db>();
+  return db;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<launch::JobDb>> OpenJobHistory(const UiContext& c) {
+  return OpenHistory<launch::JobDb>(launch::JobDbPath(c.home));
+}
+
+Result<std::unique_ptr<pipeline::RunDb>> OpenRunHistory(const UiContext& c) {
+  return OpenHistory<pipeline::RunDb>(pipeline::RunDbPath(c.home));
+}
+
+Result<std::unique_ptr<launch::Backend>> BackendFor(const UiContext& c,
+                                                    const launch::JobRecord& job) {
+  launch::BackendOptions o;
+  o.home = c.home;
+  o.cohort_bin = c.cohort_bin;
+  return launch::MakeBackendForJob(job, o);
+}
+
+std::string KeyValues(const std::map<std::string, std::string>& values,
+                      std::string_view separator) {
+  std::string out;
+  for (const auto& [k, v] : values) {
+    out += fmt::format("{}<code>{}={}</code>", out.empty() ? "" : separator, Escape(k),
+                       Escape(v));
+  }
+  return out;
 }
 
 Reply NotFoundPage(std::string_view what) {

@@ -10,7 +10,9 @@
 #include <string>
 #include <string_view>
 
+#include "cohort/launch/backend.h"
 #include "cohort/launch/job_db.h"
+#include "cohort/pipeline/run_db.h"
 
 namespace cohort::ui {
 
@@ -33,6 +35,17 @@ struct Reply {
   std::string location;  // a redirect's target (status 303)
   std::map<std::string, std::string> headers;
 };
+// The job and pipeline histories, read-only; nullptr when there is none yet (the page says
+// so, and nothing is created).
+Result<std::unique_ptr<launch::JobDb>> OpenJobHistory(const UiContext& c);
+Result<std::unique_ptr<pipeline::RunDb>> OpenRunHistory(const UiContext& c);
+// The backend that ran `job` (its logs, for one).
+Result<std::unique_ptr<launch::Backend>> BackendFor(const UiContext& c,
+                                                    const launch::JobRecord& job);
+// "<code>k=v</code>" for each entry, joined by `separator` (parameters, outputs).
+std::string KeyValues(const std::map<std::string, std::string>& values,
+                      std::string_view separator);
+
 Reply NotFoundPage(std::string_view what);
 // A 500 page saying what failed (a history that cannot be read).
 Reply ErrorPage(const std::string& what);
@@ -58,8 +71,8 @@ Reply PipelineStepLogText(const UiContext& c, int64_t id, const std::string& ste
 Reply ResumeRun(const UiContext& c, int64_t id);
 
 // A running job's live page (`<agent's dashboard>/job`, from the address its agent logged in
-// the job's console), or "" (not running, an array, no metrics endpoint).
-std::string LiveJobPageUrl(const UiContext& c, const launch::JobRecord& job);
+// the job's console, which `backend` finds), or "" (not running, an array, no endpoint).
+std::string LiveJobPageUrl(launch::Backend& backend, const launch::JobRecord& job);
 
 // Compare: loss and samples/s of the chosen jobs (?job=1&job=2) on one chart each.
 Reply ComparePage(const UiContext& c, const Query& q);

@@ -24,27 +24,12 @@ using pipeline::RunRecord;
 using pipeline::StepRecord;
 using pipeline::StepState;
 
-Result<std::unique_ptr<RunDb>> OpenRuns(const UiContext& c) {
-  const std::string path = pipeline::RunDbPath(c.home);
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return std::unique_ptr<RunDb>();
-  return RunDb::OpenReadOnly(path);
-}
-
-std::string ParamsText(const std::map<std::string, std::string>& params) {
-  std::string out;
-  for (const auto& [k, v] : params) {
-    out += fmt::format("<code>{}={}</code> ", Escape(k), Escape(v));
-  }
-  return out;
-}
-
 std::string RunRow(const RunRecord& r) {
   return fmt::format(
       "<tr data-run=\"{0}\"><td class=\"n\"><a href=\"/pipelines/{0}\">{0}</a></td>"
       "<td><a href=\"/pipelines/{0}\">{1}</a></td><td>{2}</td><td>{3}</td>"
       "<td class=\"hide-narrow\">{4}</td><td class=\"n\">{5}</td><td class=\"n\">{6}</td></tr>\n",
-      r.id, Escape(r.pipeline), Badge(pipeline::StateName(r.state)), ParamsText(r.params),
+      r.id, Escape(r.pipeline), Badge(pipeline::StateName(r.state)), KeyValues(r.params, " "),
       FormatTime(r.started_at), Elapsed(r.started_at, r.ended_at),
       r.exit_code ? std::to_string(*r.exit_code) : "");
 }
@@ -111,15 +96,13 @@ std::string RunDag(const RunRecord& run, const std::vector<StepRecord>& steps) {
 }
 
 std::string StepRow(int64_t run, const StepRecord& s, const pipeline::Step* spec) {
-  std::string outputs;
-  for (const auto& [k, v] : s.outputs) outputs += fmt::format("<code>{}={}</code> ", Escape(k), Escape(v));
   return fmt::format(
       "<tr data-step=\"{1}\"><td><a href=\"/pipelines/{0}/steps/{2}\">{1}</a></td><td>{3}</td>"
       "<td class=\"n\">{4}</td><td class=\"n\">{5}</td><td class=\"hide-narrow\">{6}</td>"
       "<td class=\"n\">{7}</td><td>{8}</td><td class=\"condition\">{9}</td></tr>\n",
       run, Escape(s.name), UrlEncode(s.name), Badge(pipeline::StateName(s.state)), s.attempts,
       s.exit_code ? std::to_string(*s.exit_code) : "", FormatTime(s.started_at),
-      Elapsed(s.started_at, s.ended_at), outputs,
+      Elapsed(s.started_at, s.ended_at), KeyValues(s.outputs, " "),
       spec != nullptr ? Escape(spec->when) : "");
 }
 
@@ -128,7 +111,7 @@ bool IsOver(const RunRecord& r) { return r.state != pipeline::RunState::kRunning
 }  // namespace
 
 Reply PipelinesPage(const UiContext& c, const Query&) {
-  auto db = OpenRuns(c);
+  auto db = OpenRunHistory(c);
   if (!db.ok()) return ErrorPage(db.status().ToString());
   std::string rows;
   if (*db) {
@@ -149,7 +132,7 @@ Reply PipelinesPage(const UiContext& c, const Query&) {
 }
 
 Reply PipelineRunPage(const UiContext& c, int64_t id, const Query& q) {
-  auto db = OpenRuns(c);
+  auto db = OpenRunHistory(c);
   if (!db.ok()) return ErrorPage(db.status().ToString());
   if (!*db) return NotFoundPage(fmt::format("pipeline run {}", id));
   auto run = (*db)->GetRun(id);
@@ -168,7 +151,7 @@ Reply PipelineRunPage(const UiContext& c, int64_t id, const Query& q) {
       "duration</span><b>{}</b></div><div class=\"card\"><span>parameters</span><b>{}</b>"
       "</div></div>\n",
       Badge(pipeline::StateName(run->state)), FormatTime(run->started_at),
-      Elapsed(run->started_at, run->ended_at), ParamsText(run->params));
+      Elapsed(run->started_at, run->ended_at), KeyValues(run->params, " "));
   if (!run->detail.empty()) {
     body += fmt::format("<p class=\"notice\" id=\"detail\">{}</p>\n", Escape(run->detail));
   }
@@ -189,7 +172,7 @@ Reply PipelineRunPage(const UiContext& c, int64_t id, const Query& q) {
 }
 
 Reply PipelineStepPage(const UiContext& c, int64_t id, const std::string& name) {
-  auto db = OpenRuns(c);
+  auto db = OpenRunHistory(c);
   if (!db.ok() || !*db) return NotFoundPage(fmt::format("pipeline run {}", id));
   auto run = (*db)->GetRun(id);
   auto steps = (*db)->Steps(id);
@@ -216,10 +199,8 @@ Reply PipelineStepPage(const UiContext& c, int64_t id, const std::string& name) 
   row("ended (UTC)", FormatTime(s->ended_at));
   row("duration", Elapsed(s->started_at, s->ended_at));
   row("why", Escape(s->detail));
-  row("run parameters", ParamsText(run->params));
-  std::string outputs;
-  for (const auto& [k, v] : s->outputs) outputs += fmt::format("<code>{}={}</code><br>", Escape(k), Escape(v));
-  row("outputs", outputs);
+  row("run parameters", KeyValues(run->params, " "));
+  row("outputs", KeyValues(s->outputs, "<br>"));
   row("cache key", fmt::format("<code>{}</code>", Escape(s->cache_key)));
   body += "</table></div>\n";
   const std::string log = s->log_dir + "/output.log";
@@ -238,7 +219,7 @@ Reply PipelineStepPage(const UiContext& c, int64_t id, const std::string& name) 
 
 Reply PipelineStepLogText(const UiContext& c, int64_t id, const std::string& name,
                           const Query& q) {
-  auto db = OpenRuns(c);
+  auto db = OpenRunHistory(c);
   if (!db.ok() || !*db) return NotFoundPage(fmt::format("pipeline run {}", id));
   auto steps = (*db)->Steps(id);
   if (!steps.ok()) return NotFoundPage(fmt::format("pipeline run {}", id));
