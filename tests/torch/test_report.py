@@ -1,7 +1,7 @@
 """A PyTorch script's progress in cohort's views: a gloo DDP loop that calls
 cohort_torch.report(step=, loss=, samples=) each step shows its step, loss and samples/s per
 rank in the agent's /api/job and in `cohort top` (before: "-" for every PyTorch job), and
-rank 0 writes the TensorBoard scalars.
+rank 0 writes the TensorBoard scalars; submitted as a job, its loss curve is in `cohort ui`.
 """
 import json
 import re
@@ -53,3 +53,40 @@ def test_a_pytorch_loop_reports_its_progress(cohort, need_torch, launcher, tmp_p
     assert len(events) == 1, events  # rank 0 only
     data = events[0].read_bytes()
     assert b"train/loss" in data and b"train/samples_per_second" in data
+
+
+def test_a_pytorch_jobs_curves_in_cohort_ui(cohort, need_torch, marker, tmp_path):
+    """The same PyTorch loop submitted as a job (`cohort submit`): `cohort ui` draws its loss
+    and samples/s from what cohort_torch.report exported, as for cohort-train."""
+    out = tmp_path / "out"
+    out.mkdir()
+    home = tmp_path / "home"
+    env = U.clean_env(COHORT_HOME=home, COHORT_METRICS_HISTORY_S="0.2")
+    spec = tmp_path / "probe.yaml"
+    spec.write_text("name: torch-probe\nentrypoint: %s\nargs: [%s, %s]\nnproc_per_node: 2\n"
+                    "metrics: {port: 0}\n" % (PROBE, out, marker))
+    submit = subprocess.run([cohort, "submit", spec, "--json"], env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert submit.returncode == 0, submit.stdout + submit.stderr
+    job = json.loads(submit.stdout.splitlines()[0])["id"]
+    ui = subprocess.Popen([cohort, "ui"], env=env, stdout=subprocess.PIPE, text=True,
+                          start_new_session=True)
+    try:
+        url = re.search(r"on (http://\S+/)", ui.stdout.readline()).group(1)
+
+        def series():
+            with urllib.request.urlopen(url + "compare?job=%d" % job, timeout=30) as r:
+                page = r.read().decode()
+            loss = re.search(r'id="loss">(.*?)</div>', page, re.S)
+            paths = re.findall(r'<path class="series" data-series="([^"]+)" d="([^"]+)"',
+                               loss.group(1) if loss else "")
+            return paths if paths and paths[0][1].count("L") >= 2 else None
+        paths = U.wait_for(series, 120, interval=0.5, what="the job's loss curve in cohort ui")
+        assert [name for name, _ in paths] == ["job %d torch-probe" % job], paths
+    finally:
+        (out / "stop").write_text("1")
+        ui.terminate()
+        assert ui.wait(timeout=20) == 0
+    waited = subprocess.run([cohort, "status", str(job), "--wait"], env=env,
+                            capture_output=True, text=True, timeout=180)
+    assert waited.returncode == 0, waited.stdout + waited.stderr  # 0: it succeeded
