@@ -24,29 +24,34 @@ JobStoreAccess TcpAccess(const TcpStoreOptions& options) {
   return a;
 }
 
+namespace {
+
+// The fields an access and the etcd options share, one list for both directions: `f(a, o)`
+// for each pair (the request timeout, in different units, is converted by the callers).
+template <typename Access, typename Options, typename F>
+void ForEachEtcdField(Access& a, Options& o, F f) {
+  f(a.etcd_endpoints, o.endpoints);
+  f(a.etcd_prefix, o.prefix);
+  f(a.etcd_ca_file, o.ca_file);
+  f(a.etcd_cert_file, o.cert_file);
+  f(a.etcd_key_file, o.key_file);
+  f(a.etcd_user, o.user);
+  f(a.etcd_password, o.password);  // never written to a worker's environment
+}
+
+}  // namespace
+
 JobStoreAccess EtcdAccess(const EtcdStoreOptions& options) {
   JobStoreAccess a;
   a.kind = JobStoreAccess::Kind::kEtcd;
-  a.etcd_endpoints = options.endpoints;
-  a.etcd_prefix = options.prefix;
-  a.etcd_ca_file = options.ca_file;
-  a.etcd_cert_file = options.cert_file;
-  a.etcd_key_file = options.key_file;
-  a.etcd_user = options.user;
-  a.etcd_password = options.password;  // never written to a worker's environment
+  ForEachEtcdField(a, options, [](auto& to, const auto& from) { to = from; });
   a.etcd_request_timeout_s = std::chrono::duration<double>(options.request_timeout).count();
   return a;
 }
 
 EtcdStoreOptions EtcdOptionsOf(const JobStoreAccess& access) {
   EtcdStoreOptions o;
-  o.endpoints = access.etcd_endpoints;
-  o.prefix = access.etcd_prefix;
-  o.ca_file = access.etcd_ca_file;
-  o.cert_file = access.etcd_cert_file;
-  o.key_file = access.etcd_key_file;
-  o.user = access.etcd_user;
-  o.password = access.etcd_password;
+  ForEachEtcdField(access, o, [](const auto& from, auto& to) { to = from; });
   if (access.etcd_request_timeout_s > 0) {
     o.request_timeout = std::chrono::duration_cast<Duration>(
         std::chrono::duration<double>(access.etcd_request_timeout_s));

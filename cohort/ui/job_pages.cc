@@ -233,12 +233,10 @@ Reply JobsPage(const UiContext& c, const Query& q) {
 }
 
 Reply JobPage(const UiContext& c, int64_t id, const Query& q) {
-  auto db = OpenJobHistory(c);
-  if (!db.ok()) return ErrorPage(db.status().ToString());
-  if (!*db) return NotFoundPage(fmt::format("job {}", id));
-  auto job = (*db)->Get(id);
-  if (!job.ok()) return NotFoundPage(fmt::format("job {}", id));
-  const JobRecord& j = *job;
+  auto found = FindJob(c, id);
+  if (found.instead) return *found.instead;
+  launch::JobDb& db = *found.db;
+  const JobRecord& j = found.record;
   std::string body = fmt::format("<h1>Job {} · {}</h1>\n", j.id, Escape(j.name));
   if (const std::string note = Param(q, "note"); !note.empty()) {
     body += fmt::format("<pre class=\"notice\" id=\"note\">{}</pre>\n", Escape(note));
@@ -251,12 +249,12 @@ Reply JobPage(const UiContext& c, int64_t id, const Query& q) {
   launch::Backend* b = backend.ok() ? backend->get() : nullptr;
   body += JobActions(b, j) + StateHistory(j);
   if (j.array_size > 0) {
-    auto elements = (*db)->Elements(j.id);
+    auto elements = db.Elements(j.id);
     if (elements.ok()) body += ElementGrid(j, *elements);
   } else if (b != nullptr) {
     body += LogLinks(*b, j, -1);
   }
-  body += ChildrenTable(**db, j);
+  body += ChildrenTable(db, j);
   const std::vector<Series> loss = CurvesOf({j}).loss;
   if (!loss.empty()) {
     body += "<h2>Loss</h2><div class=\"scroll\">" +
@@ -330,22 +328,21 @@ Reply CancelJob(const UiContext& c, int64_t id) {
 }
 
 Reply ResubmitJob(const UiContext& c, int64_t id) {
-  auto db = OpenJobHistory(c);
-  if (!db.ok() || !*db) return NotFoundPage(fmt::format("job {}", id));
-  auto job = (*db)->Get(id);
-  if (!job.ok()) return NotFoundPage(fmt::format("job {}", id));
+  auto found = FindJob(c, id);
+  if (found.instead) return *found.instead;
+  const JobRecord& job = found.record;
   const fs::path dir = fs::path(c.home) / "ui" / "resubmitted";
   std::error_code ec;
   fs::create_directories(dir, ec);
   const fs::path spec = dir / fmt::format("job{}-{:.0f}.yaml", id, WallSeconds() * 1000);
-  if (!(std::ofstream(spec) << job->spec_yaml)) {
+  if (!(std::ofstream(spec) << job.spec_yaml)) {
     return Redirect(fmt::format("/jobs/{}?note={}", id,
                                 UrlEncode("cannot write the spec to " + spec.string())));
   }
   std::vector<std::string> args = {"submit", spec.string(), "--json"};
-  if (job->backend != "targets") {
+  if (job.backend != "targets") {
     args.push_back("--backend");
-    args.push_back(job->backend);
+    args.push_back(job.backend);
   }
   auto out = RunCli(c, args, std::chrono::seconds(120));
   if (out.ok() && out->status.success()) {

@@ -40,6 +40,38 @@ Result<std::unique_ptr<pipeline::RunDb>> OpenRunHistory(const UiContext& c) {
   return OpenHistory<pipeline::RunDb>(pipeline::RunDbPath(c.home));
 }
 
+namespace {
+
+// `what` from the history `opened` by `get`, or the page that says why not.
+template <typename Db, typename Record, typename Get>
+Found<Db, Record> Find(Result<std::unique_ptr<Db>> opened, const std::string& what, Get get) {
+  Found<Db, Record> out;
+  if (!opened.ok()) {
+    out.instead = ErrorPage(opened.status().ToString());
+    return out;
+  }
+  out.db = std::move(*opened);
+  auto record = out.db ? get(*out.db) : Result<Record>(NotFound("no history yet"));
+  if (record.ok()) {
+    out.record = std::move(*record);
+  } else {
+    out.instead = NotFoundPage(what);
+  }
+  return out;
+}
+
+}  // namespace
+
+Found<launch::JobDb, launch::JobRecord> FindJob(const UiContext& c, int64_t id) {
+  return Find<launch::JobDb, launch::JobRecord>(OpenJobHistory(c), fmt::format("job {}", id),
+              [id](launch::JobDb& db) { return db.Get(id); });
+}
+
+Found<pipeline::RunDb, pipeline::RunRecord> FindRun(const UiContext& c, int64_t id) {
+  return Find<pipeline::RunDb, pipeline::RunRecord>(OpenRunHistory(c), fmt::format("pipeline run {}", id),
+              [id](pipeline::RunDb& db) { return db.GetRun(id); });
+}
+
 Result<std::unique_ptr<launch::Backend>> BackendFor(const UiContext& c,
                                                     const launch::JobRecord& job) {
   launch::BackendOptions o;

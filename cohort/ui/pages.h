@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -39,17 +40,27 @@ struct Reply {
 // so, and nothing is created).
 Result<std::unique_ptr<launch::JobDb>> OpenJobHistory(const UiContext& c);
 Result<std::unique_ptr<pipeline::RunDb>> OpenRunHistory(const UiContext& c);
+Reply NotFoundPage(std::string_view what);
+// A 500 page saying what failed (a history that cannot be read).
+Reply ErrorPage(const std::string& what);
+Reply Redirect(std::string location);
+
+// A record from a history with the open history it came from, or the page to answer instead
+// (`instead`: 500 when the history cannot be read, 404 when it or the record is absent).
+template <typename Db, typename Record>
+struct Found {
+  std::unique_ptr<Db> db;
+  Record record;
+  std::optional<Reply> instead;
+};
+Found<launch::JobDb, launch::JobRecord> FindJob(const UiContext& c, int64_t id);
+Found<pipeline::RunDb, pipeline::RunRecord> FindRun(const UiContext& c, int64_t id);
 // The backend that ran `job` (its logs, for one).
 Result<std::unique_ptr<launch::Backend>> BackendFor(const UiContext& c,
                                                     const launch::JobRecord& job);
 // "<code>k=v</code>" for each entry, joined by `separator` (parameters, outputs).
 std::string KeyValues(const std::map<std::string, std::string>& values,
                       std::string_view separator);
-
-Reply NotFoundPage(std::string_view what);
-// A 500 page saying what failed (a history that cannot be read).
-Reply ErrorPage(const std::string& what);
-Reply Redirect(std::string location);
 
 // Jobs: the list (?state=&backend=&name=), a job, its log (?element=&rank=; .txt with
 // &offset= for following), the confirmation pages of cancel and resubmit.

@@ -19,7 +19,6 @@ namespace cohort::ui {
 namespace {
 
 namespace fs = std::filesystem;
-using pipeline::RunDb;
 using pipeline::RunRecord;
 using pipeline::StepRecord;
 using pipeline::StepState;
@@ -132,16 +131,14 @@ Reply PipelinesPage(const UiContext& c, const Query&) {
 }
 
 Reply PipelineRunPage(const UiContext& c, int64_t id, const Query& q) {
-  auto db = OpenRunHistory(c);
-  if (!db.ok()) return ErrorPage(db.status().ToString());
-  if (!*db) return NotFoundPage(fmt::format("pipeline run {}", id));
-  auto run = (*db)->GetRun(id);
-  if (!run.ok()) return NotFoundPage(fmt::format("pipeline run {}", id));
-  auto steps = (*db)->Steps(id);
+  auto found = FindRun(c, id);
+  if (found.instead) return *found.instead;
+  const RunRecord& run = found.record;
+  auto steps = found.db->Steps(id);
   if (!steps.ok()) return ErrorPage(steps.status().ToString());
   std::vector<launch::Problem> problems;
-  const auto spec = pipeline::ParsePipelineSpec(run->spec_yaml, run->base_dir, &problems);
-  std::string body = fmt::format("<h1>Run {} · {}</h1>\n", id, Escape(run->pipeline));
+  const auto spec = pipeline::ParsePipelineSpec(run.spec_yaml, run.base_dir, &problems);
+  std::string body = fmt::format("<h1>Run {} · {}</h1>\n", id, Escape(run.pipeline));
   if (const std::string note = Param(q, "note"); !note.empty()) {
     body += fmt::format("<pre class=\"notice\" id=\"note\">{}</pre>\n", Escape(note));
   }
@@ -150,40 +147,40 @@ Reply PipelineRunPage(const UiContext& c, int64_t id, const Query& q) {
       "<div class=\"card\"><span>started</span><b>{}</b></div><div class=\"card\"><span>"
       "duration</span><b>{}</b></div><div class=\"card\"><span>parameters</span><b>{}</b>"
       "</div></div>\n",
-      Badge(pipeline::StateName(run->state)), FormatTime(run->started_at),
-      Elapsed(run->started_at, run->ended_at), KeyValues(run->params, " "));
-  if (!run->detail.empty()) {
-    body += fmt::format("<p class=\"notice\" id=\"detail\">{}</p>\n", Escape(run->detail));
+      Badge(pipeline::StateName(run.state)), FormatTime(run.started_at),
+      Elapsed(run.started_at, run.ended_at), KeyValues(run.params, " "));
+  if (!run.detail.empty()) {
+    body += fmt::format("<p class=\"notice\" id=\"detail\">{}</p>\n", Escape(run.detail));
   }
-  if (run->state == pipeline::RunState::kFailed || run->state == pipeline::RunState::kCancelled) {
+  if (run.state == pipeline::RunState::kFailed || run.state == pipeline::RunState::kCancelled) {
     body += fmt::format("<div class=\"actions\"><a class=\"button\" id=\"resume\" "
                         "href=\"/pipelines/{}/resume\">Resume…</a></div>\n", id);
   }
-  body += RunDag(*run, *steps);
+  body += RunDag(run, *steps);
   std::string rows;
   for (const auto& s : *steps) rows += StepRow(id, s, spec.FindStep(s.name));
   body += "<h2>Steps</h2><div class=\"scroll\"><table id=\"steps\"><tr><th>step</th>"
           "<th>state</th><th>attempts</th><th>exit</th><th class=\"hide-narrow\">started</th>"
           "<th>duration</th><th>outputs</th><th>condition</th></tr>\n" + rows +
           "</table></div>\n";
-  body += fmt::format("<h2>Spec</h2><pre id=\"spec\">{}</pre>\n", Escape(run->spec_yaml));
+  body += fmt::format("<h2>Spec</h2><pre id=\"spec\">{}</pre>\n", Escape(run.spec_yaml));
   return Reply{200, Layout(fmt::format("Run {}", id), Section::kPipelines, body,
-                           IsOver(*run) ? 0 : 3)};
+                           IsOver(run) ? 0 : 3)};
 }
 
 Reply PipelineStepPage(const UiContext& c, int64_t id, const std::string& name) {
-  auto db = OpenRunHistory(c);
-  if (!db.ok() || !*db) return NotFoundPage(fmt::format("pipeline run {}", id));
-  auto run = (*db)->GetRun(id);
-  auto steps = (*db)->Steps(id);
-  if (!run.ok() || !steps.ok()) return NotFoundPage(fmt::format("pipeline run {}", id));
+  auto found = FindRun(c, id);
+  if (found.instead) return *found.instead;
+  const RunRecord& run = found.record;
+  auto steps = found.db->Steps(id);
+  if (!steps.ok()) return ErrorPage(steps.status().ToString());
   const StepRecord* s = nullptr;
   for (const auto& step : *steps) {
     if (step.name == name) s = &step;
   }
   if (s == nullptr) return NotFoundPage(fmt::format("step '{}' of run {}", name, id));
   std::vector<launch::Problem> problems;
-  const auto spec = pipeline::ParsePipelineSpec(run->spec_yaml, run->base_dir, &problems);
+  const auto spec = pipeline::ParsePipelineSpec(run.spec_yaml, run.base_dir, &problems);
   const pipeline::Step* step_spec = spec.FindStep(name);
   std::string body = fmt::format("<p><a href=\"/pipelines/{0}\">← run {0}</a></p>", id);
   body += fmt::format("<h1>Step {} · run {}</h1>\n", Escape(name), id);
@@ -199,7 +196,7 @@ Reply PipelineStepPage(const UiContext& c, int64_t id, const std::string& name) 
   row("ended (UTC)", FormatTime(s->ended_at));
   row("duration", Elapsed(s->started_at, s->ended_at));
   row("why", Escape(s->detail));
-  row("run parameters", KeyValues(run->params, " "));
+  row("run parameters", KeyValues(run.params, " "));
   row("outputs", KeyValues(s->outputs, "<br>"));
   row("cache key", fmt::format("<code>{}</code>", Escape(s->cache_key)));
   body += "</table></div>\n";
