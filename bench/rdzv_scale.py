@@ -13,7 +13,8 @@ one member or three, data in a temporary directory, SIGKILLed at the end).
 For each backend and node count N, two jobs:
   static  (--nnodes N:N)  time from `go` to every node holding round 0; store requests per
           node for that join (server's count: StoreServer stats, etcd's
-          grpc_server_started_total); CPU seconds the store and the simulated nodes used
+          grpc_server_started_total; and of those, the answers that were not a success,
+          grpc_server_handled_total by code: "failed/join"); CPU seconds the store and the simulated nodes used
           during it (they share this machine's cores: the nodes' share is the harness's, a
           real node has its own machine); then the steady state (watchers only) for
           --steady-s seconds: store requests per node per second, store CPU (% of one core,
@@ -281,6 +282,19 @@ class EtcdStore:
                         counts[method] = counts.get(method, 0) + count
         return counts
 
+    def answers_by_code(self):
+        """{gRPC code: requests answered with it}, summed over the members: what the
+        requests got (ResourceExhausted: "too many requests", refused unapplied)."""
+        counts = {}
+        for ep in self.endpoints:
+            with urllib.request.urlopen("http://%s/metrics" % ep, timeout=120) as r:
+                for line in r.read().decode().splitlines():
+                    if line.startswith("grpc_server_handled_total{"):
+                        code = line.split('grpc_code="', 1)[1].split('"', 1)[0]
+                        count = int(float(line.rsplit(" ", 1)[1]))
+                        counts[code] = counts.get(code, 0) + count
+        return counts
+
     def stop(self):
         for p in self.procs:
             p.send_signal(signal.SIGKILL)
@@ -424,11 +438,20 @@ def per_join(before, after, n):
             if c > before.get(m, 0)}
 
 
+def failed_per_join(by_code):
+    """Answers per join that were not a success: etcd refused the request ("too many
+    requests", ResourceExhausted) or did not apply it in time ("request timed out",
+    Unavailable), the gateway gave up (Unknown, DeadlineExceeded). A watch ends Canceled
+    when its client closes it: not a failure."""
+    return round(sum(v for code, v in by_code.items() if code not in ("OK", "Canceled")), 3)
+
+
 def static_job(sim, store, n, args, out):
     job = Job(sim, store, n, "%d:%d" % (n, n), args, "static%d" % n)
     try:
         req0 = store.requests(beats=False)
         by_method0 = store.requests_by_method() if hasattr(store, "requests_by_method") else {}
+        by_code0 = store.answers_by_code() if hasattr(store, "answers_by_code") else {}
         agents = [line.proc.pid for _, _, line in job.groups]
         cpu0 = sum(cpu_seconds(p) for p in store.pids)
         acpu0 = sum(cpu_seconds(p) for p in agents)
@@ -441,6 +464,8 @@ def static_job(sim, store, n, args, out):
         out["req_per_join"] = (store.requests(beats=False) - req0) / n
         if by_method0:  # etcd: which requests a join is made of
             out["req_per_join_by_method"] = per_join(by_method0, store.requests_by_method(), n)
+            out["answers_per_join_by_code"] = per_join(by_code0, store.answers_by_code(), n)
+            out["failed_per_join"] = failed_per_join(out["answers_per_join_by_code"])
         out["round_store_cpu_s"] = sum(cpu_seconds(p) for p in store.pids) - cpu0
         out["round_agents_cpu_s"] = sum(cpu_seconds(p) for p in agents) - acpu0
         job.check_ranks(0)
@@ -535,6 +560,7 @@ def floor_job(args, store, n, out):
             if "ready" not in ready:
                 raise RuntimeError("etcd_join_floor did not connect: %s" % ready)
         req0 = store.requests_by_method()
+        code0 = store.answers_by_code()
         cpu0 = sum(cpu_seconds(p) for p in store.pids)
         store.start_profiles("floor%d" % n, args.etcd_profile_s)
         for p in procs:
@@ -555,9 +581,11 @@ def floor_job(args, store, n, out):
         floor = {"round_s": max(r["last"] for r in results) - min(r["go"] for r in results),
                  "req_per_join": (sum(by_method.values()) - sum(req0.values())) / n,
                  "req_per_join_by_method": per_join(req0, by_method, n),
+                 "answers_per_join_by_code": per_join(code0, store.answers_by_code(), n),
                  "round_store_cpu_s": sum(cpu_seconds(p) for p in store.pids) - cpu0,
                  "round_agents_cpu_s": sum(r["nodes_cpu_s"] for r in results)}
         store.finish_profiles()
+        floor["failed_per_join"] = failed_per_join(floor["answers_per_join_by_code"])
         out.update({"floor_" + k: v for k, v in floor.items()})
         print("  two-request join: " + json.dumps(floor), flush=True)
     finally:
@@ -602,6 +630,7 @@ def print_table(results, args):
             ("round s", "round_s", "%.3f"),
             ("round s (min-max)", "round_s_range", "%s"),
             ("req/join", "req_per_join", "%.1f"),
+            ("failed/join", "failed_per_join", "%.2f"),
             ("store CPU s (round)", "round_store_cpu_s", "%.2f"),
             ("nodes' CPU s (round)", "round_agents_cpu_s", "%.2f"),
             ("steady req/node/s", "steady_req_per_node_s", "%.2f"),
@@ -614,6 +643,8 @@ def print_table(results, args):
             ("1 hung: closed after deadline s", "hang1_s", "%.3f"),
             ("1 joins: round s", "join_s", "%.3f"),
             ("floor: round s", "floor_round_s", "%.3f"),
+            ("floor: req/join", "floor_req_per_join", "%.1f"),
+            ("floor: failed/join", "floor_failed_per_join", "%.2f"),
             ("floor: store CPU s", "floor_round_store_cpu_s", "%.2f")]
     # Columns no run measured (the floor on the embedded store, one run each) are left out.
     cols = cols[:2] + [c for c in cols[2:] if any(c[1] in r for r in results)]

@@ -163,14 +163,21 @@ TEST(EtcdOverloadTest, ManyPeersShareWhatABudgetSavesAndEarns) {
 // attempt gave up.
 class LateTicketGateway {
  public:
-  // `refuse_first`: the first ticket txn is answered "too many requests" (nothing applied).
-  explicit LateTicketGateway(std::chrono::milliseconds late, bool refuse_first = false)
-      : late_(late), refuse_first_(refuse_first) {
+  // What the first ticket txn gets: its answer `late` after it was applied; "too many
+  // requests" (nothing applied); or "request timed out" although it was applied (a
+  // proposal etcd took and applied after the server's own timeout).
+  // kTimeOutUnapplied: "request timed out" and the txn lost (a leader change drops it).
+  enum class First { kAnswerLate, kRefuse, kTimeOutButApply, kTimeOutUnapplied };
+  explicit LateTicketGateway(std::chrono::milliseconds late, First first = First::kAnswerLate)
+      : late_(late), first_(first) {
     server_.Post("/v3/kv/range", [this](const httplib::Request& req, httplib::Response& res) {
       json q = json::parse(req.body);
       std::lock_guard<std::mutex> lock(mu_);
+      ++ranges_;
       json answer = {{"header", {{"revision", std::to_string(revision_)}}}, {"count", "0"}};
-      if (q.contains("revision")) {
+      if (auto it = markers_.find(q.value("key", std::string())); it != markers_.end()) {
+        answer["kvs"] = json::array({{{"create_revision", std::to_string(it->second)}}});
+      } else if (q.contains("revision")) {
         const int64_t at = std::stoll(q["revision"].get<std::string>());
         answer["kvs"] = json::array({{{"version", std::to_string(version_at_[at])}}});
       }
@@ -194,7 +201,15 @@ class LateTicketGateway {
           return;
         }
         late = ++txns_ == 1;
-        if (late && refuse_first_) {
+        if (late && (first_ == First::kTimeOutButApply || first_ == First::kTimeOutUnapplied)) {
+          if (first_ == First::kTimeOutButApply) Apply(q["compare"][0]["key"]);
+          res.status = 503;
+          res.set_content(R"({"error":"etcdserver: request timed out","code":14,)"
+                          R"("message":"etcdserver: request timed out"})",
+                          "application/json");
+          return;
+        }
+        if (late && first_ == First::kRefuse) {
           res.status = 500;
           res.set_content(R"({"error":"etcdserver: too many requests","code":2,)"
                           R"("message":"etcdserver: too many requests"})",
@@ -231,6 +246,10 @@ class LateTicketGateway {
     std::lock_guard<std::mutex> lock(mu_);
     return puts_;
   }
+  int64_t ranges() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ranges_;
+  }
 
  private:
   json Apply(const std::string& marker) {
@@ -247,12 +266,12 @@ class LateTicketGateway {
   }
 
   const std::chrono::milliseconds late_;
-  const bool refuse_first_;
+  const First first_;
   httplib::Server server_;
   int port_ = 0;
   std::thread serving_;
   std::mutex mu_;
-  int64_t version_ = 4, revision_ = 10, txns_ = 0, puts_ = 0;  // four tickets taken before
+  int64_t version_ = 4, revision_ = 10, txns_ = 0, puts_ = 0, ranges_ = 0;  // four tickets taken before
   std::map<std::string, int64_t> markers_;          // marker -> create revision
   std::map<int64_t, int64_t> version_at_;           // revision -> the ticket key's version
 };
@@ -281,7 +300,7 @@ TEST(EtcdOverloadTest, ARetriedTicketTxnTakesNoSecondTicket) {
 // about 2,000 / kPacedRequestsPerSecond = 2 s (jittered: at least half of it), not at once:
 // the peers of a join's burst come back together at the rate etcd applies.
 TEST(EtcdOverloadTest, ARefusedTicketOfOneOfManyPeersWaitsItsShare) {
-  LateTicketGateway gateway(0ms, /*refuse_first=*/true);
+  LateTicketGateway gateway(0ms, LateTicketGateway::First::kRefuse);
   EtcdStoreOptions options;
   options.endpoints = {gateway.endpoint()};
   options.request_timeout = 20s;
@@ -296,6 +315,48 @@ TEST(EtcdOverloadTest, ARefusedTicketOfOneOfManyPeersWaitsItsShare) {
   EXPECT_EQ(*ticket, 5);
   EXPECT_EQ(gateway.txns(), 2) << "refused once, then applied";
   EXPECT_GE(waited, 0.5 * 2000 / kPacedRequestsPerSecond) << "sent again after " << waited;
+  store->reset();
+}
+
+// etcd took the first ticket txn but answered "request timed out" (its apply queue was over
+// the server's timeout; it applied the txn later): the client looks for its marker instead
+// of proposing the txn again, and gets the ticket that txn took (at 10,000 nodes half the
+// joins' first txns timed out so, and each copy sent again was applied too).
+TEST(EtcdOverloadTest, ATicketTxnThatTimedOutInEtcdIsLookedForNotSentAgain) {
+  LateTicketGateway gateway(0ms, LateTicketGateway::First::kTimeOutButApply);
+  EtcdStoreOptions options;
+  options.endpoints = {gateway.endpoint()};
+  options.request_timeout = 20s;
+  auto store = EtcdStore::Connect(options, Soon());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const int64_t ranges_before = gateway.ranges();  // (connecting reads too)
+  auto ticket = (*store)->TakeTicket("slot", Soon());
+  ASSERT_TRUE(ticket.ok()) << ticket.status().ToString();
+  EXPECT_EQ(*ticket, 5) << "the ticket of the txn etcd applied";
+  EXPECT_EQ(gateway.txns(), 1) << "no second proposal";
+  EXPECT_EQ(gateway.ranges() - ranges_before, 1) << "one read of the marker";
+  EXPECT_EQ(gateway.version(), 5);
+  auto next = (*store)->TakeTicket("slot", Soon());
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ(*next, 6);
+  store->reset();
+}
+
+// The same, but etcd lost the txn: the marker is not there, and the txn is sent again.
+TEST(EtcdOverloadTest, ATicketTxnThatTimedOutAndWasLostIsSentAgain) {
+  LateTicketGateway gateway(0ms, LateTicketGateway::First::kTimeOutUnapplied);
+  EtcdStoreOptions options;
+  options.endpoints = {gateway.endpoint()};
+  options.request_timeout = 20s;
+  auto store = EtcdStore::Connect(options, Soon());
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const int64_t ranges_before = gateway.ranges();  // (connecting reads too)
+  auto ticket = (*store)->TakeTicket("slot", Soon());
+  ASSERT_TRUE(ticket.ok()) << ticket.status().ToString();
+  EXPECT_EQ(*ticket, 5);
+  EXPECT_EQ(gateway.txns(), 2) << "looked for, not found, sent again";
+  EXPECT_EQ(gateway.ranges() - ranges_before, 1);
+  EXPECT_EQ(gateway.version(), 5);
   store->reset();
 }
 

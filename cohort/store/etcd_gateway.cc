@@ -277,7 +277,10 @@ bool EtcdStore::Impl::Behind(std::string_view message) {
 // The same, or a proposal etcd did not commit in time: not a member gone, the cluster
 // (one raft log) behind.
 bool EtcdStore::Impl::Overloaded(const Status& s) {
-  return Behind(s.message()) || s.message().find("request timed out") != std::string::npos;
+  return Behind(s.message()) || ProposalPending(s);
+}
+bool EtcdStore::Impl::ProposalPending(const Status& s) {
+  return s.message().find("request timed out") != std::string::npos;
 }
 
 // How a gRPC error (as the gateway reports it) maps to a Status; `transient` = worth
@@ -379,7 +382,7 @@ bool EtcdStore::Impl::AwaitRetryToken(Deadline deadline) {
 
 Duration EtcdStore::Impl::OverloadPause(Resend resend) const {
   const Duration answer = 2 * latency.average();
-  if (resend != Resend::kUntilDeadline) {
+  if (!UntilDeadline(resend)) {
     return std::clamp<Duration>(answer, std::chrono::milliseconds(250), std::chrono::seconds(4));
   }
   // `peers` clients each waiting peers / rate come back together at about that rate.
@@ -434,14 +437,14 @@ bool EtcdStore::Impl::IsConfigurationError(CURLcode rc) {
 // second proposal in its queue, because a fixed share ran out); a request sent until the
 // caller's deadline gets the whole request timeout.
 Duration EtcdStore::Impl::FirstAttempt(Resend resend, Duration share) const {
-  if (resend == Resend::kUntilDeadline) return options.request_timeout;
+  if (UntilDeadline(resend)) return options.request_timeout;
   return std::clamp<Duration>(4 * latency.average(), share,
                               std::max(share, options.request_timeout));
 }
 
 Result<json> EtcdStore::Impl::Post(const std::string& path, const json& request,
                                    Deadline deadline, bool with_token, Resend resend) {
-  const Deadline d = resend == Resend::kUntilDeadline
+  const Deadline d = UntilDeadline(resend)
                          ? deadline
                          : deadline.Earlier(Deadline::After(options.request_timeout));
   const auto budget_ms =
@@ -500,6 +503,7 @@ Result<json> EtcdStore::Impl::Post(const std::string& path, const json& request,
           continue;
         }
         if (!transient) return st;
+        if (resend == Resend::kUntilPending && ProposalPending(st)) return st;
         last = st.WithContext(url);
         only_refused = false;
         NoteFailure(last);

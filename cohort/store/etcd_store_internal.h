@@ -190,7 +190,13 @@ struct EtcdStore::Impl {
   bool AwaitRetryToken(Deadline deadline);
 
   // One request on the gateway, with failover (`resend`: how long it may be sent again).
-  enum class Resend { kWithinRequestTimeout, kUntilDeadline };
+  // kUntilPending: as kUntilDeadline, but a proposal etcd took and did not apply in time
+  // ("request timed out": it sits in the raft log and is most likely applied later) is
+  // handed back to the caller, which looks for its effect before sending it again.
+  enum class Resend { kWithinRequestTimeout, kUntilDeadline, kUntilPending };
+  static bool UntilDeadline(Resend r) { return r != Resend::kWithinRequestTimeout; }
+  // etcd's "request timed out": the proposal may still be applied.
+  static bool ProposalPending(const Status& s);
   // The first pause after etcd said it is behind: twice its recent answer time, at least
   // 250 ms and at most 4 s (the pauses then double, jittered). For the ticket txns of a
   // join's burst (kUntilDeadline: thousands of nodes at once) at least peers /

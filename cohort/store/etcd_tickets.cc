@@ -6,8 +6,10 @@
 // Thread-safety: every function here may be called from any thread at once; the beat
 // counters this client last wrote or read are guarded by beat_mu.
 #include <algorithm>
+#include <optional>
 #include <nlohmann/json.hpp>
 
+#include "cohort/base/backoff.h"
 #include "cohort/base/mutex.h"
 #include "cohort/base/strings.h"
 #include "cohort/store/etcd_store_internal.h"
@@ -44,34 +46,60 @@ Result<EtcdStore::Impl::TicketAnswer> EtcdStore::Impl::TicketTxn(
   json failure = json::array({{{"request_range", {{"key", marker}}}}});
   for (const auto& k : reads) success.push_back({{"request_range", {{"key", B64(Full(k))}}}});
   json txn = {{"compare", compare}, {"success", success}, {"failure", failure}};
-  COHORT_ASSIGN_OR_RETURN(json r,
-                          Post("/v3/kv/txn", txn, deadline, true, Resend::kUntilDeadline));
-  const json& responses = r.contains("responses") ? r["responses"] : json::array();
-  const bool succeeded = r.value("succeeded", false);
-  const size_t ops = succeeded ? 2 + reads.size() : 1;
-  if (responses.size() != ops) {
-    return DataLoss("etcd ticket txn answered {} ops, not {}", responses.size(), ops);
-  }
   TicketAnswer out;
-  out.revision = HeaderRevision(r);
-  if (succeeded) {
-    for (size_t k = 0; k < reads.size(); ++k) {
-      out.reads.push_back(responses[2 + k].value("response_range", json::object()));
+  std::optional<json> marker_kv;  // this call's marker, when an earlier copy was applied
+  json r;
+  for (;;) {
+    auto sent = Post("/v3/kv/txn", txn, deadline, true, Resend::kUntilPending);
+    if (sent.ok()) {
+      r = std::move(*sent);
+      break;
     }
-    const json put = responses[0].value("response_put", json::object());
-    auto prev = put.find("prev_kv");
-    if (prev == put.end() || !prev->is_object()) {
-      out.ticket = 1;
-    } else {
-      const int64_t version = Int(*prev, "version");
-      if (version < 1) return DataLoss("etcd answered a ticket put with a versionless key");
-      out.ticket = version + 1;
+    if (!ProposalPending(sent.status())) return sent.status();
+    // etcd took the txn but did not apply it in time: it is most likely applied later, and a
+    // copy sent now would be a second proposal that etcd applies too (at 10,000 nodes half
+    // the joins' first txns timed out so). Wait this client's share of the peers' pace,
+    // then look for the marker: a read is answered once etcd applied what it had committed.
+    Pause(std::chrono::duration_cast<Duration>(OverloadPause(Resend::kUntilPending) *
+                                               (0.5 + 0.5 * RandomUnit())),
+          deadline);
+    COHORT_ASSIGN_OR_RETURN(
+        json found, Post("/v3/kv/range", {{"key", marker}}, deadline, true, Resend::kUntilDeadline));
+    if (const json* kv = FirstKv(found)) {
+      marker_kv = *kv;
+      break;
     }
-    return out;
   }
-  const json marker_range = responses[0].value("response_range", json::object());
-  const json* marker_kv = FirstKv(marker_range);
-  if (marker_kv == nullptr) return out;  // refused: an `unless` key exists
+  if (!marker_kv) {
+    const json& responses = r.contains("responses") ? r["responses"] : json::array();
+    const bool succeeded = r.value("succeeded", false);
+    const size_t ops = succeeded ? 2 + reads.size() : 1;
+    if (responses.size() != ops) {
+      return DataLoss("etcd ticket txn answered {} ops, not {}", responses.size(), ops);
+    }
+    out.revision = HeaderRevision(r);
+    if (succeeded) {
+      for (size_t k = 0; k < reads.size(); ++k) {
+        out.reads.push_back(responses[2 + k].value("response_range", json::object()));
+      }
+      const json put = responses[0].value("response_put", json::object());
+      auto prev = put.find("prev_kv");
+      if (prev == put.end() || !prev->is_object()) {
+        out.ticket = 1;
+      } else {
+        const int64_t version = Int(*prev, "version");
+        if (version < 1) return DataLoss("etcd answered a ticket put with a versionless key");
+        out.ticket = version + 1;
+      }
+      return out;
+    }
+    const json marker_range = responses[0].value("response_range", json::object());
+    const json* kv = FirstKv(marker_range);
+    if (kv == nullptr) return out;  // refused: an `unless` key exists
+    marker_kv = *kv;
+  } else {
+    out.revision = Int(*marker_kv, "create_revision");  // the applied txn's own revision
+  }
   // This call's first txn was applied: read the ticket key and `reads` as it left them.
   const std::string at = std::to_string(Int(*marker_kv, "create_revision"));
   json ranges = json::array({{{"request_range", {{"key", ticket_key}, {"revision", at}}}}});
