@@ -272,27 +272,23 @@ class EtcdStore:
 
     def requests_by_method(self):
         """{gRPC method: requests started}, summed over the members."""
-        counts = {}
-        for ep in self.endpoints:
-            with urllib.request.urlopen("http://%s/metrics" % ep, timeout=120) as r:
-                for line in r.read().decode().splitlines():
-                    if line.startswith("grpc_server_started_total{"):
-                        method = line.split('grpc_method="', 1)[1].split('"', 1)[0]
-                        count = int(float(line.rsplit(" ", 1)[1]))
-                        counts[method] = counts.get(method, 0) + count
-        return counts
+        return self.metric_by_label("grpc_server_started_total", "grpc_method")
 
     def answers_by_code(self):
         """{gRPC code: requests answered with it}, summed over the members: what the
         requests got (ResourceExhausted: "too many requests", refused unapplied)."""
+        return self.metric_by_label("grpc_server_handled_total", "grpc_code")
+
+    def metric_by_label(self, metric, label):
+        """{value of `label`: count of `metric`}, summed over the members' /metrics."""
         counts = {}
         for ep in self.endpoints:
             with urllib.request.urlopen("http://%s/metrics" % ep, timeout=120) as r:
                 for line in r.read().decode().splitlines():
-                    if line.startswith("grpc_server_handled_total{"):
-                        code = line.split('grpc_code="', 1)[1].split('"', 1)[0]
+                    if line.startswith(metric + "{"):
+                        value = line.split(label + '="', 1)[1].split('"', 1)[0]
                         count = int(float(line.rsplit(" ", 1)[1]))
-                        counts[code] = counts.get(code, 0) + count
+                        counts[value] = counts.get(value, 0) + count
         return counts
 
     def stop(self):

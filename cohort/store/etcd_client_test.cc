@@ -319,32 +319,18 @@ TEST(EtcdOverloadTest, ARefusedTicketOfOneOfManyPeersWaitsItsShare) {
 }
 
 // etcd took the first ticket txn but answered "request timed out" (its apply queue was over
-// the server's timeout; it applied the txn later): the client looks for its marker instead
-// of proposing the txn again, and gets the ticket that txn took (at 10,000 nodes half the
-// joins' first txns timed out so, and each copy sent again was applied too).
-TEST(EtcdOverloadTest, ATicketTxnThatTimedOutInEtcdIsLookedForNotSentAgain) {
-  LateTicketGateway gateway(0ms, LateTicketGateway::First::kTimeOutButApply);
-  EtcdStoreOptions options;
-  options.endpoints = {gateway.endpoint()};
-  options.request_timeout = 20s;
-  auto store = EtcdStore::Connect(options, Soon());
-  ASSERT_TRUE(store.ok()) << store.status().ToString();
-  const int64_t ranges_before = gateway.ranges();  // (connecting reads too)
-  auto ticket = (*store)->TakeTicket("slot", Soon());
-  ASSERT_TRUE(ticket.ok()) << ticket.status().ToString();
-  EXPECT_EQ(*ticket, 5) << "the ticket of the txn etcd applied";
-  EXPECT_EQ(gateway.txns(), 1) << "no second proposal";
-  EXPECT_EQ(gateway.ranges() - ranges_before, 1) << "one read of the marker";
-  EXPECT_EQ(gateway.version(), 5);
-  auto next = (*store)->TakeTicket("slot", Soon());
-  ASSERT_TRUE(next.ok()) << next.status().ToString();
-  EXPECT_EQ(*next, 6);
-  store->reset();
-}
+// the server's timeout): the client looks for its marker instead of proposing the txn again.
+// Applied later (at 10,000 nodes half the joins' first txns timed out so, and each copy sent
+// again was applied too): the ticket that txn took, with no second proposal. Lost (a leader
+// change drops it): the marker is not there, and the txn is sent again.
+struct TimedOutTicketCase {
+  LateTicketGateway::First first;
+  int64_t txns;
+};
+class TimedOutTicketTest : public ::testing::TestWithParam<TimedOutTicketCase> {};
 
-// The same, but etcd lost the txn: the marker is not there, and the txn is sent again.
-TEST(EtcdOverloadTest, ATicketTxnThatTimedOutAndWasLostIsSentAgain) {
-  LateTicketGateway gateway(0ms, LateTicketGateway::First::kTimeOutUnapplied);
+TEST_P(TimedOutTicketTest, IsLookedForBeforeItIsSentAgain) {
+  LateTicketGateway gateway(0ms, GetParam().first);
   EtcdStoreOptions options;
   options.endpoints = {gateway.endpoint()};
   options.request_timeout = 20s;
@@ -354,11 +340,23 @@ TEST(EtcdOverloadTest, ATicketTxnThatTimedOutAndWasLostIsSentAgain) {
   auto ticket = (*store)->TakeTicket("slot", Soon());
   ASSERT_TRUE(ticket.ok()) << ticket.status().ToString();
   EXPECT_EQ(*ticket, 5);
-  EXPECT_EQ(gateway.txns(), 2) << "looked for, not found, sent again";
-  EXPECT_EQ(gateway.ranges() - ranges_before, 1);
-  EXPECT_EQ(gateway.version(), 5);
+  EXPECT_EQ(gateway.txns(), GetParam().txns);
+  EXPECT_EQ(gateway.ranges() - ranges_before, 1) << "one read of the marker";
+  EXPECT_EQ(gateway.version(), 5) << "one ticket taken";
+  auto next = (*store)->TakeTicket("slot", Soon());
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ(*next, 6);
   store->reset();
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    EtcdOverloadTest, TimedOutTicketTest,
+    ::testing::Values(TimedOutTicketCase{LateTicketGateway::First::kTimeOutButApply, 1},
+                      TimedOutTicketCase{LateTicketGateway::First::kTimeOutUnapplied, 2}),
+    [](const auto& info) {
+      return info.param.first == LateTicketGateway::First::kTimeOutButApply ? "AppliedLater"
+                                                                            : "Lost";
+    });
 
 // The whole request timeout (1 s) passes without an answer: a join's Append sends the same
 // ticket txn (which holds its record) again until the caller's deadline, instead of failing
