@@ -272,23 +272,22 @@ class EtcdStore:
 
     def requests_by_method(self):
         """{gRPC method: requests started}, summed over the members."""
-        return self.metric_by_label("grpc_server_started_total", "grpc_method")
+        return self.grpc_counts()[0]
 
-    def answers_by_code(self):
-        """{gRPC code: requests answered with it}, summed over the members: what the
-        requests got (ResourceExhausted: "too many requests", refused unapplied)."""
-        return self.metric_by_label("grpc_server_handled_total", "grpc_code")
-
-    def metric_by_label(self, metric, label):
-        """{value of `label`: count of `metric`}, summed over the members' /metrics."""
-        counts = {}
+    def grpc_counts(self):
+        """({gRPC method: requests started}, {gRPC code: requests answered with it}), summed
+        over the members, from one read of each member's /metrics (ResourceExhausted: "too
+        many requests", refused unapplied; Unavailable: "request timed out", ...)."""
+        wanted = (("grpc_server_started_total", "grpc_method"),
+                  ("grpc_server_handled_total", "grpc_code"))
+        counts = tuple({} for _ in wanted)
         for ep in self.endpoints:
             with urllib.request.urlopen("http://%s/metrics" % ep, timeout=120) as r:
                 for line in r.read().decode().splitlines():
-                    if line.startswith(metric + "{"):
-                        value = line.split(label + '="', 1)[1].split('"', 1)[0]
-                        count = int(float(line.rsplit(" ", 1)[1]))
-                        counts[value] = counts.get(value, 0) + count
+                    for (metric, label), into in zip(wanted, counts):
+                        if line.startswith(metric + "{"):
+                            value = line.split(label + '="', 1)[1].split('"', 1)[0]
+                            into[value] = into.get(value, 0) + int(float(line.rsplit(" ", 1)[1]))
         return counts
 
     def stop(self):
@@ -446,8 +445,7 @@ def static_job(sim, store, n, args, out):
     job = Job(sim, store, n, "%d:%d" % (n, n), args, "static%d" % n)
     try:
         req0 = store.requests(beats=False)
-        by_method0 = store.requests_by_method() if hasattr(store, "requests_by_method") else {}
-        by_code0 = store.answers_by_code() if hasattr(store, "answers_by_code") else {}
+        counts0 = store.grpc_counts() if hasattr(store, "grpc_counts") else None
         agents = [line.proc.pid for _, _, line in job.groups]
         cpu0 = sum(cpu_seconds(p) for p in store.pids)
         acpu0 = sum(cpu_seconds(p) for p in agents)
@@ -458,9 +456,10 @@ def static_job(sim, store, n, args, out):
         out["round_s"] = last - t0
         out["first_node_s"] = first - t0  # the first node that held the round (slot 1's)
         out["req_per_join"] = (store.requests(beats=False) - req0) / n
-        if by_method0:  # etcd: which requests a join is made of
-            out["req_per_join_by_method"] = per_join(by_method0, store.requests_by_method(), n)
-            out["answers_per_join_by_code"] = per_join(by_code0, store.answers_by_code(), n)
+        if counts0 is not None:  # etcd: which requests a join is made of, and what they got
+            by_method, by_code = store.grpc_counts()
+            out["req_per_join_by_method"] = per_join(counts0[0], by_method, n)
+            out["answers_per_join_by_code"] = per_join(counts0[1], by_code, n)
             out["failed_per_join"] = failed_per_join(out["answers_per_join_by_code"])
         out["round_store_cpu_s"] = sum(cpu_seconds(p) for p in store.pids) - cpu0
         out["round_agents_cpu_s"] = sum(cpu_seconds(p) for p in agents) - acpu0
@@ -555,8 +554,7 @@ def floor_job(args, store, n, out):
             ready = json.loads(p.stdout.readline() or "{}")
             if "ready" not in ready:
                 raise RuntimeError("etcd_join_floor did not connect: %s" % ready)
-        req0 = store.requests_by_method()
-        code0 = store.answers_by_code()
+        req0, code0 = store.grpc_counts()
         cpu0 = sum(cpu_seconds(p) for p in store.pids)
         store.start_profiles("floor%d" % n, args.etcd_profile_s)
         for p in procs:
@@ -573,11 +571,11 @@ def floor_job(args, store, n, out):
             raise RuntimeError("etcd_join_floor: %d slots of %d (1..n once each: %s); "
                                "errors (the first 10 of each process) by kind: %s"
                                % (len(slots), n, slots == list(range(1, n + 1)), kinds))
-        by_method = store.requests_by_method()
+        by_method, by_code = store.grpc_counts()
         floor = {"round_s": max(r["last"] for r in results) - min(r["go"] for r in results),
                  "req_per_join": (sum(by_method.values()) - sum(req0.values())) / n,
                  "req_per_join_by_method": per_join(req0, by_method, n),
-                 "answers_per_join_by_code": per_join(code0, store.answers_by_code(), n),
+                 "answers_per_join_by_code": per_join(code0, by_code, n),
                  "round_store_cpu_s": sum(cpu_seconds(p) for p in store.pids) - cpu0,
                  "round_agents_cpu_s": sum(r["nodes_cpu_s"] for r in results)}
         store.finish_profiles()

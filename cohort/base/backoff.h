@@ -2,7 +2,7 @@
 // connection, a name not yet in DNS, an unreachable etcd member, an engine polled for a job's
 // state). Each pause doubles from `first` up to `max` and never reaches past the deadline.
 // Callers that must stay interruptible wait Next() on their own fd or condition variable;
-// the others call Sleep(). RandomUnit and NextJittered draw the jitter that spreads many
+// the others call Sleep(). RandomUnit, Jittered and NextJittered draw the jitter that spreads many
 // clients' retries.
 //
 // Thread-safety: a Backoff is a value owned by one thread; RandomUnit keeps one engine per
@@ -27,6 +27,12 @@ inline double RandomUnit() {
   return std::uniform_real_distribution<double>(0.0, 1.0)(engine);
 }
 
+// `pause` at a random 50-100% of it: many clients waiting out the same overloaded service
+// do not all come back at once.
+inline Duration Jittered(Duration pause) {
+  return std::chrono::duration_cast<Duration>(pause * (0.5 + 0.5 * RandomUnit()));
+}
+
 class Backoff {
  public:
   Backoff(Duration first, Duration max, Deadline deadline = Deadline::Infinite())
@@ -39,11 +45,8 @@ class Backoff {
     next_ = std::min(next_ * 2, max_);
     return pause;
   }
-  // The next pause at a random 50-100% of it: many clients backing off from the same
-  // overloaded service do not all come back at once.
-  Duration NextJittered() {
-    return std::chrono::duration_cast<Duration>(Next() * (0.5 + 0.5 * RandomUnit()));
-  }
+  // The next pause, Jittered.
+  Duration NextJittered() { return Jittered(Next()); }
   // Sleeps the next pause. False when the deadline has passed: no more tries.
   bool Sleep() {
     if (deadline_.expired()) return false;

@@ -199,10 +199,10 @@ struct EtcdStore::Impl {
   static bool ProposalPending(const Status& s);
   // The first pause after etcd said it is behind: twice its recent answer time, at least
   // 250 ms and at most 4 s (the pauses then double, jittered). For the ticket txns of a
-  // join's burst (kUntilDeadline: thousands of nodes at once) at least peers /
-  // kPacedRequestsPerSecond too, up to twice that: the peers together come back at the rate
-  // etcd applies. Not for the others: pacing every request (beats too) broke rounds of
-  // 2,000 nodes on a slowed etcd (docs/scale.md).
+  // join's burst (sent until the deadline, UntilDeadline: thousands of nodes at once) at
+  // least peers / kPacedRequestsPerSecond too, up to twice that: the peers together come
+  // back at the rate etcd applies. Not for the others: pacing every request (beats too)
+  // broke rounds of 2,000 nodes on a slowed etcd (docs/scale.md).
   Duration OverloadPause(Resend resend) const;
   // The time of a call's first attempt (see Post).
   Duration FirstAttempt(Resend resend, Duration share) const;

@@ -48,57 +48,50 @@ Result<EtcdStore::Impl::TicketAnswer> EtcdStore::Impl::TicketTxn(
   json txn = {{"compare", compare}, {"success", success}, {"failure", failure}};
   TicketAnswer out;
   std::optional<json> marker_kv;  // this call's marker, when an earlier copy was applied
-  json r;
-  for (;;) {
+  while (!marker_kv) {
     auto sent = Post("/v3/kv/txn", txn, deadline, true, Resend::kUntilPending);
     if (sent.ok()) {
-      r = std::move(*sent);
-      break;
+      const json& r = *sent;
+      const json& responses = r.contains("responses") ? r["responses"] : json::array();
+      const bool succeeded = r.value("succeeded", false);
+      const size_t ops = succeeded ? 2 + reads.size() : 1;
+      if (responses.size() != ops) {
+        return DataLoss("etcd ticket txn answered {} ops, not {}", responses.size(), ops);
+      }
+      out.revision = HeaderRevision(r);
+      if (succeeded) {
+        for (size_t k = 0; k < reads.size(); ++k) {
+          out.reads.push_back(responses[2 + k].value("response_range", json::object()));
+        }
+        const json put = responses[0].value("response_put", json::object());
+        auto prev = put.find("prev_kv");
+        if (prev == put.end() || !prev->is_object()) {
+          out.ticket = 1;
+        } else {
+          const int64_t version = Int(*prev, "version");
+          if (version < 1) return DataLoss("etcd answered a ticket put with a versionless key");
+          out.ticket = version + 1;
+        }
+        return out;
+      }
+      const json marker_range = responses[0].value("response_range", json::object());
+      const json* kv = FirstKv(marker_range);
+      if (kv == nullptr) return out;  // refused: an `unless` key exists
+      marker_kv = *kv;
+      continue;
     }
     if (!ProposalPending(sent.status())) return sent.status();
     // etcd took the txn but did not apply it in time: it is most likely applied later, and a
     // copy sent now would be a second proposal that etcd applies too (at 10,000 nodes half
     // the joins' first txns timed out so). Wait this client's share of the peers' pace,
     // then look for the marker: a read is answered once etcd applied what it had committed.
-    Pause(std::chrono::duration_cast<Duration>(OverloadPause(Resend::kUntilPending) *
-                                               (0.5 + 0.5 * RandomUnit())),
-          deadline);
+    Pause(Jittered(OverloadPause(Resend::kUntilPending)), deadline);
     COHORT_ASSIGN_OR_RETURN(
         json found, Post("/v3/kv/range", {{"key", marker}}, deadline, true, Resend::kUntilDeadline));
     if (const json* kv = FirstKv(found)) {
       marker_kv = *kv;
-      break;
+      out.revision = Int(*kv, "create_revision");  // the applied txn's own revision
     }
-  }
-  if (!marker_kv) {
-    const json& responses = r.contains("responses") ? r["responses"] : json::array();
-    const bool succeeded = r.value("succeeded", false);
-    const size_t ops = succeeded ? 2 + reads.size() : 1;
-    if (responses.size() != ops) {
-      return DataLoss("etcd ticket txn answered {} ops, not {}", responses.size(), ops);
-    }
-    out.revision = HeaderRevision(r);
-    if (succeeded) {
-      for (size_t k = 0; k < reads.size(); ++k) {
-        out.reads.push_back(responses[2 + k].value("response_range", json::object()));
-      }
-      const json put = responses[0].value("response_put", json::object());
-      auto prev = put.find("prev_kv");
-      if (prev == put.end() || !prev->is_object()) {
-        out.ticket = 1;
-      } else {
-        const int64_t version = Int(*prev, "version");
-        if (version < 1) return DataLoss("etcd answered a ticket put with a versionless key");
-        out.ticket = version + 1;
-      }
-      return out;
-    }
-    const json marker_range = responses[0].value("response_range", json::object());
-    const json* kv = FirstKv(marker_range);
-    if (kv == nullptr) return out;  // refused: an `unless` key exists
-    marker_kv = *kv;
-  } else {
-    out.revision = Int(*marker_kv, "create_revision");  // the applied txn's own revision
   }
   // This call's first txn was applied: read the ticket key and `reads` as it left them.
   const std::string at = std::to_string(Int(*marker_kv, "create_revision"));
