@@ -120,14 +120,21 @@ def rss_mb(pid, field="VmRSS"):
     return 0.0
 
 
+# The simulated nodes (rdzv_sim's agents, etcd_join_floor) may run at a lower CPU priority
+# (--nodes-nice): on a cluster they run on their own machines and do not take the store's
+# CPU; here they share two cores with it (docs/scale.md, 2026-12-06: at 19, an elastic
+# round's stragglers missed its 1 s last call).
+NODES_NICE = 0
+
+
 class Line:
     """A child process spoken to in JSON lines on stdin/stdout."""
 
-    def __init__(self, argv, name):
+    def __init__(self, argv, name, nice=0):
         self.name = name
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=None,
-                                     text=True, bufsize=1)
+                                     stderr=None, text=True, bufsize=1,
+                                     preexec_fn=(lambda: os.nice(nice)) if nice else None)
 
     def send(self, command):
         self.proc.stdin.write(command + "\n")
@@ -182,8 +189,9 @@ class EtcdStore:
     """etcd members on loopback (data in a temporary directory), stopped by PID."""
     keeps_wills = False  # cohort's etcd client: heartbeats only
 
-    def __init__(self, members, extra_flags, profile_dir, cpu=0.0):
+    def __init__(self, members, extra_flags, profile_dir, cpu=0.0, logs_dir=""):
         self.name = "etcd%d" % members
+        self.logs_dir = logs_dir
         self.cgroup = None
         self.profile_dir, self.profiling, self.profile_paths = profile_dir, [], []
         self.dir = tempfile.mkdtemp(prefix="rdzv_scale-etcd-")
@@ -295,6 +303,12 @@ class EtcdStore:
             p.send_signal(signal.SIGKILL)
             p.wait()
         release_cpu(self.cgroup)
+        if self.logs_dir:
+            os.makedirs(self.logs_dir, exist_ok=True)
+            for i in range(len(self.procs)):
+                shutil.copy(os.path.join(self.dir, "m%d.log" % i),
+                            os.path.join(self.logs_dir, "%s-%s-m%d.log"
+                                         % (self.name, os.path.basename(self.dir), i)))
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -324,7 +338,7 @@ class Job:
                 "--last-call-ms", str(self.args.last_call_ms)] + self.store_flags
         if self.args.quiet_start_nodes is not None:
             argv += ["--quiet-start-nodes", str(self.args.quiet_start_nodes)]
-        line = Line(argv, "agents")
+        line = Line(argv, "agents", nice=NODES_NICE)
         self.groups.append((first, count, line))
         return line
 
@@ -549,7 +563,8 @@ def floor_job(args, store, n, out):
                 [binary, "--etcd", ",".join(store.endpoints), "--nodes", str(n),
                  "--first", str(first), "--count", str(min(PER_PROCESS, n - first)),
                  "--prefix", prefix, "--timeout-s", "120"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                preexec_fn=lambda: os.nice(NODES_NICE)))
         for p in procs:
             ready = json.loads(p.stdout.readline() or "{}")
             if "ready" not in ready:
@@ -595,7 +610,7 @@ def make_store(name, sim, args):
         if not os.path.exists(ETCD):
             raise RuntimeError("%s missing (apt-get install etcd-server)" % ETCD)
         return EtcdStore(int(name[-1]), args.etcd_flags.split(), args.etcd_profile,
-                         args.etcd_cpu)
+                         args.etcd_cpu, args.etcd_logs)
     raise ValueError("unknown backend %r" % name)
 
 
@@ -731,6 +746,10 @@ def main():
     ap.add_argument("--etcd-profile", metavar="DIR", default="",
                     help="save each etcd member's CPU profile during the static round in DIR "
                          "(summarise: python3 bench/etcd_profile.py DIR/*.pb.gz)")
+    ap.add_argument("--nodes-nice", type=int, default=0,
+                    help="niceness of the simulated nodes' processes (the store's stays 0)")
+    ap.add_argument("--etcd-logs", metavar="DIR", default="",
+                    help="keep each etcd member's log in DIR when it stops")
     ap.add_argument("--etcd-profile-s", type=int, default=10,
                     help="length of those profiles, from the round's start")
     ap.add_argument("--etcd-cpu", type=float, default=0.0,
@@ -761,6 +780,8 @@ def main():
     ap.add_argument("--check", action="store_true",
                     help="correctness only (CI): rank checks, no steady-state window")
     args = ap.parse_args()
+    global NODES_NICE
+    NODES_NICE = args.nodes_nice
     if args.repeat < 1:
         sys.exit("rdzv_scale: --repeat must be at least 1")
     if not os.path.exists(args.sim):

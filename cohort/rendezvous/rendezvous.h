@@ -6,7 +6,8 @@
 //   r<R>/slot        join counter of round R; Store::Join hands out slots 1, 2, ...
 //   r<R>/node<S>     NodeInfo of slot S (JSON), written with the slot (Store::Join, as
 //                    Append; read with ReadAppended: on etcd it is kept with the ticket)
-//   r<R>/hb<S>       slot S's heartbeat counter (absent until its first beat)
+//   r<R>/hb<S>       slot S's heartbeat counter (absent until its first beat); on a store
+//                    with leases, "alive" on slot S's lease (deleted when it expires)
 //   r<R>/gone<S>     set by the store (a will) when slot S's watcher connection ended for
 //                    good: why ("its store connection closed")
 //   r<R>/layout      the closed round's member count and local world sizes, run-length
@@ -29,8 +30,9 @@
 // all nodes run as many workers); only slot 1 reads the N node records. Liveness is a ring:
 // each node watches one peer (its successor), so a heartbeat period costs the store O(N)
 // requests in all; on a store that keeps wills the connection carries liveness and the beats
-// slow down; a large round on etcd is quiet (one txn per beat, no watch; beats bounded by
-// quiet_beats_per_s) (docs/scale.md).
+// slow down; on a store with leases (etcd) a beat renews the node's lease on its key (no
+// write) and a dead node's key is deleted by the store; a large round on etcd is quiet (one
+// txn per beat, no watch, no lease; beats bounded by quiet_beats_per_s) (docs/scale.md).
 //
 // Thread-safety: a Rendezvous is used by one thread (the agent's); Watch runs on the
 // watcher's own Rendezvous object over its own store connection.
@@ -257,8 +259,8 @@ class Rendezvous {
   // How often a watcher beats once its will is left, and the will's grace: dead timeout / 3
   // (at least the heartbeat interval).
   Duration LivenessPeriod() const;
-  // How often a watcher beats: the liveness period with a will, else dead timeout / 4 (at
-  // least the heartbeat interval).
+  // How often a watcher beats: the liveness period with a will, dead timeout / 3 on a lease
+  // (its TTL), else dead timeout / 4 (at least the heartbeat interval).
   Duration BeatPeriod(const RendezvousInfo& info) const;
   std::string PeerHost(int64_t round, int slot);
 
@@ -268,6 +270,7 @@ class Rendezvous {
   // Dead-node detection state (watcher thread only): the one peer this node watches.
   int64_t first_step_round_ = -1;  // the round whose first watch step was taken
   bool will_left_ = false;         // this round's will (r<R>/gone<S>) is on the store
+  bool leased_ = false;  // else (not quiet) this round's r<R>/hb<S> is on a lease (LeaseKey)
   bool quiet_ = false;             // this round's steps rest between beats (Store::Idle)
   Duration quiet_period_{};        // a quiet round's beat period (0: not quiet); GraceDeadline
   int64_t watched_round_ = -1;

@@ -94,6 +94,15 @@ void Rendezvous::BeginWatchRound(const RendezvousInfo& info) {
   // then bounded by quiet_beats_per_s from the first step on (the first beats are spread
   // too).
   quiet_ = !will_left_ && info.group_world_size >= config_.quiet_start_nodes;
+  // Without a will, a lease where the store keeps them (etcd): the beats renew it instead
+  // of writing a counter, and the store itself deletes a silent node's key. Not in a quiet
+  // round: at 10,000 nodes on etcd, leases (each node's grant, then a renewal and a read
+  // per step through the gateway) overloaded etcd right after round 0 in both runs tried,
+  // where counter beats did not (docs/scale.md, 2026-12-06).
+  leased_ = !will_left_ && !quiet_ && info.group_world_size > 1 &&
+            store_->LeaseKey(RoundKey(round, fmt::format("hb{}", info.slot)),
+                             config_.dead_timeout, CallDeadline())
+                .ok();
 }
 
 // Liveness is a ring over the round's slots: each node watches one peer, its successor,
@@ -203,10 +212,11 @@ Duration Rendezvous::LivenessPeriod() const {
 // the dead timeout keeps that under it. A dead node is reported up to a period after its
 // deadline. (Not every heartbeat interval: at 5,000 nodes on etcd that was 5,000 raft
 // writes and watch streams a second, which three members on two cores could not carry;
-// docs/scale.md.)
+// docs/scale.md.) On a lease, the store dates the beats (its TTL runs from the last
+// renewal): a third of it leaves two renewals' slack.
 Duration Rendezvous::BeatPeriod(const RendezvousInfo& info) const {
-  return will_left_ ? LivenessPeriod()
-                    : std::max(config_.heartbeat_interval, DeadTimeout(info) / 4);
+  if (will_left_) return LivenessPeriod();
+  return std::max(config_.heartbeat_interval, DeadTimeout(info) / (leased_ ? 3 : 4));
 }
 
 // Sets up the watch of a new round (the successor); false once nobody is left to watch.
@@ -252,6 +262,18 @@ Result<int> Rendezvous::JudgeWatchedPeer(const RendezvousInfo& info,
     return 0;
   }
   if (gone) return watched_slot_;
+  if (leased_) {
+    // The peer's key is on its lease. There: alive. Gone after it was there: its lease
+    // expired (or was revoked: its process ended). Never there yet: the peer had the
+    // lease's TTL from the start of this watch to take it.
+    if (beat) {
+      watched_beat_ = *beat;
+      watched_change_ = seen;
+      return 0;
+    }
+    if (!watched_beat_.empty()) return watched_slot_;
+    return seen - watched_change_ > DeadTimeout(info) ? watched_slot_ : 0;
+  }
   const std::string value = beat.value_or("");
   if (age_ms >= 0) {
     watched_beat_ = value;

@@ -2,7 +2,9 @@
 // against stand-in etcd gateways (cpp-httplib) that answer as an overloaded etcd does:
 // "too many requests" is retried and "database space exceeded" is not, retries stay within
 // the client's retry budget while etcd refuses, a ticket txn sent again after its first
-// attempt timed out takes no second ticket, and an Append outlasts the request timeout. The tests against real etcd processes: etcd_store_test.cc.
+// attempt timed out takes no second ticket, an Append outlasts the request timeout, and a
+// leaderless cluster is asked again at a pace that follows the number of its clients. The
+// tests against real etcd processes: etcd_store_test.cc.
 #include "cohort/store/etcd_store.h"
 
 #include <fmt/format.h>
@@ -375,6 +377,72 @@ TEST(EtcdOverloadTest, AnAppendOutlastsTheRequestTimeout) {
   EXPECT_EQ(gateway.version(), 5);
   EXPECT_EQ(gateway.puts(), 0) << "the record goes in the ticket txn";
   store->reset();
+}
+
+// A stand-in member that answers every range "etcdserver: no leader" (HTTP 503, gRPC code
+// 14, as etcd's gateway does between a leader's loss and the next election) once told to.
+class LeaderlessGateway {
+ public:
+  LeaderlessGateway() {
+    server_.Post("/v3/kv/range", [this](const httplib::Request&, httplib::Response& res) {
+      if (!leaderless_) {
+        res.set_content(R"({"header":{"revision":"1"},"count":"0"})", "application/json");
+        return;
+      }
+      ++refused_;
+      res.status = 503;
+      res.set_content(R"({"error":"etcdserver: no leader","code":14,"message":"etcdserver: no leader"})",
+                      "application/json");
+    });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    serving_ = std::thread([this] { server_.listen_after_bind(); });
+  }
+  ~LeaderlessGateway() {
+    server_.stop();
+    serving_.join();
+  }
+  std::string endpoint() const { return fmt::format("127.0.0.1:{}", port_); }
+  void LoseLeader() { leaderless_ = true; }
+  int refused() const { return refused_; }
+
+ private:
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread serving_;
+  std::atomic<bool> leaderless_{false};
+  std::atomic<int> refused_{0};
+};
+
+// A cluster that stopped answering (no leader) is asked again by each of its clients after
+// pauses that grow with how many they are (members x peers / kPacedRequestsPerSecond at
+// most, from a 32nd of it, jittered): one of 10,000 clients asks at most four times in two
+// seconds (pauses of at least 156, 312, 625 ms...). One client alone asks every 20 ms to
+// 500 ms. At 10,000 nodes those short pauses were 60,000 attempts a second in all, which
+// kept three members on two cores from electing a leader for minutes. Either way the call
+// fails with the cluster's reason once its time is up.
+TEST(EtcdOverloadTest, ALeaderlessClusterIsAskedAgainAtTheFleetsPace) {
+  std::map<int64_t, int> asked;
+  for (int64_t peers : {int64_t{1}, int64_t{10000}}) {
+    LeaderlessGateway gateway;
+    EtcdStoreOptions options;
+    options.endpoints = {gateway.endpoint()};
+    options.request_timeout = 2s;
+    options.peers = peers;
+    auto store = EtcdStore::Connect(options, Soon());
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    gateway.LoseLeader();
+    auto value = (*store)->Get("k", Deadline::After(2s));
+    ASSERT_FALSE(value.ok());
+    EXPECT_TRUE(value.status().code() == StatusCode::kDeadlineExceeded ||
+                value.status().code() == StatusCode::kUnavailable)
+        << value.status().ToString();
+    EXPECT_NE(value.status().message().find("no leader"), std::string::npos)
+        << value.status().ToString();
+    asked[peers] = gateway.refused();
+    store->reset();
+  }
+  EXPECT_GE(asked[10000], 1);
+  EXPECT_LE(asked[10000], 4) << "one client alone asked " << asked[1] << " times";
 }
 
 }  // namespace

@@ -392,6 +392,15 @@ Duration EtcdStore::Impl::OverloadPause(Resend resend) const {
   return std::clamp<Duration>(std::max(answer, paced), std::chrono::milliseconds(250), ceiling);
 }
 
+cohort::Backoff EtcdStore::Impl::OutageBackoff(Deadline deadline) const {
+  const auto paced = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(
+      static_cast<double>(urls.size()) * static_cast<double>(std::max<int64_t>(1, options.peers)) /
+      kPacedRequestsPerSecond));
+  const Duration ceiling = std::max<Duration>(std::chrono::milliseconds(500), paced);
+  return cohort::Backoff(std::max<Duration>(std::chrono::milliseconds(20), ceiling / 32), ceiling,
+                         deadline);
+}
+
 void EtcdStore::Impl::NoteAnswer() {
   const int64_t since = failing_since_ms.exchange(0);
   if (since != 0 && warned_at_ms.exchange(0) != 0) {
@@ -405,7 +414,8 @@ void EtcdStore::Impl::NoteAnswer() {
 //  1. call deadline = min(deadline, now + request_timeout)
 //  2. attempt on the current member; a refused/dropped connection, a timeout or a
 //     transient etcd error (no leader, leader changed, timed out) moves to the next member
-//  3. after a full cycle of failures, back off (20 ms doubling to 500 ms) and cycle again;
+//  3. after a full cycle of failures, back off (OutageBackoff: 20 ms doubling to 500 ms,
+//     longer for many peers; jittered) and cycle again;
 //     an attempt that timed out doubles the next attempt's time
 //  4. an invalid auth token is renewed once per call
 // `resend`: kUntilDeadline for requests that are safe to apply twice (a put of a fixed
@@ -466,7 +476,7 @@ Result<json> EtcdStore::Impl::Post(const std::string& path, const json& request,
   const Duration pause = OverloadPause(resend);
   cohort::Backoff overload(pause, std::chrono::seconds(4) + 4 * pause, d);
   size_t failures_in_cycle = 0;
-  cohort::Backoff backoff(std::chrono::milliseconds(20), std::chrono::milliseconds(500), d);
+  cohort::Backoff backoff = OutageBackoff(d);
   if (retry_budget) retry_budget->OnFirstTry();
   for (bool first = true;; first = false) {
     if (aborted) return Cancelled("etcd store client aborted");
@@ -522,11 +532,14 @@ Result<json> EtcdStore::Impl::Post(const std::string& path, const json& request,
     } else if (IsConfigurationError(rc)) {
       return FailedPrecondition("etcd at {}: {}", url, curl_easy_strerror(rc));
     } else {
+      // An attempt cut short by the call's own deadline says less than the error before
+      // it (a cluster without a leader): keep that one for the caller's message.
+      const bool cut_short = rc == CURLE_OPERATION_TIMEDOUT && left < attempt && !last.ok();
       if (rc == CURLE_OPERATION_TIMEDOUT) {
         only_refused = false;
         attempt = std::min<Duration>(2 * attempt, std::chrono::minutes(1));
       }
-      last = Unavailable("{}: {}", url, curl_easy_strerror(rc));
+      if (!cut_short) last = Unavailable("{}: {}", url, curl_easy_strerror(rc));
       retry = true;
     }
     if (retry) {
@@ -535,7 +548,7 @@ Result<json> EtcdStore::Impl::Post(const std::string& path, const json& request,
       Rotate(idx);
       if (++failures_in_cycle >= urls.size()) {
         failures_in_cycle = 0;
-        Pause(backoff.Next(), d);
+        Pause(backoff.NextJittered(), d);
       }
     }
   }

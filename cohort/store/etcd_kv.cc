@@ -200,6 +200,7 @@ Result<std::string> EtcdStore::Impl::GetBlocking(const std::string& full_key, De
     if (mod_revision != nullptr) *mod_revision = Int(kv, "mod_revision");
     return true;
   };
+  cohort::Backoff outage = OutageBackoff(deadline);
   for (;;) {
     if (absent_at == kReadFirst) {
       COHORT_ASSIGN_OR_RETURN(json r, Range(full_key, deadline));
@@ -222,7 +223,7 @@ Result<std::string> EtcdStore::Impl::GetBlocking(const std::string& full_key, De
                                 full_key, w.status().message());
       }
       COHORT_LOG_DEBUG(kLog, "{}; reading again", w.status().message());
-      Pause(std::chrono::milliseconds(20), deadline);
+      Pause(outage.NextJittered(), deadline);
       continue;
     }
     return w.status();

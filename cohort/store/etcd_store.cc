@@ -1,6 +1,6 @@
 // Implements EtcdStore (etcd_store.h) on the internals of etcd_store_internal.h: Connect,
-// the Store methods as requests on etcd's v3 JSON gateway, and the lease keeper (its grant
-// and keep-alive thread).
+// the Store methods as requests on etcd's v3 JSON gateway, the lease keeper (its grant and
+// keep-alive thread) and the key lease that beats renew (LeaseKey).
 //
 // Thread-safety: see etcd_store_internal.h. Abort() touches only atomics and shutdown(2)
 // on the sockets libcurl opened through our open/close callbacks (both under fds_mu, so a
@@ -59,15 +59,77 @@ Result<std::vector<std::string>> ParseEtcdEndpoints(std::string_view text, bool 
 
 // ---- lease ----
 
-Status EtcdStore::Impl::GrantLease(Deadline deadline) {
-  int64_t ttl =
-      std::max<int64_t>(1, std::chrono::ceil<std::chrono::seconds>(options.lease_ttl).count());
+Result<int64_t> EtcdStore::Impl::Grant(Duration ttl, Deadline deadline) {
+  const int64_t seconds =
+      std::max<int64_t>(1, std::chrono::ceil<std::chrono::seconds>(ttl).count());
   COHORT_ASSIGN_OR_RETURN(json r,
-                          Post("/v3/lease/grant", {{"TTL", std::to_string(ttl)}}, deadline));
+                          Post("/v3/lease/grant", {{"TTL", std::to_string(seconds)}}, deadline));
   int64_t id = Int(r, "ID");
   if (id == 0) return Internal("etcd granted a lease without an ID");
-  lease_id = id;
+  return id;
+}
+
+Status EtcdStore::Impl::GrantLease(Deadline deadline) {
+  COHORT_ASSIGN_OR_RETURN(lease_id, Grant(options.lease_ttl, deadline));
   return Status::Ok();
+}
+
+bool EtcdStore::Impl::Held(const std::string& key) {
+  MutexLock lock(&held_mu);
+  return held_keys.count(key) > 0;
+}
+
+Result<json> EtcdStore::Impl::LeasedBeat(const std::string& key, const json& reads,
+                                         Deadline deadline, bool* put) {
+  int64_t lease = 0;
+  Duration ttl{};
+  bool was_put = false;
+  {
+    MutexLock lock(&held_mu);
+    lease = held_lease;
+    ttl = held_ttl;
+    was_put = held_keys[key];
+  }
+  if (lease != 0 && was_put) {
+    COHORT_ASSIGN_OR_RETURN(
+        json renewed, Post("/v3/lease/keepalive", {{"ID", std::to_string(lease)}}, deadline));
+    if (Int(renewed, "TTL") > 0) {
+      // The reads may come from this member's copy (serializable): a key seen there once
+      // only ever disappears later, and the end of a round is learned at most its lag late.
+      json local = reads;
+      for (auto& op : local) op["request_range"]["serializable"] = true;
+      *put = false;
+      return Post("/v3/kv/txn", {{"success", local}}, deadline);
+    }
+    // Not renewed within its TTL (this client was cut off or stalled): etcd deleted the key,
+    // and its watcher may have taken this node for dead meanwhile, as it should.
+    COHORT_LOG_WARN(kLog, "etcd lease {:x} of '{}' expired; holding the key on a new lease",
+                    lease, key);
+    lease = 0;
+  }
+  if (lease == 0) {
+    COHORT_ASSIGN_OR_RETURN(lease, Grant(ttl, deadline));
+    MutexLock lock(&held_mu);
+    held_lease = lease;
+    for (auto& [k, on_lease] : held_keys) on_lease = false;
+  }
+  // Put only where the key is absent: a finished node's "finished" (written off the lease)
+  // stays, and so does a put of an earlier attempt whose answer was lost.
+  const std::string k = B64(Full(key));
+  json ops = json::array(
+      {{{"request_put", {{"key", k}, {"value", B64("alive")}, {"lease", std::to_string(lease)}}}}});
+  ops.insert(ops.end(), reads.begin(), reads.end());
+  json otherwise = json::array({{{"request_range", {{"key", k}}}}});
+  otherwise.insert(otherwise.end(), reads.begin(), reads.end());
+  COHORT_ASSIGN_OR_RETURN(json r, Post("/v3/kv/txn",
+                                       {{"compare", json::array({AbsentCompare(k)})},
+                                        {"success", ops},
+                                        {"failure", otherwise}},
+                                       deadline));
+  MutexLock lock(&held_mu);
+  held_keys[key] = true;
+  *put = true;  // either way the first response is not one of the reads
+  return r;
 }
 
 // Keep-alive thread: refreshes the lease every TTL/3; a lease etcd no longer knows (it
@@ -152,10 +214,34 @@ EtcdStore::~EtcdStore() {
     i.lease_cv.SignalAll();
     i.keepalive.join();
   }
-  if (int64_t lease = i.lease_id.load(); lease != 0 && !i.aborted) {
+  int64_t held = 0;
+  {
+    MutexLock lock(&i.held_mu);
+    held = i.held_lease;
+  }
+  for (int64_t lease : {i.lease_id.load(), held}) {
+    if (lease == 0 || i.aborted) continue;
     auto r = i.Post("/v3/lease/revoke", {{"ID", std::to_string(lease)}}, Deadline::AfterMs(1000));
     if (!r.ok()) COHORT_LOG_DEBUG(kLog, "etcd lease revoke failed: {}", r.status().message());
   }
+}
+
+Status EtcdStore::LeaseKey(std::string_view key, Duration ttl, Deadline deadline) {
+  (void)deadline;  // no request: the next Beat on the key takes the lease
+  if (ttl < std::chrono::seconds(1)) {
+    return InvalidArgument("an etcd lease lives whole seconds; {} ms is too short",
+                           std::chrono::duration_cast<std::chrono::milliseconds>(ttl).count());
+  }
+  // etcd's TTLs are whole seconds: a TTL that rounds to the lease's keeps it.
+  const auto seconds = [](Duration d) { return std::chrono::ceil<std::chrono::seconds>(d); };
+  Impl& i = *impl_;
+  MutexLock lock(&i.held_mu);
+  if (seconds(ttl) != seconds(i.held_ttl)) {
+    i.held_ttl = ttl;
+    i.held_lease = 0;  // granted anew at the next beat; the old one expires unrenewed
+  }
+  i.held_keys.try_emplace(std::string(key), false);
+  return Status::Ok();
 }
 
 int64_t EtcdStore::lease_id() const { return impl_->lease_id.load(); }
@@ -355,13 +441,16 @@ Result<Store::BeatResult> EtcdStore::Beat(std::string_view beat_key,
   for (const auto& k : peek_keys) reads.push_back({{"request_range", {{"key", B64(i.Full(k))}}}});
   for (const auto& k : wait_keys) reads.push_back({{"request_range", {{"key", B64(i.Full(k))}}}});
   json r;
+  bool put = !beat_key.empty();  // the answer's first response is the beat's put
   if (beat_key.empty()) {
     COHORT_ASSIGN_OR_RETURN(r, i.Post("/v3/kv/txn", {{"success", reads}}, deadline));
+  } else if (const std::string key(beat_key); i.Held(key)) {
+    COHORT_ASSIGN_OR_RETURN(r, i.LeasedBeat(key, reads, deadline, &put));
   } else {
-    COHORT_ASSIGN_OR_RETURN(r, i.BeatTxn(std::string(beat_key), reads, deadline));
+    COHORT_ASSIGN_OR_RETURN(r, i.BeatTxn(key, reads, deadline));
   }
   const json& responses = r.contains("responses") ? r["responses"] : json::array();
-  const size_t first = beat_key.empty() ? 0 : 1;
+  const size_t first = put ? 1 : 0;
   if (responses.size() != first + reads.size()) {
     return DataLoss("etcd beat txn answered {} ops, not {}", responses.size(),
                     first + reads.size());

@@ -106,10 +106,17 @@ class EtcdStore final : public Store {
   // value's mod revision.
   Result<std::string> GetSince(std::string_view key, int64_t* seen, Deadline deadline) override;
   // One txn (increment the beat counter, read the peeked keys and the wait key), then a
-  // watch when the wait key is missing. One wait key only, as the default; more peek keys
+  // watch when the wait key is missing; on a leased key (LeaseKey) a keep-alive and a
+  // read-only txn instead. One wait key only, as the default; more peek keys
   // than one txn may hold go through the default (Add, Peek, Get).
   Result<BeatResult> Beat(std::string_view beat_key, const std::vector<std::string>& peek_keys,
                           const std::vector<std::string>& wait_keys, Deadline deadline) override;
+
+  // Registers `key` for the client's key lease (no request): the first Beat on it grants
+  // the lease (once per client; again when `ttl` changes or etcd lost it) and puts the key
+  // with it in the beat's txn; later beats renew the lease (POST /v3/lease/keepalive) and
+  // read in a read-only txn. The lease is revoked on destruction (unless aborted).
+  Status LeaseKey(std::string_view key, Duration ttl, Deadline deadline) override;
 
   // A pause that Abort() cuts short: no request.
   Status Idle(Deadline deadline) override;

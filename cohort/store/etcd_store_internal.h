@@ -28,6 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cohort/base/backoff.h"
 #include "cohort/base/mutex.h"
 #include "cohort/base/retry_budget.h"
 #include "cohort/store/etcd_store.h"
@@ -105,6 +106,13 @@ struct EtcdStore::Impl {
   CondVar lease_cv;  // signalled to stop the keep-alive thread
   bool lease_stop COHORT_GUARDED_BY(lease_mu) = false;
   std::thread keepalive;
+
+  // The key lease (EtcdStore::LeaseKey): its ID (0: none yet, or to be granted again), TTL,
+  // and the keys on it, each with whether it has been put with the current lease.
+  Mutex held_mu;
+  int64_t held_lease COHORT_GUARDED_BY(held_mu) = 0;
+  Duration held_ttl COHORT_GUARDED_BY(held_mu){};
+  std::unordered_map<std::string, bool> held_keys COHORT_GUARDED_BY(held_mu);
 
   // Beat counters as this client last wrote or read them (EtcdStore::Beat).
   Mutex beat_mu;
@@ -204,6 +212,13 @@ struct EtcdStore::Impl {
   // back at the rate etcd applies. Not for the others: pacing every request (beats too)
   // broke rounds of 2,000 nodes on a slowed etcd (docs/scale.md).
   Duration OverloadPause(Resend resend) const;
+  // The pauses after every member failed to answer (refused, dropped or timed out a
+  // request, or had no leader): from 20 ms doubling to 500 ms for a few clients; for many
+  // (`peers`) up to members x peers / kPacedRequestsPerSecond, starting at a 32nd of that,
+  // so that the peers of a cluster that stopped answering come back at about that rate in
+  // all (at 10,000 nodes a 20 ms..500 ms cycle was 60,000 attempts a second, which kept
+  // three members on two cores from electing a leader; docs/scale.md). Jitter them.
+  cohort::Backoff OutageBackoff(Deadline deadline) const;
   // The time of a call's first attempt (see Post).
   Duration FirstAttempt(Resend resend, Duration share) const;
   Result<json> Post(const std::string& path, const json& request, Deadline deadline,
@@ -264,8 +279,15 @@ struct EtcdStore::Impl {
 
   // ---- lease (etcd_store.cc) ----
 
-  Status GrantLease(Deadline deadline);
+  Result<int64_t> Grant(Duration ttl, Deadline deadline);  // a new lease's ID
+  Status GrantLease(Deadline deadline);  // the lease of options.lease_ttl
   void KeepAliveLoop();
+  bool Held(const std::string& key);
+  // EtcdStore::Beat on a leased key: renews the lease (or grants it and puts the key) and
+  // runs `reads` in the same txn as the put, else a read-only one; `*put`: the answer's
+  // first response is the put's.
+  Result<json> LeasedBeat(const std::string& key, const json& reads, Deadline deadline,
+                          bool* put);
 };
 
 }  // namespace cohort::store

@@ -2,7 +2,8 @@
 // is etcd_test_util.h), started here with their data in a temp dir on free loopback ports and
 // stopped by SIGKILL. Covers the Store contract (the cases of StoreContract in store_test.cc),
 // prefixes, leases, the job directory and a rendezvous of 8 agents on etcd, retried joins,
-// quiet rounds, auth with token renewal, TLS with client certificates, failover across a
+// quiet rounds, liveness on leases (a silent node's lease ends the round), auth with token
+// renewal, TLS with client certificates, failover across a
 // 3-member cluster and a cluster without quorum. Skipped when etcd is not installed. The
 // client without a real etcd (endpoints, stand-in gateways): etcd_client_test.cc.
 #include "cohort/store/etcd_store.h"
@@ -50,6 +51,24 @@ class EtcdStoreTest : public ::testing::Test {
     ASSERT_NE(store_, nullptr);
   }
   std::shared_ptr<EtcdStore> Make() { return Connect(SharedCluster()->Endpoints(), prefix_); }
+
+  // Three nodes ("host0".."host2"), each on its own store, join one round at once.
+  struct Formed {
+    std::vector<std::unique_ptr<rendezvous::Rendezvous>> nodes;
+    std::vector<std::optional<Result<rendezvous::RendezvousInfo>>> infos;
+  };
+  Formed FormRoundOfThree(const rendezvous::RendezvousConfig& c) {
+    Formed f;
+    f.infos.resize(3);
+    for (int i = 0; i < 3; ++i) {
+      rendezvous::NodeInfo self{"host" + std::to_string(i), "10.0.0.1", 1, ""};
+      f.nodes.push_back(std::make_unique<rendezvous::Rendezvous>(Make(), c, self));
+    }
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 3; ++i) threads.emplace_back([&f, i] { f.infos[i] = f.nodes[i]->Next(); });
+    for (auto& t : threads) t.join();
+    return f;
+  }
 
   std::string prefix_;
   std::shared_ptr<EtcdStore> store_;
@@ -217,15 +236,7 @@ TEST_F(EtcdStoreTest, AQuietRoundLearnsItsEndAtItsFirstBeat) {
     // period: 5 s, not 500 ms, so that a loaded machine's watch is not cut short.
     c.dead_timeout = quiet ? 2s : 20s;
     c.quiet_start_nodes = quiet ? 3 : 4;
-    std::vector<std::unique_ptr<rendezvous::Rendezvous>> nodes;
-    std::vector<std::optional<Result<rendezvous::RendezvousInfo>>> infos(3);
-    std::vector<std::thread> threads;
-    for (int i = 0; i < 3; ++i) {
-      rendezvous::NodeInfo self{"host" + std::to_string(i), "10.0.0.1", 1, ""};
-      nodes.push_back(std::make_unique<rendezvous::Rendezvous>(Make(), c, self));
-    }
-    for (int i = 0; i < 3; ++i) threads.emplace_back([&, i] { infos[i] = nodes[i]->Next(); });
-    for (auto& t : threads) t.join();
+    auto [nodes, infos] = FormRoundOfThree(c);
     // The three form one round: ranks 0..2 once each, one world size.
     std::set<int> ranks;
     for (auto& info : infos) {
@@ -259,6 +270,103 @@ TEST_F(EtcdStoreTest, AQuietRoundLearnsItsEndAtItsFirstBeat) {
       EXPECT_EQ(ended->detail, "rank 0");
     }
   }
+}
+
+// On etcd a node's liveness is a lease on its key r<R>/hb<S> (Store::LeaseKey): its first
+// beat puts "alive" on the lease and the later ones only renew it (the key's revision stays
+// that of the first beat: no raft write per beat), and a node that stops beating (hung: its
+// process and connection live on) is found by its watcher once etcd deleted its key at the
+// lease's end: the round ends as a dead node's, naming it, on every other node.
+TEST_F(EtcdStoreTest, ASilentNodesLeaseEndsTheRound) {
+  rendezvous::RendezvousConfig c;
+  c.run_id = prefix_ + "-leased";
+  c.min_nodes = c.max_nodes = 3;
+  c.join_timeout = 20s;
+  c.heartbeat_interval = 100ms;
+  c.dead_timeout = 2s;  // the lease's TTL (etcd's shortest with its default raft timing)
+  auto [nodes, infos] = FormRoundOfThree(c);
+  std::vector<std::thread> threads;
+  for (auto& info : infos) {
+    ASSERT_TRUE(info && info->ok()) << info->status().ToString();
+    ASSERT_EQ((*info)->group_world_size, 3);
+  }
+  // The node of slot 3 beats three times, then stops (hung); the others step until the
+  // round ends.
+  int victim = 0;
+  while ((*infos[victim])->slot != 3) ++victim;
+  const std::string victim_key = fmt::format("rdzv/{}/r0/hb3", c.run_id);
+  std::vector<std::optional<rendezvous::RoundEnd>> ended(3);
+  std::vector<Status> errors(3);
+  std::optional<std::string> alive;
+  int64_t first_revision = 0, later_revision = 0;
+  for (int i = 0; i < 3; ++i) {
+    threads.emplace_back([&, i] {
+      const Deadline give_up = Deadline::After(60s);
+      for (int step = 0; !give_up.expired(); ++step) {
+        if (i == victim && step == 4) return;  // hung from here on
+        auto r = nodes[i]->WatchStep(**infos[i]);
+        if (!r.ok()) {
+          errors[i] = r.status();
+          return;
+        }
+        if (*r) {
+          ended[i] = *r;
+          return;
+        }
+        if (i == victim && step >= 1) {  // step 0 takes no beat; 1 puts the key, 2-3 renew
+          int64_t revision = 0;
+          auto value = store_->GetSince(victim_key, &revision, Deadline::After(5s));
+          if (value.ok()) alive = *value;
+          (step == 1 ? first_revision : later_revision) = revision;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(alive, "alive");
+  EXPECT_GT(first_revision, 0);
+  EXPECT_EQ(later_revision, first_revision) << "a renewal wrote the key again";
+  for (int i = 0; i < 3; ++i) {
+    if (i == victim) continue;
+    ASSERT_TRUE(errors[i].ok()) << errors[i].ToString();
+    ASSERT_TRUE(ended[i].has_value()) << "node " << i << ": the round did not end";
+    EXPECT_EQ(ended[i]->kind, rendezvous::RoundEnd::Kind::kDeadNode);
+    EXPECT_NE(ended[i]->detail.find("node 2 (host" + std::to_string(victim) + " at 10.0.0.1)"),
+              std::string::npos)
+        << ended[i]->detail;
+  }
+  // etcd deleted the key with the lease.
+  auto gone = store_->Peek({victim_key}, Deadline::After(5s));
+  ASSERT_TRUE(gone.ok()) << gone.status().ToString();
+  EXPECT_FALSE((*gone)[0].has_value());
+}
+
+// A key on the key lease (LeaseKey): the first beat puts "alive" on it only where the key is
+// absent (a node that finished before its first beat keeps "finished"), and reads what it
+// was asked to; a clean exit revokes the lease: "alive" goes with it, "finished" (written
+// off the lease) stays.
+TEST_F(EtcdStoreTest, AKeyLeasePutsOnlyWhereTheKeyIsAbsent) {
+  std::shared_ptr<EtcdStore> a = Make(), b = Make();
+  ASSERT_TRUE(a->LeaseKey("hb1", 3s, Soon()).ok());
+  ASSERT_TRUE(b->LeaseKey("hb2", 3s, Soon()).ok());
+  ASSERT_TRUE(store_->Set("hb2", "finished", Soon()).ok());
+  auto first = a->Beat("hb1", {"hb2"}, {}, Soon());
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->peeked, (std::vector<std::optional<std::string>>{"finished"}));
+  auto other = b->Beat("hb2", {"hb1"}, {}, Soon());
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  EXPECT_EQ(other->peeked, (std::vector<std::optional<std::string>>{"alive"}));
+  auto renewed = a->Beat("hb1", {"hb2"}, {}, Soon());  // a renewal and a read
+  ASSERT_TRUE(renewed.ok()) << renewed.status().ToString();
+  EXPECT_EQ(renewed->peeked, (std::vector<std::optional<std::string>>{"finished"}));
+  auto both = store_->Peek({"hb1", "hb2"}, Soon());
+  ASSERT_TRUE(both.ok()) << both.status().ToString();
+  EXPECT_EQ(*both, (std::vector<std::optional<std::string>>{"alive", "finished"}));
+  a.reset();  // clean exits revoke their leases
+  b.reset();
+  auto after = store_->Peek({"hb1", "hb2"}, Soon());
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_EQ(*after, (std::vector<std::optional<std::string>>{std::nullopt, "finished"}));
 }
 
 TEST(EtcdAuthTest, UserPasswordAndTokenRenewal) {

@@ -199,6 +199,18 @@ class Store {
     (void)key, (void)grace, (void)deadline;
     return FailedPrecondition("this store keeps no wills");
   }
+
+  // Liveness on a lease (etcd): from the next Beat on `key`, the key exists (value "alive")
+  // for as long as this client beats it at least every `ttl`; the store deletes it by itself
+  // once `ttl` passed without one (the client died, hung or lost the store). A beat on it is
+  // then a renewal, not a write (etcd: a lease keep-alive, which its leader answers from
+  // memory, where a counter's beat is a raft entry applied by every member). A Set of the
+  // key takes it off the lease (a finished node's "finished" stays). Stores that cannot
+  // say kFailedPrecondition; a store with wills does not need it.
+  virtual Status LeaseKey(std::string_view key, Duration ttl, Deadline deadline) {
+    (void)key, (void)ttl, (void)deadline;
+    return FailedPrecondition("this store keeps no leases");
+  }
 };
 
 // Wraps a store and prefixes every key with "<prefix>/". NumKeys counts the whole store.
