@@ -418,6 +418,8 @@ void EtcdStore::Impl::NoteAnswer() {
 //     longer for many peers; jittered) and cycle again;
 //     an attempt that timed out doubles the next attempt's time
 //  4. an invalid auth token is renewed once per call
+//  5. the error returned is the last attempt's, unless that attempt was cut short by the
+//     call's own deadline after another error (a cluster without a leader): then that one
 // `resend`: kUntilDeadline for requests that are safe to apply twice (a put of a fixed
 // value, a ticket txn with its marker): they are tried until the caller's deadline, not
 // only the request timeout, so an overloaded cluster slows a join down instead of failing it.
@@ -532,8 +534,6 @@ Result<json> EtcdStore::Impl::Post(const std::string& path, const json& request,
     } else if (IsConfigurationError(rc)) {
       return FailedPrecondition("etcd at {}: {}", url, curl_easy_strerror(rc));
     } else {
-      // An attempt cut short by the call's own deadline says less than the error before
-      // it (a cluster without a leader): keep that one for the caller's message.
       const bool cut_short = rc == CURLE_OPERATION_TIMEDOUT && left < attempt && !last.ok();
       if (rc == CURLE_OPERATION_TIMEDOUT) {
         only_refused = false;
