@@ -413,12 +413,12 @@ class LeaderlessGateway {
   std::atomic<int> refused_{0};
 };
 
-// A cluster that stopped answering (no leader) is asked again by each of its clients after
-// pauses that grow with how many they are (members x peers / kPacedRequestsPerSecond at
-// most, from a 32nd of it, jittered): one of 10,000 clients asks at most four times in two
-// seconds (pauses of at least 156, 312, 625 ms...). One client alone asks every 20 ms to
-// 500 ms. At 10,000 nodes those short pauses were 60,000 attempts a second in all, which
-// kept three members on two cores from electing a leader for minutes. Either way the call
+// A cluster that stays silent (no leader) is asked again by each of its clients after
+// pauses that double from 20 ms to a ceiling that grows with how many they are (members x
+// peers / kPacedRequestsPerSecond; jittered 50-100%): one of 10,000 clients asks at most
+// ten times in eight seconds (its pauses reach 5 s), where one alone goes on every 250-500
+// ms. At 10,000 nodes that 500 ms ceiling was tens of thousands of attempts a second in all
+// while three members on two cores elected no leader for minutes. Either way the call
 // fails with the cluster's reason once its time is up.
 TEST(EtcdOverloadTest, ALeaderlessClusterIsAskedAgainAtTheFleetsPace) {
   std::map<int64_t, int> asked;
@@ -426,12 +426,12 @@ TEST(EtcdOverloadTest, ALeaderlessClusterIsAskedAgainAtTheFleetsPace) {
     LeaderlessGateway gateway;
     EtcdStoreOptions options;
     options.endpoints = {gateway.endpoint()};
-    options.request_timeout = 2s;
+    options.request_timeout = 8s;
     options.peers = peers;
     auto store = EtcdStore::Connect(options, Soon());
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     gateway.LoseLeader();
-    auto value = (*store)->Get("k", Deadline::After(2s));
+    auto value = (*store)->Get("k", Deadline::After(8s));
     ASSERT_FALSE(value.ok());
     EXPECT_TRUE(value.status().code() == StatusCode::kDeadlineExceeded ||
                 value.status().code() == StatusCode::kUnavailable)
@@ -442,7 +442,7 @@ TEST(EtcdOverloadTest, ALeaderlessClusterIsAskedAgainAtTheFleetsPace) {
     store->reset();
   }
   EXPECT_GE(asked[10000], 1);
-  EXPECT_LE(asked[10000], 4) << "one client alone asked " << asked[1] << " times";
+  EXPECT_LE(asked[10000], 10) << "one client alone asked " << asked[1] << " times";
 }
 
 }  // namespace

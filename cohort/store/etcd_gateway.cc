@@ -397,8 +397,7 @@ cohort::Backoff EtcdStore::Impl::OutageBackoff(Deadline deadline) const {
       static_cast<double>(urls.size()) * static_cast<double>(std::max<int64_t>(1, options.peers)) /
       kPacedRequestsPerSecond));
   const Duration ceiling = std::max<Duration>(std::chrono::milliseconds(500), paced);
-  return cohort::Backoff(std::max<Duration>(std::chrono::milliseconds(20), ceiling / 32), ceiling,
-                         deadline);
+  return cohort::Backoff(std::chrono::milliseconds(20), ceiling, deadline);
 }
 
 void EtcdStore::Impl::NoteAnswer() {

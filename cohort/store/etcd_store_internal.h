@@ -214,10 +214,12 @@ struct EtcdStore::Impl {
   Duration OverloadPause(Resend resend) const;
   // The pauses after every member failed to answer (refused, dropped or timed out a
   // request, or had no leader): from 20 ms doubling to 500 ms for a few clients; for many
-  // (`peers`) up to members x peers / kPacedRequestsPerSecond, starting at a 32nd of that,
-  // so that the peers of a cluster that stopped answering come back at about that rate in
-  // all (at 10,000 nodes a 20 ms..500 ms cycle was 60,000 attempts a second, which kept
-  // three members on two cores from electing a leader; docs/scale.md). Jitter them.
+  // (`peers`) on up to members x peers / kPacedRequestsPerSecond, so that the peers of a
+  // cluster that stays silent come back at about that rate in all (at 10,000 nodes a
+  // 20 ms..500 ms cycle was tens of thousands of attempts a second while three members on
+  // two cores elected no leader; docs/scale.md). Short blips still cost only tens of ms
+  // (starting at a 32nd of the ceiling, a join held back by one failed cycle most likely
+  // missed a round's 1 s last call). Jitter them.
   cohort::Backoff OutageBackoff(Deadline deadline) const;
   // The time of a call's first attempt (see Post).
   Duration FirstAttempt(Resend resend, Duration share) const;
