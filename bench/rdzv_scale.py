@@ -120,11 +120,12 @@ def rss_mb(pid, field="VmRSS"):
     return 0.0
 
 
-# The simulated nodes (rdzv_sim's agents, etcd_join_floor) may run at a lower CPU priority
-# (--nodes-nice): on a cluster they run on their own machines and do not take the store's
-# CPU; here they share two cores with it (docs/scale.md, 2026-12-06: at 19, an elastic
-# round's stragglers missed its 1 s last call).
-NODES_NICE = 0
+def niced(nice):
+    """A preexec_fn for the simulated nodes' processes (rdzv_sim's agents, etcd_join_floor):
+    --nodes-nice lowers their CPU priority (on a cluster they run on their own machines and
+    do not take the store's CPU; here they share two cores with it; docs/scale.md,
+    2026-12-06: at 19, an elastic round's stragglers missed its 1 s last call)."""
+    return (lambda: os.nice(nice)) if nice else None
 
 
 class Line:
@@ -134,7 +135,7 @@ class Line:
         self.name = name
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=None, text=True, bufsize=1,
-                                     preexec_fn=(lambda: os.nice(nice)) if nice else None)
+                                     preexec_fn=niced(nice))
 
     def send(self, command):
         self.proc.stdin.write(command + "\n")
@@ -338,7 +339,7 @@ class Job:
                 "--last-call-ms", str(self.args.last_call_ms)] + self.store_flags
         if self.args.quiet_start_nodes is not None:
             argv += ["--quiet-start-nodes", str(self.args.quiet_start_nodes)]
-        line = Line(argv, "agents", nice=NODES_NICE)
+        line = Line(argv, "agents", nice=self.args.nodes_nice)
         self.groups.append((first, count, line))
         return line
 
@@ -564,7 +565,7 @@ def floor_job(args, store, n, out):
                  "--first", str(first), "--count", str(min(PER_PROCESS, n - first)),
                  "--prefix", prefix, "--timeout-s", "120"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                preexec_fn=lambda: os.nice(NODES_NICE)))
+                preexec_fn=niced(args.nodes_nice)))
         for p in procs:
             ready = json.loads(p.stdout.readline() or "{}")
             if "ready" not in ready:
@@ -780,8 +781,6 @@ def main():
     ap.add_argument("--check", action="store_true",
                     help="correctness only (CI): rank checks, no steady-state window")
     args = ap.parse_args()
-    global NODES_NICE
-    NODES_NICE = args.nodes_nice
     if args.repeat < 1:
         sys.exit("rdzv_scale: --repeat must be at least 1")
     if not os.path.exists(args.sim):

@@ -40,6 +40,36 @@ TEST(EtcdEndpointsTest, Parse) {
   EXPECT_FALSE(ParseEtcdEndpoints("h1:notaport").ok());
 }
 
+// Serves a stand-in gateway's handlers (registered on http() first) on a loopback port from
+// its own thread, from Serve() until destroyed. Declared as a gateway's last member, so that
+// it stops before the state its handlers use is gone.
+class LoopbackServer {
+ public:
+  httplib::Server& http() { return server_; }
+  void Serve() {
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    serving_ = std::thread([this] { server_.listen_after_bind(); });
+  }
+  ~LoopbackServer() {
+    if (!serving_.joinable()) return;
+    server_.stop();
+    serving_.join();
+  }
+  std::string endpoint() const { return fmt::format("127.0.0.1:{}", port_); }
+
+ private:
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread serving_;
+};
+
+// An error as etcd's gateway answers it: HTTP `status`, the gRPC code and the message.
+void AnswerEtcdError(httplib::Response& res, int status, int code, const std::string& message) {
+  res.status = status;
+  res.set_content(json{{"error", message}, {"code", code}, {"message", message}}.dump(),
+                  "application/json");
+}
+
 // A stand-in etcd gateway: ranges answer "no such key"; each put asks `refuse` whether to
 // turn it down (the gRPC code and message etcd would send), else succeeds. Serves on a
 // loopback port until destroyed.
@@ -47,33 +77,25 @@ class PutGateway {
  public:
   using Refusal = std::optional<std::pair<int, std::string>>;
   explicit PutGateway(std::function<Refusal()> refuse) : refuse_(std::move(refuse)) {
-    server_.new_task_queue = [] { return new httplib::ThreadPool(48); };
-    server_.Post("/v3/kv/range", [](const httplib::Request&, httplib::Response& res) {
+    server_.http().new_task_queue = [] { return new httplib::ThreadPool(48); };
+    server_.http().Post("/v3/kv/range", [](const httplib::Request&, httplib::Response& res) {
       res.set_content(R"({"header":{"revision":"1"},"count":"0"})", "application/json");
     });
-    server_.Post("/v3/kv/put", [this](const httplib::Request&, httplib::Response& res) {
+    server_.http().Post("/v3/kv/put", [this](const httplib::Request&, httplib::Response& res) {
       ++puts_;
       if (Refusal r = refuse_()) {
         ++refused_;
         // etcd 3.4 sends "too many requests" with gRPC code 2 (unknown); code 8 is what its
         // error table names; "database space exceeded" is code 8.
-        res.status = r->first == 8 ? 429 : 500;
-        res.set_content(
-            json{{"error", r->second}, {"code", r->first}, {"message", r->second}}.dump(),
-            "application/json");
+        AnswerEtcdError(res, r->first == 8 ? 429 : 500, r->first, r->second);
         return;
       }
       res.set_content(R"({"header":{"revision":"2"}})", "application/json");
     });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    serving_ = std::thread([this] { server_.listen_after_bind(); });
-  }
-  ~PutGateway() {
-    server_.stop();
-    serving_.join();
+    server_.Serve();
   }
   Result<std::unique_ptr<EtcdStore>> Connect(EtcdStoreOptions options = {}) {
-    options.endpoints = {fmt::format("127.0.0.1:{}", port_)};
+    options.endpoints = {server_.endpoint()};
     return EtcdStore::Connect(options, Soon());
   }
   int puts() const { return puts_; }
@@ -81,10 +103,8 @@ class PutGateway {
 
  private:
   std::function<Refusal()> refuse_;
-  httplib::Server server_;
-  int port_ = 0;
-  std::thread serving_;
   std::atomic<int> puts_{0}, refused_{0};
+  LoopbackServer server_;
 };
 
 // etcd refuses a write while more than 5,000 committed entries wait to be applied ("too
@@ -172,7 +192,8 @@ class LateTicketGateway {
   enum class First { kAnswerLate, kRefuse, kTimeOutButApply, kTimeOutUnapplied };
   explicit LateTicketGateway(std::chrono::milliseconds late, First first = First::kAnswerLate)
       : late_(late), first_(first) {
-    server_.Post("/v3/kv/range", [this](const httplib::Request& req, httplib::Response& res) {
+    server_.http().Post("/v3/kv/range", [this](const httplib::Request& req,
+                                                httplib::Response& res) {
       json q = json::parse(req.body);
       std::lock_guard<std::mutex> lock(mu_);
       ++ranges_;
@@ -185,7 +206,8 @@ class LateTicketGateway {
       }
       res.set_content(answer.dump(), "application/json");
     });
-    server_.Post("/v3/kv/txn", [this](const httplib::Request& req, httplib::Response& res) {
+    server_.http().Post("/v3/kv/txn", [this](const httplib::Request& req,
+                                              httplib::Response& res) {
       json answer;
       bool late = false;
       const json q = json::parse(req.body);
@@ -205,17 +227,11 @@ class LateTicketGateway {
         late = ++txns_ == 1;
         if (late && (first_ == First::kTimeOutButApply || first_ == First::kTimeOutUnapplied)) {
           if (first_ == First::kTimeOutButApply) Apply(q["compare"][0]["key"]);
-          res.status = 503;
-          res.set_content(R"({"error":"etcdserver: request timed out","code":14,)"
-                          R"("message":"etcdserver: request timed out"})",
-                          "application/json");
+          AnswerEtcdError(res, 503, 14, "etcdserver: request timed out");
           return;
         }
         if (late && first_ == First::kRefuse) {
-          res.status = 500;
-          res.set_content(R"({"error":"etcdserver: too many requests","code":2,)"
-                          R"("message":"etcdserver: too many requests"})",
-                          "application/json");
+          AnswerEtcdError(res, 500, 2, "etcdserver: too many requests");
           return;
         }
         answer = Apply(q["compare"][0]["key"]);
@@ -223,19 +239,14 @@ class LateTicketGateway {
       if (late) std::this_thread::sleep_for(late_);
       res.set_content(answer.dump(), "application/json");
     });
-    server_.Post("/v3/kv/put", [this](const httplib::Request&, httplib::Response& res) {
+    server_.http().Post("/v3/kv/put", [this](const httplib::Request&, httplib::Response& res) {
       std::lock_guard<std::mutex> lock(mu_);
       ++puts_;
       res.set_content(R"({"header":{}})", "application/json");
     });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    serving_ = std::thread([this] { server_.listen_after_bind(); });
+    server_.Serve();
   }
-  ~LateTicketGateway() {
-    server_.stop();
-    serving_.join();
-  }
-  std::string endpoint() const { return fmt::format("127.0.0.1:{}", port_); }
+  std::string endpoint() const { return server_.endpoint(); }
   int64_t txns() {
     std::lock_guard<std::mutex> lock(mu_);
     return txns_;
@@ -269,13 +280,11 @@ class LateTicketGateway {
 
   const std::chrono::milliseconds late_;
   const First first_;
-  httplib::Server server_;
-  int port_ = 0;
-  std::thread serving_;
   std::mutex mu_;
   int64_t version_ = 4, revision_ = 10, txns_ = 0, puts_ = 0, ranges_ = 0;  // four tickets taken before
   std::map<std::string, int64_t> markers_;          // marker -> create revision
   std::map<int64_t, int64_t> version_at_;           // revision -> the ticket key's version
+  LoopbackServer server_;
 };
 
 // The client's attempt times out (a ticket txn's first attempt: the request timeout, 3 s) and
@@ -384,33 +393,24 @@ TEST(EtcdOverloadTest, AnAppendOutlastsTheRequestTimeout) {
 class LeaderlessGateway {
  public:
   LeaderlessGateway() {
-    server_.Post("/v3/kv/range", [this](const httplib::Request&, httplib::Response& res) {
+    server_.http().Post("/v3/kv/range", [this](const httplib::Request&, httplib::Response& res) {
       if (!leaderless_) {
         res.set_content(R"({"header":{"revision":"1"},"count":"0"})", "application/json");
         return;
       }
       ++refused_;
-      res.status = 503;
-      res.set_content(R"({"error":"etcdserver: no leader","code":14,"message":"etcdserver: no leader"})",
-                      "application/json");
+      AnswerEtcdError(res, 503, 14, "etcdserver: no leader");
     });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    serving_ = std::thread([this] { server_.listen_after_bind(); });
+    server_.Serve();
   }
-  ~LeaderlessGateway() {
-    server_.stop();
-    serving_.join();
-  }
-  std::string endpoint() const { return fmt::format("127.0.0.1:{}", port_); }
+  std::string endpoint() const { return server_.endpoint(); }
   void LoseLeader() { leaderless_ = true; }
   int refused() const { return refused_; }
 
  private:
-  httplib::Server server_;
-  int port_ = 0;
-  std::thread serving_;
   std::atomic<bool> leaderless_{false};
   std::atomic<int> refused_{0};
+  LoopbackServer server_;
 };
 
 // A cluster that stays silent (no leader) is asked again by each of its clients after

@@ -74,9 +74,15 @@ Status EtcdStore::Impl::GrantLease(Deadline deadline) {
   return Status::Ok();
 }
 
+Result<bool> EtcdStore::Impl::Renew(int64_t lease, Deadline deadline) {
+  COHORT_ASSIGN_OR_RETURN(
+      json renewed, Post("/v3/lease/keepalive", {{"ID", std::to_string(lease)}}, deadline));
+  return Int(renewed, "TTL") > 0;
+}
+
 bool EtcdStore::Impl::Held(const std::string& key) {
   MutexLock lock(&held_mu);
-  return held_keys.count(key) > 0;
+  return held_key == key;
 }
 
 Result<json> EtcdStore::Impl::LeasedBeat(const std::string& key, const json& reads,
@@ -88,12 +94,11 @@ Result<json> EtcdStore::Impl::LeasedBeat(const std::string& key, const json& rea
     MutexLock lock(&held_mu);
     lease = held_lease;
     ttl = held_ttl;
-    was_put = held_keys[key];
+    was_put = held_put;
   }
   if (lease != 0 && was_put) {
-    COHORT_ASSIGN_OR_RETURN(
-        json renewed, Post("/v3/lease/keepalive", {{"ID", std::to_string(lease)}}, deadline));
-    if (Int(renewed, "TTL") > 0) {
+    COHORT_ASSIGN_OR_RETURN(bool renewed, Renew(lease, deadline));
+    if (renewed) {
       // The reads may come from this member's copy (serializable): a key seen there once
       // only ever disappears later, and the end of a round is learned at most its lag late.
       json local = reads;
@@ -111,7 +116,6 @@ Result<json> EtcdStore::Impl::LeasedBeat(const std::string& key, const json& rea
     COHORT_ASSIGN_OR_RETURN(lease, Grant(ttl, deadline));
     MutexLock lock(&held_mu);
     held_lease = lease;
-    for (auto& [k, on_lease] : held_keys) on_lease = false;
   }
   // Put only where the key is absent: a finished node's "finished" (written off the lease)
   // stays, and so does a put of an earlier attempt whose answer was lost.
@@ -127,7 +131,7 @@ Result<json> EtcdStore::Impl::LeasedBeat(const std::string& key, const json& rea
                                         {"failure", otherwise}},
                                        deadline));
   MutexLock lock(&held_mu);
-  held_keys[key] = true;
+  if (held_key == key) held_put = true;
   *put = true;  // either way the first response is not one of the reads
   return r;
 }
@@ -147,8 +151,8 @@ void EtcdStore::Impl::KeepAliveLoop() {
       if (lease_stop) break;
     }
     Deadline d = Deadline::After(std::max<Duration>(period, std::chrono::seconds(1)));
-    auto r = Post("/v3/lease/keepalive", {{"ID", std::to_string(lease_id.load())}}, d);
-    if (r.ok() && Int(*r, "TTL") <= 0) {
+    auto r = Renew(lease_id.load(), d);
+    if (r.ok() && !*r) {
       COHORT_LOG_WARN(kLog,
                       "etcd lease {:x} expired; keys attached to it are gone; "
                       "granting a new lease",
@@ -240,7 +244,10 @@ Status EtcdStore::LeaseKey(std::string_view key, Duration ttl, Deadline deadline
     i.held_ttl = ttl;
     i.held_lease = 0;  // granted anew at the next beat; the old one expires unrenewed
   }
-  i.held_keys.try_emplace(std::string(key), false);
+  if (i.held_key != key) {
+    i.held_key = std::string(key);  // the earlier key stays on the lease until it ends
+    i.held_put = false;
+  }
   return Status::Ok();
 }
 

@@ -112,7 +112,8 @@ class EtcdStore final : public Store {
   Result<BeatResult> Beat(std::string_view beat_key, const std::vector<std::string>& peek_keys,
                           const std::vector<std::string>& wait_keys, Deadline deadline) override;
 
-  // Registers `key` for the client's key lease (no request): the first Beat on it grants
+  // Registers `key` for the client's key lease (no request; it replaces the key registered
+  // before, which stays on the lease until the lease ends): the first Beat on it grants
   // the lease (once per client; again when `ttl` changes or etcd lost it) and puts the key
   // with it in the beat's txn; later beats renew the lease (POST /v3/lease/keepalive) and
   // read in a read-only txn. The lease is revoked on destruction (unless aborted).

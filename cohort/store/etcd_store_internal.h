@@ -108,11 +108,13 @@ struct EtcdStore::Impl {
   std::thread keepalive;
 
   // The key lease (EtcdStore::LeaseKey): its ID (0: none yet, or to be granted again), TTL,
-  // and the keys on it, each with whether it has been put with the current lease.
+  // the key it holds now (a watcher's current round) and whether that key has been put
+  // with it. A new lease is granted with held_put false: the key goes on it at the next beat.
   Mutex held_mu;
   int64_t held_lease COHORT_GUARDED_BY(held_mu) = 0;
   Duration held_ttl COHORT_GUARDED_BY(held_mu){};
-  std::unordered_map<std::string, bool> held_keys COHORT_GUARDED_BY(held_mu);
+  std::string held_key COHORT_GUARDED_BY(held_mu);
+  bool held_put COHORT_GUARDED_BY(held_mu) = false;
 
   // Beat counters as this client last wrote or read them (EtcdStore::Beat).
   Mutex beat_mu;
@@ -284,7 +286,9 @@ struct EtcdStore::Impl {
   Result<int64_t> Grant(Duration ttl, Deadline deadline);  // a new lease's ID
   Status GrantLease(Deadline deadline);  // the lease of options.lease_ttl
   void KeepAliveLoop();
-  bool Held(const std::string& key);
+  // One keep-alive of `lease`: false when etcd no longer knows it (it expired).
+  Result<bool> Renew(int64_t lease, Deadline deadline);
+  bool Held(const std::string& key);  // `key` is the one LeaseKey registered last
   // EtcdStore::Beat on a leased key: renews the lease (or grants it and puts the key) and
   // runs `reads` in the same txn as the put, else a read-only one; `*put`: the answer's
   // first response is the put's.
