@@ -11,40 +11,6 @@
 
 namespace cohort::rendezvous {
 
-namespace {
-// Per-call deadline for non-blocking store calls.
-constexpr auto kCallTimeout = std::chrono::seconds(30);
-
-// Runs a blocking store call until it does not time out or `deadline` has really passed: a
-// loaded store (etcd) times single requests out long before a join's deadline, and taking
-// that for the deadline made every node of a 5,000-node round take over from slot 1.
-template <typename Call>
-auto UntilDeadline(Deadline deadline, const Call& call) -> decltype(call()) {
-  Backoff backoff(std::chrono::milliseconds(50), std::chrono::seconds(1), deadline);
-  for (;;) {
-    auto result = call();
-    if (!IsTimeout(result) || deadline.expired() || !backoff.Sleep()) return result;
-  }
-}
-
-// The same for a request that may be repeated (a read, a compare-and-set from absent), not
-// a wait: call(d) gets each attempt's deadline, one call's timeout from then at most.
-template <typename Call>
-auto RequestUntilDeadline(Deadline deadline, const Call& call) -> decltype(call(deadline)) {
-  return UntilDeadline(deadline,
-                       [&] { return call(Deadline::After(kCallTimeout).Earlier(deadline)); });
-}
-
-// A rendezvous counter's value as read (absent = 0).
-Result<int64_t> ParseCounter(const std::optional<std::string>& v, std::string_view name) {
-  if (!v) return int64_t{0};
-  auto n = ParseInt64(*v);
-  if (!n) return DataLoss("rendezvous counter '{}' holds '{}', not a number", name, *v);
-  return *n;
-}
-
-}  // namespace
-
 Rendezvous::Rendezvous(std::shared_ptr<store::Store> store, RendezvousConfig config,
                        NodeInfo self)
     : store_(std::move(store)), config_(std::move(config)), self_(std::move(self)) {}
@@ -133,6 +99,12 @@ Result<RendezvousInfo> Rendezvous::Next() {
   if (config_.standby && next_round_ == 0) {
     COHORT_ASSIGN_OR_RETURN(round, AwaitVacancy());
   }
+  if (held_ && round == held_->round + 1) {
+    // A large round that lost a node may have been carried: no join then.
+    COHORT_ASSIGN_OR_RETURN(auto carried, TakeCarriedRound(round, join_deadline));
+    if (carried) return std::move(*carried);
+    round = std::max(last_round_, next_round_);  // past the carried rounds that ended
+  }
   for (;;) {
     if (join_deadline.expired()) {
       return DeadlineExceeded("rendezvous '{}' timed out: no round to join within the join "
@@ -209,6 +181,7 @@ Result<RendezvousInfo> Rendezvous::Next() {
     RendezvousInfo info = MakeInfo(round, slot, std::move(*published), state.restarts);
     info.joined_at = seen;
     next_round_ = round + 1;
+    held_ = info;
     return info;
   }
 }
@@ -399,7 +372,9 @@ Result<Rendezvous::Published> Rendezvous::PublishLayout(int64_t round, int64_t m
     // Bounded by the join's deadline, not one call's: N records are N/1,000 range requests
     // on etcd, and under a 10,000-node join's load they took slot 1 over 30 s (it failed).
     COHORT_ASSIGN_OR_RETURN(std::vector<NodeInfo> nodes, ReadNodes(round, members, join_deadline));
-    const Published ours{RoundLayout::FromNodes(nodes), std::move(nodes[0])};
+    Published ours;
+    ours.layout = RoundLayout::FromNodes(nodes);
+    ours.master = std::move(nodes[0]);
     COHORT_ASSIGN_OR_RETURN(std::string text, RequestUntilDeadline(join_deadline, [&](Deadline d) {
                               return store_->CompareSet(RoundKey(round, "layout"), "",
                                                         ours.Encode(), d);
@@ -415,7 +390,17 @@ Result<Rendezvous::Published> Rendezvous::PublishLayout(int64_t round, int64_t m
 
 Result<std::vector<NodeInfo>> Rendezvous::RoundNodes(const RendezvousInfo& info,
                                                      Deadline deadline) {
-  return ReadNodes(info.round, info.group_world_size, deadline);
+  if (info.left_out.empty()) return ReadNodes(info.RecordsRound(), info.group_world_size, deadline);
+  // A carried round: its records round's nodes but those left out.
+  const int64_t recorded = info.group_world_size + static_cast<int64_t>(info.left_out.size());
+  COHORT_ASSIGN_OR_RETURN(std::vector<NodeInfo> all,
+                          ReadNodes(info.RecordsRound(), recorded, deadline));
+  std::vector<NodeInfo> nodes;
+  nodes.reserve(info.group_world_size);
+  for (int slot = 1; slot <= info.group_world_size; ++slot) {
+    nodes.push_back(std::move(all[info.RecordSlot(slot) - 1]));
+  }
+  return nodes;
 }
 
 Result<std::vector<NodeInfo>> Rendezvous::ReadNodes(int64_t round, int64_t members,
@@ -444,6 +429,9 @@ RendezvousInfo Rendezvous::MakeInfo(int64_t round, int64_t slot, Published publi
   info.master = std::move(published.master);
   info.rank_offset = published.layout.RankOffset(info.group_rank);
   info.world_size = published.layout.WorldSize();
+  info.layout = std::move(published.layout);
+  info.records_round = published.records_round >= 0 ? published.records_round : round;
+  info.left_out = std::move(published.left_out);
   info.restart_count = restarts;
   info.store_prefix = fmt::format("rdzv/{}/r{}/w", config_.run_id, round);
   COHORT_LOG_DEBUG(kLog, "round {}: node {} of {}", round, info.group_rank,
@@ -457,6 +445,12 @@ RendezvousInfo Rendezvous::MakeInfo(int64_t round, int64_t slot, Published publi
 // finally advance the round counter.
 Result<bool> Rendezvous::EndRound(int64_t round, const RoundEnd& why,
                                   const FailureRecord* failure, int64_t expect_next) {
+  return EndRoundThen(round, why, failure, expect_next, nullptr);
+}
+
+Result<bool> Rendezvous::EndRoundThen(int64_t round, const RoundEnd& why,
+                                      const FailureRecord* failure, int64_t expect_next,
+                                      const std::function<void()>& before_next) {
   const std::string reason = why.Encode();
   std::string claim = fmt::format("{}#{}", reason, RandomHex(8));
   COHORT_ASSIGN_OR_RETURN(std::string owner, store_->CompareSet(RoundKey(round, "ended_by"), "",
@@ -475,6 +469,7 @@ Result<bool> Rendezvous::EndRound(int64_t round, const RoundEnd& why,
     COHORT_RETURN_IF_ERROR(store_->Set(RoundKey(round + 1, "expect"),
                                        std::to_string(expect_next), CallDeadline()));
   }
+  if (won && before_next) before_next();
   if (won) {
     COHORT_RETURN_IF_ERROR(
         store_->CompareSet(RoundKey(round, "next"), "", reason, CallDeadline())

@@ -12,7 +12,10 @@
 //                    good: why ("its store connection closed")
 //   r<R>/layout      the closed round's member count and local world sizes, run-length
 //                    encoded ("N:8x9999,4x1"), then a newline and node 1's record;
-//                    written once by slot 1, read by every node
+//                    written once by slot 1, read by every node. A carried round's
+//                    (written by the node that ended R-1) adds a line naming the round
+//                    whose records its nodes are and the slots of it left out
+//                    ("carried:<Q>:<s>,<s>...")
 //   r<R>/publisher   the slot that publishes the layout in place of a silent slot 1
 //   r<R>/closed      member count N of round R, set once by CompareSet (first writer wins)
 //   r<R>/expect      how many nodes round R expects (set when R-1 ended): its last call ends
@@ -25,6 +28,8 @@
 //   standby          how many warm spares (--standby) have waited for a place
 //   r<R>/spares      claims of the places round R-1's lost nodes left (warm spares)
 //   done             the job is over ("succeeded" or "failed: ...")
+// A round that ends for a lost node may be carried (carry_start_nodes): its survivors form
+// the next round without joining it (one read each), in their old order.
 // A join is two store round trips on etcd and three on the embedded store for every node but
 // slot 1, whatever the node count, and reads O(1) bytes per node (the layout is one run when
 // all nodes run as many workers); only slot 1 reads the N node records. Liveness is a ring:
@@ -38,6 +43,7 @@
 // watcher's own Rendezvous object over its own store connection.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -81,6 +87,15 @@ struct RendezvousConfig {
   // and the dead timeout at least four periods; a warning says so): a store that pays for
   // each request (etcd) is not asked more than it can answer. 0: no bound.
   int quiet_beats_per_s = 500;
+  // Rounds of at least this many nodes that end for a lost node are carried: the node
+  // that ends the round also closes the next one with the survivors, leaving out the lost
+  // node and every other whose beats the store dates as older than two beat periods
+  // (Store::Silent), and each survivor takes it with one read instead of a join (at
+  // 10,000 nodes on etcd, 10,000 joins at once are what the round after a loss cost and
+  // what made etcd lose its leader; docs/scale.md). Not when a node has finished, a warm
+  // spare waits, or fewer than MIN would be left; a node left out that is alive joins
+  // as a late node (a re-rendezvous). 0: never.
+  int carry_start_nodes = 500;
   // A warm spare (`cohort run --standby`): Next() joins no running round and asks for no
   // re-rendezvous; it waits for a round that loses a node and takes the place in the next
   // one (behind the survivors, never in place of one). Rounds after that as any node.
@@ -98,6 +113,9 @@ struct RoundLayout {
   std::vector<Run> runs;
 
   static RoundLayout FromNodes(const std::vector<NodeInfo>& nodes);
+  // This layout without the nodes of the given group ranks (a carried round's).
+  RoundLayout Without(const std::vector<int>& group_ranks) const;
+  void Append(int local_world_size);  // one more node, after the others
   std::string Encode() const;
   static Result<RoundLayout> Decode(std::string_view text);
   int RankOffset(int group_rank) const;  // sum of lower nodes' local world sizes
@@ -115,8 +133,18 @@ struct RendezvousInfo {
   std::string store_prefix;   // per-round namespace for workers ("rdzv/<id>/r<R>/w")
   int slot = 0;               // join slot (1-based) in this round
   // The store's mark of a moment after this node joined and before the round could end
-  // (Store::GetSince): the layout's write, or the join's.
+  // (Store::GetSince): the layout's write, or the join's (0 in a carried round).
   int64_t joined_at = 0;
+  // How the group ranks fall on the nodes (rank_offset and world_size come from it).
+  RoundLayout layout;
+  // The round whose join records describe this round's nodes: this one, or the round a
+  // carried round (RendezvousConfig::carry_start_nodes) descends from, whose slots
+  // `left_out` (ascending) are not in this round.
+  int64_t records_round = -1;  // -1: this round
+  std::vector<int> left_out;
+  int64_t RecordsRound() const { return records_round >= 0 ? records_round : round; }
+  // The slot in records_round of this round's slot `slot` (the same when none left out).
+  int RecordSlot(int slot) const;
 
   int RankOffset() const { return rank_offset; }
   int WorldSize() const { return world_size; }
@@ -222,6 +250,10 @@ class Rendezvous {
     RoundLayout layout;
     NodeInfo master;  // node 1's record
     int64_t seen = 0;  // the store's mark of the layout's write (Store::GetSince), 0: none
+    // A carried round's: the round its records are in (-1: not carried) and the slots of
+    // that round left out, ascending.
+    int64_t records_round = -1;
+    std::vector<int> left_out;
     std::string Encode() const;
     static Result<Published> Decode(std::string_view text);
   };
@@ -243,6 +275,16 @@ class Rendezvous {
                                   Deadline join_deadline);
   RendezvousInfo MakeInfo(int64_t round, int64_t slot, Published published,
                           int64_t restarts) const;
+  // Carried rounds (rendezvous_carry.cc). The ender of `info`'s round, for its lost peer
+  // `dead_slot`: closes the next round with the survivors and publishes its layout (false
+  // when the round is not one to carry). A node that held round - 1: the carried round
+  // `round` when it is one and this node is in it (later carried rounds that already
+  // ended are passed through); nullopt: join as usual.
+  Result<bool> CarryRound(const RendezvousInfo& info, int dead_slot);
+  Result<std::optional<RendezvousInfo>> TakeCarriedRound(int64_t round, Deadline deadline);
+  // EndRound, with `before_next` run by the winner just before it writes `next`.
+  Result<bool> EndRoundThen(int64_t round, const RoundEnd& why, const FailureRecord* failure,
+                            int64_t expect_next, const std::function<void()>& before_next);
   // WatchStep's parts (rendezvous_watch.cc): a round's first step (its will, whether it is
   // quiet), that step on a store without wills, a step with a beat, a silent peer's end.
   void BeginWatchRound(const RendezvousInfo& info);
@@ -262,7 +304,7 @@ class Rendezvous {
   // How often a watcher beats: the liveness period with a will, dead timeout / 3 on a lease
   // (its TTL), else dead timeout / 4 (at least the heartbeat interval).
   Duration BeatPeriod(const RendezvousInfo& info) const;
-  std::string PeerHost(int64_t round, int slot);
+  std::string PeerHost(const RendezvousInfo& info, int slot);
 
   std::shared_ptr<store::Store> store_;
   RendezvousConfig config_;
@@ -278,6 +320,7 @@ class Rendezvous {
   std::string watched_beat_;   // its counter as last read
   SteadyClock::time_point watched_change_;  // when that counter last moved (as seen here)
   int64_t last_round_ = 0;  // the round seen last: ReadJobState reads its `closed` too
+  std::optional<RendezvousInfo> held_;  // the round Next returned last (a carry's base)
   int64_t next_round_ = 0;  // the round after the one Next returned last
 };
 

@@ -1,10 +1,19 @@
-// What rendezvous.cc (rounds: joins, ends, the job's end) and rendezvous_watch.cc (liveness:
-// heartbeats and dead-node detection) share: the log channel and the test for a store call
-// that timed out. Internal to the rendezvous: include it from those files only.
+// What rendezvous.cc (rounds: joins, ends, the job's end), rendezvous_watch.cc (liveness:
+// heartbeats and dead-node detection) and rendezvous_carry.cc (carried rounds) share: the
+// log channel, the test for a store call that timed out, store calls made again until a
+// deadline, and a counter's parse. Internal to the rendezvous: include it from those files
+// only.
 // Thread-safety: pure functions.
 #pragma once
 
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "cohort/base/backoff.h"
 #include "cohort/base/status.h"
+#include "cohort/base/strings.h"
+#include "cohort/base/time.h"
 
 namespace cohort::rendezvous {
 
@@ -14,6 +23,37 @@ inline bool IsTimeout(const Status& s) { return s.code() == StatusCode::kDeadlin
 template <typename T>
 bool IsTimeout(const Result<T>& r) {
   return !r.ok() && IsTimeout(r.status());
+}
+
+// Per-call deadline for non-blocking store calls.
+inline constexpr auto kCallTimeout = std::chrono::seconds(30);
+
+// Runs a blocking store call until it does not time out or `deadline` has really passed: a
+// loaded store (etcd) times single requests out long before a join's deadline, and taking
+// that for the deadline made every node of a 5,000-node round take over from slot 1.
+template <typename Call>
+auto UntilDeadline(Deadline deadline, const Call& call) -> decltype(call()) {
+  Backoff backoff(std::chrono::milliseconds(50), std::chrono::seconds(1), deadline);
+  for (;;) {
+    auto result = call();
+    if (!IsTimeout(result) || deadline.expired() || !backoff.Sleep()) return result;
+  }
+}
+
+// The same for a request that may be repeated (a read, a compare-and-set from absent), not
+// a wait: call(d) gets each attempt's deadline, one call's timeout from then at most.
+template <typename Call>
+auto RequestUntilDeadline(Deadline deadline, const Call& call) -> decltype(call(deadline)) {
+  return UntilDeadline(deadline,
+                       [&] { return call(Deadline::After(kCallTimeout).Earlier(deadline)); });
+}
+
+// A rendezvous counter's value as read (absent = 0).
+inline Result<int64_t> ParseCounter(const std::optional<std::string>& v, std::string_view name) {
+  if (!v) return int64_t{0};
+  auto n = ParseInt64(*v);
+  if (!n) return DataLoss("rendezvous counter '{}' holds '{}', not a number", name, *v);
+  return *n;
 }
 
 }  // namespace cohort::rendezvous

@@ -1,9 +1,13 @@
 // The rendezvous records' wire forms (rendezvous.h): NodeInfo and FailureRecord as JSON,
 // RoundLayout ("N:LxC,..."), RoundEnd (r<R>/next) and the layout slot 1 publishes
-// (Rendezvous::Published: the layout, a newline, node 1's record); FailureRecord::Describe.
+// (Rendezvous::Published: the layout, a newline, node 1's record, and a carried round's
+// line); RendezvousInfo::RecordSlot; FailureRecord::Describe.
 // Thread-safety: value types and pure functions; this file keeps no global state.
 #include <string.h>
 
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "cohort/base/exit_codes.h"
@@ -69,16 +73,42 @@ std::string FailureRecord::Describe() const {
   return text;
 }
 
+void RoundLayout::Append(int local_world_size) {
+  if (runs.empty() || runs.back().local_world_size != local_world_size) {
+    runs.push_back({local_world_size, 0});
+  }
+  ++runs.back().count;
+  ++members;
+}
+
 RoundLayout RoundLayout::FromNodes(const std::vector<NodeInfo>& nodes) {
   RoundLayout layout;
-  layout.members = static_cast<int>(nodes.size());
-  for (const auto& n : nodes) {
-    if (layout.runs.empty() || layout.runs.back().local_world_size != n.local_world_size) {
-      layout.runs.push_back({n.local_world_size, 0});
-    }
-    ++layout.runs.back().count;
-  }
+  for (const auto& n : nodes) layout.Append(n.local_world_size);
   return layout;
+}
+
+RoundLayout RoundLayout::Without(const std::vector<int>& group_ranks) const {
+  std::vector<bool> drop(members, false);
+  for (int g : group_ranks) {
+    if (g >= 0 && g < members) drop[g] = true;
+  }
+  RoundLayout out;
+  int g = 0;
+  for (const auto& run : runs) {
+    for (int i = 0; i < run.count; ++i, ++g) {
+      if (!drop[g]) out.Append(run.local_world_size);
+    }
+  }
+  return out;
+}
+
+int RendezvousInfo::RecordSlot(int slot) const {
+  // The slot-th of records_round's slots that are not left out (left_out is ascending).
+  int record = slot;
+  for (int out : left_out) {
+    if (out <= record) ++record;
+  }
+  return record;
 }
 
 std::string RoundLayout::Encode() const {
@@ -156,9 +186,14 @@ std::string RoundEnd::Describe() const {
   return fmt::format("{} failed", detail);
 }
 
-// r<R>/layout: the layout's text, a newline, then node 1's record.
+// r<R>/layout: the layout's text, a newline, then node 1's record (JSON: one line); a
+// carried round's, a newline and "carried:<records round>:<left-out slots, comma-separated>".
 std::string Rendezvous::Published::Encode() const {
-  return layout.Encode() + "\n" + master.ToJson();
+  std::string text = layout.Encode() + "\n" + master.ToJson();
+  if (records_round >= 0) {
+    text += fmt::format("\ncarried:{}:{}", records_round, fmt::join(left_out, ","));
+  }
+  return text;
 }
 
 Result<Rendezvous::Published> Rendezvous::Published::Decode(std::string_view text) {
@@ -167,8 +202,32 @@ Result<Rendezvous::Published> Rendezvous::Published::Decode(std::string_view tex
     return DataLoss("round layout without its master's record: '{}'", text.substr(0, 64));
   }
   COHORT_ASSIGN_OR_RETURN(RoundLayout layout, RoundLayout::Decode(text.substr(0, newline)));
-  COHORT_ASSIGN_OR_RETURN(NodeInfo master, NodeInfo::FromJson(text.substr(newline + 1)));
-  return Published{std::move(layout), std::move(master)};
+  std::string_view rest = text.substr(newline + 1);
+  const size_t carried_at = rest.find('\n');
+  COHORT_ASSIGN_OR_RETURN(NodeInfo master, NodeInfo::FromJson(rest.substr(0, carried_at)));
+  Published published;
+  published.layout = std::move(layout);
+  published.master = std::move(master);
+  if (carried_at == std::string_view::npos) return published;
+  // "carried:<Q>:<s>,<s>,..."
+  auto bad = [&] { return DataLoss("malformed carried round '{}'", rest.substr(carried_at, 64)); };
+  std::string_view carried = rest.substr(carried_at + 1);
+  if (!StartsWith(carried, "carried:")) return bad();
+  carried.remove_prefix(8);
+  const size_t colon = carried.find(':');
+  if (colon == std::string_view::npos) return bad();
+  auto records_round = ParseInt64(carried.substr(0, colon));
+  if (!records_round || *records_round < 0) return bad();
+  published.records_round = *records_round;
+  for (std::string_view slots = carried.substr(colon + 1); !slots.empty();) {
+    const size_t comma = slots.find(',');
+    auto slot = ParseInt64(slots.substr(0, comma));
+    if (!slot || *slot < 1) return bad();
+    published.left_out.push_back(static_cast<int>(*slot));
+    slots = comma == std::string_view::npos ? std::string_view() : slots.substr(comma + 1);
+  }
+  if (!std::is_sorted(published.left_out.begin(), published.left_out.end())) return bad();
+  return published;
 }
 
 }  // namespace cohort::rendezvous

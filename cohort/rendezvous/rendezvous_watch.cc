@@ -67,7 +67,7 @@ Result<std::optional<RoundEnd>> Rendezvous::DeclarePeerDead(const RendezvousInfo
                                                             int silent,
                                                             const std::optional<std::string>& gone) {
   const int64_t round = info.round;
-  const std::string host = PeerHost(round, silent);
+  const std::string host = PeerHost(info, silent);
   RoundEnd dead{RoundEnd::Kind::kDeadNode,
                 gone ? fmt::format("node {} ({}): {}", silent - 1, host, *gone)
                      : fmt::format("node {} ({}) stopped sending heartbeats", silent - 1, host)};
@@ -75,7 +75,16 @@ Result<std::optional<RoundEnd>> Rendezvous::DeclarePeerDead(const RendezvousInfo
   FailureRecord record;
   record.host = host;
   record.message = dead.detail;
-  COHORT_RETURN_IF_ERROR(EndRound(round, dead, &record, info.group_world_size - 1).status());
+  // A large round is carried (rendezvous_carry.cc): the survivors need not join the next.
+  auto carry = [&] {
+    auto carried = CarryRound(info, silent);
+    if (!carried.ok()) {
+      COHORT_LOG_WARN(kLog, "round {}: could not carry the survivors into round {} ({}); they "
+                      "join it", round, round + 1, carried.status().ToString());
+    }
+  };
+  COHORT_RETURN_IF_ERROR(EndRoundThen(round, dead, &record, info.group_world_size - 1,
+                                      carry).status());
   COHORT_ASSIGN_OR_RETURN(std::string next, store_->Get(RoundKey(round, "next"), CallDeadline()));
   return std::optional<RoundEnd>(RoundEnd::Decode(next));
 }
@@ -286,9 +295,10 @@ Result<int> Rendezvous::JudgeWatchedPeer(const RendezvousInfo& info,
   return seen - watched_change_ > DeadTimeout(info) ? watched_slot_ : 0;
 }
 
-std::string Rendezvous::PeerHost(int64_t round, int slot) {
-  auto record = store_->ReadAppended(RoundKey(round, "slot"), RoundKey(round, "node"), slot, 1,
-                                     CallDeadline());
+std::string Rendezvous::PeerHost(const RendezvousInfo& info, int slot) {
+  const int64_t round = info.RecordsRound();
+  auto record = store_->ReadAppended(RoundKey(round, "slot"), RoundKey(round, "node"),
+                                     info.RecordSlot(slot), 1, CallDeadline());
   if (!record.ok() || record->empty()) return "unknown host";
   auto node = NodeInfo::FromJson((*record)[0]);
   if (!node.ok()) return "unknown host";

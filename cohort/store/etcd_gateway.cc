@@ -105,6 +105,27 @@ const json* FirstKv(const json& range) {
   return &(*kvs)[0];
 }
 
+void RevisionClock::Note(SteadyClock::time_point at, int64_t revision) {
+  if (revision <= 0) return;
+  MutexLock lock(&mu_);
+  if (!samples_.empty() && at - samples_.back().first < kSampleEvery) {
+    // Within one sample's time: keep the higher revision, dated by the later answer.
+    if (revision > samples_.back().second) samples_.back() = {at, revision};
+    return;
+  }
+  samples_.emplace_back(at, std::max(revision, samples_.empty() ? 0 : samples_.back().second));
+  if (samples_.size() > kSamples) samples_.pop_front();
+}
+
+int64_t RevisionClock::ReachedBy(SteadyClock::time_point at) const {
+  MutexLock lock(&mu_);
+  // Samples are in time order and their revisions never go down: the last one at or
+  // before `at` has the highest revision of them.
+  auto after = std::upper_bound(samples_.begin(), samples_.end(), at,
+                                [](SteadyClock::time_point t, const auto& s) { return t < s.first; });
+  return after == samples_.begin() ? 0 : std::prev(after)->second;
+}
+
 // A key's value from a range response, or nullopt when it has no kvs.
 Result<std::optional<std::string>> RangeValue(const json& range) {
   const json* first = FirstKv(range);
@@ -501,6 +522,7 @@ Result<json> EtcdStore::Impl::Post(const std::string& path, const json& request,
         retry = true;
       } else if (http == 200 && !reply.contains("error")) {
         if (reply.contains("result") && reply.size() == 1) reply = reply["result"];
+        revisions.Note(SteadyClock::now(), HeaderRevision(reply));
         NoteAnswer();
         return reply;
       } else {

@@ -22,18 +22,36 @@ Result<json> EtcdStore::Impl::Range(const std::string& full_key, Deadline deadli
   return Post("/v3/kv/range", {{"key", B64(full_key)}}, deadline);
 }
 
-// Values of many keys (nullopt = missing). Many keys with a common prefix (node1..nodeN)
-// are read with one range over the prefix when it holds few other keys: one range op
-// costs etcd far less than N. Otherwise (or when the prefix holds too many keys), txns of
-// at most kMaxTxnOps ranges.
+// Values of many keys (nullopt = missing), through ReadKvs.
 // `revision`, when given, gets the store revision the (first) read saw.
 Result<std::vector<std::optional<std::string>>> EtcdStore::Impl::ReadMany(
     const std::vector<std::string>& keys, bool keys_only, Deadline deadline, int64_t* revision) {
+  COHORT_ASSIGN_OR_RETURN(std::vector<json> kvs, ReadKvs(keys, keys_only, deadline, revision));
+  std::vector<std::optional<std::string>> out;
+  out.reserve(kvs.size());
+  for (const auto& kv : kvs) {
+    if (kv.is_null()) {
+      out.emplace_back();
+      continue;
+    }
+    COHORT_ASSIGN_OR_RETURN(std::string value, UnB64(kv.value("value", std::string())));
+    out.emplace_back(std::move(value));
+  }
+  return out;
+}
+
+// The kvs of many keys as etcd answers them (null = missing). Many keys with a common
+// prefix (node1..nodeN) are read with one range over the prefix when it holds few other
+// keys: one range op costs etcd far less than N. Otherwise (or when the prefix holds too
+// many keys), txns of at most kMaxTxnOps ranges.
+Result<std::vector<json>> EtcdStore::Impl::ReadKvs(const std::vector<std::string>& keys,
+                                                   bool keys_only, Deadline deadline,
+                                                   int64_t* revision) {
   if (keys.size() >= kPrefixReadMinKeys) {
     COHORT_ASSIGN_OR_RETURN(auto by_prefix, ReadByPrefix(keys, keys_only, deadline, revision));
     if (by_prefix) return std::move(*by_prefix);
   }
-  std::vector<std::optional<std::string>> out;
+  std::vector<json> out;
   for (size_t start = 0; start < keys.size(); start += kMaxTxnOps) {
     size_t end = std::min(keys.size(), start + kMaxTxnOps);
     json ops = json::array();
@@ -47,16 +65,16 @@ Result<std::vector<std::optional<std::string>>> EtcdStore::Impl::ReadMany(
     const json& responses = r.contains("responses") ? r["responses"] : json::array();
     if (responses.size() != end - start) return DataLoss("etcd txn answered too few ranges");
     for (const auto& resp : responses) {
-      COHORT_ASSIGN_OR_RETURN(auto v, RangeValue(resp.value("response_range", json::object())));
-      out.push_back(std::move(v));
+      const json* kv = FirstKv(resp.value("response_range", json::object()));
+      out.push_back(kv != nullptr ? *kv : json());
     }
   }
   return out;
 }
 
-// ReadMany through one range over the keys' longest common prefix, limited to twice the
+// ReadKvs through one range over the keys' longest common prefix, limited to twice the
 // number of keys; nullopt when the prefix holds more than that.
-Result<std::optional<std::vector<std::optional<std::string>>>> EtcdStore::Impl::ReadByPrefix(
+Result<std::optional<std::vector<json>>> EtcdStore::Impl::ReadByPrefix(
     const std::vector<std::string>& keys, bool keys_only, Deadline deadline,
     int64_t* revision) {
   std::vector<std::string> full;
@@ -74,22 +92,21 @@ Result<std::optional<std::vector<std::optional<std::string>>>> EtcdStore::Impl::
   if (keys_only) range["keys_only"] = true;
   COHORT_ASSIGN_OR_RETURN(json r, Post("/v3/kv/range", range, deadline));
   if (revision != nullptr) *revision = HeaderRevision(r);
-  using Values = std::vector<std::optional<std::string>>;
-  if (r.value("more", false)) return std::optional<Values>();
-  std::unordered_map<std::string, std::string> found;
+  if (r.value("more", false)) return std::optional<std::vector<json>>();
+  std::unordered_map<std::string, const json*> found;
   if (r.contains("kvs")) {
     for (const auto& kv : r["kvs"]) {
       COHORT_ASSIGN_OR_RETURN(std::string key, UnB64(kv.value("key", std::string())));
-      COHORT_ASSIGN_OR_RETURN(std::string value, UnB64(kv.value("value", std::string())));
-      found.emplace(std::move(key), std::move(value));
+      found.emplace(std::move(key), &kv);
     }
   }
-  std::vector<std::optional<std::string>> out;
+  std::vector<json> out;
+  out.reserve(full.size());
   for (const auto& k : full) {
     auto it = found.find(k);
-    out.push_back(it == found.end() ? std::nullopt : std::optional<std::string>(it->second));
+    out.push_back(it == found.end() ? json() : *it->second);
   }
-  return std::optional<Values>(std::move(out));
+  return std::optional<std::vector<json>>(std::move(out));
 }
 
 // Streams a watch on `full_key` until the key is there in a state `accept` takes (a PUT

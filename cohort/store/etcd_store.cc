@@ -257,6 +257,21 @@ std::string EtcdStore::endpoint() const {
   return impl_->urls[impl_->current.load() % impl_->urls.size()];
 }
 
+Result<std::vector<bool>> EtcdStore::Silent(const std::vector<std::string>& keys,
+                                            Duration quiet_for, Deadline deadline) {
+  const int64_t then = impl_->revisions.ReachedBy(SteadyClock::now() - quiet_for);
+  if (then == 0) {
+    return FailedPrecondition("this etcd client has no answer from {:.1f} s ago to date writes by",
+                              std::chrono::duration<double>(quiet_for).count());
+  }
+  COHORT_ASSIGN_OR_RETURN(std::vector<json> kvs,
+                          impl_->ReadKvs(keys, /*keys_only=*/true, deadline));
+  std::vector<bool> silent;
+  silent.reserve(kvs.size());
+  for (const auto& kv : kvs) silent.push_back(kv.is_null() || Int(kv, "mod_revision") <= then);
+  return silent;
+}
+
 Status EtcdStore::Idle(Deadline deadline) {
   if (!impl_->aborted) impl_->Pause(deadline.remaining(), deadline);
   if (impl_->aborted) return Cancelled("etcd store client aborted");

@@ -122,6 +122,12 @@ class EtcdStore final : public Store {
   // A pause that Abort() cuts short: no request.
   Status Idle(Deadline deadline) override;
 
+  // One keys-only read of the keys (a range over their common prefix, as Peek's) and their
+  // mod revisions against the revision an answer to this client carried `quiet_for` ago:
+  // kFailedPrecondition until this client has an answer that old.
+  Result<std::vector<bool>> Silent(const std::vector<std::string>& keys, Duration quiet_for,
+                                   Deadline deadline) override;
+
   // Deletes every key under this store's prefix (a finished job's keys); returns how many.
   Result<int64_t> DeleteAll(Deadline deadline);
 

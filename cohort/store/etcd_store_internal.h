@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -68,6 +69,23 @@ json AbsentCompare(const std::string& b64_key);
 json UnchangedCompare(const std::string& b64_key, const std::optional<Counter>& known);
 std::string PrefixEnd(std::string prefix);
 
+// When this client saw which store revisions: (answer time, the answer's header revision),
+// at most one sample per kSampleEvery and kSamples in all (the oldest dropped). Every
+// write at or below a revision some answer carried happened before that answer came, so
+// EtcdStore::Silent dates keys' last writes (their mod revisions) by it. Thread-safe.
+class RevisionClock {
+ public:
+  static constexpr auto kSampleEvery = std::chrono::milliseconds(100);
+  static constexpr size_t kSamples = 4096;
+  void Note(SteadyClock::time_point at, int64_t revision);
+  // The highest revision an answer received at or before `at` carried; 0: none that old.
+  int64_t ReachedBy(SteadyClock::time_point at) const;
+
+ private:
+  mutable Mutex mu_;
+  std::deque<std::pair<SteadyClock::time_point, int64_t>> samples_ COHORT_GUARDED_BY(mu_);
+};
+
 // One kept-open HTTP connection (a CURL easy handle; libcurl keeps its sockets cached).
 struct Conn {
   CURL* curl = nullptr;
@@ -115,6 +133,8 @@ struct EtcdStore::Impl {
   Duration held_ttl COHORT_GUARDED_BY(held_mu){};
   std::string held_key COHORT_GUARDED_BY(held_mu);
   bool held_put COHORT_GUARDED_BY(held_mu) = false;
+
+  etcd::RevisionClock revisions;  // noted by Post from every answer
 
   // Beat counters as this client last wrote or read them (EtcdStore::Beat).
   Mutex beat_mu;
@@ -239,9 +259,11 @@ struct EtcdStore::Impl {
   Result<std::vector<std::optional<std::string>>> ReadMany(const std::vector<std::string>& keys,
                                                            bool keys_only, Deadline deadline,
                                                            int64_t* revision = nullptr);
-  Result<std::optional<std::vector<std::optional<std::string>>>> ReadByPrefix(
-      const std::vector<std::string>& keys, bool keys_only, Deadline deadline,
-      int64_t* revision);
+  Result<std::vector<json>> ReadKvs(const std::vector<std::string>& keys, bool keys_only,
+                                    Deadline deadline, int64_t* revision = nullptr);
+  Result<std::optional<std::vector<json>>> ReadByPrefix(const std::vector<std::string>& keys,
+                                                        bool keys_only, Deadline deadline,
+                                                        int64_t* revision);
 
   // Which of a key's states a wait waits for (its kv as etcd shows it): by default any.
   using KvAccept = std::function<bool(const json& kv)>;

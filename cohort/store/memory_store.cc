@@ -1,4 +1,4 @@
-// Implements MemoryStore. Thread-safe: mu_ guards state_ and aborted_.
+// Implements MemoryStore. Thread-safe: mu_ guards state_, written_ and aborted_.
 #include "cohort/store/memory_store.h"
 
 #include <fmt/ranges.h>
@@ -25,6 +25,7 @@ Status MemoryStore::Set(std::string_view key, std::string_view value, Deadline) 
   MutexLock lock(&mu_);
   if (aborted_) return Cancelled("store aborted");
   state_.Set(key, value);
+  Written(key);
   changed_.SignalAll();
   return Status::Ok();
 }
@@ -40,6 +41,7 @@ Result<int64_t> MemoryStore::Add(std::string_view key, int64_t delta, Deadline) 
   MutexLock lock(&mu_);
   if (aborted_) return Cancelled("store aborted");
   auto result = state_.Add(key, delta);
+  if (result.ok()) Written(key);
   changed_.SignalAll();
   return result;
 }
@@ -49,6 +51,7 @@ Result<std::string> MemoryStore::CompareSet(std::string_view key, std::string_vi
   MutexLock lock(&mu_);
   if (aborted_) return Cancelled("store aborted");
   std::string result = state_.CompareSet(key, expected, desired);
+  if (result == desired) Written(key);
   changed_.SignalAll();
   return result;
 }
@@ -74,6 +77,7 @@ Result<std::vector<std::optional<std::string>>> MemoryStore::Peek(
 Result<bool> MemoryStore::Delete(std::string_view key, Deadline) {
   MutexLock lock(&mu_);
   if (aborted_) return Cancelled("store aborted");
+  written_.erase(std::string(key));
   return state_.Delete(key);
 }
 
@@ -100,9 +104,30 @@ Status MemoryStore::MultiSet(const std::vector<std::string>& keys,
   }
   MutexLock lock(&mu_);
   if (aborted_) return Cancelled("store aborted");
-  for (size_t i = 0; i < keys.size(); ++i) state_.Set(keys[i], values[i]);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    state_.Set(keys[i], values[i]);
+    Written(keys[i]);
+  }
   changed_.SignalAll();
   return Status::Ok();
+}
+
+void MemoryStore::Written(std::string_view key) {
+  written_.insert_or_assign(std::string(key), SteadyClock::now());
+}
+
+Result<std::vector<bool>> MemoryStore::Silent(const std::vector<std::string>& keys,
+                                              Duration quiet_for, Deadline) {
+  MutexLock lock(&mu_);
+  if (aborted_) return Cancelled("store aborted");
+  const auto now = SteadyClock::now();
+  std::vector<bool> silent;
+  silent.reserve(keys.size());
+  for (const auto& k : keys) {
+    auto it = written_.find(k);
+    silent.push_back(it == written_.end() || now - it->second >= quiet_for);
+  }
+  return silent;
 }
 
 void MemoryStore::Abort() {

@@ -4,6 +4,8 @@
 // Thread-safety: all methods are safe from any thread (one mutex guards the state).
 #pragma once
 
+#include <unordered_map>
+
 #include "cohort/base/mutex.h"
 #include "cohort/store/kv_state.h"
 #include "cohort/store/store.h"
@@ -13,6 +15,9 @@ namespace cohort::store {
 class MemoryStore final : public Store {
  public:
   COHORT_STORE_METHODS(override);  // the Store interface (store.h)
+  // Dated by this store's clock: when each key was last written.
+  Result<std::vector<bool>> Silent(const std::vector<std::string>& keys, Duration quiet_for,
+                                   Deadline deadline) override;
 
  private:
   // Waits until every key exists; kCancelled after Abort().
@@ -21,7 +26,11 @@ class MemoryStore final : public Store {
 
   Mutex mu_;
   CondVar changed_;  // signalled on every write and on Abort
+  // Records that `key` was written now (Silent).
+  void Written(std::string_view key) COHORT_REQUIRES(mu_);
+
   KvState state_ COHORT_GUARDED_BY(mu_);
+  std::unordered_map<std::string, SteadyClock::time_point> written_ COHORT_GUARDED_BY(mu_);
   bool aborted_ COHORT_GUARDED_BY(mu_) = false;
 };
 

@@ -211,6 +211,18 @@ class Store {
     (void)key, (void)ttl, (void)deadline;
     return FailedPrecondition("this store keeps no leases");
   }
+
+  // Which of `keys` have not been written for at least `quiet_for`, dated by the store's
+  // own order of writes (not the caller's view of them): true for such a key, and for one
+  // that is absent. Meant for many keys under one parent (a round's beat counters), which a
+  // store may read as one range. Stores that cannot date writes, or not that far back, say
+  // kFailedPrecondition (the default). The rendezvous finds every node silent at the
+  // moment one is found dead with it (a carried round leaves them all out; rendezvous.h).
+  virtual Result<std::vector<bool>> Silent(const std::vector<std::string>& keys,
+                                           Duration quiet_for, Deadline deadline) {
+    (void)keys, (void)quiet_for, (void)deadline;
+    return FailedPrecondition("this store does not date its writes");
+  }
 };
 
 // Wraps a store and prefixes every key with "<prefix>/". NumKeys counts the whole store.
@@ -311,6 +323,13 @@ class PrefixStore final : public Store {
   }
   Status LeaveWill(std::string_view key, Duration grace, Deadline deadline) override {
     return base_->LeaveWill(Key(key), grace, deadline);
+  }
+  Status LeaseKey(std::string_view key, Duration ttl, Deadline deadline) override {
+    return base_->LeaseKey(Key(key), ttl, deadline);
+  }
+  Result<std::vector<bool>> Silent(const std::vector<std::string>& keys, Duration quiet_for,
+                                   Deadline deadline) override {
+    return base_->Silent(Keys(keys), quiet_for, deadline);
   }
 
   const std::shared_ptr<Store>& base() const { return base_; }

@@ -1,0 +1,180 @@
+// Carried rounds (RendezvousConfig::carry_start_nodes) on a MemoryStore: the survivors of a
+// lost node form the next round without joining it, in their old order, with every node
+// lost together left out at once; a node left out that comes back joins as a late node; a
+// small round still re-joins. The same on a real etcd: etcd_store_test.cc.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <set>
+#include <thread>
+
+#include "cohort/rendezvous/loss_scenario.h"
+#include "cohort/rendezvous/rendezvous.h"
+#include "cohort/store/memory_store.h"
+
+namespace cohort::rendezvous {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::LossScenario;
+using testing::RunLossScenario;
+
+// Beats every 500 ms, a node silent for 2 s is dead: a live thread is never two periods
+// late here, so only the nodes the test silences are taken for lost.
+RendezvousConfig CarryConfig(int min_nodes, int max_nodes) {
+  RendezvousConfig c;
+  c.run_id = "carry";
+  c.min_nodes = min_nodes;
+  c.max_nodes = max_nodes;
+  c.join_timeout = 20s;
+  c.last_call = 200ms;
+  c.heartbeat_interval = 100ms;
+  c.dead_timeout = 2s;
+  c.max_restarts = 5;
+  c.carry_start_nodes = max_nodes;
+  return c;
+}
+
+// What every survivor of a carried round must see: round 1 with the survivors only, ranks
+// 0..N-1 in their round-0 order, the master the first survivor, one restart, no join.
+void ExpectCarried(const LossScenario& s, const std::vector<int>& lost_slots,
+                   store::Store& store) {
+  const int n = static_cast<int>(s.first.size());
+  const int survivors = n - static_cast<int>(lost_slots.size());
+  std::set<int> ranks;
+  int first_survivor_slot = 1;
+  while (std::count(lost_slots.begin(), lost_slots.end(), first_survivor_slot)) {
+    ++first_survivor_slot;
+  }
+  const std::string master = testing::ScenarioNode(s.AgentOfSlot(first_survivor_slot)).host;
+  for (int i = 0; i < n; ++i) {
+    if (s.lost[i]) continue;
+    ASSERT_TRUE(s.ended[i].has_value()) << "agent " << i << " saw no end; " << s.watch_error;
+    EXPECT_EQ(s.ended[i]->kind, RoundEnd::Kind::kDeadNode) << s.ended[i]->Encode();
+    ASSERT_TRUE(s.next[i] && s.next[i]->ok()) << s.next[i]->status().ToString();
+    const RendezvousInfo& info = **s.next[i];
+    const RendezvousInfo& before = **s.first[i];
+    EXPECT_EQ(info.round, 1);
+    EXPECT_EQ(info.group_world_size, survivors);
+    EXPECT_EQ(info.WorldSize(), 2 * survivors);
+    EXPECT_EQ(info.restart_count, 1);
+    EXPECT_EQ(info.records_round, 0);
+    EXPECT_EQ(info.left_out, lost_slots);
+    // Its rank: how many survivors came before it in round 0.
+    int lower = 0;
+    for (int slot = 1; slot < before.slot; ++slot) {
+      lower += std::count(lost_slots.begin(), lost_slots.end(), slot) ? 0 : 1;
+    }
+    EXPECT_EQ(info.group_rank, lower);
+    EXPECT_EQ(info.RankOffset(), 2 * lower);
+    EXPECT_EQ(info.RecordSlot(info.slot), before.slot);
+    EXPECT_EQ(info.master.host, master);
+    ranks.insert(info.group_rank);
+  }
+  EXPECT_EQ(ranks.size(), static_cast<size_t>(survivors));
+  // Nobody joined round 1: its join counter was never taken.
+  auto tickets = store.Peek({"rdzv/carry/r1/slot"}, Deadline::After(5s));
+  ASSERT_TRUE(tickets.ok());
+  EXPECT_FALSE((*tickets)[0].has_value()) << *(*tickets)[0];
+}
+
+std::function<std::shared_ptr<store::Store>()> On(std::shared_ptr<store::Store> store) {
+  return [store] { return store; };
+}
+
+TEST(RendezvousCarryTest, TheSurvivorsOfALostNodeFormTheNextRoundWithoutJoining) {
+  auto store = std::make_shared<store::MemoryStore>();
+  const auto config = CarryConfig(2, 4);
+  // Slot 1 is lost: the master moves to the next node, whose record is read for it.
+  LossScenario s = RunLossScenario(On(store), config, 4, {1}, 30s);
+  ExpectCarried(s, {1}, *store);
+  // The survivors' agents list the round's nodes from round 0's records.
+  const int agent = s.AgentOfSlot(3);
+  auto nodes = s.agents[agent]->RoundNodes(**s.next[agent], Deadline::After(5s));
+  ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
+  ASSERT_EQ(nodes->size(), 3u);
+  for (int slot = 2; slot <= 4; ++slot) {
+    EXPECT_EQ((*nodes)[slot - 2].host, testing::ScenarioNode(s.AgentOfSlot(slot)).host);
+  }
+}
+
+TEST(RendezvousCarryTest, NodesLostTogetherAreLeftOutOfOneCarriedRound) {
+  auto store = std::make_shared<store::MemoryStore>();
+  LossScenario s = RunLossScenario(On(store), CarryConfig(2, 5), 5, {2, 4}, 30s);
+  ExpectCarried(s, {2, 4}, *store);
+}
+
+TEST(RendezvousCarryTest, ANodeLeftOutThatComesBackJoinsAsALateNode) {
+  auto store = std::make_shared<store::MemoryStore>();
+  const auto config = CarryConfig(2, 4);
+  LossScenario s = RunLossScenario(On(store), config, 4, {2}, 30s);
+  ExpectCarried(s, {2}, *store);
+  // The "lost" node was only slow: its Next finds round 1 carried without it and asks for
+  // a re-rendezvous (as a late node); the survivors' round 1 ends for it, and all four
+  // join round 2.
+  const int back = s.AgentOfSlot(2);
+  std::vector<std::optional<Result<RendezvousInfo>>> again(4);
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] { again[back] = s.agents[back]->Next(); });
+  for (int i = 0; i < 4; ++i) {
+    if (i == back) continue;
+    threads.emplace_back([&, i] {
+      Rendezvous watcher(store, config, testing::ScenarioNode(i));
+      std::optional<RoundEnd> end;
+      const Deadline give_up = Deadline::After(30s);
+      while (!end && !give_up.expired()) {
+        auto step = watcher.WatchStep(**s.next[i]);
+        if (!step.ok()) break;
+        end = *step;
+      }
+      ASSERT_TRUE(end.has_value());
+      EXPECT_EQ(end->kind, RoundEnd::Kind::kJoin) << end->Encode();
+      again[i] = s.agents[i]->Next();
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::set<int> ranks;
+  for (auto& r : again) {
+    ASSERT_TRUE(r && r->ok()) << r->status().ToString();
+    EXPECT_EQ((*r)->round, 2);
+    EXPECT_EQ((*r)->group_world_size, 4);
+    EXPECT_TRUE((*r)->left_out.empty());
+    ranks.insert((*r)->group_rank);
+  }
+  EXPECT_EQ(ranks.size(), 4u);
+}
+
+TEST(RendezvousCarryTest, ASmallerRoundIsJoinedAgain) {
+  auto store = std::make_shared<store::MemoryStore>();
+  auto config = CarryConfig(2, 4);
+  config.carry_start_nodes = 5;
+  LossScenario s = RunLossScenario(On(store), config, 4, {3}, 30s);
+  for (int i = 0; i < 4; ++i) {
+    if (s.lost[i]) continue;
+    ASSERT_TRUE(s.next[i] && s.next[i]->ok()) << s.watch_error;
+    EXPECT_EQ((*s.next[i])->round, 1);
+    EXPECT_EQ((*s.next[i])->group_world_size, 3);
+    EXPECT_TRUE((*s.next[i])->left_out.empty());
+  }
+  auto tickets = store->Peek({"rdzv/carry/r1/slot"}, Deadline::After(5s));
+  ASSERT_TRUE(tickets.ok());
+  EXPECT_EQ((*tickets)[0], "3");
+}
+
+TEST(RendezvousCarryTest, ACarriedLayoutRoundTrips) {
+  std::vector<NodeInfo> nodes(5);
+  for (int i = 0; i < 5; ++i) nodes[i].local_world_size = i < 3 ? 8 : 4;
+  const RoundLayout without = RoundLayout::FromNodes(nodes).Without({1, 3});
+  EXPECT_EQ(without.Encode(), "3:8x2,4x1");
+  RendezvousInfo info;
+  info.round = 4;
+  info.left_out = {2, 5};
+  EXPECT_EQ(info.RecordsRound(), 4);
+  EXPECT_EQ(info.RecordSlot(1), 1);
+  EXPECT_EQ(info.RecordSlot(2), 3);
+  EXPECT_EQ(info.RecordSlot(4), 6);
+}
+
+}  // namespace
+}  // namespace cohort::rendezvous
