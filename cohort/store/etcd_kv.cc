@@ -65,7 +65,8 @@ Result<std::vector<json>> EtcdStore::Impl::ReadKvs(const std::vector<std::string
     const json& responses = r.contains("responses") ? r["responses"] : json::array();
     if (responses.size() != end - start) return DataLoss("etcd txn answered too few ranges");
     for (const auto& resp : responses) {
-      const json* kv = FirstKv(resp.value("response_range", json::object()));
+      const json range = resp.value("response_range", json::object());
+      const json* kv = FirstKv(range);
       out.push_back(kv != nullptr ? *kv : json());
     }
   }

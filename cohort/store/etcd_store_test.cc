@@ -24,6 +24,7 @@
 
 #include "cohort/agent/job_directory.h"
 #include "cohort/base/strings.h"
+#include "cohort/rendezvous/loss_scenario.h"
 #include "cohort/rendezvous/rendezvous.h"
 #include "cohort/store/etcd_test_util.h"
 
@@ -270,6 +271,69 @@ TEST_F(EtcdStoreTest, AQuietRoundLearnsItsEndAtItsFirstBeat) {
       EXPECT_EQ(ended->detail, "rank 0");
     }
   }
+}
+
+// Silent dates keys by etcd's own order of writes: a key written before the moment
+// `quiet_for` ago is silent, one written since is not, an absent one is; a client that has
+// no answer from that long ago cannot tell (kFailedPrecondition).
+TEST_F(EtcdStoreTest, SilentDatesWritesByEtcdsRevisions) {
+  auto fresh = Make();
+  auto early = fresh->Silent({"a"}, 10s, Deadline::After(5s));
+  ASSERT_FALSE(early.ok());
+  EXPECT_EQ(early.status().code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(store_->Set("hb1", "1", Deadline::After(5s)).ok());
+  // Answers at least 300 ms after that write (their revisions date it).
+  const auto written = SteadyClock::now();
+  while (SteadyClock::now() - written < 400ms) {
+    ASSERT_TRUE(store_->Peek({"hb1"}, Deadline::After(5s)).ok());
+  }
+  ASSERT_TRUE(store_->Set("hb2", "1", Deadline::After(5s)).ok());
+  auto silent = store_->Silent({"hb1", "hb2", "hb3"}, 200ms, Deadline::After(5s));
+  ASSERT_TRUE(silent.ok()) << silent.status().ToString();
+  EXPECT_EQ(*silent, (std::vector<bool>{true, false, true}));
+  // A write makes it live again.
+  ASSERT_TRUE(store_->Set("hb1", "2", Deadline::After(5s)).ok());
+  silent = store_->Silent({"hb1", "hb2", "hb3"}, 200ms, Deadline::After(5s));
+  ASSERT_TRUE(silent.ok()) << silent.status().ToString();
+  EXPECT_EQ(*silent, (std::vector<bool>{false, false, true}));
+}
+
+// A quiet round on etcd (counter beats, no watch between beats) that loses two nodes at
+// once is carried without both: one end, one restart, the survivors' next round formed by
+// one read each (no join), ranks in their old order. What 10,000 nodes do after a loss.
+TEST_F(EtcdStoreTest, AQuietRoundThatLosesTwoNodesIsCarriedWithoutThem) {
+  rendezvous::RendezvousConfig c;
+  c.run_id = prefix_ + "-carry";
+  c.min_nodes = 2;
+  c.max_nodes = 5;
+  c.join_timeout = 20s;
+  c.last_call = 1s;
+  c.heartbeat_interval = 100ms;
+  c.dead_timeout = 2s;  // beats every 500 ms
+  c.max_restarts = 3;
+  c.quiet_start_nodes = c.carry_start_nodes = 5;
+  auto s = rendezvous::testing::RunLossScenario([this] { return Make(); }, c, 5, {1, 4}, 30s);
+  int survivors = 0;
+  for (int i = 0; i < 5; ++i) {
+    if (s.lost[i]) continue;
+    ASSERT_TRUE(s.ended[i].has_value()) << "agent " << i << ": " << s.watch_error;
+    EXPECT_EQ(s.ended[i]->kind, rendezvous::RoundEnd::Kind::kDeadNode);
+    ASSERT_TRUE(s.next[i] && s.next[i]->ok()) << s.next[i]->status().ToString();
+    const auto& info = **s.next[i];
+    EXPECT_EQ(info.round, 1);
+    EXPECT_EQ(info.group_world_size, 3);
+    EXPECT_EQ(info.restart_count, 1);
+    EXPECT_EQ(info.left_out, (std::vector<int>{1, 4}));
+    EXPECT_EQ(info.RecordSlot(info.slot), (*s.first[i])->slot);
+    // Old slots 2, 3, 5 are ranks 0, 1, 2; the master is old slot 2's node.
+    EXPECT_EQ(info.group_rank, (*s.first[i])->slot == 2 ? 0 : (*s.first[i])->slot == 3 ? 1 : 2);
+    EXPECT_EQ(info.master.host, rendezvous::testing::ScenarioNode(s.AgentOfSlot(2)).host);
+    ++survivors;
+  }
+  EXPECT_EQ(survivors, 3);
+  auto joined = store_->Peek({"rdzv/" + c.run_id + "/r1/slot/ticket"}, Deadline::After(5s));
+  ASSERT_TRUE(joined.ok());
+  EXPECT_FALSE((*joined)[0].has_value()) << "a node joined the carried round";
 }
 
 // On etcd a node's liveness is a lease on its key r<R>/hb<S> (Store::LeaseKey): its first
