@@ -339,6 +339,8 @@ class Job:
                 "--last-call-ms", str(self.args.last_call_ms)] + self.store_flags
         if self.args.quiet_start_nodes is not None:
             argv += ["--quiet-start-nodes", str(self.args.quiet_start_nodes)]
+        if self.args.carry_start_nodes is not None:
+            argv += ["--carry-start-nodes", str(self.args.carry_start_nodes)]
         line = Line(argv, "agents", nice=self.args.nodes_nice)
         self.groups.append((first, count, line))
         return line
@@ -769,6 +771,10 @@ def main():
     ap.add_argument("--quiet-start-nodes", type=int,
                     help="rounds of at least this many nodes start quiet on etcd (no watch "
                          "before a node's first beat; default: the rendezvous default, 500)")
+    ap.add_argument("--carry-start-nodes", type=int,
+                    help="rounds of at least this many nodes that lose one are carried: the "
+                         "survivors form the next round without joining it (default: the "
+                         "rendezvous default, 500; 0: never)")
     ap.add_argument("--steady-s", type=float, default=10.0,
                     help="steady-state window; 0: measure the round only")
     ap.add_argument("--jobs", default="static,elastic",

@@ -13,6 +13,7 @@
 //                   (--store HOST:PORT --token T | --etcd HOST:PORT,... --prefix P)
 //                   [--run-id R] [--local-world-size L] [--heartbeat-ms H] [--dead-ms D]
 //                   [--last-call-ms C] [--join-timeout-s S] [--quiet-start-nodes Q]
+//                   [--carry-start-nodes C]
 //       Agents I..I+K-1 connect (each its own connection) and start their threads, which
 //       wait for `go`; then it prints {"ready": K}.
 //       stdin commands, each answered by one line:
@@ -70,6 +71,7 @@ struct Options {
   int heartbeat_ms = 1000, dead_ms = 10000, last_call_ms = 1000;
   double join_timeout_s = 600;
   int quiet_start_nodes = -1;  // -1: the rendezvous default
+  int carry_start_nodes = -1;  // -1: the rendezvous default
 };
 
 // What one agent got for one round.
@@ -277,6 +279,7 @@ class Sim {
     c.dead_timeout = std::chrono::milliseconds(o_.dead_ms);
     c.max_restarts = 1000;
     if (o_.quiet_start_nodes >= 0) c.quiet_start_nodes = o_.quiet_start_nodes;
+    if (o_.carry_start_nodes >= 0) c.carry_start_nodes = o_.carry_start_nodes;
     rendezvous::NodeInfo self{fmt::format("node{}", a.index), "127.0.0.1", o_.local_world_size,
                               ""};
     rendezvous::Rendezvous r(a.store, c, self);
@@ -411,7 +414,7 @@ int Usage() {
              "--token T | --etcd EP,... --prefix P)\n"
              "                [--run-id R] [--local-world-size L] [--heartbeat-ms H] "
              "[--dead-ms D] [--last-call-ms C] [--join-timeout-s S]\n"
-             "                [--quiet-start-nodes Q]\n");
+             "                [--quiet-start-nodes Q] [--carry-start-nodes C]\n");
   return 2;
 }
 
@@ -435,6 +438,7 @@ bool ParseAgentFlags(int argc, char** argv, Options* o) {
     else if (flag == "--last-call-ms") o->last_call_ms = std::atoi(v.c_str());
     else if (flag == "--join-timeout-s") o->join_timeout_s = std::atof(v.c_str());
     else if (flag == "--quiet-start-nodes") o->quiet_start_nodes = std::atoi(v.c_str());
+    else if (flag == "--carry-start-nodes") o->carry_start_nodes = std::atoi(v.c_str());
     else return false;
   }
   return o->count >= 1 && o->min_nodes >= 1 && o->max_nodes >= o->min_nodes &&

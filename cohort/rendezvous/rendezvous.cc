@@ -149,8 +149,11 @@ Result<RendezvousInfo> Rendezvous::Next() {
         continue;
       }
       if (!state.closed) continue;  // neither over nor closed now: join again
-      COHORT_RETURN_IF_ERROR(
-          WaitOutRound(round, ParseInt64(*state.closed).value_or(0), "is running"));
+      const int64_t members = ParseInt64(*state.closed).value_or(0);
+      // A large round is carried with this node appended: its nodes do not join again.
+      COHORT_ASSIGN_OR_RETURN(auto appended, JoinCarried(round, members, state.restarts));
+      if (appended) return std::move(*appended);
+      COHORT_RETURN_IF_ERROR(WaitOutRound(round, members, "is running"));
       ++round;
       continue;
     }
@@ -390,16 +393,22 @@ Result<Rendezvous::Published> Rendezvous::PublishLayout(int64_t round, int64_t m
 
 Result<std::vector<NodeInfo>> Rendezvous::RoundNodes(const RendezvousInfo& info,
                                                      Deadline deadline) {
-  if (info.left_out.empty()) return ReadNodes(info.RecordsRound(), info.group_world_size, deadline);
-  // A carried round: its records round's nodes but those left out.
-  const int64_t recorded = info.group_world_size + static_cast<int64_t>(info.left_out.size());
-  COHORT_ASSIGN_OR_RETURN(std::vector<NodeInfo> all,
-                          ReadNodes(info.RecordsRound(), recorded, deadline));
+  const CarriedMembers& carried = info.carried;
+  if (carried.records_round < 0) return ReadNodes(info.round, info.group_world_size, deadline);
+  // A carried round: its records round's nodes but those left out, then those appended.
+  const int recorded = info.RecordedMembers();
   std::vector<NodeInfo> nodes;
   nodes.reserve(info.group_world_size);
-  for (int slot = 1; slot <= info.group_world_size; ++slot) {
-    nodes.push_back(std::move(all[info.RecordSlot(slot) - 1]));
+  if (recorded > 0) {
+    COHORT_ASSIGN_OR_RETURN(
+        std::vector<NodeInfo> all,
+        ReadNodes(carried.records_round, recorded + static_cast<int64_t>(carried.left_out.size()),
+                  deadline));
+    for (int slot = 1; slot <= recorded; ++slot) {
+      nodes.push_back(std::move(all[info.RecordSlot(slot) - 1]));
+    }
   }
+  for (const auto& a : carried.appended) nodes.push_back(a.node);
   return nodes;
 }
 
@@ -430,8 +439,7 @@ RendezvousInfo Rendezvous::MakeInfo(int64_t round, int64_t slot, Published publi
   info.rank_offset = published.layout.RankOffset(info.group_rank);
   info.world_size = published.layout.WorldSize();
   info.layout = std::move(published.layout);
-  info.records_round = published.records_round >= 0 ? published.records_round : round;
-  info.left_out = std::move(published.left_out);
+  info.carried = std::move(published.carried);
   info.restart_count = restarts;
   info.store_prefix = fmt::format("rdzv/{}/r{}/w", config_.run_id, round);
   COHORT_LOG_DEBUG(kLog, "round {}: node {} of {}", round, info.group_rank,

@@ -122,6 +122,20 @@ struct RoundLayout {
   int WorldSize() const;
 };
 
+// Who a carried round's nodes are (RendezvousConfig::carry_start_nodes), in group-rank
+// order: the nodes of the round whose join records describe them (records_round) but its
+// slots `left_out`, then the `appended` nodes, which joined a running round that was carried
+// with them (their records are here: they never joined records_round).
+struct CarriedMembers {
+  struct Appended {
+    std::string token;  // the node's own random name (it finds itself by it)
+    NodeInfo node;
+  };
+  int64_t records_round = -1;  // -1: not carried (the round's own join records)
+  std::vector<int> left_out;   // ascending
+  std::vector<Appended> appended;
+};
+
 struct RendezvousInfo {
   int64_t round = 0;
   int group_rank = 0;        // this node's rank among the round's nodes
@@ -137,13 +151,17 @@ struct RendezvousInfo {
   int64_t joined_at = 0;
   // How the group ranks fall on the nodes (rank_offset and world_size come from it).
   RoundLayout layout;
-  // The round whose join records describe this round's nodes: this one, or the round a
-  // carried round (RendezvousConfig::carry_start_nodes) descends from, whose slots
-  // `left_out` (ascending) are not in this round.
-  int64_t records_round = -1;  // -1: this round
-  std::vector<int> left_out;
-  int64_t RecordsRound() const { return records_round >= 0 ? records_round : round; }
-  // The slot in records_round of this round's slot `slot` (the same when none left out).
+  // A carried round's members (else records_round -1: this round's join records).
+  CarriedMembers carried;
+  int64_t RecordsRound() const {
+    return carried.records_round >= 0 ? carried.records_round : round;
+  }
+  // How many of the nodes (the first ones) have their records in RecordsRound().
+  int RecordedMembers() const {
+    return group_world_size - static_cast<int>(carried.appended.size());
+  }
+  // The slot in RecordsRound() of this round's slot `slot` <= RecordedMembers() (the same
+  // when none was left out).
   int RecordSlot(int slot) const;
 
   int RankOffset() const { return rank_offset; }
@@ -250,10 +268,7 @@ class Rendezvous {
     RoundLayout layout;
     NodeInfo master;  // node 1's record
     int64_t seen = 0;  // the store's mark of the layout's write (Store::GetSince), 0: none
-    // A carried round's: the round its records are in (-1: not carried) and the slots of
-    // that round left out, ascending.
-    int64_t records_round = -1;
-    std::vector<int> left_out;
+    CarriedMembers carried;  // a carried round's members (records_round -1: not carried)
     std::string Encode() const;
     static Result<Published> Decode(std::string_view text);
   };
@@ -282,6 +297,14 @@ class Rendezvous {
   // ended are passed through); nullopt: join as usual.
   Result<bool> CarryRound(const RendezvousInfo& info, int dead_slot);
   Result<std::optional<RendezvousInfo>> TakeCarriedRound(int64_t round, Deadline deadline);
+  // A late node at a large running round `round` of `members` (< MAX): ends it for its
+  // join and carries its members into the next round with this node appended (the
+  // round's own nodes do not join again); nullopt when another node ended it first or the
+  // round is not one to carry (the caller then waits it out and joins).
+  Result<std::optional<RendezvousInfo>> JoinCarried(int64_t round, int64_t members,
+                                                    int64_t restarts);
+  // Whether round `round` may be carried: no node finished, no warm spare, the job on.
+  Result<bool> MayCarry(int64_t round);
   // EndRound, with `before_next` run by the winner just before it writes `next`.
   Result<bool> EndRoundThen(int64_t round, const RoundEnd& why, const FailureRecord* failure,
                             int64_t expect_next, const std::function<void()>& before_next);

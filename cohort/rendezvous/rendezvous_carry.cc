@@ -2,11 +2,13 @@
 // that loses a node is followed by a round of its survivors that nobody joins. The node
 // that ends the round for the lost node closes the next one and publishes its layout
 // (CarryRound, before the end's `next` is written); each survivor then takes it with one
-// read (TakeCarriedRound, from Next) and keeps its order. Joining was the cost: at 10,000
+// read (TakeCarriedRound, from Next) and keeps its order. A node that arrives at a large
+// running round carries it the same way with itself appended (JoinCarried). Joining was the cost: at 10,000
 // nodes on etcd every node's join txn and layout watch at once after each loss, which
 // took longer than the round before it and made etcd lose its leader (docs/scale.md).
 // Thread-safety: see rendezvous.h; this file keeps no global state.
 #include <algorithm>
+#include <optional>
 
 #include "cohort/base/log.h"
 #include "cohort/rendezvous/rendezvous.h"
@@ -36,26 +38,85 @@ static std::vector<int> LostWith(store::Store& store, const std::vector<std::str
   return lost;
 }
 
+// The members of `info`'s round without the group ranks `lost` (ascending), as the next
+// carried round's: recorded nodes lost are left out, appended ones dropped.
+static CarriedMembers MembersWithout(const RendezvousInfo& info, const std::vector<int>& lost) {
+  CarriedMembers next;
+  next.records_round = info.RecordsRound();
+  next.left_out = info.carried.left_out;
+  const int recorded = info.RecordedMembers();
+  for (size_t i = 0; i < info.carried.appended.size(); ++i) {
+    if (!std::binary_search(lost.begin(), lost.end(), recorded + static_cast<int>(i))) {
+      next.appended.push_back(info.carried.appended[i]);
+    }
+  }
+  for (int g : lost) {
+    if (g < recorded) next.left_out.push_back(info.RecordSlot(g + 1));
+  }
+  std::sort(next.left_out.begin(), next.left_out.end());
+  return next;
+}
+
+// The slot of `held`'s node in the carried round of `members` nodes that `carried`
+// describes (nullopt: not in it). Its recorded nodes come first, then the appended ones.
+static std::optional<int64_t> SlotIn(const CarriedMembers& carried, int members,
+                                     const RendezvousInfo& held) {
+  if (carried.records_round != held.RecordsRound()) return std::nullopt;
+  const auto& out = carried.left_out;
+  if (held.slot > held.RecordedMembers()) {  // appended: found by its token
+    const auto& token = held.carried.appended[held.slot - held.RecordedMembers() - 1].token;
+    const int64_t recorded = members - static_cast<int64_t>(carried.appended.size());
+    for (size_t i = 0; i < carried.appended.size(); ++i) {
+      if (carried.appended[i].token == token) return recorded + static_cast<int64_t>(i) + 1;
+    }
+    return std::nullopt;
+  }
+  const int record = held.RecordSlot(held.slot);
+  if (std::binary_search(out.begin(), out.end(), record)) return std::nullopt;
+  return record - (std::lower_bound(out.begin(), out.end(), record) - out.begin());
+}
+
+Result<bool> Rendezvous::MayCarry(int64_t round) {
+  COHORT_ASSIGN_OR_RETURN(auto state, store_->Peek({RoundKey(round, "finished"), Key("standby"),
+                                                    Key("done")},
+                                                   CallDeadline()));
+  return !state[0] && !state[1] && !state[2];
+}
+
+// Closes round `round` + 1 with `next` (compare-and-sets from absent, made again on a
+// timeout within the layout grace): its member count, then its layout.
+static Status PublishCarried(store::Store& store, const std::string& closed_key,
+                             const std::string& layout_key, const std::string& layout,
+                             int members, Duration grace) {
+  const Deadline until = Deadline::After(grace);
+  const std::string count = std::to_string(members);
+  COHORT_ASSIGN_OR_RETURN(std::string closed, RequestUntilDeadline(until, [&](Deadline d) {
+                            return store.CompareSet(closed_key, "", count, d);
+                          }));
+  if (closed != count) return FailedPrecondition("{} was set already, to {}", closed_key, closed);
+  return RequestUntilDeadline(until, [&](Deadline d) {
+           return store.CompareSet(layout_key, "", layout, d);
+         }).status();
+}
+
 // Protocol (the winner of the round's end, before it writes `next`):
-//  1. Carry only a round of at least carry_start_nodes in which no node finished
-//     (r<R>/finished) and no warm spare waits (`standby`: a spare takes a lost node's place
-//     in a joined round), with at least MIN survivors, and at most half the nodes lost
-//     (more is a store or network fault, not lost nodes: join as usual).
+//  1. Carry only a round of at least carry_start_nodes that MayCarry (no node finished:
+//     r<R>/finished; no warm spare waits: `standby`, as a spare takes a lost node's place in
+//     a joined round; the job not over), with at least MIN survivors, and at most half the
+//     nodes lost (more is a store or network fault, not lost nodes: join as usual).
 //  2. Lost: the dead peer and every node silent with it (LostWith; not on leases, whose
 //     keys the store keeps alive without writes).
 //  3. CompareSet(r<R+1>/closed, "", survivors): nobody can join R+1 (a node that arrives
 //     finds it running and asks for a re-rendezvous, as a late node).
 //  4. CompareSet(r<R+1>/layout, "", layout): R's layout without the lost ranks, the new
-//     group rank 0's record (read from the records round when node 0 was lost), and the
-//     records round with the slots of it left out.
+//     group rank 0's record (read from the records round when node 0 was lost), the
+//     records round with the slots of it left out, and the appended nodes still there.
 Result<bool> Rendezvous::CarryRound(const RendezvousInfo& info, int dead_slot) {
   const int n = info.group_world_size;
   const int64_t round = info.round;
   if (config_.carry_start_nodes <= 0 || n < config_.carry_start_nodes) return false;
-  COHORT_ASSIGN_OR_RETURN(auto state, store_->Peek({RoundKey(round, "finished"), Key("standby"),
-                                                    Key("done")},
-                                                   CallDeadline()));
-  if (state[0] || state[1] || state[2]) return false;
+  COHORT_ASSIGN_OR_RETURN(bool may, MayCarry(round));
+  if (!may) return false;
   std::vector<int> lost = {dead_slot - 1};
   if (!leased_) {
     std::vector<std::string> beats;
@@ -71,16 +132,15 @@ Result<bool> Rendezvous::CarryRound(const RendezvousInfo& info, int dead_slot) {
   }
   Published next;
   next.layout = info.layout.Without(lost);
-  next.records_round = info.RecordsRound();
-  next.left_out = info.left_out;
-  for (int g : lost) next.left_out.push_back(info.RecordSlot(g + 1));
-  std::sort(next.left_out.begin(), next.left_out.end());
+  next.carried = MembersWithout(info, lost);
   int first = 0;  // the new group rank 0, in this round's ranks
   while (std::binary_search(lost.begin(), lost.end(), first)) ++first;
   if (first == 0) {
     next.master = info.master;
+  } else if (first >= info.RecordedMembers()) {
+    next.master = info.carried.appended[first - info.RecordedMembers()].node;
   } else {
-    const int64_t records = next.records_round;
+    const int64_t records = next.carried.records_round;
     COHORT_ASSIGN_OR_RETURN(auto record,
                             store_->ReadAppended(RoundKey(records, "slot"),
                                                  RoundKey(records, "node"),
@@ -88,31 +148,76 @@ Result<bool> Rendezvous::CarryRound(const RendezvousInfo& info, int dead_slot) {
     if (record.empty()) return DataLoss("round {} has no record of its node {}", records, first);
     COHORT_ASSIGN_OR_RETURN(next.master, NodeInfo::FromJson(record[0]));
   }
-  const Deadline until = Deadline::After(config_.layout_grace);
-  const std::string count = std::to_string(survivors);
-  COHORT_ASSIGN_OR_RETURN(std::string closed, RequestUntilDeadline(until, [&](Deadline d) {
-                            return store_->CompareSet(RoundKey(round + 1, "closed"), "", count, d);
-                          }));
-  if (closed != count) {
-    return FailedPrecondition("round {} was closed already, with {}", round + 1, closed);
-  }
-  COHORT_RETURN_IF_ERROR(RequestUntilDeadline(until, [&](Deadline d) {
-                           return store_->CompareSet(RoundKey(round + 1, "layout"), "",
-                                                     next.Encode(), d);
-                         }).status());
+  COHORT_RETURN_IF_ERROR(PublishCarried(*store_, RoundKey(round + 1, "closed"),
+                                        RoundKey(round + 1, "layout"), next.Encode(), survivors,
+                                        config_.layout_grace));
   COHORT_LOG_WARN(kLog, "round {}: carried its {} surviving node(s) into round {} ({} left out)",
                   round, survivors, round + 1, lost.size());
   return true;
 }
 
+// Protocol (a late node at a running round R of N < MAX nodes, N >= carry_start_nodes, that
+// held no round of this job: it has no place in R's records):
+//  1. Read R's layout (one Get: its members, and its carried members when R was carried).
+//  2. EndRound(R, join:<host>), and as its winner, before `next`: MayCarry(R), then close
+//     R + 1 with N + 1 nodes and publish its layout: R's, with this node appended (its record
+//     inline, under a random token: the only place it has one). Every member of R keeps its
+//     slot; this node is the last rank.
+//  3. Lost the end to another node (another joiner, a failure): nullopt (wait it out, join).
+// Several nodes arriving at once thus join one at a time (each carries the round the one
+// before it formed); the round's own nodes never join again.
+Result<std::optional<RendezvousInfo>> Rendezvous::JoinCarried(int64_t round, int64_t members,
+                                                              int64_t restarts) {
+  using Taken = std::optional<RendezvousInfo>;
+  if (config_.carry_start_nodes <= 0 || members < config_.carry_start_nodes ||
+      members >= config_.max_nodes) {
+    return Taken();
+  }
+  COHORT_ASSIGN_OR_RETURN(std::string text,
+                          store_->Get(RoundKey(round, "layout"), CallDeadline()));
+  COHORT_ASSIGN_OR_RETURN(Published now, Published::Decode(text));
+  if (now.layout.members != members) return Taken();
+  Published next = now;
+  next.layout.Append(self_.local_world_size);
+  if (next.carried.records_round < 0) next.carried.records_round = round;
+  next.carried.appended.push_back({RandomHex(16), self_});
+  bool carried = false;
+  auto carry = [&] {
+    auto may = MayCarry(round);
+    if (!may.ok() || !*may) return;
+    Status published = PublishCarried(*store_, RoundKey(round + 1, "closed"),
+                                      RoundKey(round + 1, "layout"), next.Encode(),
+                                      next.layout.members, config_.layout_grace);
+    if (!published.ok()) {
+      COHORT_LOG_WARN(kLog, "round {}: could not carry its nodes into round {} with this one "
+                      "({}); they join it", round, round + 1, published.ToString());
+      return;
+    }
+    carried = true;
+  };
+  COHORT_LOG_INFO(kLog, "round {} is running with room; joining it as its node {}", round,
+                  members);
+  COHORT_RETURN_IF_ERROR(EndRoundThen(round, RoundEnd{RoundEnd::Kind::kJoin, self_.host},
+                                      nullptr, members + 1, carry)
+                             .status());
+  if (!carried) return Taken();
+  COHORT_LOG_WARN(kLog, "round {}: carried its {} node(s) into round {} with this one",
+                  round, members, round + 1);
+  RendezvousInfo info = MakeInfo(round + 1, members + 1, std::move(next), restarts);
+  last_round_ = round + 1;
+  next_round_ = round + 2;
+  held_ = info;
+  return Taken(std::move(info));
+}
+
 // Protocol (a node that held round - 1, before joining `round`): one read of r<R>/layout,
 // r<R>/next, `restarts` and `done`. A carried layout from the records round this node's
-// round had, which does not leave this node out: this node's round, its slot its rank
-// among the records round's slots not left out (one read, no join). If that round already
-// ended, the next one may be carried too: look at it the same way (held_ moves on, so a
-// join that follows joins the round after the last one passed). Anything else (no layout
-// yet, a joined round's, this node left out, the job over, the restart budget spent):
-// nullopt, and Next joins as usual, which refuses or treats this node as late.
+// round had, which has this node (SlotIn: by its records slot, or its token if appended):
+// this node's round, no join. If that round already ended, the next one may be carried
+// too: look at it the same way (held_ moves on, so a join that follows joins the round
+// after the last one passed). Anything else (no layout yet, a joined round's, this node
+// left out, the job over, the restart budget spent): nullopt, and Next joins as usual,
+// which refuses or treats this node as late.
 Result<std::optional<RendezvousInfo>> Rendezvous::TakeCarriedRound(int64_t round,
                                                                    Deadline deadline) {
   for (;;) {
@@ -128,19 +233,17 @@ Result<std::optional<RendezvousInfo>> Rendezvous::TakeCarriedRound(int64_t round
     if (!now[0] || now[3]) return std::optional<RendezvousInfo>();
     COHORT_ASSIGN_OR_RETURN(Published published, Published::Decode(*now[0]));
     COHORT_ASSIGN_OR_RETURN(int64_t restarts, ParseCounter(now[2], "restarts"));
-    const int record = held.RecordSlot(held.slot);
-    const auto& out = published.left_out;
-    if (published.records_round != held.RecordsRound() || restarts > config_.max_restarts) {
+    if (published.carried.records_round < 0 || restarts > config_.max_restarts) {
       return std::optional<RendezvousInfo>();
     }
-    if (std::binary_search(out.begin(), out.end(), record)) {
+    const std::optional<int64_t> slot =
+        SlotIn(published.carried, published.layout.members, held);
+    if (!slot) {
       COHORT_LOG_WARN(kLog, "round {} was carried without this node (taken for lost); "
                       "joining as a late node", round);
       return std::optional<RendezvousInfo>();
     }
-    const int64_t slot =
-        record - (std::lower_bound(out.begin(), out.end(), record) - out.begin());
-    RendezvousInfo info = MakeInfo(round, slot, std::move(published), restarts);
+    RendezvousInfo info = MakeInfo(round, *slot, std::move(published), restarts);
     last_round_ = round;
     next_round_ = round + 1;
     held_ = info;

@@ -59,8 +59,8 @@ void ExpectCarried(const LossScenario& s, const std::vector<int>& lost_slots,
     EXPECT_EQ(info.group_world_size, survivors);
     EXPECT_EQ(info.WorldSize(), 2 * survivors);
     EXPECT_EQ(info.restart_count, 1);
-    EXPECT_EQ(info.records_round, 0);
-    EXPECT_EQ(info.left_out, lost_slots);
+    EXPECT_EQ(info.carried.records_round, 0);
+    EXPECT_EQ(info.carried.left_out, lost_slots);
     // Its rank: how many survivors came before it in round 0.
     int lower = 0;
     for (int slot = 1; slot < before.slot; ++slot) {
@@ -139,7 +139,7 @@ TEST(RendezvousCarryTest, ANodeLeftOutThatComesBackJoinsAsALateNode) {
     ASSERT_TRUE(r && r->ok()) << r->status().ToString();
     EXPECT_EQ((*r)->round, 2);
     EXPECT_EQ((*r)->group_world_size, 4);
-    EXPECT_TRUE((*r)->left_out.empty());
+    EXPECT_TRUE((*r)->carried.left_out.empty());
     ranks.insert((*r)->group_rank);
   }
   EXPECT_EQ(ranks.size(), 4u);
@@ -155,11 +155,95 @@ TEST(RendezvousCarryTest, ASmallerRoundIsJoinedAgain) {
     ASSERT_TRUE(s.next[i] && s.next[i]->ok()) << s.watch_error;
     EXPECT_EQ((*s.next[i])->round, 1);
     EXPECT_EQ((*s.next[i])->group_world_size, 3);
-    EXPECT_TRUE((*s.next[i])->left_out.empty());
+    EXPECT_EQ((*s.next[i])->carried.records_round, -1);
   }
   auto tickets = store->Peek({"rdzv/carry/r1/slot"}, Deadline::After(5s));
   ASSERT_TRUE(tickets.ok());
   EXPECT_EQ((*tickets)[0], "3");
+}
+
+// Watches `info`'s round on a watcher of its own (as an agent's) until it ends.
+std::optional<RoundEnd> WatchToEnd(std::shared_ptr<store::Store> store,
+                                   const RendezvousConfig& config, int node,
+                                   const RendezvousInfo& info) {
+  Rendezvous watcher(store, config, testing::ScenarioNode(node));
+  const Deadline give_up = Deadline::After(30s);
+  while (!give_up.expired()) {
+    auto step = watcher.WatchStep(info);
+    if (!step.ok()) return std::nullopt;
+    if (*step) return *step;
+  }
+  return std::nullopt;
+}
+
+// A node that arrives at a large running round is appended to it (carried with its
+// members, who do not join again), and stays itself through a later carried round that
+// loses one of the others: its rank moves down, its record is the one it brought.
+TEST(RendezvousCarryTest, ANodeArrivingAtALargeRoundIsAppendedToIt) {
+  auto store = std::make_shared<store::MemoryStore>();
+  auto carry = CarryConfig(2, 6);
+  carry.carry_start_nodes = 4;
+  carry.last_call = 2s;  // round 0: all four (it waits the whole last call for six)
+  std::vector<std::unique_ptr<Rendezvous>> agents;
+  std::vector<std::optional<Result<RendezvousInfo>>> first(5), second(5), third(5);
+  for (int i = 0; i < 5; ++i) {
+    agents.push_back(std::make_unique<Rendezvous>(store, carry, testing::ScenarioNode(i)));
+  }
+  auto run = [](int n, const std::function<void(int)>& body) {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < n; ++i) threads.emplace_back(body, i);
+    for (auto& t : threads) t.join();
+  };
+  run(4, [&](int i) { first[i] = agents[i]->Next(); });
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(first[i]->ok()) << first[i]->status().ToString();
+  // Node 4 arrives: round 1 is round 0's four and it, as rank 4.
+  run(5, [&](int i) {
+    if (i == 4) {
+      second[4] = agents[4]->Next();
+      return;
+    }
+    auto end = WatchToEnd(store, carry, i, **first[i]);
+    ASSERT_TRUE(end.has_value());
+    EXPECT_EQ(end->kind, RoundEnd::Kind::kJoin) << end->Encode();
+    second[i] = agents[i]->Next();
+  });
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(second[i]->ok()) << second[i]->status().ToString();
+    const RendezvousInfo& info = **second[i];
+    EXPECT_EQ(info.round, 1);
+    EXPECT_EQ(info.group_world_size, 5);
+    EXPECT_EQ(info.WorldSize(), 10);
+    EXPECT_EQ(info.restart_count, 0);
+    EXPECT_EQ(info.group_rank, i == 4 ? 4 : (*first[i])->group_rank);
+    EXPECT_EQ(info.carried.appended.size(), 1u);
+  }
+  auto tickets = store->Peek({"rdzv/carry/r1/slot"}, Deadline::After(5s));
+  ASSERT_TRUE(tickets.ok());
+  EXPECT_FALSE((*tickets)[0].has_value()) << "a node joined the carried round";
+  // Round 1 loses the node of round-0 slot 2: round 2 keeps the appended node, now rank 3.
+  int lost = 0;
+  while ((*first[lost])->slot != 2) ++lost;
+  run(5, [&](int i) {
+    if (i == lost) return;
+    auto end = WatchToEnd(store, carry, i, **second[i]);
+    ASSERT_TRUE(end.has_value());
+    EXPECT_EQ(end->kind, RoundEnd::Kind::kDeadNode) << end->Encode();
+    third[i] = agents[i]->Next();
+  });
+  for (int i = 0; i < 5; ++i) {
+    if (i == lost) continue;
+    ASSERT_TRUE(third[i]->ok()) << third[i]->status().ToString();
+    const RendezvousInfo& info = **third[i];
+    EXPECT_EQ(info.round, 2);
+    EXPECT_EQ(info.group_world_size, 4);
+    EXPECT_EQ(info.carried.left_out, std::vector<int>{2});
+    const int before = (**second[i]).group_rank;
+    EXPECT_EQ(info.group_rank, before > 1 ? before - 1 : before);
+  }
+  auto nodes = agents[4]->RoundNodes(**third[4], Deadline::After(5s));
+  ASSERT_TRUE(nodes.ok()) << nodes.status().ToString();
+  ASSERT_EQ(nodes->size(), 4u);
+  EXPECT_EQ((*nodes)[3].host, "host4");
 }
 
 TEST(RendezvousCarryTest, ACarriedLayoutRoundTrips) {
@@ -169,7 +253,7 @@ TEST(RendezvousCarryTest, ACarriedLayoutRoundTrips) {
   EXPECT_EQ(without.Encode(), "3:8x2,4x1");
   RendezvousInfo info;
   info.round = 4;
-  info.left_out = {2, 5};
+  info.carried.left_out = {2, 5};
   EXPECT_EQ(info.RecordsRound(), 4);
   EXPECT_EQ(info.RecordSlot(1), 1);
   EXPECT_EQ(info.RecordSlot(2), 3);

@@ -105,7 +105,7 @@ RoundLayout RoundLayout::Without(const std::vector<int>& group_ranks) const {
 int RendezvousInfo::RecordSlot(int slot) const {
   // The slot-th of records_round's slots that are not left out (left_out is ascending).
   int record = slot;
-  for (int out : left_out) {
+  for (int out : carried.left_out) {
     if (out <= record) ++record;
   }
   return record;
@@ -187,46 +187,70 @@ std::string RoundEnd::Describe() const {
 }
 
 // r<R>/layout: the layout's text, a newline, then node 1's record (JSON: one line); a
-// carried round's, a newline and "carried:<records round>:<left-out slots, comma-separated>".
+// carried round's, a line "carried:<records round>:<left-out slots, comma-separated>" and
+// a line "appended:<token> <record>" per appended node.
 std::string Rendezvous::Published::Encode() const {
   std::string text = layout.Encode() + "\n" + master.ToJson();
-  if (records_round >= 0) {
-    text += fmt::format("\ncarried:{}:{}", records_round, fmt::join(left_out, ","));
+  if (carried.records_round >= 0) {
+    text += fmt::format("\ncarried:{}:{}", carried.records_round, fmt::join(carried.left_out, ","));
+    for (const auto& a : carried.appended) {
+      text += fmt::format("\nappended:{} {}", a.token, a.node.ToJson());
+    }
   }
   return text;
 }
 
-Result<Rendezvous::Published> Rendezvous::Published::Decode(std::string_view text) {
-  const size_t newline = text.find('\n');
-  if (newline == std::string_view::npos) {
-    return DataLoss("round layout without its master's record: '{}'", text.substr(0, 64));
-  }
-  COHORT_ASSIGN_OR_RETURN(RoundLayout layout, RoundLayout::Decode(text.substr(0, newline)));
-  std::string_view rest = text.substr(newline + 1);
-  const size_t carried_at = rest.find('\n');
-  COHORT_ASSIGN_OR_RETURN(NodeInfo master, NodeInfo::FromJson(rest.substr(0, carried_at)));
-  Published published;
-  published.layout = std::move(layout);
-  published.master = std::move(master);
-  if (carried_at == std::string_view::npos) return published;
-  // "carried:<Q>:<s>,<s>,..."
-  auto bad = [&] { return DataLoss("malformed carried round '{}'", rest.substr(carried_at, 64)); };
-  std::string_view carried = rest.substr(carried_at + 1);
-  if (!StartsWith(carried, "carried:")) return bad();
-  carried.remove_prefix(8);
-  const size_t colon = carried.find(':');
+namespace {
+// "<Q>:<s>,<s>,..." of a carried round's line.
+Status DecodeCarried(std::string_view text, CarriedMembers* out) {
+  auto bad = [&] { return DataLoss("malformed carried round '{}'", text.substr(0, 64)); };
+  const size_t colon = text.find(':');
   if (colon == std::string_view::npos) return bad();
-  auto records_round = ParseInt64(carried.substr(0, colon));
+  auto records_round = ParseInt64(text.substr(0, colon));
   if (!records_round || *records_round < 0) return bad();
-  published.records_round = *records_round;
-  for (std::string_view slots = carried.substr(colon + 1); !slots.empty();) {
+  out->records_round = *records_round;
+  for (std::string_view slots = text.substr(colon + 1); !slots.empty();) {
     const size_t comma = slots.find(',');
     auto slot = ParseInt64(slots.substr(0, comma));
     if (!slot || *slot < 1) return bad();
-    published.left_out.push_back(static_cast<int>(*slot));
+    out->left_out.push_back(static_cast<int>(*slot));
     slots = comma == std::string_view::npos ? std::string_view() : slots.substr(comma + 1);
   }
-  if (!std::is_sorted(published.left_out.begin(), published.left_out.end())) return bad();
+  if (!std::is_sorted(out->left_out.begin(), out->left_out.end())) return bad();
+  return Status::Ok();
+}
+}  // namespace
+
+Result<Rendezvous::Published> Rendezvous::Published::Decode(std::string_view text) {
+  std::vector<std::string_view> lines;
+  for (size_t at = 0;;) {
+    const size_t newline = text.find('\n', at);
+    lines.push_back(text.substr(at, newline == std::string_view::npos ? newline : newline - at));
+    if (newline == std::string_view::npos) break;
+    at = newline + 1;
+  }
+  if (lines.size() < 2) {
+    return DataLoss("round layout without its master's record: '{}'", text.substr(0, 64));
+  }
+  Published published;
+  COHORT_ASSIGN_OR_RETURN(published.layout, RoundLayout::Decode(lines[0]));
+  COHORT_ASSIGN_OR_RETURN(published.master, NodeInfo::FromJson(lines[1]));
+  if (lines.size() == 2) return published;
+  auto bad = [&] { return DataLoss("malformed carried round '{}'", lines[2].substr(0, 64)); };
+  if (!StartsWith(lines[2], "carried:")) return bad();
+  COHORT_RETURN_IF_ERROR(DecodeCarried(lines[2].substr(8), &published.carried));
+  for (size_t i = 3; i < lines.size(); ++i) {
+    std::string_view line = lines[i];
+    const size_t space = line.find(' ');
+    if (!StartsWith(line, "appended:") || space == std::string_view::npos) return bad();
+    CarriedMembers::Appended a;
+    a.token = std::string(line.substr(9, space - 9));
+    COHORT_ASSIGN_OR_RETURN(a.node, NodeInfo::FromJson(line.substr(space + 1)));
+    published.carried.appended.push_back(std::move(a));
+  }
+  if (published.carried.appended.size() >= static_cast<size_t>(published.layout.members)) {
+    return bad();
+  }
   return published;
 }
 

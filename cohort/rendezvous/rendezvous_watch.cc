@@ -296,11 +296,16 @@ Result<int> Rendezvous::JudgeWatchedPeer(const RendezvousInfo& info,
 }
 
 std::string Rendezvous::PeerHost(const RendezvousInfo& info, int slot) {
-  const int64_t round = info.RecordsRound();
-  auto record = store_->ReadAppended(RoundKey(round, "slot"), RoundKey(round, "node"),
-                                     info.RecordSlot(slot), 1, CallDeadline());
-  if (!record.ok() || record->empty()) return "unknown host";
-  auto node = NodeInfo::FromJson((*record)[0]);
+  Result<NodeInfo> node = NotFound("no record");
+  if (slot > info.RecordedMembers()) {  // appended to a carried round: its record is there
+    const size_t i = slot - info.RecordedMembers() - 1;
+    if (i < info.carried.appended.size()) node = info.carried.appended[i].node;
+  } else {
+    const int64_t round = info.RecordsRound();
+    auto record = store_->ReadAppended(RoundKey(round, "slot"), RoundKey(round, "node"),
+                                       info.RecordSlot(slot), 1, CallDeadline());
+    if (record.ok() && !record->empty()) node = NodeInfo::FromJson((*record)[0]);
+  }
   if (!node.ok()) return "unknown host";
   // Several nodes may share a host name (containers, network namespaces): the address too.
   return node->addr.empty() || node->addr == node->host ? node->host

@@ -323,7 +323,7 @@ TEST_F(EtcdStoreTest, AQuietRoundThatLosesTwoNodesIsCarriedWithoutThem) {
     EXPECT_EQ(info.round, 1);
     EXPECT_EQ(info.group_world_size, 3);
     EXPECT_EQ(info.restart_count, 1);
-    EXPECT_EQ(info.left_out, (std::vector<int>{1, 4}));
+    EXPECT_EQ(info.carried.left_out, (std::vector<int>{1, 4}));
     EXPECT_EQ(info.RecordSlot(info.slot), (*s.first[i])->slot);
     // Old slots 2, 3, 5 are ranks 0, 1, 2; the master is old slot 2's node.
     EXPECT_EQ(info.group_rank, (*s.first[i])->slot == 2 ? 0 : (*s.first[i])->slot == 3 ? 1 : 2);

@@ -6,7 +6,9 @@ standalone `cohort store` on a host of its own.
 The walk, driven only through command lines:
 1. start `cohort run --nnodes 2:3` on two hosts: every rank reports world size 2 in one round;
 2. start it on a third host mid-run: the job grows, every rank reports world size 3;
-3. SIGKILL one node (agent and worker): the survivors re-form, every rank reports 2;
+3. SIGKILL one node (agent and worker): the survivors re-form, every rank reports 2 (on
+   etcd the round of three is carried, `--rdzv-conf carry_start_nodes=3`: the survivors
+   form it without joining, as rounds of 500 nodes and more do by default);
 4. the job finishes on the survivors; every rank's final parameter digest is the same;
 5. `cohort bench allreduce` across the three hosts reports nranks 3 and #wrong 0.
 Needs root (ip netns); skipped otherwise.
@@ -43,7 +45,8 @@ def rdzv_flags(kind, c, store_host):
 def start_node(c, i, kind, store_host, token, ckpt, nnodes, program, name):
     argv = [str(J.BIN), "run", "--nnodes", nnodes, "--nproc-per-node", "1",
             *rdzv_flags(kind, c, store_host), "--rdzv-id", c.tag + name.split("-")[0],
-            "--local-addr", c.addr(i), "--max-restarts", "3", "--rdzv-conf", RDZV_CONF,
+            "--local-addr", c.addr(i), "--max-restarts", "3", "--rdzv-conf",
+            RDZV_CONF + (",carry_start_nodes=3" if kind == "etcd" else ""),
             "--", *program]
     return c.start(i, argv, node_env(c, i, token), name)
 
@@ -102,6 +105,10 @@ def test_elastic_training_across_hosts(kind, cluster, tmp_path):
     nodes[1].kill()
     survivors = [nodes[0], nodes[2]]
     wait_world(survivors, 2, r3, "every rank reporting world size 2 after the kill")
+    if kind == "etcd":
+        # Carried: the node that ended the round closed the next one for the survivors.
+        logs = "".join(p.stderr + p.stdout for p in survivors)
+        assert "carried its 2 surviving node(s) into round" in logs, logs[-3000:]
     # 4. the survivors finish with identical parameters.
     for p in survivors:
         rc = p.wait(FINISH_TIMEOUT)
