@@ -15,7 +15,8 @@
 //                    written once by slot 1, read by every node. A carried round's
 //                    (written by the node that ended R-1) adds a line naming the round
 //                    whose records its nodes are and the slots of it left out
-//                    ("carried:<Q>:<s>,<s>...")
+//                    ("carried:<Q>:<s>,<s>..."), and a line per node appended to it
+//                    ("appended:<token> <record>": it arrived at a running round)
 //   r<R>/publisher   the slot that publishes the layout in place of a silent slot 1
 //   r<R>/closed      member count N of round R, set once by CompareSet (first writer wins)
 //   r<R>/expect      how many nodes round R expects (set when R-1 ended): its last call ends
@@ -28,8 +29,9 @@
 //   standby          how many warm spares (--standby) have waited for a place
 //   r<R>/spares      claims of the places round R-1's lost nodes left (warm spares)
 //   done             the job is over ("succeeded" or "failed: ...")
-// A round that ends for a lost node may be carried (carry_start_nodes): its survivors form
-// the next round without joining it (one read each), in their old order.
+// A large round that ends for a lost node, or for a node arriving, may be carried
+// (carry_start_nodes): its nodes form the next round without joining it (one read each), in
+// their old order, the arriving node appended.
 // A join is two store round trips on etcd and three on the embedded store for every node but
 // slot 1, whatever the node count, and reads O(1) bytes per node (the layout is one run when
 // all nodes run as many workers); only slot 1 reads the N node records. Liveness is a ring:

@@ -16,23 +16,36 @@
 
 namespace cohort::rendezvous {
 
-// Who is lost with `dead_slot`: every node whose beat counter the store dates as older
-// than two beat periods (a live node beats every period; the store's own dating, so no
-// watcher's lateness counts), found in one read; nodes killed together with the dead one
-// are thus left out of the same carried round, not found one dead timeout later each.
-// Group ranks, ascending.
-static std::vector<int> LostWith(store::Store& store, const std::vector<std::string>& beats,
-                                 int self_slot, int dead_slot, Duration quiet_for,
-                                 int64_t round) {
-  std::vector<int> lost = {dead_slot - 1};
-  auto silent = store.Silent(beats, quiet_for, Deadline::After(kCallTimeout));
-  if (!silent.ok()) {
-    COHORT_LOG_INFO(kLog, "round {}: the store does not say which other nodes are silent ({}); "
-                    "leaving out the lost node only", round, silent.status().ToString());
-    return lost;
+// Who is lost with `dead_slot`: every node the store shows silent, found in one read, so
+// that nodes lost together are left out of one carried round, not found one dead timeout
+// apart (each a round of its own). Counter beats: the keys the store dates as not written
+// for `quiet_for` (two beat periods: a live node beats every period; the store's own
+// dating, so no watcher's lateness counts). Beats on leases (`leased`): the keys the store
+// deleted (their lease ran out or was revoked), as a leased key is kept without writes.
+// Group ranks, ascending; nullopt when the store cannot tell (it dates no writes: the
+// embedded store, which re-forms 10,000 nodes by joins in about a second anyway).
+static std::optional<std::vector<int>> LostWith(store::Store& store,
+                                                const std::vector<std::string>& beats,
+                                                bool leased, int self_slot, int dead_slot,
+                                                Duration quiet_for, int64_t round) {
+  std::vector<bool> silent;
+  const Deadline deadline = Deadline::After(kCallTimeout);
+  if (leased) {
+    auto now = store.Peek(beats, deadline);
+    if (!now.ok()) return std::nullopt;
+    for (const auto& beat : *now) silent.push_back(!beat.has_value());
+  } else {
+    auto dated = store.Silent(beats, quiet_for, deadline);
+    if (!dated.ok()) {
+      COHORT_LOG_INFO(kLog, "round {}: the store does not say which other nodes are silent "
+                      "({}); not carrying", round, dated.status().ToString());
+      return std::nullopt;
+    }
+    silent = std::move(*dated);
   }
-  for (int slot = 1; slot <= static_cast<int>(silent->size()); ++slot) {
-    if ((*silent)[slot - 1] && slot != self_slot && slot != dead_slot) lost.push_back(slot - 1);
+  std::vector<int> lost = {dead_slot - 1};
+  for (int slot = 1; slot <= static_cast<int>(silent.size()); ++slot) {
+    if (silent[slot - 1] && slot != self_slot && slot != dead_slot) lost.push_back(slot - 1);
   }
   std::sort(lost.begin(), lost.end());
   return lost;
@@ -104,8 +117,8 @@ static Status PublishCarried(store::Store& store, const std::string& closed_key,
 //     r<R>/finished; no warm spare waits: `standby`, as a spare takes a lost node's place in
 //     a joined round; the job not over), with at least MIN survivors, and at most half the
 //     nodes lost (more is a store or network fault, not lost nodes: join as usual).
-//  2. Lost: the dead peer and every node silent with it (LostWith; not on leases, whose
-//     keys the store keeps alive without writes).
+//  2. Lost: the dead peer and every node silent with it (LostWith); not carried on a store
+//     that cannot tell which.
 //  3. CompareSet(r<R+1>/closed, "", survivors): nobody can join R+1 (a node that arrives
 //     finds it running and asks for a re-rendezvous, as a late node).
 //  4. CompareSet(r<R+1>/layout, "", layout): R's layout without the lost ranks, the new
@@ -117,13 +130,12 @@ Result<bool> Rendezvous::CarryRound(const RendezvousInfo& info, int dead_slot) {
   if (config_.carry_start_nodes <= 0 || n < config_.carry_start_nodes) return false;
   COHORT_ASSIGN_OR_RETURN(bool may, MayCarry(round));
   if (!may) return false;
-  std::vector<int> lost = {dead_slot - 1};
-  if (!leased_) {
-    std::vector<std::string> beats;
-    beats.reserve(n);
-    for (int slot = 1; slot <= n; ++slot) beats.push_back(RoundKey(round, fmt::format("hb{}", slot)));
-    lost = LostWith(*store_, beats, info.slot, dead_slot, 2 * BeatPeriod(info), round);
-  }
+  std::vector<std::string> beats;
+  beats.reserve(n);
+  for (int slot = 1; slot <= n; ++slot) beats.push_back(RoundKey(round, fmt::format("hb{}", slot)));
+  auto found = LostWith(*store_, beats, leased_, info.slot, dead_slot, 2 * BeatPeriod(info), round);
+  if (!found) return false;
+  const std::vector<int>& lost = *found;
   const int survivors = n - static_cast<int>(lost.size());
   if (survivors < config_.min_nodes || 2 * lost.size() > static_cast<size_t>(n)) {
     COHORT_LOG_WARN(kLog, "round {}: {} of {} nodes look lost; not carrying the survivors "
