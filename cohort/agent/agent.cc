@@ -568,8 +568,12 @@ std::optional<AgentResult> Agent::Impl::EndForLostPeer(const RendezvousInfo& inf
   FailureRecord record;  // no rank failed: the record says who lost whom
   record.host = o_.self.host;
   record.message = why.detail;
-  // Without the lost node, most likely: the next round closes once the others joined.
-  auto ended = rdzv_->EndRound(info.round, why, &record, info.group_world_size - 1);
+  // Without the lost node, most likely: the next round closes once the others joined, or,
+  // a large round that knows which node it lost, is carried without it (docs/rendezvous.md).
+  const int lost_node = lost.peer >= 0 ? info.layout.GroupRankOf(lost.peer) : -1;
+  auto ended = lost_node >= 0 && lost_node != info.group_rank
+                   ? rdzv_->EndRoundForLostNode(info, lost_node + 1, why, record)
+                   : rdzv_->EndRound(info.round, why, &record, info.group_world_size - 1);
   if (!ended.ok()) {
     StopWorkers(SIGTERM);
     return AgentResult{kExitRendezvous, fmt::format("cohort: {}; and the store is unreachable: {}",

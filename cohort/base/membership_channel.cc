@@ -21,7 +21,7 @@ using nlohmann::json;
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(MembershipNotice, round, rank, world_size,
                                                 group_rank, group_world_size, store_prefix,
                                                 restart_count, master_addr, master_port)
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LostPeerReport, round, rank, reason)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(LostPeerReport, round, rank, reason, peer)
 
 namespace {
 // At most this much of a malformed message goes into an error (a log line), not all of it.
@@ -84,6 +84,18 @@ std::string MembershipNotice::ToJson() const { return json(*this).dump(); }
 Result<MembershipNotice> MembershipNotice::FromJson(std::string_view text) {
   return Parse<MembershipNotice>(text, "membership notice");
 }
+int LostPeerIn(std::string_view reason) {
+  for (size_t at = reason.find("rank "); at != std::string_view::npos;
+       at = reason.find("rank ", at + 1)) {
+    size_t end = at + 5;
+    while (end < reason.size() && reason[end] >= '0' && reason[end] <= '9') ++end;
+    if (end == at + 5 || reason.substr(end, 5) != " (at ") continue;
+    auto rank = ParseInt64(reason.substr(at + 5, end - at - 5));
+    if (rank && *rank >= 0 && *rank <= INT32_MAX) return static_cast<int>(*rank);
+  }
+  return -1;
+}
+
 std::string LostPeerReport::ToJson() const { return json(*this).dump(); }
 Result<LostPeerReport> LostPeerReport::FromJson(std::string_view text) {
   return Parse<LostPeerReport>(text, "lost-peer report");

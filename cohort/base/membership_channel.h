@@ -52,10 +52,15 @@ struct LostPeerReport {
   int64_t round = 0;
   int rank = 0;
   std::string reason;  // the collective's error
+  int peer = -1;       // the global rank of the peer that went away (-1: not known)
 
   std::string ToJson() const;
   static Result<LostPeerReport> FromJson(std::string_view text);
 };
+
+// The peer a transport error names as "rank <N> (at <address>)" (the TCP mesh's errors for
+// a peer that closed its connection or could not be reached), -1 when it names none.
+int LostPeerIn(std::string_view reason);
 
 namespace membership_channel {
 

@@ -87,7 +87,8 @@ Result<MembershipNotice> LiveMembership::AwaitChange(const Status& why, Deadline
                     why.message());
     COHORT_RETURN_IF_ERROR(mc::WriteLost(
         env_.membership_dir, env_.local_rank,
-        LostPeerReport{.round = round_, .rank = comm_->rank(), .reason = why.message()},
+        LostPeerReport{.round = round_, .rank = comm_->rank(), .reason = why.message(),
+                       .peer = LostPeerIn(why.message())},
         env_.membership_secret));
   }
   MutexLock lock(&mu_);

@@ -148,7 +148,9 @@ TEST_F(LiveMembershipTest, ATransportFailureIsReportedToTheAgentAsALostPeer) {
   ASSERT_NO_FATAL_FAILURE(StartSolo(&w));
   Result<MembershipNotice> next = Status(StatusCode::kInternal, "not yet");
   std::thread waiter([&] {
-    next = w.live->AwaitChange(Status(StatusCode::kUnavailable, "rank 1 closed its connection"),
+    next = w.live->AwaitChange(Status(StatusCode::kUnavailable,
+                                      "allreduce #3: rank 1 (at 10.0.0.2:4001) closed its "
+                                      "connection (did it exit or crash?)"),
                                Deadline::AfterMs(20000));
   });
   // The agent's side: the report arrives, then the agent announces the next round.
@@ -159,7 +161,10 @@ TEST_F(LiveMembershipTest, ATransportFailureIsReportedToTheAgentAsALostPeer) {
   }
   ASSERT_TRUE(report.ok()) << report.status().ToString();
   EXPECT_EQ(report->round, 0);
-  EXPECT_EQ(report->reason, "rank 1 closed its connection");
+  EXPECT_EQ(report->reason,
+            "allreduce #3: rank 1 (at 10.0.0.2:4001) closed its connection (did it exit or "
+            "crash?)");
+  EXPECT_EQ(report->peer, 1);  // the agent ends the round for that rank's node
   ASSERT_TRUE(mc::WriteNotice(w.dir.path(), 0, Notice(1, 0, 1), kSecret).ok());
   waiter.join();
   ASSERT_TRUE(next.ok()) << next.status().ToString();
@@ -219,6 +224,15 @@ TEST(MembershipChannelTest, FilesRoundTripAndNamesParse) {
 
 // The channel as another local user would attack it (the worker's own checks; the agent
 // makes the directory with mkdtemp, so its name cannot be prepared in advance).
+TEST(MembershipChannelTest, TheLostPeerIsReadFromTheTransportsError) {
+  EXPECT_EQ(LostPeerIn("ring: rank 12 (at 10.1.2.3:5) closed its connection"), 12);
+  EXPECT_EQ(LostPeerIn("x: sending to rank 0 (at h:1) failed: Broken pipe"), 0);
+  EXPECT_EQ(LostPeerIn("rank 3 of 4 timed out; rank 7 (at h:2) closed"), 7);
+  EXPECT_EQ(LostPeerIn("rank 1 closed its connection"), -1);
+  EXPECT_EQ(LostPeerIn("rank (at h)"), -1);
+  EXPECT_EQ(LostPeerIn(""), -1);
+}
+
 TEST(MembershipChannelTest, AMessageWithoutTheAgentsSecretIsRefused) {
   TempDir d;
   MembershipNotice n;

@@ -121,6 +121,7 @@ struct RoundLayout {
   std::string Encode() const;
   static Result<RoundLayout> Decode(std::string_view text);
   int RankOffset(int group_rank) const;  // sum of lower nodes' local world sizes
+  int GroupRankOf(int global_rank) const;  // the node a global rank runs on (-1: none)
   int WorldSize() const;
 };
 
@@ -218,6 +219,12 @@ class Rendezvous {
   // closing (r<R+1>/expect): its last call ends once they joined.
   Result<bool> EndRound(int64_t round, const RoundEnd& why, const FailureRecord* failure,
                         int64_t expect_next = 0);
+  // Ends `info`'s round for its lost node of slot `lost_slot` (a watcher's silent peer, or
+  // the node of a peer a worker's collective lost): EndRound for a dead node (the next
+  // round expects the others), whose winner first carries the others into the next round
+  // when the round is one to carry (carry_start_nodes). Returns whether this call won.
+  Result<bool> EndRoundForLostNode(const RendezvousInfo& info, int lost_slot,
+                                   const RoundEnd& why, const FailureRecord& record);
   Result<FailureRecord> GetFailure(int64_t round);
 
   // One watcher step: bumps this node's heartbeat (when `beat`), checks the peer it watches

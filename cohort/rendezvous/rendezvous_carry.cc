@@ -16,39 +16,67 @@
 
 namespace cohort::rendezvous {
 
-// Who is lost with `dead_slot`: every node the store shows silent, found in one read, so
-// that nodes lost together are left out of one carried round, not found one dead timeout
-// apart (each a round of its own). Counter beats: the keys the store dates as not written
-// for `quiet_for` (two beat periods: a live node beats every period; the store's own
-// dating, so no watcher's lateness counts). Beats on leases (`leased`): the keys the store
-// deleted (their lease ran out or was revoked), as a leased key is kept without writes.
-// Group ranks, ascending; nullopt when the store cannot tell (it dates no writes: the
-// embedded store, which re-forms 10,000 nodes by joins in about a second anyway).
+// Who is lost with `dead_slot`, from the store in two reads, so that nodes lost together
+// are left out of one carried round, not found one dead timeout apart (each a round of its
+// own). `beats` are the round's hb<S> keys and `layout` its r<R>/layout. A counter beat the
+// store dates as not written for `quiet_for` (two beat periods: a live node beats every
+// period; the store's own dating, so no watcher's lateness counts) is lost, as is a
+// missing key (never beaten, or its lease ended); a key on its lease ("alive") is kept by
+// the store while its node renews it. Not in a young round (its layout written less than
+// `quiet_for` ago: its nodes may not have beaten yet): there only the dead node. Group
+// ranks, ascending; nullopt when the store cannot date writes (the embedded store, which
+// re-forms 10,000 nodes by joins in about a second anyway).
 static std::optional<std::vector<int>> LostWith(store::Store& store,
                                                 const std::vector<std::string>& beats,
-                                                bool leased, int self_slot, int dead_slot,
-                                                Duration quiet_for, int64_t round) {
-  std::vector<bool> silent;
+                                                const std::string& layout, int self_slot,
+                                                int dead_slot, Duration quiet_for,
+                                                int64_t round) {
   const Deadline deadline = Deadline::After(kCallTimeout);
-  if (leased) {
-    auto now = store.Peek(beats, deadline);
-    if (!now.ok()) return std::nullopt;
-    for (const auto& beat : *now) silent.push_back(!beat.has_value());
-  } else {
-    auto dated = store.Silent(beats, quiet_for, deadline);
-    if (!dated.ok()) {
-      COHORT_LOG_INFO(kLog, "round {}: the store does not say which other nodes are silent "
-                      "({}); not carrying", round, dated.status().ToString());
-      return std::nullopt;
-    }
-    silent = std::move(*dated);
+  std::vector<std::string> keys = beats;
+  keys.push_back(layout);
+  auto dated = store.Silent(keys, quiet_for, deadline);
+  if (!dated.ok()) {
+    COHORT_LOG_INFO(kLog, "round {}: the store does not say which other nodes are silent ({}); "
+                    "not carrying", round, dated.status().ToString());
+    return std::nullopt;
   }
   std::vector<int> lost = {dead_slot - 1};
-  for (int slot = 1; slot <= static_cast<int>(silent.size()); ++slot) {
-    if (silent[slot - 1] && slot != self_slot && slot != dead_slot) lost.push_back(slot - 1);
+  if (dated->back()) {  // the round is older than quiet_for
+    auto values = store.Peek(beats, deadline);
+    if (!values.ok()) return std::nullopt;
+    for (int slot = 1; slot <= static_cast<int>(beats.size()); ++slot) {
+      if (slot == self_slot || slot == dead_slot) continue;
+      const auto& beat = (*values)[slot - 1];
+      if (!beat || (*beat != "alive" && (*dated)[slot - 1])) lost.push_back(slot - 1);
+    }
   }
   std::sort(lost.begin(), lost.end());
   return lost;
+}
+
+// Two beat periods of a round of `n` nodes beating counters (Rendezvous::BeatPeriod without
+// a will or a lease, from the configuration alone: the agent's own Rendezvous ends rounds
+// for a worker's lost peer, and keeps no watcher state).
+static Duration TwoBeatPeriods(const RendezvousConfig& c, int n) {
+  Duration dead = c.dead_timeout;
+  if (n >= c.quiet_start_nodes && c.quiet_beats_per_s > 0) {
+    dead = std::max(dead, std::chrono::duration_cast<Duration>(std::chrono::duration<double>(
+                              4.0 * n / c.quiet_beats_per_s)));
+  }
+  return 2 * std::max(c.heartbeat_interval, dead / 4);
+}
+
+Result<bool> Rendezvous::EndRoundForLostNode(const RendezvousInfo& info, int lost_slot,
+                                             const RoundEnd& why, const FailureRecord& record) {
+  // A large round is carried: the survivors need not join the next.
+  auto carry = [&] {
+    auto carried = CarryRound(info, lost_slot);
+    if (!carried.ok()) {
+      COHORT_LOG_WARN(kLog, "round {}: could not carry the survivors into round {} ({}); they "
+                      "join it", info.round, info.round + 1, carried.status().ToString());
+    }
+  };
+  return EndRoundThen(info.round, why, &record, info.group_world_size - 1, carry);
 }
 
 // The members of `info`'s round without the group ranks `lost` (ascending), as the next
@@ -133,7 +161,8 @@ Result<bool> Rendezvous::CarryRound(const RendezvousInfo& info, int dead_slot) {
   std::vector<std::string> beats;
   beats.reserve(n);
   for (int slot = 1; slot <= n; ++slot) beats.push_back(RoundKey(round, fmt::format("hb{}", slot)));
-  auto found = LostWith(*store_, beats, leased_, info.slot, dead_slot, 2 * BeatPeriod(info), round);
+  auto found = LostWith(*store_, beats, RoundKey(round, "layout"), info.slot, dead_slot,
+                        TwoBeatPeriods(config_, n), round);
   if (!found) return false;
   const std::vector<int>& lost = *found;
   const int survivors = n - static_cast<int>(lost.size());

@@ -251,6 +251,14 @@ TEST(RendezvousCarryTest, ACarriedLayoutRoundTrips) {
   for (int i = 0; i < 5; ++i) nodes[i].local_world_size = i < 3 ? 8 : 4;
   const RoundLayout without = RoundLayout::FromNodes(nodes).Without({1, 3});
   EXPECT_EQ(without.Encode(), "3:8x2,4x1");
+  // Which node a worker's peer runs on (a lost peer's node: the agent ends for it).
+  const RoundLayout whole = RoundLayout::FromNodes(nodes);  // ranks 0-23 on 3 x 8, 24-31 on 2 x 4
+  EXPECT_EQ(whole.GroupRankOf(0), 0);
+  EXPECT_EQ(whole.GroupRankOf(23), 2);
+  EXPECT_EQ(whole.GroupRankOf(24), 3);
+  EXPECT_EQ(whole.GroupRankOf(31), 4);
+  EXPECT_EQ(whole.GroupRankOf(32), -1);
+  EXPECT_EQ(whole.GroupRankOf(-1), -1);
   RendezvousInfo info;
   info.round = 4;
   info.carried.left_out = {2, 5};

@@ -157,6 +157,19 @@ int RoundLayout::RankOffset(int group_rank) const {
 
 int RoundLayout::WorldSize() const { return RankOffset(members); }
 
+int RoundLayout::GroupRankOf(int global_rank) const {
+  int group_rank = 0, offset = 0;
+  for (const auto& run : runs) {
+    const int64_t span = int64_t{run.count} * run.local_world_size;
+    if (global_rank >= offset && global_rank < offset + span) {
+      return group_rank + (global_rank - offset) / run.local_world_size;
+    }
+    offset += static_cast<int>(span);
+    group_rank += run.count;
+  }
+  return -1;
+}
+
 std::string RoundEnd::Encode() const {
   switch (kind) {
     case Kind::kJoin: return "join:" + detail;

@@ -75,16 +75,7 @@ Result<std::optional<RoundEnd>> Rendezvous::DeclarePeerDead(const RendezvousInfo
   FailureRecord record;
   record.host = host;
   record.message = dead.detail;
-  // A large round is carried (rendezvous_carry.cc): the survivors need not join the next.
-  auto carry = [&] {
-    auto carried = CarryRound(info, silent);
-    if (!carried.ok()) {
-      COHORT_LOG_WARN(kLog, "round {}: could not carry the survivors into round {} ({}); they "
-                      "join it", round, round + 1, carried.status().ToString());
-    }
-  };
-  COHORT_RETURN_IF_ERROR(EndRoundThen(round, dead, &record, info.group_world_size - 1,
-                                      carry).status());
+  COHORT_RETURN_IF_ERROR(EndRoundForLostNode(info, silent, dead, record).status());
   COHORT_ASSIGN_OR_RETURN(std::string next, store_->Get(RoundKey(round, "next"), CallDeadline()));
   return std::optional<RoundEnd>(RoundEnd::Decode(next));
 }

@@ -64,7 +64,9 @@ void BindChannel(py::module_& m) {
       "write_lost",
       [](const std::string& dir, int local, int64_t round, int rank, const std::string& why,
          const std::string& secret) {
-        Check(mc::WriteLost(dir, local, cohort::LostPeerReport{round, rank, why}, secret));
+        Check(mc::WriteLost(dir, local,
+                            cohort::LostPeerReport{round, rank, why, cohort::LostPeerIn(why)},
+                            secret));
       },
       py::arg("dir"), py::arg("local_rank"), py::arg("round"), py::arg("rank"),
       py::arg("reason"), py::arg("secret"), "Tells the agent a collective of `round` failed: a peer went away.");

@@ -218,6 +218,7 @@ class Exchange {
         continue;
       }
       if (k == 0) {
+        // "rank N (at ADDR)": the agent reads the lost peer from it (LostPeerIn).
         return Unavailable("{}: rank {} (at {}) closed its connection (did it exit or crash?)",
                            desc_.ToString(), recv_.peer, recv_.where);
       }
