@@ -126,8 +126,11 @@ Result<std::optional<RoundEnd>> Rendezvous::WatchStep(const RendezvousInfo& info
   if (first) quiet_period_ = quiet_ ? period : Duration{};
   // Every node starts watching when the round closes: spread their beats over the period
   // (the first step waits a random 10-100% of it) so that the store is not asked by all of
-  // them in the same milliseconds every period.
-  const double spread = 0.1 + 0.9 * RandomUnit();
+  // them in the same milliseconds every period. A carried round's nodes start watching when
+  // they learned the end of the round before, already spread over its beat period (a
+  // quiet round's nodes learn it at their beats): each waits one whole period, so that its
+  // beats keep their phase and the store's beat rate does not double across the change.
+  const double spread = info.carried.records_round >= 0 ? 1.0 : 0.1 + 0.9 * RandomUnit();
   Deadline wake = Deadline::After(first ? std::chrono::duration_cast<Duration>(period * spread)
                                         : period);
   if (first && !will_left_) return FirstStepWithoutWill(info, wake, spread);
