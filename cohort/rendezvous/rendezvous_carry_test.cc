@@ -83,6 +83,20 @@ std::function<std::shared_ptr<store::Store>()> On(std::shared_ptr<store::Store> 
   return [store] { return store; };
 }
 
+// Watches `info`'s round on a watcher of its own (as an agent's) until it ends.
+std::optional<RoundEnd> WatchToEnd(std::shared_ptr<store::Store> store,
+                                   const RendezvousConfig& config, int node,
+                                   const RendezvousInfo& info) {
+  Rendezvous watcher(store, config, testing::ScenarioNode(node));
+  const Deadline give_up = Deadline::After(30s);
+  while (!give_up.expired()) {
+    auto step = watcher.WatchStep(info);
+    if (!step.ok()) return std::nullopt;
+    if (*step) return *step;
+  }
+  return std::nullopt;
+}
+
 TEST(RendezvousCarryTest, TheSurvivorsOfALostNodeFormTheNextRoundWithoutJoining) {
   auto store = std::make_shared<store::MemoryStore>();
   const auto config = CarryConfig(2, 4);
@@ -120,14 +134,7 @@ TEST(RendezvousCarryTest, ANodeLeftOutThatComesBackJoinsAsALateNode) {
   for (int i = 0; i < 4; ++i) {
     if (i == back) continue;
     threads.emplace_back([&, i] {
-      Rendezvous watcher(store, config, testing::ScenarioNode(i));
-      std::optional<RoundEnd> end;
-      const Deadline give_up = Deadline::After(30s);
-      while (!end && !give_up.expired()) {
-        auto step = watcher.WatchStep(**s.next[i]);
-        if (!step.ok()) break;
-        end = *step;
-      }
+      auto end = WatchToEnd(store, config, i, **s.next[i]);
       ASSERT_TRUE(end.has_value());
       EXPECT_EQ(end->kind, RoundEnd::Kind::kJoin) << end->Encode();
       again[i] = s.agents[i]->Next();
@@ -160,20 +167,6 @@ TEST(RendezvousCarryTest, ASmallerRoundIsJoinedAgain) {
   auto tickets = store->Peek({"rdzv/carry/r1/slot"}, Deadline::After(5s));
   ASSERT_TRUE(tickets.ok());
   EXPECT_EQ((*tickets)[0], "3");
-}
-
-// Watches `info`'s round on a watcher of its own (as an agent's) until it ends.
-std::optional<RoundEnd> WatchToEnd(std::shared_ptr<store::Store> store,
-                                   const RendezvousConfig& config, int node,
-                                   const RendezvousInfo& info) {
-  Rendezvous watcher(store, config, testing::ScenarioNode(node));
-  const Deadline give_up = Deadline::After(30s);
-  while (!give_up.expired()) {
-    auto step = watcher.WatchStep(info);
-    if (!step.ok()) return std::nullopt;
-    if (*step) return *step;
-  }
-  return std::nullopt;
 }
 
 // A node that arrives at a large running round is appended to it (carried with its
