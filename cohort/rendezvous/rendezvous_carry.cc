@@ -199,7 +199,8 @@ Result<bool> Rendezvous::CarryRound(const RendezvousInfo& info, int dead_slot) {
 
 // Protocol (a late node at a running round R of N < MAX nodes, N >= carry_start_nodes, that
 // held no round of this job: it has no place in R's records):
-//  1. Read R's layout (one Get: its members, and its carried members when R was carried).
+//  1. Read R's layout (one Peek: its members, and its carried members when R was carried;
+//     none: R's carrier died before publishing it, join as usual).
 //  2. EndRound(R, join:<host>), and as its winner, before `next`: MayCarry(R), then close
 //     R + 1 with N + 1 nodes and publish its layout: R's, with this node appended (its record
 //     inline, under a random token: the only place it has one). Every member of R keeps its
@@ -214,9 +215,11 @@ Result<std::optional<RendezvousInfo>> Rendezvous::JoinCarried(int64_t round, int
       members >= config_.max_nodes) {
     return Taken();
   }
-  COHORT_ASSIGN_OR_RETURN(std::string text,
-                          store_->Get(RoundKey(round, "layout"), CallDeadline()));
-  COHORT_ASSIGN_OR_RETURN(Published now, Published::Decode(text));
+  // (A read, not a wait: a round closed by a carrier that died before its layout has none,
+  // and is ended for this node's join all the same.)
+  COHORT_ASSIGN_OR_RETURN(auto text, store_->Peek({RoundKey(round, "layout")}, CallDeadline()));
+  if (!text[0]) return Taken();
+  COHORT_ASSIGN_OR_RETURN(Published now, Published::Decode(*text[0]));
   if (now.layout.members != members) return Taken();
   Published next = now;
   next.layout.Append(self_.local_world_size);
