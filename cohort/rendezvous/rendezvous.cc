@@ -412,6 +412,20 @@ Result<std::vector<NodeInfo>> Rendezvous::RoundNodes(const RendezvousInfo& info,
   return nodes;
 }
 
+Result<NodeInfo> Rendezvous::NodeOf(const RendezvousInfo& info, int slot) {
+  if (slot > info.RecordedMembers()) {  // appended to a carried round: its record is there
+    const size_t i = slot - info.RecordedMembers() - 1;
+    if (i >= info.carried.appended.size()) return NotFound("round {} has no node {}", info.round, slot);
+    return info.carried.appended[i].node;
+  }
+  const int64_t round = info.RecordsRound();
+  COHORT_ASSIGN_OR_RETURN(auto record,
+                          store_->ReadAppended(RoundKey(round, "slot"), RoundKey(round, "node"),
+                                               info.RecordSlot(slot), 1, CallDeadline()));
+  if (record.empty()) return DataLoss("round {} has no record of its slot {}", round, slot);
+  return NodeInfo::FromJson(record[0]);
+}
+
 Result<std::vector<NodeInfo>> Rendezvous::ReadNodes(int64_t round, int64_t members,
                                                     Deadline deadline) {
   COHORT_ASSIGN_OR_RETURN(std::vector<std::string> records, UntilDeadline(deadline, [&] {

@@ -312,8 +312,13 @@ class Rendezvous {
   // round is not one to carry (the caller then waits it out and joins).
   Result<std::optional<RendezvousInfo>> JoinCarried(int64_t round, int64_t members,
                                                     int64_t restarts);
+  // Whether a round of `members` nodes is large enough to carry (carry_start_nodes).
+  bool Carries(int64_t members) const;
   // Whether round `round` may be carried: no node finished, no warm spare, the job on.
   Result<bool> MayCarry(int64_t round);
+  // Closes round `round` with the carried round `next` (compare-and-sets from absent, made
+  // again on a timeout within the layout grace): its member count, then its layout.
+  Status PublishCarried(int64_t round, const Published& next);
   // EndRound, with `before_next` run by the winner just before it writes `next`.
   Result<bool> EndRoundThen(int64_t round, const RoundEnd& why, const FailureRecord* failure,
                             int64_t expect_next, const std::function<void()>& before_next);
@@ -337,6 +342,9 @@ class Rendezvous {
   // (its TTL), else dead timeout / 4 (at least the heartbeat interval).
   Duration BeatPeriod(const RendezvousInfo& info) const;
   std::string PeerHost(const RendezvousInfo& info, int slot);
+  // The record of the node at `slot` of `info`'s round: its records round's (one read), or
+  // the one a carried round keeps for an appended node.
+  Result<NodeInfo> NodeOf(const RendezvousInfo& info, int slot);
 
   std::shared_ptr<store::Store> store_;
   RendezvousConfig config_;

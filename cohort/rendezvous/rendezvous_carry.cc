@@ -16,38 +16,33 @@
 
 namespace cohort::rendezvous {
 
-// Who is lost with `dead_slot`, from the store in two reads, so that nodes lost together
-// are left out of one carried round, not found one dead timeout apart (each a round of its
-// own). `beats` are the round's hb<S> keys and `layout` its r<R>/layout. A counter beat the
-// store dates as not written for `quiet_for` (two beat periods: a live node beats every
-// period; the store's own dating, so no watcher's lateness counts) is lost, as is a
-// missing key (never beaten, or its lease ended); a key on its lease ("alive") is kept by
-// the store while its node renews it. Not in a young round (its layout written less than
-// `quiet_for` ago: its nodes may not have beaten yet): there only the dead node. Group
-// ranks, ascending; nullopt when the store cannot date writes (the embedded store, which
-// re-forms 10,000 nodes by joins in about a second anyway).
+// Who is lost with `dead_slot`, from the store in one read, so that nodes lost together are
+// left out of one carried round, not found one dead timeout apart (each a round of its
+// own): every node whose beat key the store shows silent for `quiet_for` (Store::Silent:
+// two beat periods, as a live node beats every period; the store's own dating, so no
+// watcher's lateness counts; a missing key, never beaten or its lease ended, is silent; a
+// key on its lease is not). Not in a young round (its layout written less than `quiet_for`
+// ago: its nodes may not have beaten yet): there only the dead node. `beats` are the
+// round's hb<S> keys and `layout` its r<R>/layout. Group ranks, ascending; nullopt when
+// the store cannot date writes (the embedded store, which re-forms 10,000 nodes by joins in
+// about a second anyway).
 static std::optional<std::vector<int>> LostWith(store::Store& store,
                                                 const std::vector<std::string>& beats,
                                                 const std::string& layout, int self_slot,
                                                 int dead_slot, Duration quiet_for,
                                                 int64_t round) {
-  const Deadline deadline = Deadline::After(kCallTimeout);
   std::vector<std::string> keys = beats;
   keys.push_back(layout);
-  auto dated = store.Silent(keys, quiet_for, deadline);
-  if (!dated.ok()) {
+  auto silent = store.Silent(keys, quiet_for, Deadline::After(kCallTimeout));
+  if (!silent.ok()) {
     COHORT_LOG_INFO(kLog, "round {}: the store does not say which other nodes are silent ({}); "
-                    "not carrying", round, dated.status().ToString());
+                    "not carrying", round, silent.status().ToString());
     return std::nullopt;
   }
   std::vector<int> lost = {dead_slot - 1};
-  if (dated->back()) {  // the round is older than quiet_for
-    auto values = store.Peek(beats, deadline);
-    if (!values.ok()) return std::nullopt;
+  if (silent->back()) {  // the round is older than quiet_for
     for (int slot = 1; slot <= static_cast<int>(beats.size()); ++slot) {
-      if (slot == self_slot || slot == dead_slot) continue;
-      const auto& beat = (*values)[slot - 1];
-      if (!beat || (*beat != "alive" && (*dated)[slot - 1])) lost.push_back(slot - 1);
+      if (slot != self_slot && slot != dead_slot && (*silent)[slot - 1]) lost.push_back(slot - 1);
     }
   }
   std::sort(lost.begin(), lost.end());
@@ -58,11 +53,7 @@ static std::optional<std::vector<int>> LostWith(store::Store& store,
 // a will or a lease, from the configuration alone: the agent's own Rendezvous ends rounds
 // for a worker's lost peer, and keeps no watcher state).
 static Duration TwoBeatPeriods(const RendezvousConfig& c, int n) {
-  Duration dead = c.dead_timeout;
-  if (n >= c.quiet_start_nodes && c.quiet_beats_per_s > 0) {
-    dead = std::max(dead, std::chrono::duration_cast<Duration>(std::chrono::duration<double>(
-                              4.0 * n / c.quiet_beats_per_s)));
-  }
+  const Duration dead = n >= c.quiet_start_nodes ? QuietDeadTimeout(c, n) : c.dead_timeout;
   return 2 * std::max(c.heartbeat_interval, dead / 4);
 }
 
@@ -124,19 +115,21 @@ Result<bool> Rendezvous::MayCarry(int64_t round) {
   return !state[0] && !state[1] && !state[2];
 }
 
-// Closes round `round` + 1 with `next` (compare-and-sets from absent, made again on a
-// timeout within the layout grace): its member count, then its layout.
-static Status PublishCarried(store::Store& store, const std::string& closed_key,
-                             const std::string& layout_key, const std::string& layout,
-                             int members, Duration grace) {
-  const Deadline until = Deadline::After(grace);
-  const std::string count = std::to_string(members);
+bool Rendezvous::Carries(int64_t members) const {
+  return config_.carry_start_nodes > 0 && members >= config_.carry_start_nodes;
+}
+
+Status Rendezvous::PublishCarried(int64_t round, const Published& next) {
+  const Deadline until = Deadline::After(config_.layout_grace);
+  const std::string count = std::to_string(next.layout.members);
   COHORT_ASSIGN_OR_RETURN(std::string closed, RequestUntilDeadline(until, [&](Deadline d) {
-                            return store.CompareSet(closed_key, "", count, d);
+                            return store_->CompareSet(RoundKey(round, "closed"), "", count, d);
                           }));
-  if (closed != count) return FailedPrecondition("{} was set already, to {}", closed_key, closed);
+  if (closed != count) {
+    return FailedPrecondition("round {} was closed already, with {}", round, closed);
+  }
   return RequestUntilDeadline(until, [&](Deadline d) {
-           return store.CompareSet(layout_key, "", layout, d);
+           return store_->CompareSet(RoundKey(round, "layout"), "", next.Encode(), d);
          }).status();
 }
 
@@ -155,7 +148,7 @@ static Status PublishCarried(store::Store& store, const std::string& closed_key,
 Result<bool> Rendezvous::CarryRound(const RendezvousInfo& info, int dead_slot) {
   const int n = info.group_world_size;
   const int64_t round = info.round;
-  if (config_.carry_start_nodes <= 0 || n < config_.carry_start_nodes) return false;
+  if (!Carries(n)) return false;
   COHORT_ASSIGN_OR_RETURN(bool may, MayCarry(round));
   if (!may) return false;
   std::vector<std::string> beats;
@@ -178,20 +171,10 @@ Result<bool> Rendezvous::CarryRound(const RendezvousInfo& info, int dead_slot) {
   while (std::binary_search(lost.begin(), lost.end(), first)) ++first;
   if (first == 0) {
     next.master = info.master;
-  } else if (first >= info.RecordedMembers()) {
-    next.master = info.carried.appended[first - info.RecordedMembers()].node;
   } else {
-    const int64_t records = next.carried.records_round;
-    COHORT_ASSIGN_OR_RETURN(auto record,
-                            store_->ReadAppended(RoundKey(records, "slot"),
-                                                 RoundKey(records, "node"),
-                                                 info.RecordSlot(first + 1), 1, CallDeadline()));
-    if (record.empty()) return DataLoss("round {} has no record of its node {}", records, first);
-    COHORT_ASSIGN_OR_RETURN(next.master, NodeInfo::FromJson(record[0]));
+    COHORT_ASSIGN_OR_RETURN(next.master, NodeOf(info, first + 1));
   }
-  COHORT_RETURN_IF_ERROR(PublishCarried(*store_, RoundKey(round + 1, "closed"),
-                                        RoundKey(round + 1, "layout"), next.Encode(), survivors,
-                                        config_.layout_grace));
+  COHORT_RETURN_IF_ERROR(PublishCarried(round + 1, next));
   COHORT_LOG_WARN(kLog, "round {}: carried its {} surviving node(s) into round {} ({} left out)",
                   round, survivors, round + 1, lost.size());
   return true;
@@ -211,10 +194,7 @@ Result<bool> Rendezvous::CarryRound(const RendezvousInfo& info, int dead_slot) {
 Result<std::optional<RendezvousInfo>> Rendezvous::JoinCarried(int64_t round, int64_t members,
                                                               int64_t restarts) {
   using Taken = std::optional<RendezvousInfo>;
-  if (config_.carry_start_nodes <= 0 || members < config_.carry_start_nodes ||
-      members >= config_.max_nodes) {
-    return Taken();
-  }
+  if (!Carries(members) || members >= config_.max_nodes) return Taken();
   // (A read, not a wait: a round closed by a carrier that died before its layout has none,
   // and is ended for this node's join all the same.)
   COHORT_ASSIGN_OR_RETURN(auto text, store_->Peek({RoundKey(round, "layout")}, CallDeadline()));
@@ -229,9 +209,7 @@ Result<std::optional<RendezvousInfo>> Rendezvous::JoinCarried(int64_t round, int
   auto carry = [&] {
     auto may = MayCarry(round);
     if (!may.ok() || !*may) return;
-    Status published = PublishCarried(*store_, RoundKey(round + 1, "closed"),
-                                      RoundKey(round + 1, "layout"), next.Encode(),
-                                      next.layout.members, config_.layout_grace);
+    Status published = PublishCarried(round + 1, next);
     if (!published.ok()) {
       COHORT_LOG_WARN(kLog, "round {}: could not carry its nodes into round {} with this one "
                       "({}); they join it", round, round + 1, published.ToString());
@@ -266,9 +244,7 @@ Result<std::optional<RendezvousInfo>> Rendezvous::TakeCarriedRound(int64_t round
                                                                    Deadline deadline) {
   for (;;) {
     const RendezvousInfo& held = *held_;
-    if (config_.carry_start_nodes <= 0 || held.group_world_size < config_.carry_start_nodes) {
-      return std::optional<RendezvousInfo>();
-    }
+    if (!Carries(held.group_world_size)) return std::optional<RendezvousInfo>();
     const std::vector<std::string> keys = {RoundKey(round, "layout"), RoundKey(round, "next"),
                                            Key("restarts"), Key("done")};
     COHORT_ASSIGN_OR_RETURN(auto now, RequestUntilDeadline(deadline, [&](Deadline d) {

@@ -1,7 +1,7 @@
 // What rendezvous.cc (rounds: joins, ends, the job's end), rendezvous_watch.cc (liveness:
 // heartbeats and dead-node detection) and rendezvous_carry.cc (carried rounds) share: the
 // log channel, the test for a store call that timed out, store calls made again until a
-// deadline, and a counter's parse. Internal to the rendezvous: include it from those files
+// deadline, a quiet round's dead timeout and a counter's parse. Internal to the rendezvous: include it from those files
 // only.
 // Thread-safety: pure functions.
 #pragma once
@@ -14,6 +14,7 @@
 #include "cohort/base/status.h"
 #include "cohort/base/strings.h"
 #include "cohort/base/time.h"
+#include "cohort/rendezvous/rendezvous.h"
 
 namespace cohort::rendezvous {
 
@@ -46,6 +47,15 @@ template <typename Call>
 auto RequestUntilDeadline(Deadline deadline, const Call& call) -> decltype(call(deadline)) {
   return UntilDeadline(deadline,
                        [&] { return call(Deadline::After(kCallTimeout).Earlier(deadline)); });
+}
+
+// The dead timeout of a quiet round of `n` nodes: its beats stay within quiet_beats_per_s,
+// so its beat period is at least n / that rate, and the dead timeout four periods at least.
+inline Duration QuietDeadTimeout(const RendezvousConfig& c, int n) {
+  if (c.quiet_beats_per_s <= 0) return c.dead_timeout;
+  const auto period = std::chrono::duration_cast<Duration>(
+      std::chrono::duration<double>(double(n) / c.quiet_beats_per_s));
+  return std::max(c.dead_timeout, 4 * period);
 }
 
 // A rendezvous counter's value as read (absent = 0).

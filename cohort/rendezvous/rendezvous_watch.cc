@@ -198,10 +198,7 @@ Result<std::optional<RoundEnd>> Rendezvous::BeatStep(const RendezvousInfo& info,
 // A quiet round's beats, N per beat period, stay within quiet_beats_per_s: its period is at
 // least N / that rate, and the dead timeout at least four periods.
 Duration Rendezvous::DeadTimeout(const RendezvousInfo& info) const {
-  if (!quiet_ || config_.quiet_beats_per_s <= 0) return config_.dead_timeout;
-  const auto period = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(
-      double(info.group_world_size) / config_.quiet_beats_per_s));
-  return std::max(config_.dead_timeout, 4 * period);
+  return quiet_ ? QuietDeadTimeout(config_, info.group_world_size) : config_.dead_timeout;
 }
 
 Duration Rendezvous::LivenessPeriod() const {
@@ -290,16 +287,7 @@ Result<int> Rendezvous::JudgeWatchedPeer(const RendezvousInfo& info,
 }
 
 std::string Rendezvous::PeerHost(const RendezvousInfo& info, int slot) {
-  Result<NodeInfo> node = NotFound("no record");
-  if (slot > info.RecordedMembers()) {  // appended to a carried round: its record is there
-    const size_t i = slot - info.RecordedMembers() - 1;
-    if (i < info.carried.appended.size()) node = info.carried.appended[i].node;
-  } else {
-    const int64_t round = info.RecordsRound();
-    auto record = store_->ReadAppended(RoundKey(round, "slot"), RoundKey(round, "node"),
-                                       info.RecordSlot(slot), 1, CallDeadline());
-    if (record.ok() && !record->empty()) node = NodeInfo::FromJson((*record)[0]);
-  }
+  auto node = NodeOf(info, slot);
   if (!node.ok()) return "unknown host";
   // Several nodes may share a host name (containers, network namespaces): the address too.
   return node->addr.empty() || node->addr == node->host ? node->host

@@ -268,7 +268,10 @@ Result<std::vector<bool>> EtcdStore::Silent(const std::vector<std::string>& keys
                           impl_->ReadKvs(keys, /*keys_only=*/true, deadline));
   std::vector<bool> silent;
   silent.reserve(kvs.size());
-  for (const auto& kv : kvs) silent.push_back(kv.is_null() || Int(kv, "mod_revision") <= then);
+  for (const auto& kv : kvs) {
+    silent.push_back(kv.is_null() ||
+                     (Int(kv, "lease") == 0 && Int(kv, "mod_revision") <= then));
+  }
   return silent;
 }
 

@@ -296,6 +296,20 @@ TEST_F(EtcdStoreTest, SilentDatesWritesByEtcdsRevisions) {
   silent = store_->Silent({"hb1", "hb2", "hb3"}, 200ms, Deadline::After(5s));
   ASSERT_TRUE(silent.ok()) << silent.status().ToString();
   EXPECT_EQ(*silent, (std::vector<bool>{false, false, true}));
+  // A key on a lease is kept by its holder's renewals, not writes: never silent while it is
+  // there (etcd deletes it when the lease ends).
+  EtcdStoreOptions o;
+  o.endpoints = SharedCluster()->Endpoints();
+  o.prefix = prefix_;
+  o.lease_ttl = 30s;
+  auto leased = EtcdStore::Connect(o, Soon());
+  ASSERT_TRUE(leased.ok()) << leased.status().ToString();
+  ASSERT_TRUE((*leased)->Set("hb4", "alive", Soon()).ok());
+  const auto put = SteadyClock::now();
+  while (SteadyClock::now() - put < 400ms) ASSERT_TRUE(store_->Peek({"hb4"}, Soon()).ok());
+  silent = store_->Silent({"hb3", "hb4"}, 200ms, Deadline::After(5s));
+  ASSERT_TRUE(silent.ok()) << silent.status().ToString();
+  EXPECT_EQ(*silent, (std::vector<bool>{true, false}));
 }
 
 // A quiet round on etcd (counter beats, no watch between beats) that loses two nodes at

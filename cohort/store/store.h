@@ -214,7 +214,8 @@ class Store {
 
   // Which of `keys` have not been written for at least `quiet_for`, dated by the store's
   // own order of writes (not the caller's view of them): true for such a key, and for one
-  // that is absent. Meant for many keys under one parent (a round's beat counters), which a
+  // that is absent; false for one the store keeps on a lease (LeaseKey: its holder renews
+  // it instead of writing it, and the store deletes it when the holder stops). Meant for many keys under one parent (a round's beat counters), which a
   // store may read as one range. Stores that cannot date writes, or not that far back, say
   // kFailedPrecondition (the default). The rendezvous finds every node silent at the
   // moment one is found dead with it (a carried round leaves them all out; rendezvous.h).
