@@ -341,6 +341,8 @@ class Job:
             argv += ["--quiet-start-nodes", str(self.args.quiet_start_nodes)]
         if self.args.carry_start_nodes is not None:
             argv += ["--carry-start-nodes", str(self.args.carry_start_nodes)]
+        if self.args.quiet_watch is not None:
+            argv += ["--quiet-watch", str(self.args.quiet_watch)]
         line = Line(argv, "agents", nice=self.args.nodes_nice)
         self.groups.append((first, count, line))
         return line
@@ -524,23 +526,26 @@ def elastic_job(sim, store, n, args, out):
         job.check_ranks(0)
         job.wait_stepped(0)
         killed, deadline = job.kill([n // 2])
-        _, last = job.wait_round(1)
+        first, last = job.wait_round(1)
         out["loss1_s"] = last - deadline
+        out["loss1_first_s"] = first - deadline  # the round's end found and carried
         out["loss1_kill_s"] = last - killed
         job.check_ranks(1)
         victims = [n // 3 + 7 * k for k in range(10)] if n >= 100 else []
         if victims:
             job.wait_stepped(1)
             _, deadline = job.kill(victims)
-            _, last = job.wait_round(2)
+            first, last = job.wait_round(2)
             out["loss10_s"] = last - deadline
+            out["loss10_first_s"] = first - deadline
             job.check_ranks(2)
         round_ = 3 if victims else 2
         # A hung node: connected, no more beats; only the beats' staleness tells.
         job.wait_stepped(round_ - 1)
         deadline = job.hang([n // 4])
-        _, last = job.wait_round(round_)
+        first, last = job.wait_round(round_)
         out["hang1_s"] = last - deadline
+        out["hang1_first_s"] = first - deadline
         job.check_ranks(round_)
         round_ += 1
         line = job.add(n, 1)
@@ -649,9 +654,12 @@ def print_table(results, args):
             ("store CPU % (steady)", "steady_cpu_pct", "%.1f"),
             ("store RSS MB", "store_rss_mb", "%.0f"),
             ("elastic round 0 s", "elastic_round0_s", "%.3f"),
+            ("1 lost: first node in next round, after deadline s", "loss1_first_s", "%.3f"),
             ("1 lost: closed after deadline s", "loss1_s", "%.3f"),
             ("1 lost: kill to next round s", "loss1_kill_s", "%.3f"),
+            ("10 lost: first, after deadline s", "loss10_first_s", "%.3f"),
             ("10 lost: closed after deadline s", "loss10_s", "%.3f"),
+            ("1 hung: first, after deadline s", "hang1_first_s", "%.3f"),
             ("1 hung: closed after deadline s", "hang1_s", "%.3f"),
             ("1 joins: round s", "join_s", "%.3f"),
             ("floor: round s", "floor_round_s", "%.3f"),
@@ -775,6 +783,10 @@ def main():
                     help="rounds of at least this many nodes that lose one are carried: the "
                          "survivors form the next round without joining it (default: the "
                          "rendezvous default, 500; 0: never)")
+    ap.add_argument("--quiet-watch", type=int, choices=[0, 1],
+                    help="1: a quiet round's nodes rest on a watch of its end held for the "
+                         "round (one per node); 0: they learn it at their next beat (default: "
+                         "the rendezvous default, 1)")
     ap.add_argument("--steady-s", type=float, default=10.0,
                     help="steady-state window; 0: measure the round only")
     ap.add_argument("--jobs", default="static,elastic",

@@ -89,6 +89,12 @@ struct RendezvousConfig {
   // and the dead timeout at least four periods; a warning says so): a store that pays for
   // each request (etcd) is not asked more than it can answer. 0: no bound.
   int quiet_beats_per_s = 500;
+  // A quiet round's nodes rest between their beats on a wait for the round's end that the
+  // store holds for each of them (Store::Await; etcd: one watch per node for the round), so
+  // they learn the end as it is written. false: they rest asking nothing (Store::Idle) and
+  // learn it at their next beat, up to a beat period later, sparing the store a held watch
+  // per node (docs/scale.md measures both).
+  bool quiet_watch = true;
   // Rounds of at least this many nodes that end for a lost node are carried: the node
   // that ends the round also closes the next one with the survivors, leaving out the lost
   // node and every other whose beats the store dates as older than two beat periods
@@ -353,12 +359,14 @@ class Rendezvous {
   int64_t first_step_round_ = -1;  // the round whose first watch step was taken
   bool will_left_ = false;         // this round's will (r<R>/gone<S>) is on the store
   bool leased_ = false;  // else (not quiet) this round's r<R>/hb<S> is on a lease (LeaseKey)
-  bool quiet_ = false;             // this round's steps rest between beats (Store::Idle)
+  bool quiet_ = false;  // this round's steps rest between beats (Store::Await, else Idle)
+  SteadyClock::time_point last_beat_;  // when this node's last beat was sent (any round)
   Duration quiet_period_{};        // a quiet round's beat period (0: not quiet); GraceDeadline
   int64_t watched_round_ = -1;
   int watched_slot_ = 0;       // 0: nobody left to watch (every other node finished)
   std::string watched_beat_;   // its counter as last read
-  SteadyClock::time_point watched_change_;  // when that counter last moved (as seen here)
+  SteadyClock::time_point watched_change_;  // when that counter last moved (store-dated
+                                            // where the store says, else as seen here)
   int64_t last_round_ = 0;  // the round seen last: ReadJobState reads its `closed` too
   std::optional<RendezvousInfo> held_;  // the round Next returned last (a carry's base)
   int64_t next_round_ = 0;  // the round after the one Next returned last

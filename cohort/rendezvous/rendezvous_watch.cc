@@ -126,13 +126,18 @@ Result<std::optional<RoundEnd>> Rendezvous::WatchStep(const RendezvousInfo& info
   if (first) quiet_period_ = quiet_ ? period : Duration{};
   // Every node starts watching when the round closes: spread their beats over the period
   // (the first step waits a random 10-100% of it) so that the store is not asked by all of
-  // them in the same milliseconds every period. A carried round's nodes start watching when
-  // they learned the end of the round before, already spread over its beat period (a
-  // quiet round's nodes learn it at their beats): each waits one whole period, so that its
-  // beats keep their phase and the store's beat rate does not double across the change.
-  const double spread = info.carried.records_round >= 0 ? 1.0 : 0.1 + 0.9 * RandomUnit();
+  // them in the same milliseconds every period. A carried round's nodes all learn its start
+  // at once (the end of the round before, on a held wait): each beats where its beats of
+  // that round would have come, so that they keep their phase and the store's beat rate
+  // does not change across the carry.
+  const double spread = 0.1 + 0.9 * RandomUnit();
   Deadline wake = Deadline::After(first ? std::chrono::duration_cast<Duration>(period * spread)
                                         : period);
+  if (first && info.carried.records_round >= 0 && last_beat_ != SteadyClock::time_point{}) {
+    auto at = last_beat_ + period;
+    while (at < now) at += period;
+    wake = Deadline::At(at);
+  }
   if (first && !will_left_) return FirstStepWithoutWill(info, wake, spread);
   return BeatStep(info, beat, watching, now, wake);
 }
@@ -156,24 +161,40 @@ Result<std::optional<RoundEnd>> Rendezvous::BeatStep(const RendezvousInfo& info,
     wake = wake.Earlier(Deadline::At(std::max(due + std::chrono::milliseconds(1), now + kLookNow)));
   }
   // A quiet round (see the first step) reads `next` with the beat and then rests until the
-  // step's end, asking nothing: one request per step, the round's end learned at the next
+  // step's end on a wait for `next` that the store holds across the steps (Store::Await:
+  // etcd, one watch for the round, opened at this first beat, where a watch per step cost
+  // it more than it could give): one request per step, the round's end learned at once.
+  // Where the store holds no wait, it rests asking nothing and learns the end at the next
   // beat. Otherwise the beat call waits for `next` (and a will) itself.
   const size_t next_at = peek.size();
+  const std::string next_key = wait[0];
   if (quiet_) {
-    peek.push_back(wait[0]);
+    peek.push_back(next_key);
     wait.clear();
   }
+  int64_t read_at = 0;  // the store revision the beat read `next` absent at
   auto rest = [&]() -> Result<std::optional<RoundEnd>> {
-    if (quiet_) COHORT_RETURN_IF_ERROR(store_->Idle(wake));
+    if (!quiet_) return std::optional<RoundEnd>();
+    auto ended = config_.quiet_watch ? store_->Await(next_key, read_at, wake)
+                                     : Result<std::optional<std::string>>(FailedPrecondition(
+                                           "quiet_watch is off"));
+    if (ended.ok()) {
+      if (!*ended) return std::optional<RoundEnd>();
+      return std::optional<RoundEnd>(RoundEnd::Decode(**ended));
+    }
+    if (ended.status().code() != StatusCode::kFailedPrecondition) return ended.status();
+    COHORT_RETURN_IF_ERROR(store_->Idle(wake));
     return std::optional<RoundEnd>();
   };
   auto beat_result =
       store_->Beat(beat ? RoundKey(round, fmt::format("hb{}", info.slot)) : std::string(), peek,
                    wait, wake);
+  if (beat) last_beat_ = now;
   // An answer that came after the step's deadline (a loaded store or client) tells nothing
   // about the peer: judge it at the next step.
   if (IsTimeout(beat_result.status())) return std::optional<RoundEnd>();
   COHORT_ASSIGN_OR_RETURN(store::Store::BeatResult step, std::move(beat_result));
+  read_at = step.revision;
   if (quiet_ && step.peeked[next_at]) {
     return std::optional<RoundEnd>(RoundEnd::Decode(*step.peeked[next_at]));
   }
@@ -207,9 +228,10 @@ Duration Rendezvous::LivenessPeriod() const {
 
 // With a will, beats only catch hung agents, and the store dates them (BEAT's ages): one
 // per liveness period. Without one (etcd, file store), beats are the only liveness and a
-// watcher dates a peer's beat when it sees it, up to a period late, so a live peer's beats
-// may look two periods apart, three when both calls take their whole period: a quarter of
-// the dead timeout keeps that under it. A dead node is reported up to a period after its
+// watcher dates a peer's beat when it sees it, up to a period late (etcd dates it by its
+// revisions between two of the watcher's answers: off by at most a period, either way), so
+// a live peer's beats may look two periods apart, three when both calls take their whole
+// period: a quarter of the dead timeout keeps that under it. A dead node is reported up to a period after its
 // deadline. (Not every heartbeat interval: at 5,000 nodes on etcd that was 5,000 raft
 // writes and watch streams a second, which three members on two cores could not carry;
 // docs/scale.md.) On a lease, the store dates the beats (its TTL runs from the last

@@ -108,11 +108,13 @@ const json* FirstKv(const json& range) {
 void RevisionClock::Note(SteadyClock::time_point at, int64_t revision) {
   if (revision <= 0) return;
   MutexLock lock(&mu_);
-  if (!samples_.empty() && at - samples_.back().first < kSampleEvery) {
-    // Within one sample's time: keep the higher revision, dated by the later answer.
+  if (!samples_.empty() && at - window_start_ < kSampleEvery) {
+    // Within one sample's window: keep the higher revision, dated by the later answer (the
+    // window stays where it began, so samples stay kSampleEvery apart under steady answers).
     if (revision > samples_.back().second) samples_.back() = {at, revision};
     return;
   }
+  window_start_ = at;
   samples_.emplace_back(at, std::max(revision, samples_.empty() ? 0 : samples_.back().second));
   if (samples_.size() > kSamples) samples_.pop_front();
 }
@@ -124,6 +126,20 @@ int64_t RevisionClock::ReachedBy(SteadyClock::time_point at) const {
   auto after = std::upper_bound(samples_.begin(), samples_.end(), at,
                                 [](SteadyClock::time_point t, const auto& s) { return t < s.first; });
   return after == samples_.begin() ? 0 : std::prev(after)->second;
+}
+
+std::optional<SteadyClock::time_point> RevisionClock::DateOf(int64_t revision) const {
+  MutexLock lock(&mu_);
+  auto reached = std::lower_bound(samples_.begin(), samples_.end(), revision,
+                                  [](const auto& s, int64_t r) { return s.second < r; });
+  if (reached == samples_.end()) return std::nullopt;
+  if (reached == samples_.begin()) return reached->first;
+  const auto& below = *std::prev(reached);
+  const Duration span = reached->first - below.first;
+  if (span > kInterpolateWithin) return reached->first;
+  const double share = static_cast<double>(revision - below.second) /
+                       static_cast<double>(reached->second - below.second);
+  return below.first + std::chrono::duration_cast<Duration>(span * share);
 }
 
 // A key's value from a range response, or nullopt when it has no kvs.
@@ -254,9 +270,9 @@ void EtcdStore::Impl::Pause(Duration d, Deadline deadline) {
 }
 
 // One HTTP POST on `c` to `url`; fills c.body (unary) or calls c.on_line (stream).
-CURLcode EtcdStore::Impl::Perform(Conn& c, const std::string& url, const std::string& body,
-                                  Duration timeout, Duration connect_timeout, bool with_token,
-                                  bool require_leader, long* http_code) {
+curl_slist* EtcdStore::Impl::Prepare(Conn& c, const std::string& url, const std::string& body,
+                                     Duration timeout, Duration connect_timeout, bool with_token,
+                                     bool require_leader) {
   CURL* h = c.curl;
   c.body.clear();
   c.pending.clear();
@@ -279,11 +295,19 @@ CURLcode EtcdStore::Impl::Perform(Conn& c, const std::string& url, const std::st
     if (!token.empty()) headers = curl_slist_append(headers, ("Authorization: " + token).c_str());
   }
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
-  CURLcode rc = curl_easy_perform(h);
-  curl_easy_setopt(h, CURLOPT_HTTPHEADER, nullptr);
+  return headers;
+}
+
+CURLcode EtcdStore::Impl::Perform(Conn& c, const std::string& url, const std::string& body,
+                                  Duration timeout, Duration connect_timeout, bool with_token,
+                                  bool require_leader, long* http_code) {
+  curl_slist* headers =
+      Prepare(c, url, body, timeout, connect_timeout, with_token, require_leader);
+  CURLcode rc = curl_easy_perform(c.curl);
+  curl_easy_setopt(c.curl, CURLOPT_HTTPHEADER, nullptr);
   curl_slist_free_all(headers);
   *http_code = 0;
-  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, http_code);
+  curl_easy_getinfo(c.curl, CURLINFO_RESPONSE_CODE, http_code);
   return rc;
 }
 

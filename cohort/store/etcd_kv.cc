@@ -110,6 +110,30 @@ Result<std::optional<std::vector<json>>> EtcdStore::Impl::ReadByPrefix(
   return std::optional<std::vector<json>>(std::move(out));
 }
 
+Result<json> EtcdStore::Impl::WatchResult(std::string_view line, bool* bad_token) {
+  json msg = ParseJsonBounded(line, kMaxReplyBytes);
+  if (msg.is_discarded()) return json();
+  if (msg.contains("error")) {
+    bool transient = false;
+    return GrpcError(msg, 200, &transient, bad_token);
+  }
+  return msg.contains("result") ? msg["result"] : msg;
+}
+
+std::optional<std::string> EtcdStore::Impl::PutIn(const json& result, const std::string& b64_key,
+                                                   const KvAccept& accept) {
+  auto events = result.find("events");
+  if (events == result.end()) return std::nullopt;
+  for (const auto& ev : *events) {
+    if (ev.value("type", std::string("PUT")) != "PUT") continue;
+    const json& kv = ev.value("kv", json::object());
+    if (kv.value("key", std::string()) != b64_key || !accept(kv)) continue;
+    auto v = UnB64(kv.value("value", std::string()));
+    return v.ok() ? *v : std::string();
+  }
+  return std::nullopt;
+}
+
 // Streams a watch on `full_key` until the key is there in a state `accept` takes (a PUT
 // event, or the read made once the watch is confirmed; returns its value), the watch is
 // cancelled by etcd (returns nullopt: read again), or the deadline/abort/an error ends
@@ -125,20 +149,18 @@ Result<std::optional<std::string>> EtcdStore::Impl::Watch(const std::string& ful
   bool cancelled = false;
   Status stream_error;
   c->on_line = [&](std::string_view line) {
-    json msg = ParseJsonBounded(line, kMaxReplyBytes);
-    if (msg.is_discarded()) return true;
-    if (msg.contains("error")) {
-      bool transient = false, bad_token = false;
-      stream_error = GrpcError(msg, 200, &transient, &bad_token);
-      if (bad_token) stream_error = PermissionDenied("etcd: invalid auth token");
+    bool bad_token = false;
+    auto res = WatchResult(line, &bad_token);
+    if (!res.ok()) {
+      stream_error = bad_token ? PermissionDenied("etcd: invalid auth token") : res.status();
       return false;
     }
-    const json& res = msg.contains("result") ? msg["result"] : msg;
-    if (res.value("canceled", false)) {
+    if (res->is_null()) return true;
+    if (res->value("canceled", false)) {
       cancelled = true;
       return false;
     }
-    if (res.value("created", false) && absent_at == 0) {
+    if (res->value("created", false) && absent_at == 0) {
       // The watch sees every change from now on; read once to catch a put before it.
       auto now = Range(full_key, deadline);
       if (!now.ok()) {
@@ -155,17 +177,8 @@ Result<std::optional<std::string>> EtcdStore::Impl::Watch(const std::string& ful
         return false;
       }
     }
-    auto events = res.find("events");
-    if (events == res.end()) return true;
-    for (const auto& ev : *events) {
-      if (ev.value("type", std::string("PUT")) != "PUT") continue;
-      const json& kv = ev.value("kv", json::object());
-      if (kv.value("key", std::string()) != b64_key || !accept(kv)) continue;
-      auto v = UnB64(kv.value("value", std::string()));
-      found = v.ok() ? *v : std::string();
-      return false;
-    }
-    return true;
+    found = PutIn(*res, b64_key, accept);
+    return !found;
   };
   // A watch from a past revision is caught up by etcd's sync loop (within about 100 ms
   // when writes came in between), which is fine for a wait of a join or a watcher step,

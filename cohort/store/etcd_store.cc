@@ -462,6 +462,7 @@ Result<Store::BeatResult> EtcdStore::Beat(std::string_view beat_key,
     return Store::Beat(beat_key, peek_keys, wait_keys, deadline);  // more than one txn holds
   }
   Impl& i = *impl_;
+  const auto called = SteadyClock::now();
   json reads = json::array();
   for (const auto& k : peek_keys) reads.push_back({{"request_range", {{"key", B64(i.Full(k))}}}});
   for (const auto& k : wait_keys) reads.push_back({{"request_range", {{"key", B64(i.Full(k))}}}});
@@ -484,11 +485,20 @@ Result<Store::BeatResult> EtcdStore::Beat(std::string_view beat_key,
     return RangeValue(responses[first + op].value("response_range", json::object()));
   };
   BeatResult out;
+  out.revision = HeaderRevision(r);
   for (size_t k = 0; k < peek_keys.size(); ++k) {
     COHORT_ASSIGN_OR_RETURN(auto v, value_of(k));
     out.peeked.push_back(std::move(v));
+    // The peeked key's last write, dated by this client's answers around its revision.
+    const json range = responses[first + k].value("response_range", json::object());
+    const json* kv = FirstKv(range);
+    const auto written = kv ? i.revisions.DateOf(Int(*kv, "mod_revision")) : std::nullopt;
+    out.peeked_age_ms.push_back(
+        written ? std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                           called - *written)
+                                           .count())
+                : -1);
   }
-  out.peeked_age_ms.assign(peek_keys.size(), -1);
   if (wait_keys.empty()) return out;  // no wait: the txn alone
   COHORT_ASSIGN_OR_RETURN(out.waited, value_of(peek_keys.size()));
   if (out.waited) return out;

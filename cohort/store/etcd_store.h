@@ -121,6 +121,11 @@ class EtcdStore final : public Store {
 
   // A pause that Abort() cuts short: no request.
   Status Idle(Deadline deadline) override;
+  // One watch from the revision after `since`, held open across calls for the same key (a
+  // call for another key, or from an earlier revision, opens a new one): a request per
+  // watch, not per call. kFailedPrecondition when `since` is not a revision (<= 0).
+  Result<std::optional<std::string>> Await(std::string_view key, int64_t since,
+                                           Deadline deadline) override;
 
   // One keys-only read of the keys (a range over their common prefix, as Peek's) and their
   // mod revisions against the revision an answer to this client carried `quiet_for` ago (a

@@ -5,6 +5,7 @@
 //                    one POST with failover and retries, errors, outage reports, auth;
 //   etcd_kv.cc       reads of many keys, watches and the blocking gets on them, puts;
 //   etcd_tickets.cc  the ticket txn, the tickets' records, the beat txn;
+//   etcd_held_watch.cc  Await's watch, held open between calls;
 //   etcd_store.cc    the lease keeper (and the EtcdStore methods on top of all this).
 //
 // Thread-safety: Impl's connection pool, socket set, token, beat counters and endpoint
@@ -72,7 +73,8 @@ std::string PrefixEnd(std::string prefix);
 // When this client saw which store revisions: (answer time, the answer's header revision),
 // at most one sample per kSampleEvery and kSamples in all (the oldest dropped). Every
 // write at or below a revision some answer carried happened before that answer came, so
-// EtcdStore::Silent dates keys' last writes (their mod revisions) by it. Thread-safe.
+// EtcdStore::Silent dates keys' last writes (their mod revisions) by it, and a beat the
+// keys it reads (DateOf). Thread-safe.
 class RevisionClock {
  public:
   static constexpr auto kSampleEvery = std::chrono::milliseconds(100);
@@ -80,10 +82,17 @@ class RevisionClock {
   void Note(SteadyClock::time_point at, int64_t revision);
   // The highest revision an answer received at or before `at` carried; 0: none that old.
   int64_t ReachedBy(SteadyClock::time_point at) const;
+  // When the write at `revision` happened, estimated between the answers around it (the
+  // last one below it and the first one that reached it) in proportion to their revisions,
+  // as writes come at a steady rate; the later answer's time when the two are more than
+  // kInterpolateWithin apart or none is below it. nullopt: no answer reached it yet.
+  static constexpr auto kInterpolateWithin = std::chrono::seconds(30);
+  std::optional<SteadyClock::time_point> DateOf(int64_t revision) const;
 
  private:
   mutable Mutex mu_;
   std::deque<std::pair<SteadyClock::time_point, int64_t>> samples_ COHORT_GUARDED_BY(mu_);
+  SteadyClock::time_point window_start_ COHORT_GUARDED_BY(mu_);  // of samples_.back()
 };
 
 // One kept-open HTTP connection (a CURL easy handle; libcurl keeps its sockets cached).
@@ -99,6 +108,26 @@ struct Conn {
   }
   Conn(const Conn&) = delete;
   Conn& operator=(const Conn&) = delete;
+};
+
+// EtcdStore::Await's watch, held open between calls (etcd_held_watch.cc): one streaming
+// POST to the gateway's /v3/watch on its own connection, driven by a libcurl multi handle,
+// so that a call can end at its deadline and leave the stream open (etcd's events wait in
+// the socket) for the next call.
+struct HeldWatch {
+  std::string full_key, b64_key;
+  int64_t since = 0;   // puts after this revision are its events
+  size_t member = 0;   // which of the endpoints it went to
+  std::string body;    // the create request (libcurl reads it from here)
+  std::unique_ptr<Conn> conn;
+  CURLM* multi = nullptr;
+  curl_slist* headers = nullptr;
+  std::optional<std::string> found;  // the key's value, once put
+  Status ended;                      // why etcd ended the stream (ok until it did)
+  HeldWatch() = default;
+  HeldWatch(const HeldWatch&) = delete;
+  HeldWatch& operator=(const HeldWatch&) = delete;
+  ~HeldWatch();
 };
 
 }  // namespace etcd
@@ -159,8 +188,14 @@ struct EtcdStore::Impl {
   static constexpr int64_t kSheddingRepeatMs = 10000;
   std::atomic<int64_t> shedding_warned_ms{0};
 
+  // Await's watch (etcd_held_watch.cc); used by Await's caller only (one at a time).
+  std::unique_ptr<etcd::HeldWatch> held_watch;
+
   // Connections go first: their cleanup calls CloseSocket, which uses fds.
-  ~Impl() { idle.clear(); }
+  ~Impl() {
+    held_watch.reset();
+    idle.clear();
+  }
 
   // ---- connections (etcd_gateway.cc) ----
 
@@ -202,6 +237,11 @@ struct EtcdStore::Impl {
   // Moves the next request to the member after `from` (unless another call did already).
   void Rotate(size_t from);
   void Pause(Duration d, Deadline deadline);
+  // Sets a POST of `body` (which must outlive the transfer) up on `c`; returns its header
+  // list, which the caller frees once the transfer ended (after unsetting it).
+  curl_slist* Prepare(etcd::Conn& c, const std::string& url, const std::string& body,
+                      Duration timeout, Duration connect_timeout, bool with_token,
+                      bool require_leader);
   CURLcode Perform(etcd::Conn& c, const std::string& url, const std::string& body,
                    Duration timeout, Duration connect_timeout, bool with_token,
                    bool require_leader, long* http_code);
@@ -270,6 +310,13 @@ struct EtcdStore::Impl {
   static bool AnyKv(const json&) { return true; }
   Result<std::optional<std::string>> Watch(const std::string& full_key, Deadline deadline,
                                            int64_t absent_at, const KvAccept& accept = AnyKv);
+  // One line of a watch stream (etcd's WatchResponse as the gateway sends it): its result,
+  // null for a line that is not JSON, or the error it carries (`*bad_token`: an auth token
+  // etcd no longer takes).
+  static Result<json> WatchResult(std::string_view line, bool* bad_token);
+  // The value of the first PUT event of `b64_key` in a watch result that `accept` takes.
+  static std::optional<std::string> PutIn(const json& result, const std::string& b64_key,
+                                          const KvAccept& accept = AnyKv);
   // GetBlocking's `absent_at`: read the key first, or watch from now (then read it).
   static constexpr int64_t kReadFirst = -1, kWatchNow = 0;
   Result<std::string> GetBlocking(const std::string& full_key, Deadline deadline,
@@ -280,6 +327,14 @@ struct EtcdStore::Impl {
                                                   bool keys_only, Deadline deadline);
   Status Put(const std::string& key, std::string_view value, Deadline deadline,
              Resend resend = Resend::kWithinRequestTimeout);
+
+  // ---- the held watch (etcd_held_watch.cc) ----
+
+  // Opens Await's watch of `full_key` from the revision after `since` (no wait).
+  std::unique_ptr<etcd::HeldWatch> HoldWatch(const std::string& full_key, int64_t since);
+  // Serves held_watch until the key is put (its value; the watch is dropped), `deadline`
+  // (nullopt; the watch stays), or etcd ends it (dropped; rests until the deadline).
+  Result<std::optional<std::string>> ServeHeld(Deadline deadline);
 
   // ---- tickets and their records (etcd_tickets.cc) ----
   // A ticket of "<key>" is a version of "<key>/ticket"; the caller's marker

@@ -9,6 +9,7 @@
 #include "cohort/store/etcd_store.h"
 #include "cohort/store/store_contract.h"
 
+#include <curl/curl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -273,6 +274,68 @@ TEST_F(EtcdStoreTest, AQuietRoundLearnsItsEndAtItsFirstBeat) {
   }
 }
 
+// A quiet round's nodes rest between their beats on a watch of the round's end that etcd
+// holds for them (Store::Await), so they learn the end as it is written, not at their next
+// beat (a beat period: 20 s at 10,000 nodes): after the end, no node beat again.
+TEST_F(EtcdStoreTest, AQuietRoundLearnsItsEndAsItIsWritten) {
+  rendezvous::RendezvousConfig c;
+  c.run_id = prefix_ + "-held";
+  c.min_nodes = c.max_nodes = 3;
+  c.join_timeout = 20s;
+  c.heartbeat_interval = 100ms;
+  c.dead_timeout = 40s;  // beats every 10 s; the first after 1-10 s
+  c.quiet_start_nodes = 3;
+  auto [nodes, infos] = FormRoundOfThree(c);
+  int ender = 0;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(infos[i] && infos[i]->ok()) << infos[i]->status().ToString();
+    if ((*infos[i])->slot == 1) ender = i;
+  }
+  std::vector<std::optional<rendezvous::RoundEnd>> ended(3);
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> watchers;
+  const Deadline give_up = Deadline::After(60s);
+  for (int i = 0; i < 3; ++i) {
+    if (i == ender) continue;
+    watchers.emplace_back([&, i] {
+      while (!ended[i] && !give_up.expired()) {
+        auto step = nodes[i]->WatchStep(**infos[i]);
+        if (!step.ok()) {
+          errors[i] = step.status().ToString();
+          return;
+        }
+        ended[i] = *step;
+      }
+    });
+  }
+  // Once both have beaten (each holds its watch from its first beat on), the end.
+  const std::string r0 = "rdzv/" + c.run_id + "/r0/";
+  std::vector<std::string> beats;
+  for (int i = 0; i < 3; ++i) {
+    if (i != ender) beats.push_back(r0 + "hb" + std::to_string((*infos[i])->slot));
+  }
+  std::vector<std::optional<std::string>> before;
+  while (!give_up.expired()) {
+    auto now = store_->Peek(beats, Soon());
+    ASSERT_TRUE(now.ok());
+    before = *now;
+    if (before[0] && before[1]) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polls the store
+  }
+  rendezvous::FailureRecord failure{0, "host0", 1, 0, "boom"};
+  ASSERT_TRUE(
+      nodes[ender]->EndRound(0, {rendezvous::RoundEnd::Kind::kFailure, "rank 0"}, &failure).ok());
+  for (auto& t : watchers) t.join();
+  for (int i = 0; i < 3; ++i) {
+    if (i == ender) continue;
+    ASSERT_TRUE(ended[i].has_value()) << "node " << i << ": " << errors[i];
+    EXPECT_EQ(ended[i]->kind, rendezvous::RoundEnd::Kind::kFailure);
+  }
+  auto after = store_->Peek(beats, Soon());
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(*after, before) << "a node beat again before it learned the end";
+}
+
 // Silent dates keys by etcd's own order of writes: a key written before the moment
 // `quiet_for` ago is silent, one written since is not, an absent one is; a client that has
 // no answer from that long ago cannot tell (kFailedPrecondition).
@@ -310,6 +373,101 @@ TEST_F(EtcdStoreTest, SilentDatesWritesByEtcdsRevisions) {
   silent = store_->Silent({"hb3", "hb4"}, 200ms, Deadline::After(5s));
   ASSERT_TRUE(silent.ok()) << silent.status().ToString();
   EXPECT_EQ(*silent, (std::vector<bool>{true, false}));
+}
+
+// How many watch streams etcd's members have started (their /metrics), to tell a watch
+// held across calls from one per call.
+int64_t WatchesStarted(const std::vector<std::string>& endpoints) {
+  int64_t total = 0;
+  for (const auto& endpoint : endpoints) {
+    std::string text;
+    CURL* h = curl_easy_init();
+    const std::string url = "http://" + endpoint + "/metrics";
+    curl_easy_setopt(h, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 5000L);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &text);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, +[](char* d, size_t s, size_t n, void* out) {
+      static_cast<std::string*>(out)->append(d, s * n);
+      return s * n;
+    });
+    EXPECT_EQ(curl_easy_perform(h), CURLE_OK) << url;
+    curl_easy_cleanup(h);
+    for (const auto& line : Split(text, '\n')) {
+      if (line.rfind("grpc_server_started_total{", 0) == 0 &&
+          line.find("grpc_method=\"Watch\"") != std::string::npos) {
+        total += ParseInt64(line.substr(line.rfind(' ') + 1)).value_or(0);
+      }
+    }
+  }
+  return total;
+}
+
+// Await holds one watch across calls: calls that end at their deadline leave it open and
+// the next call for the key goes on with it (one watch stream started for three calls), a
+// put made between calls is handed over by the next one, a put during a call ends it with
+// the value, and Abort ends a call in progress.
+TEST_F(EtcdStoreTest, AwaitHoldsOneWatchAcrossCalls) {
+  auto reader = Make();
+  auto read = reader->Beat("", {"end"}, {}, Soon());  // "end" absent at this revision
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  ASSERT_FALSE(read->peeked[0].has_value());
+  ASSERT_GT(read->revision, 0);
+  const auto endpoints = SharedCluster()->Endpoints();
+  const int64_t watches_before = WatchesStarted(endpoints);
+  for (int call = 0; call < 3; ++call) {
+    auto none = reader->Await("end", read->revision, Deadline::AfterMs(200));
+    ASSERT_TRUE(none.ok()) << none.status().ToString();
+    EXPECT_FALSE(none->has_value());
+  }
+  EXPECT_EQ(WatchesStarted(endpoints) - watches_before, 1) << "one watch for the three calls";
+  // A put between calls: the next call hands it over.
+  ASSERT_TRUE(store_->Set("end", "between", Soon()).ok());
+  auto between = reader->Await("end", read->revision, Soon());
+  ASSERT_TRUE(between.ok()) << between.status().ToString();
+  EXPECT_EQ(between->value_or("(none)"), "between");
+  // A put during a call ends it with the value (well before its 60 s deadline).
+  read = reader->Beat("", {"end2"}, {}, Soon());
+  ASSERT_TRUE(read.ok());
+  ASSERT_TRUE(reader->Await("end2", read->revision, Deadline::AfterMs(100)).ok());  // held
+  std::thread writer([this] { ASSERT_TRUE(store_->Set("end2", "during", Soon()).ok()); });
+  auto during = reader->Await("end2", read->revision, Deadline::AfterMs(60000));
+  writer.join();
+  ASSERT_TRUE(during.ok()) << during.status().ToString();
+  EXPECT_EQ(during->value_or("(none)"), "during");
+  // Abort ends a call in progress; a store that holds no wait says so.
+  std::thread aborter([&] {
+    while (WatchesStarted(endpoints) - watches_before < 3) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // poll etcd's count
+    }
+    reader->Abort();
+  });
+  auto aborted = reader->Await("end3", read->revision, Deadline::AfterMs(60000));
+  aborter.join();
+  EXPECT_EQ(aborted.status().code(), StatusCode::kCancelled) << aborted.status().ToString();
+  auto none = store_->Await("end", 0, Soon());
+  EXPECT_EQ(none.status().code(), StatusCode::kFailedPrecondition);
+}
+
+// A beat dates the keys it reads by etcd's revisions between this client's answers: a peer's
+// counter written once and then left alone reads as about as old as it is, not "seen now".
+TEST_F(EtcdStoreTest, ABeatDatesThePeersLastWrite) {
+  auto watcher = Make();
+  ASSERT_TRUE(watcher->Beat("hb1", {"hb2"}, {}, Soon()).ok());
+  ASSERT_TRUE(store_->Set("hb2", "1", Soon()).ok());
+  const auto written = SteadyClock::now();
+  // Other writes go on meanwhile (as other nodes' beats would), and the watcher beats.
+  Result<Store::BeatResult> step = watcher->Beat("hb1", {"hb2"}, {}, Soon());
+  while (SteadyClock::now() - written < std::chrono::milliseconds(800)) {
+    ASSERT_TRUE(store_->Set("other", "x", Soon()).ok());
+    step = watcher->Beat("hb1", {"hb2"}, {}, Soon());
+    ASSERT_TRUE(step.ok()) << step.status().ToString();
+  }
+  const auto elapsed_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              SteadyClock::now() - written)
+                              .count();
+  ASSERT_EQ(step->peeked[0].value_or(""), "1");
+  EXPECT_GE(step->peeked_age_ms[0], 500) << "dated when seen, not when written";
+  EXPECT_LE(step->peeked_age_ms[0], elapsed_ms + 100);
 }
 
 // A quiet round on etcd (counter beats, no watch between beats) that loses two nodes at

@@ -152,6 +152,22 @@ class Store {
     return FailedPrecondition("this store offers no idle wait");
   }
 
+  // Waits until `key` is put after revision `since` (one at which this client read it
+  // absent: BeatResult::revision), or until `deadline`: the value, or nullopt at the
+  // deadline (not an error). The store keeps the wait open between calls: a call that ends
+  // at its deadline leaves it in place, and the next call for the same key goes on with it
+  // without asking the store anything, so a node rests on it between its beats and is still
+  // told of the write at once (EtcdStore: one watch held across calls, where GetSince is a
+  // watch per call). A wait the store ended (its member lost) rests until the deadline and
+  // is opened again by the next call: callers that must learn the write still read the key
+  // now and then. Stores that cannot say kFailedPrecondition (the default; the caller rests
+  // with Idle). One caller at a time; Abort() from any thread ends it (kCancelled).
+  virtual Result<std::optional<std::string>> Await(std::string_view key, int64_t since,
+                                                   Deadline deadline) {
+    (void)key, (void)since, (void)deadline;
+    return FailedPrecondition("this store holds no wait between calls");
+  }
+
   // One liveness step in one call (the rendezvous watcher's): Add(beat_key, 1) unless
   // beat_key is empty, read `peek_keys` at that moment (as Peek), then wait until one of
   // `wait_keys` exists or `deadline` passes. Returns the peeked values and the first wait
@@ -163,8 +179,11 @@ class Store {
   struct BeatResult {
     std::vector<std::optional<std::string>> peeked;
     // Per peeked key, how long before the call it was last bumped by a beat, by the
-    // store's clock; -1 when unknown (never beaten, or a store that does not say).
+    // store's clock; -1 when unknown (never beaten, or a store that does not say). EtcdStore
+    // estimates it from the key's mod revision between two of its own answers (never off by
+    // more than the time between them).
     std::vector<int64_t> peeked_age_ms;
+    int64_t revision = 0;  // the store revision the keys were read at (0: unknown)
     std::optional<std::string> waited;
     size_t waited_index = 0;  // which of wait_keys `waited` is
   };
@@ -317,6 +336,10 @@ class PrefixStore final : public Store {
     return base_->GetSince(Key(key), seen, deadline);
   }
   Status Idle(Deadline deadline) override { return base_->Idle(deadline); }
+  Result<std::optional<std::string>> Await(std::string_view key, int64_t since,
+                                           Deadline deadline) override {
+    return base_->Await(Key(key), since, deadline);
+  }
   Result<BeatResult> Beat(std::string_view beat_key, const std::vector<std::string>& peek_keys,
                           const std::vector<std::string>& wait_keys, Deadline deadline) override {
     return base_->Beat(beat_key.empty() ? std::string() : Key(beat_key), Keys(peek_keys),
