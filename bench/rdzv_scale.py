@@ -341,8 +341,8 @@ class Job:
             argv += ["--quiet-start-nodes", str(self.args.quiet_start_nodes)]
         if self.args.carry_start_nodes is not None:
             argv += ["--carry-start-nodes", str(self.args.carry_start_nodes)]
-        if self.args.quiet_watch is not None:
-            argv += ["--quiet-watch", str(self.args.quiet_watch)]
+        if self.args.quiet_watch_max_nodes is not None:
+            argv += ["--quiet-watch-max-nodes", str(self.args.quiet_watch_max_nodes)]
         line = Line(argv, "agents", nice=self.args.nodes_nice)
         self.groups.append((first, count, line))
         return line
@@ -526,6 +526,10 @@ def elastic_job(sim, store, n, args, out):
         job.check_ranks(0)
         job.wait_stepped(0)
         killed, deadline = job.kill([n // 2])
+        # (The deadline by the wall clock too, to read the logs' times against it.)
+        out["loss1_deadline_utc"] = time.strftime(
+            "%H:%M:%S", time.gmtime(time.time() - (time.monotonic() - deadline))) + (
+            "%.3f" % ((time.time() - (time.monotonic() - deadline)) % 1))[1:]
         first, last = job.wait_round(1)
         out["loss1_s"] = last - deadline
         out["loss1_first_s"] = first - deadline  # the round's end found and carried
@@ -783,10 +787,10 @@ def main():
                     help="rounds of at least this many nodes that lose one are carried: the "
                          "survivors form the next round without joining it (default: the "
                          "rendezvous default, 500; 0: never)")
-    ap.add_argument("--quiet-watch", type=int, choices=[0, 1],
-                    help="1: a quiet round's nodes rest on a watch of its end held for the "
-                         "round (one per node); 0: they learn it at their next beat (default: "
-                         "the rendezvous default, 1)")
+    ap.add_argument("--quiet-watch-max-nodes", type=int,
+                    help="quiet rounds of at most this many nodes rest on a watch of their end "
+                         "held for the round (one per node); larger ones learn it at their "
+                         "next beat (default: the rendezvous default, 5000; 0: never)")
     ap.add_argument("--steady-s", type=float, default=10.0,
                     help="steady-state window; 0: measure the round only")
     ap.add_argument("--jobs", default="static,elastic",

@@ -13,7 +13,7 @@
 //                   (--store HOST:PORT --token T | --etcd HOST:PORT,... --prefix P)
 //                   [--run-id R] [--local-world-size L] [--heartbeat-ms H] [--dead-ms D]
 //                   [--last-call-ms C] [--join-timeout-s S] [--quiet-start-nodes Q]
-//                   [--carry-start-nodes C] [--quiet-watch 0|1]
+//                   [--carry-start-nodes C] [--quiet-watch-max-nodes W]
 //       Agents I..I+K-1 connect (each its own connection) and start their threads, which
 //       wait for `go`; then it prints {"ready": K}.
 //       stdin commands, each answered by one line:
@@ -72,7 +72,7 @@ struct Options {
   double join_timeout_s = 600;
   int quiet_start_nodes = -1;  // -1: the rendezvous default
   int carry_start_nodes = -1;  // -1: the rendezvous default
-  int quiet_watch = -1;        // -1: the rendezvous default; 0/1
+  int quiet_watch_max_nodes = -1;  // -1: the rendezvous default
 };
 
 // What one agent got for one round.
@@ -281,7 +281,7 @@ class Sim {
     c.max_restarts = 1000;
     if (o_.quiet_start_nodes >= 0) c.quiet_start_nodes = o_.quiet_start_nodes;
     if (o_.carry_start_nodes >= 0) c.carry_start_nodes = o_.carry_start_nodes;
-    if (o_.quiet_watch >= 0) c.quiet_watch = o_.quiet_watch != 0;
+    if (o_.quiet_watch_max_nodes >= 0) c.quiet_watch_max_nodes = o_.quiet_watch_max_nodes;
     rendezvous::NodeInfo self{fmt::format("node{}", a.index), "127.0.0.1", o_.local_world_size,
                               ""};
     rendezvous::Rendezvous r(a.store, c, self);
@@ -441,7 +441,7 @@ bool ParseAgentFlags(int argc, char** argv, Options* o) {
     else if (flag == "--join-timeout-s") o->join_timeout_s = std::atof(v.c_str());
     else if (flag == "--quiet-start-nodes") o->quiet_start_nodes = std::atoi(v.c_str());
     else if (flag == "--carry-start-nodes") o->carry_start_nodes = std::atoi(v.c_str());
-    else if (flag == "--quiet-watch") o->quiet_watch = std::atoi(v.c_str());
+    else if (flag == "--quiet-watch-max-nodes") o->quiet_watch_max_nodes = std::atoi(v.c_str());
     else return false;
   }
   return o->count >= 1 && o->min_nodes >= 1 && o->max_nodes >= o->min_nodes &&

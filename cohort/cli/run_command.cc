@@ -94,7 +94,7 @@ void AddFlags(CLI::App& app, RunFlags& f) {
   opt("--rdzv-id,--rdzv_id", f.rdzv_id, "PET_RDZV_ID", "job id shared by all nodes");
   opt("--rdzv-conf,--rdzv_conf", f.rdzv_conf, "PET_RDZV_CONF",
       "key=value,... : join_timeout, last_call_timeout, close_timeout, keep_alive_interval, "
-      "keep_alive_max_attempt, is_host, carry_start_nodes, quiet_watch");
+      "keep_alive_max_attempt, is_host, carry_start_nodes, quiet_watch_max_nodes");
   app.add_flag("--standalone", f.standalone, "single node with its own embedded store")
       ->envname("PET_STANDALONE");
   opt("--max-restarts,--max_restarts", f.max_restarts, "PET_MAX_RESTARTS",
@@ -277,10 +277,13 @@ Status ApplyRdzvConf(const std::string& text, rendezvous::RendezvousConfig& c,
                                "(never carry) to 1000000", value);
       }
       c.carry_start_nodes = static_cast<int>(*n);
-    } else if (key == "quiet_watch") {
-      auto b = ParseBool(value);
-      if (!b) return InvalidArgument("--rdzv-conf quiet_watch={} is not a boolean", value);
-      c.quiet_watch = *b;
+    } else if (key == "quiet_watch_max_nodes") {
+      auto n = ParseInt64(value);
+      if (!n || *n < 0 || *n > 1000000) {
+        return InvalidArgument("--rdzv-conf quiet_watch_max_nodes={} must be a node count from "
+                               "0 (no held watches) to 1000000", value);
+      }
+      c.quiet_watch_max_nodes = static_cast<int>(*n);
     } else if (key == "is_host") {
       auto b = ParseBool(value);
       if (!b) return InvalidArgument("--rdzv-conf is_host={} is not a boolean", value);
@@ -292,7 +295,7 @@ Status ApplyRdzvConf(const std::string& text, rendezvous::RendezvousConfig& c,
       return InvalidArgument(
           "--rdzv-conf: unknown key '{}' (known: join_timeout, last_call_timeout, "
           "close_timeout, read_timeout, keep_alive_interval, keep_alive_max_attempt, is_host, "
-          "carry_start_nodes, quiet_watch)",
+          "carry_start_nodes, quiet_watch_max_nodes)",
           key);
     }
   }

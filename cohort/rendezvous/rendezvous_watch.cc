@@ -164,8 +164,8 @@ Result<std::optional<RoundEnd>> Rendezvous::BeatStep(const RendezvousInfo& info,
   // step's end on a wait for `next` that the store holds across the steps (Store::Await:
   // etcd, one watch for the round, opened at this first beat, where a watch per step cost
   // it more than it could give): one request per step, the round's end learned at once.
-  // Where the store holds no wait, it rests asking nothing and learns the end at the next
-  // beat. Otherwise the beat call waits for `next` (and a will) itself.
+  // Above quiet_watch_max_nodes, or where the store holds no wait, it rests asking nothing
+  // and learns the end at the next beat. Otherwise the beat call waits for `next` (and a will) itself.
   const size_t next_at = peek.size();
   const std::string next_key = wait[0];
   if (quiet_) {
@@ -175,9 +175,10 @@ Result<std::optional<RoundEnd>> Rendezvous::BeatStep(const RendezvousInfo& info,
   int64_t read_at = 0;  // the store revision the beat read `next` absent at
   auto rest = [&]() -> Result<std::optional<RoundEnd>> {
     if (!quiet_) return std::optional<RoundEnd>();
-    auto ended = config_.quiet_watch ? store_->Await(next_key, read_at, wake)
-                                     : Result<std::optional<std::string>>(FailedPrecondition(
-                                           "quiet_watch is off"));
+    auto ended = info.group_world_size <= config_.quiet_watch_max_nodes
+                     ? store_->Await(next_key, read_at, wake)
+                     : Result<std::optional<std::string>>(
+                           FailedPrecondition("no held wait above quiet_watch_max_nodes"));
     if (ended.ok()) {
       if (!*ended) return std::optional<RoundEnd>();
       return std::optional<RoundEnd>(RoundEnd::Decode(**ended));

@@ -276,64 +276,76 @@ TEST_F(EtcdStoreTest, AQuietRoundLearnsItsEndAtItsFirstBeat) {
 
 // A quiet round's nodes rest between their beats on a watch of the round's end that etcd
 // holds for them (Store::Await), so they learn the end as it is written, not at their next
-// beat (a beat period: 20 s at 10,000 nodes): after the end, no node beat again.
+// beat (a beat period: 20 s at 10,000 nodes): after the end, no node beat again. Above
+// quiet_watch_max_nodes they hold none and learn it with a beat.
 TEST_F(EtcdStoreTest, AQuietRoundLearnsItsEndAsItIsWritten) {
-  rendezvous::RendezvousConfig c;
-  c.run_id = prefix_ + "-held";
-  c.min_nodes = c.max_nodes = 3;
-  c.join_timeout = 20s;
-  c.heartbeat_interval = 100ms;
-  c.dead_timeout = 40s;  // beats every 10 s; the first after 1-10 s
-  c.quiet_start_nodes = 3;
-  auto [nodes, infos] = FormRoundOfThree(c);
-  int ender = 0;
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(infos[i] && infos[i]->ok()) << infos[i]->status().ToString();
-    if ((*infos[i])->slot == 1) ender = i;
-  }
-  std::vector<std::optional<rendezvous::RoundEnd>> ended(3);
-  std::vector<std::string> errors(3);
-  std::vector<std::thread> watchers;
-  const Deadline give_up = Deadline::After(60s);
-  for (int i = 0; i < 3; ++i) {
-    if (i == ender) continue;
-    watchers.emplace_back([&, i] {
-      while (!ended[i] && !give_up.expired()) {
-        auto step = nodes[i]->WatchStep(**infos[i]);
-        if (!step.ok()) {
-          errors[i] = step.status().ToString();
-          return;
+  for (const bool held : {true, false}) {
+    SCOPED_TRACE(held ? "held watch" : "no held watch");
+    rendezvous::RendezvousConfig c;
+    c.run_id = prefix_ + (held ? "-held" : "-beats");
+    c.min_nodes = c.max_nodes = 3;
+    c.join_timeout = 20s;
+    c.heartbeat_interval = 100ms;
+    c.dead_timeout = 40s;  // beats every 10 s; the first after 1-10 s
+    c.quiet_start_nodes = 3;
+    c.quiet_watch_max_nodes = held ? 3 : 2;
+    auto [nodes, infos] = FormRoundOfThree(c);
+    int ender = 0;
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(infos[i] && infos[i]->ok()) << infos[i]->status().ToString();
+      if ((*infos[i])->slot == 1) ender = i;
+    }
+    std::vector<std::optional<rendezvous::RoundEnd>> ended(3);
+    std::vector<std::string> errors(3);
+    std::vector<std::thread> watchers;
+    const Deadline give_up = Deadline::After(60s);
+    for (int i = 0; i < 3; ++i) {
+      if (i == ender) continue;
+      watchers.emplace_back([&, i] {
+        while (!ended[i] && !give_up.expired()) {
+          auto step = nodes[i]->WatchStep(**infos[i]);
+          if (!step.ok()) {
+            errors[i] = step.status().ToString();
+            return;
+          }
+          ended[i] = *step;
         }
-        ended[i] = *step;
+      });
+    }
+    // Once both have beaten (each holds its watch from its first beat on), the end.
+    const std::string r0 = "rdzv/" + c.run_id + "/r0/";
+    std::vector<std::string> beats;
+    for (int i = 0; i < 3; ++i) {
+      if (i != ender) beats.push_back(r0 + "hb" + std::to_string((*infos[i])->slot));
+    }
+    std::vector<std::optional<std::string>> before;
+    while (!give_up.expired()) {
+      auto now = store_->Peek(beats, Soon());
+      ASSERT_TRUE(now.ok());
+      before = *now;
+      if (before[0] && before[1]) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polls the store
+    }
+    rendezvous::FailureRecord failure{0, "host0", 1, 0, "boom"};
+    ASSERT_TRUE(nodes[ender]
+                    ->EndRound(0, {rendezvous::RoundEnd::Kind::kFailure, "rank 0"}, &failure)
+                    .ok());
+    for (auto& t : watchers) t.join();
+    for (int i = 0; i < 3; ++i) {
+      if (i == ender) continue;
+      ASSERT_TRUE(ended[i].has_value()) << "node " << i << ": " << errors[i];
+      EXPECT_EQ(ended[i]->kind, rendezvous::RoundEnd::Kind::kFailure);
+    }
+    auto after = store_->Peek(beats, Soon());
+    ASSERT_TRUE(after.ok());
+    for (size_t b = 0; b < beats.size(); ++b) {
+      if (held) {
+        EXPECT_EQ((*after)[b], before[b]) << "a node beat again before it learned the end";
+      } else {
+        EXPECT_NE((*after)[b], before[b]) << "a node learned the end without a beat";
       }
-    });
+    }
   }
-  // Once both have beaten (each holds its watch from its first beat on), the end.
-  const std::string r0 = "rdzv/" + c.run_id + "/r0/";
-  std::vector<std::string> beats;
-  for (int i = 0; i < 3; ++i) {
-    if (i != ender) beats.push_back(r0 + "hb" + std::to_string((*infos[i])->slot));
-  }
-  std::vector<std::optional<std::string>> before;
-  while (!give_up.expired()) {
-    auto now = store_->Peek(beats, Soon());
-    ASSERT_TRUE(now.ok());
-    before = *now;
-    if (before[0] && before[1]) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polls the store
-  }
-  rendezvous::FailureRecord failure{0, "host0", 1, 0, "boom"};
-  ASSERT_TRUE(
-      nodes[ender]->EndRound(0, {rendezvous::RoundEnd::Kind::kFailure, "rank 0"}, &failure).ok());
-  for (auto& t : watchers) t.join();
-  for (int i = 0; i < 3; ++i) {
-    if (i == ender) continue;
-    ASSERT_TRUE(ended[i].has_value()) << "node " << i << ": " << errors[i];
-    EXPECT_EQ(ended[i]->kind, rendezvous::RoundEnd::Kind::kFailure);
-  }
-  auto after = store_->Peek(beats, Soon());
-  ASSERT_TRUE(after.ok());
-  EXPECT_EQ(*after, before) << "a node beat again before it learned the end";
 }
 
 // Silent dates keys by etcd's own order of writes: a key written before the moment
