@@ -165,7 +165,8 @@ Result<std::optional<RoundEnd>> Rendezvous::BeatStep(const RendezvousInfo& info,
   // etcd, one watch for the round, opened at this first beat, where a watch per step cost
   // it more than it could give): one request per step, the round's end learned at once.
   // Above quiet_watch_max_nodes, or where the store holds no wait, it rests asking nothing
-  // and learns the end at the next beat. Otherwise the beat call waits for `next` (and a will) itself.
+  // and learns the end at the next beat. Otherwise the beat call waits for `next` (and a
+  // will) itself.
   const size_t next_at = peek.size();
   const std::string next_key = wait[0];
   if (quiet_) {
@@ -175,15 +176,14 @@ Result<std::optional<RoundEnd>> Rendezvous::BeatStep(const RendezvousInfo& info,
   int64_t read_at = 0;  // the store revision the beat read `next` absent at
   auto rest = [&]() -> Result<std::optional<RoundEnd>> {
     if (!quiet_) return std::optional<RoundEnd>();
-    auto ended = info.group_world_size <= config_.quiet_watch_max_nodes
-                     ? store_->Await(next_key, read_at, wake)
-                     : Result<std::optional<std::string>>(
-                           FailedPrecondition("no held wait above quiet_watch_max_nodes"));
-    if (ended.ok()) {
-      if (!*ended) return std::optional<RoundEnd>();
-      return std::optional<RoundEnd>(RoundEnd::Decode(**ended));
+    if (info.group_world_size <= config_.quiet_watch_max_nodes) {
+      auto ended = store_->Await(next_key, read_at, wake);
+      if (ended.ok()) {
+        if (!*ended) return std::optional<RoundEnd>();
+        return std::optional<RoundEnd>(RoundEnd::Decode(**ended));
+      }
+      if (ended.status().code() != StatusCode::kFailedPrecondition) return ended.status();
     }
-    if (ended.status().code() != StatusCode::kFailedPrecondition) return ended.status();
     COHORT_RETURN_IF_ERROR(store_->Idle(wake));
     return std::optional<RoundEnd>();
   };
@@ -232,11 +232,11 @@ Duration Rendezvous::LivenessPeriod() const {
 // watcher dates a peer's beat when it sees it, up to a period late (etcd dates it by its
 // revisions between two of the watcher's answers: off by at most a period, either way), so
 // a live peer's beats may look two periods apart, three when both calls take their whole
-// period: a quarter of the dead timeout keeps that under it. A dead node is reported up to a period after its
-// deadline. (Not every heartbeat interval: at 5,000 nodes on etcd that was 5,000 raft
-// writes and watch streams a second, which three members on two cores could not carry;
-// docs/scale.md.) On a lease, the store dates the beats (its TTL runs from the last
-// renewal): a third of it leaves two renewals' slack.
+// period: a quarter of the dead timeout keeps that under it. A dead node is reported up to
+// a period after its deadline (etcd: near it). (Not every heartbeat interval: at 5,000
+// nodes on etcd that was 5,000 raft writes and watch streams a second, which three members
+// on two cores could not carry; docs/scale.md.) On a lease, the store dates the beats (its
+// TTL runs from the last renewal): a third of it leaves two renewals' slack.
 Duration Rendezvous::BeatPeriod(const RendezvousInfo& info) const {
   if (will_left_) return LivenessPeriod();
   return std::max(config_.heartbeat_interval, DeadTimeout(info) / (leased_ ? 3 : 4));

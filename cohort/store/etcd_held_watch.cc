@@ -96,9 +96,9 @@ Result<std::optional<std::string>> EtcdStore::Impl::ServeHeld(Deadline deadline)
   // revision): drop it, let the next call open one on the next member, and rest until the
   // deadline, as a store without held waits would (the caller's reads still see the key).
   std::string why = h.ended.ok() ? std::string("the stream closed") : h.ended.ToString();
-  if (CURLMsg* m = nullptr; h.ended.ok()) {
+  if (h.ended.ok()) {
     int left = 0;
-    while ((m = curl_multi_info_read(h.multi, &left)) != nullptr) {
+    while (CURLMsg* m = curl_multi_info_read(h.multi, &left)) {
       if (m->msg == CURLMSG_DONE) why = curl_easy_strerror(m->data.result);
     }
   }
