@@ -464,22 +464,27 @@ TEST_F(EtcdStoreTest, AwaitHoldsOneWatchAcrossCalls) {
 // counter written once and then left alone reads as about as old as it is, not "seen now".
 TEST_F(EtcdStoreTest, ABeatDatesThePeersLastWrite) {
   auto watcher = Make();
+  auto ms = [](Duration d) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+  };
+  const auto before = SteadyClock::now();  // the write comes after this
   ASSERT_TRUE(watcher->Beat("hb1", {"hb2"}, {}, Soon()).ok());
   ASSERT_TRUE(store_->Set("hb2", "1", Soon()).ok());
-  const auto written = SteadyClock::now();
+  ASSERT_TRUE(watcher->Beat("hb1", {"hb2"}, {}, Soon()).ok());
+  const auto seen = SteadyClock::now();  // an answer that reached the write came by now
   // Other writes go on meanwhile (as other nodes' beats would), and the watcher beats.
-  Result<Store::BeatResult> step = watcher->Beat("hb1", {"hb2"}, {}, Soon());
-  while (SteadyClock::now() - written < std::chrono::milliseconds(800)) {
+  while (SteadyClock::now() - seen < std::chrono::milliseconds(800)) {
     ASSERT_TRUE(store_->Set("other", "x", Soon()).ok());
-    step = watcher->Beat("hb1", {"hb2"}, {}, Soon());
-    ASSERT_TRUE(step.ok()) << step.status().ToString();
+    ASSERT_TRUE(watcher->Beat("hb1", {"hb2"}, {}, Soon()).ok());
   }
-  const auto elapsed_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                              SteadyClock::now() - written)
-                              .count();
+  const auto asked = SteadyClock::now();
+  auto step = watcher->Beat("hb1", {"hb2"}, {}, Soon());
+  ASSERT_TRUE(step.ok()) << step.status().ToString();
   ASSERT_EQ(step->peeked[0].value_or(""), "1");
-  EXPECT_GE(step->peeked_age_ms[0], 500) << "dated when seen, not when written";
-  EXPECT_LE(step->peeked_age_ms[0], elapsed_ms + 100);
+  // Dated between the answers around the write: after `before`, and no later than the
+  // answer that reached it (its sample's 100 ms window): 650 ms old at least, not "now".
+  EXPECT_GE(step->peeked_age_ms[0], ms(asked - seen) - 150) << "dated when seen, not written";
+  EXPECT_LE(step->peeked_age_ms[0], ms(asked - before) + 50);
 }
 
 // A quiet round on etcd (counter beats, no watch between beats) that loses two nodes at
