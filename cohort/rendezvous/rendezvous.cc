@@ -475,27 +475,32 @@ Result<bool> Rendezvous::EndRoundThen(int64_t round, const RoundEnd& why,
                                       const std::function<void()>& before_next) {
   const std::string reason = why.Encode();
   std::string claim = fmt::format("{}#{}", reason, RandomHex(8));
-  COHORT_ASSIGN_OR_RETURN(std::string owner, store_->CompareSet(RoundKey(round, "ended_by"), "",
-                                                                claim, CallDeadline()));
+  // Every request here but the restart count's Add may be repeated (compare-and-sets from
+  // absent, with a claim of this call's own; a Set of the same value): one that a loaded
+  // store timed out is sent again until the layout grace, as a join's are, so that an
+  // overloaded etcd does not end with an error the node that found the round's end.
+  const Deadline until = Deadline::After(config_.layout_grace);
+  auto put_once = [&](const std::string& key, const std::string& value) {
+    return RequestUntilDeadline(until,
+                                [&](Deadline d) { return store_->CompareSet(key, "", value, d); });
+  };
+  COHORT_ASSIGN_OR_RETURN(std::string owner, put_once(RoundKey(round, "ended_by"), claim));
   bool won = owner == claim;
   if (failure != nullptr) {
-    COHORT_RETURN_IF_ERROR(store_->CompareSet(RoundKey(round, "failure"), "", failure->ToJson(),
-                                              CallDeadline())
-                               .status());
+    COHORT_RETURN_IF_ERROR(put_once(RoundKey(round, "failure"), failure->ToJson()).status());
   }
   if (won && why.CountsAsFailure()) {
     COHORT_RETURN_IF_ERROR(store_->Add(Key("restarts"), 1, CallDeadline()).status());
   }
   if (won && expect_next > 0) {
     // Before `next`: every node that joins the next round sees it.
-    COHORT_RETURN_IF_ERROR(store_->Set(RoundKey(round + 1, "expect"),
-                                       std::to_string(expect_next), CallDeadline()));
+    COHORT_RETURN_IF_ERROR(RequestUntilDeadline(until, [&](Deadline d) {
+      return store_->Set(RoundKey(round + 1, "expect"), std::to_string(expect_next), d);
+    }));
   }
   if (won && before_next) before_next();
   if (won) {
-    COHORT_RETURN_IF_ERROR(
-        store_->CompareSet(RoundKey(round, "next"), "", reason, CallDeadline())
-            .status());
+    COHORT_RETURN_IF_ERROR(put_once(RoundKey(round, "next"), reason).status());
   } else {
     // The winner sets `next`; make sure it exists before returning so callers can rely on it.
     COHORT_RETURN_IF_ERROR(store_->Wait({RoundKey(round, "next")}, CallDeadline()));

@@ -238,6 +238,33 @@ class EarlyTimeouts final : public store::Store {
   std::shared_ptr<store::Store> base_;
 };
 
+// The requests that end a round are sent again when a loaded store times them out (here:
+// the claim, the failure record and `next`, each once, not applied): the end is written,
+// not lost to an error on the node that found it.
+TEST(RendezvousTest, AnEndWhoseRequestsTimeOutOnceIsStillWritten) {
+  auto store = std::make_shared<EarlyTimeouts>(std::make_shared<store::MemoryStore>());
+  auto config = Config(2, 2);
+  std::vector<std::optional<Result<RendezvousInfo>>> infos(2);
+  std::vector<std::unique_ptr<Rendezvous>> nodes;
+  for (int i = 0; i < 2; ++i) nodes.push_back(std::make_unique<Rendezvous>(store, config, Node(i)));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i) threads.emplace_back([&, i] { infos[i] = nodes[i]->Next(); });
+  for (auto& t : threads) t.join();
+  for (auto& info : infos) ASSERT_TRUE(info->ok()) << info->status().ToString();
+  store->TimeOutOnce({"rdzv/test/r0/ended_by", "rdzv/test/r0/failure", "rdzv/test/r0/next"});
+  FailureRecord failure{0, "host0", 1, 0, "boom"};
+  auto won = nodes[0]->EndRound(0, {RoundEnd::Kind::kFailure, "rank 0"}, &failure);
+  ASSERT_TRUE(won.ok()) << won.status().ToString();
+  EXPECT_TRUE(*won);
+  EXPECT_EQ(store->injected.load(), 3);
+  auto next = store->Get("rdzv/test/r0/next", Deadline::After(5s));
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ(RoundEnd::Decode(*next).kind, RoundEnd::Kind::kFailure);
+  auto restarts = store->Get("rdzv/test/restarts", Deadline::After(5s));
+  ASSERT_TRUE(restarts.ok());
+  EXPECT_EQ(*restarts, "1") << "one restart counted";
+}
+
 TEST(RendezvousTest, EarlyStoreTimeoutsDoNotMakeNodesTakeOverFromSlotOne) {
   auto store = std::make_shared<EarlyTimeouts>(std::make_shared<store::MemoryStore>());
   auto config = Config(4, 4);
