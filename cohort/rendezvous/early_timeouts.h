@@ -1,0 +1,99 @@
+// Test helper (rendezvous_test.cc): EarlyTimeouts, a store wrapper that times requests
+// out as a loaded etcd does (below).
+// Thread-safety: as the Store it wraps; its injection state is guarded by a mutex.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "cohort/base/mutex.h"
+#include "cohort/store/store.h"
+
+namespace cohort::rendezvous::testing {
+
+// A store whose blocking reads time out long before the caller's deadline (as a loaded
+// etcd does with its own request timeout): every waiting MultiGet and Wait answers
+// DEADLINE_EXCEEDED after 20 ms. Counts the reads of more than two keys (the N records).
+// With TimeOutOnce(keys): on each thread, the first CompareSet of such a key and the first
+// Peek that reads one time out without being applied (requests etcd did not answer within
+// its timeout). With
+// OfferIdle(): it offers Idle (waits until the deadline), as etcd does: rounds go quiet.
+class EarlyTimeouts final : public store::Store {
+ public:
+  explicit EarlyTimeouts(std::shared_ptr<store::Store> base) : base_(std::move(base)) {}
+  std::atomic<int> record_reads{0};
+  std::atomic<int> injected{0};
+  void TimeOutOnce(std::set<std::string> keys) {
+    MutexLock lock(&mu_);
+    time_out_once_ = std::move(keys);
+  }
+  void OfferIdle() { offer_idle_ = true; }
+  Status Idle(Deadline d) override {
+    if (!offer_idle_) return store::Store::Idle(d);
+    std::this_thread::sleep_for(d.remaining());  // what Idle is: no request, no wake-up
+    return Status::Ok();
+  }
+
+  Status Set(std::string_view k, std::string_view v, Deadline d) override {
+    return base_->Set(k, v, d);
+  }
+  Result<std::string> Get(std::string_view k, Deadline d) override { return base_->Get(k, Soon(d)); }
+  Result<int64_t> Add(std::string_view k, int64_t delta, Deadline d) override {
+    return base_->Add(k, delta, d);
+  }
+  Result<std::string> CompareSet(std::string_view k, std::string_view e, std::string_view v,
+                                 Deadline d) override {
+    if (FirstTimeHere("CompareSet", {std::string(k)})) return DeadlineExceeded("injected: {}", k);
+    return base_->CompareSet(k, e, v, d);
+  }
+  Status Wait(const std::vector<std::string>& keys, Deadline d) override {
+    return base_->Wait(keys, Soon(d));
+  }
+  Result<bool> Check(const std::vector<std::string>& keys, Deadline d) override {
+    return base_->Check(keys, d);
+  }
+  Result<std::vector<std::optional<std::string>>> Peek(const std::vector<std::string>& keys,
+                                                       Deadline d) override {
+    if (FirstTimeHere("Peek", keys)) return DeadlineExceeded("injected: {}", keys[0]);
+    return base_->Peek(keys, d);
+  }
+  Result<bool> Delete(std::string_view k, Deadline d) override { return base_->Delete(k, d); }
+  Result<int64_t> NumKeys(Deadline d) override { return base_->NumKeys(d); }
+  Result<std::vector<std::string>> MultiGet(const std::vector<std::string>& keys,
+                                            Deadline d) override {
+    if (keys.size() > 2) ++record_reads;
+    return base_->MultiGet(keys, Soon(d));
+  }
+  Status MultiSet(const std::vector<std::string>& keys, const std::vector<std::string>& values,
+                  Deadline d) override {
+    return base_->MultiSet(keys, values, d);
+  }
+  void Abort() override { base_->Abort(); }
+
+ private:
+  static Deadline Soon(Deadline d) { return d.Earlier(Deadline::AfterMs(20)); }
+  // Whether `op` of one of `keys` is to time out once on this thread, and has not yet.
+  bool FirstTimeHere(const char* op, const std::vector<std::string>& keys) {
+    MutexLock lock(&mu_);
+    for (const auto& k : keys) {
+      if (time_out_once_.count(k) &&
+          done_.insert({std::this_thread::get_id(), std::string(op) + " " + k}).second) {
+        ++injected;
+        return true;
+      }
+    }
+    return false;
+  }
+  std::atomic<bool> offer_idle_{false};
+  Mutex mu_;
+  std::set<std::string> time_out_once_ COHORT_GUARDED_BY(mu_);
+  std::set<std::pair<std::thread::id, std::string>> done_ COHORT_GUARDED_BY(mu_);
+  std::shared_ptr<store::Store> base_;
+};
+
+}  // namespace cohort::rendezvous::testing
