@@ -270,20 +270,15 @@ Status ApplyRdzvConf(const std::string& text, rendezvous::RendezvousConfig& c,
                                "to 1000", value);
       }
       keep_alive_attempts = *n;
-    } else if (key == "carry_start_nodes") {
+    } else if (key == "carry_start_nodes" || key == "quiet_watch_max_nodes") {
       auto n = ParseInt64(value);
       if (!n || *n < 0 || *n > 1000000) {
-        return InvalidArgument("--rdzv-conf carry_start_nodes={} must be a node count from 0 "
-                               "(never carry) to 1000000", value);
+        return InvalidArgument("--rdzv-conf {}={} must be a node count from 0 ({}) to 1000000",
+                               key, value,
+                               key == "carry_start_nodes" ? "never carry" : "no held watches");
       }
-      c.carry_start_nodes = static_cast<int>(*n);
-    } else if (key == "quiet_watch_max_nodes") {
-      auto n = ParseInt64(value);
-      if (!n || *n < 0 || *n > 1000000) {
-        return InvalidArgument("--rdzv-conf quiet_watch_max_nodes={} must be a node count from "
-                               "0 (no held watches) to 1000000", value);
-      }
-      c.quiet_watch_max_nodes = static_cast<int>(*n);
+      (key == "carry_start_nodes" ? c.carry_start_nodes : c.quiet_watch_max_nodes) =
+          static_cast<int>(*n);
     } else if (key == "is_host") {
       auto b = ParseBool(value);
       if (!b) return InvalidArgument("--rdzv-conf is_host={} is not a boolean", value);

@@ -481,17 +481,21 @@ Result<Store::BeatResult> EtcdStore::Beat(std::string_view beat_key,
     return DataLoss("etcd beat txn answered {} ops, not {}", responses.size(),
                     first + reads.size());
   }
-  auto value_of = [&](size_t op) {
-    return RangeValue(responses[first + op].value("response_range", json::object()));
+  // Each op's range response, by reference (a copy per read was the JSON of every kv).
+  static const json kNoRange = json::object();
+  auto range_of = [&](size_t op) -> const json& {
+    const json& response = responses[first + op];
+    auto it = response.find("response_range");
+    return it == response.end() ? kNoRange : *it;
   };
+  auto value_of = [&](size_t op) { return RangeValue(range_of(op)); };
   BeatResult out;
   out.revision = HeaderRevision(r);
   for (size_t k = 0; k < peek_keys.size(); ++k) {
     COHORT_ASSIGN_OR_RETURN(auto v, value_of(k));
     out.peeked.push_back(std::move(v));
     // The peeked key's last write, dated by this client's answers around its revision.
-    const json range = responses[first + k].value("response_range", json::object());
-    const json* kv = FirstKv(range);
+    const json* kv = FirstKv(range_of(k));
     const auto written = kv ? i.revisions.DateOf(Int(*kv, "mod_revision")) : std::nullopt;
     out.peeked_age_ms.push_back(
         written ? std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(
