@@ -313,7 +313,10 @@ class Sim {
           last_step_[a.index] = {info->round,
                                  std::chrono::duration<double>(r.DeadTimeout(*info)).count()};
         }
-        if (*step) break;
+        if (*step) {
+          r.Told(info->round, **step);  // as an agent does: a carried end names the next round
+          break;
+        }
       }
     }
   }

@@ -695,6 +695,7 @@ std::optional<AgentResult> Agent::Impl::BeginRound(const RendezvousInfo& info,
   StopWorkers(SIGKILL);
   if (started.code() == StatusCode::kAborted && watcher.why()) {
     COHORT_LOG_WARN(kLog, "{}; joining the next round", started.message());
+    rdzv_->Told(info.round, *watcher.why());
     *retry = true;  // the round ended while its workers were set up
     return std::nullopt;
   }
@@ -742,6 +743,7 @@ NextStep Agent::Impl::AfterRound(const RendezvousInfo& info, const RoundOutcome&
       return {std::nullopt, keep};
     }
     case Kind::kRoundEnded: {
+      if (why) rdzv_->Told(info.round, *why);  // a carried end names the next round
       const bool keep = why && live_.Keeps(*why, info, group_);
       AddEvent({{"type", keep ? "reconfigure" : "restart"}, {"round", info.round},
                 {"cause", why ? why->Describe() : std::string("the rendezvous store was lost")}});

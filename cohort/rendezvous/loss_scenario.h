@@ -45,10 +45,13 @@ inline NodeInfo ScenarioNode(int i) {
 }
 
 // `connect` gives each agent and each watcher its own store. Gives up watching after
-// `watch_limit` (the scenario's result then says which survivors saw no end).
+// `watch_limit` (the scenario's result then says which survivors saw no end). Each survivor
+// tells its agent the end its watcher saw (Rendezvous::Told), runs `before_next`, then
+// calls Next.
 inline LossScenario RunLossScenario(const std::function<std::shared_ptr<store::Store>()>& connect,
                                     const RendezvousConfig& config, int n,
-                                    const std::vector<int>& lost_slots, Duration watch_limit) {
+                                    const std::vector<int>& lost_slots, Duration watch_limit,
+                                    const std::function<void()>& before_next = nullptr) {
   LossScenario s;
   s.first.resize(n);
   s.ended.resize(n);
@@ -79,7 +82,10 @@ inline LossScenario RunLossScenario(const std::function<std::shared_ptr<store::S
       }
       s.ended[i] = *step;
     }
-    if (s.ended[i]) s.next[i] = s.agents[i]->Next();
+    if (!s.ended[i]) return;
+    s.agents[i]->Told(s.first[i]->value().round, *s.ended[i]);  // as an agent does
+    if (before_next) before_next();
+    s.next[i] = s.agents[i]->Next();
   });
   return s;
 }

@@ -472,7 +472,7 @@ Result<bool> Rendezvous::EndRound(int64_t round, const RoundEnd& why,
 
 Result<bool> Rendezvous::EndRoundThen(int64_t round, const RoundEnd& why,
                                       const FailureRecord* failure, int64_t expect_next,
-                                      const std::function<void()>& before_next) {
+                                      const BeforeNext& before_next) {
   const std::string reason = why.Encode();
   std::string claim = fmt::format("{}#{}", reason, RandomHex(8));
   // Every request here but the restart count's Add may be repeated (compare-and-sets from
@@ -489,8 +489,9 @@ Result<bool> Rendezvous::EndRoundThen(int64_t round, const RoundEnd& why,
   if (failure != nullptr) {
     COHORT_RETURN_IF_ERROR(put_once(RoundKey(round, "failure"), failure->ToJson()).status());
   }
+  int64_t restarts = -1;
   if (won && why.CountsAsFailure()) {
-    COHORT_RETURN_IF_ERROR(store_->Add(Key("restarts"), 1, CallDeadline()).status());
+    COHORT_ASSIGN_OR_RETURN(restarts, store_->Add(Key("restarts"), 1, CallDeadline()));
   }
   if (won && expect_next > 0) {
     // Before `next`: every node that joins the next round sees it.
@@ -498,9 +499,10 @@ Result<bool> Rendezvous::EndRoundThen(int64_t round, const RoundEnd& why,
       return store_->Set(RoundKey(round + 1, "expect"), std::to_string(expect_next), d);
     }));
   }
-  if (won && before_next) before_next();
+  RoundEnd told = why;  // what `next` says: the reason, and the round carried into
+  if (won && before_next) told.carried = before_next(restarts);
   if (won) {
-    COHORT_RETURN_IF_ERROR(put_once(RoundKey(round, "next"), reason).status());
+    COHORT_RETURN_IF_ERROR(put_once(RoundKey(round, "next"), told.Encode()).status());
   } else {
     // The winner sets `next`; make sure it exists before returning so callers can rely on it.
     COHORT_RETURN_IF_ERROR(store_->Wait({RoundKey(round, "next")}, CallDeadline()));

@@ -192,7 +192,8 @@ struct FailureRecord {
 };
 
 // Why a round ended. On the wire (r<R>/next) it is "failure:<detail>", "join:<host>",
-// "dead:<detail>" or "done"; only Encode and Decode know that form.
+// "dead:<detail>" or "done", after "carried:<restarts>:<bytes>:<layout>" when the round's
+// nodes were carried into the next one; only Encode and Decode know that form.
 struct RoundEnd {
   enum class Kind {
     kFailure,   // a worker failed (detail: which rank)
@@ -200,8 +201,21 @@ struct RoundEnd {
     kDeadNode,  // a node stopped sending heartbeats, or its connection ended for good
     kJobDone,   // the job is over
   };
+  RoundEnd() = default;
+  RoundEnd(Kind k, std::string d) : kind(k), detail(std::move(d)) {}
+
   Kind kind = Kind::kFailure;
   std::string detail;
+  // The next round, when the node that ended this one carried its nodes into it
+  // (carry_start_nodes): its layout record (r<R+1>/layout's text) and the job's restart
+  // count after this end. A node told the end takes that round from here, without a read
+  // (Rendezvous::Told): on a held wait, thousands of survivors learn the end at once, and
+  // their reads of the layout at once were most of a carried loss's handling at 5,000 nodes.
+  struct Carried {
+    int64_t restarts = 0;
+    std::string layout;
+  };
+  std::optional<Carried> carried;
 
   // Failures and dead nodes spend the job-wide restart budget; joins do not.
   bool CountsAsFailure() const { return kind == Kind::kFailure || kind == Kind::kDeadNode; }
@@ -221,6 +235,9 @@ class Rendezvous {
   // not join within the join timeout; kFailedPrecondition when the job is over or the
   // restart budget is spent (message says which).
   Result<RendezvousInfo> Next();
+  // What this node's watcher learned of `round`'s end (WatchStep's RoundEnd), before Next:
+  // a carried end's next round is then taken from it, without reading the store.
+  void Told(int64_t round, const RoundEnd& why);
 
   // Ends `round` (first caller wins) for `why`. A failure counts against the job-wide
   // restart budget once, however many nodes report it. Returns whether this call won.
@@ -309,11 +326,12 @@ class Rendezvous {
   RendezvousInfo MakeInfo(int64_t round, int64_t slot, Published published,
                           int64_t restarts) const;
   // Carried rounds (rendezvous_carry.cc). The ender of `info`'s round, for its lost peer
-  // `dead_slot`: closes the next round with the survivors and publishes its layout (false
-  // when the round is not one to carry). A node that held round - 1: the carried round
-  // `round` when it is one and this node is in it (later carried rounds that already
-  // ended are passed through); nullopt: join as usual.
-  Result<bool> CarryRound(const RendezvousInfo& info, int dead_slot);
+  // `dead_slot`: closes the next round with the survivors and publishes its layout, which
+  // it returns (nullopt when the round is not one to carry). A node that held round - 1:
+  // the carried round `round` when it is one and this node is in it (later carried rounds
+  // that already ended are passed through; a carried end told by the watcher is taken
+  // without a read); nullopt: join as usual.
+  Result<std::optional<Published>> CarryRound(const RendezvousInfo& info, int dead_slot);
   Result<std::optional<RendezvousInfo>> TakeCarriedRound(int64_t round, Deadline deadline);
   // A late node at a large running round `round` of `members` (< MAX): ends it for its
   // join and carries its members into the next round with this node appended (the
@@ -328,9 +346,12 @@ class Rendezvous {
   // Closes round `round` with the carried round `next` (compare-and-sets from absent, made
   // again on a timeout within the layout grace): its member count, then its layout.
   Status PublishCarried(int64_t round, const Published& next);
-  // EndRound, with `before_next` run by the winner just before it writes `next`.
+  // EndRound, with `before_next` run by the winner just before it writes `next`, given the
+  // restart count after this end (-1: this end counted none); what it returns (the round
+  // it carried the nodes into) is written with `next`.
+  using BeforeNext = std::function<std::optional<RoundEnd::Carried>(int64_t restarts)>;
   Result<bool> EndRoundThen(int64_t round, const RoundEnd& why, const FailureRecord* failure,
-                            int64_t expect_next, const std::function<void()>& before_next);
+                            int64_t expect_next, const BeforeNext& before_next);
   // WatchStep's parts (rendezvous_watch.cc): a round's first step (its will, whether it is
   // quiet), that step on a store without wills, a step with a beat, a silent peer's end.
   void BeginWatchRound(const RendezvousInfo& info);
@@ -373,6 +394,8 @@ class Rendezvous {
   int64_t last_round_ = 0;  // the round seen last: ReadJobState reads its `closed` too
   std::optional<RendezvousInfo> held_;  // the round Next returned last (a carry's base)
   int64_t next_round_ = 0;  // the round after the one Next returned last
+  int64_t told_round_ = -1;  // the round whose carried end the watcher told (Told)
+  std::optional<RoundEnd::Carried> told_;  // that end's next round
 };
 
 }  // namespace cohort::rendezvous

@@ -60,12 +60,16 @@ static Duration TwoBeatPeriods(const RendezvousConfig& c, int n) {
 Result<bool> Rendezvous::EndRoundForLostNode(const RendezvousInfo& info, int lost_slot,
                                              const RoundEnd& why, const FailureRecord& record) {
   // A large round is carried: the survivors need not join the next.
-  auto carry = [&] {
+  auto carry = [&](int64_t restarts) -> std::optional<RoundEnd::Carried> {
     auto carried = CarryRound(info, lost_slot);
     if (!carried.ok()) {
       COHORT_LOG_WARN(kLog, "round {}: could not carry the survivors into round {} ({}); they "
                       "join it", info.round, info.round + 1, carried.status().ToString());
+      return std::nullopt;
     }
+    // (The count is this end's: a dead node's end counts one, so it is known here.)
+    if (!*carried || restarts < 0) return std::nullopt;
+    return RoundEnd::Carried{restarts, (*carried)->Encode()};
   };
   return EndRoundThen(info.round, why, &record, info.group_world_size - 1, carry);
 }
@@ -145,24 +149,26 @@ Status Rendezvous::PublishCarried(int64_t round, const Published& next) {
 //  4. CompareSet(r<R+1>/layout, "", layout): R's layout without the lost ranks, the new
 //     group rank 0's record (read from the records round when node 0 was lost), the
 //     records round with the slots of it left out, and the appended nodes still there.
-Result<bool> Rendezvous::CarryRound(const RendezvousInfo& info, int dead_slot) {
+Result<std::optional<Rendezvous::Published>> Rendezvous::CarryRound(const RendezvousInfo& info,
+                                                                    int dead_slot) {
+  using Carried = std::optional<Published>;
   const int n = info.group_world_size;
   const int64_t round = info.round;
-  if (!Carries(n)) return false;
+  if (!Carries(n)) return Carried();
   COHORT_ASSIGN_OR_RETURN(bool may, MayCarry(round));
-  if (!may) return false;
+  if (!may) return Carried();
   std::vector<std::string> beats;
   beats.reserve(n);
   for (int slot = 1; slot <= n; ++slot) beats.push_back(RoundKey(round, fmt::format("hb{}", slot)));
   auto found = LostWith(*store_, beats, RoundKey(round, "layout"), info.slot, dead_slot,
                         TwoBeatPeriods(config_, n), round);
-  if (!found) return false;
+  if (!found) return Carried();
   const std::vector<int>& lost = *found;
   const int survivors = n - static_cast<int>(lost.size());
   if (survivors < config_.min_nodes || 2 * lost.size() > static_cast<size_t>(n)) {
     COHORT_LOG_WARN(kLog, "round {}: {} of {} nodes look lost; not carrying the survivors "
                     "(they join round {})", round, lost.size(), n, round + 1);
-    return false;
+    return Carried();
   }
   Published next;
   next.layout = info.layout.Without(lost);
@@ -177,7 +183,7 @@ Result<bool> Rendezvous::CarryRound(const RendezvousInfo& info, int dead_slot) {
   COHORT_RETURN_IF_ERROR(PublishCarried(round + 1, next));
   COHORT_LOG_WARN(kLog, "round {}: carried its {} surviving node(s) into round {} ({} left out)",
                   round, survivors, round + 1, lost.size());
-  return true;
+  return Carried(std::move(next));
 }
 
 // Protocol (a late node at a running round R of N < MAX nodes, N >= carry_start_nodes, that
@@ -206,16 +212,17 @@ Result<std::optional<RendezvousInfo>> Rendezvous::JoinCarried(int64_t round, int
   if (next.carried.records_round < 0) next.carried.records_round = round;
   next.carried.appended.push_back({RandomHex(16), self_});
   bool carried = false;
-  auto carry = [&] {
+  auto carry = [&](int64_t) -> std::optional<RoundEnd::Carried> {
     auto may = MayCarry(round);
-    if (!may.ok() || !*may) return;
+    if (!may.ok() || !*may) return std::nullopt;
     Status published = PublishCarried(round + 1, next);
     if (!published.ok()) {
       COHORT_LOG_WARN(kLog, "round {}: could not carry its nodes into round {} with this one "
                       "({}); they join it", round, round + 1, published.ToString());
-      return;
+      return std::nullopt;
     }
     carried = true;
+    return RoundEnd::Carried{restarts, next.Encode()};  // a join counts no restart
   };
   COHORT_LOG_INFO(kLog, "round {} is running with room; joining it as its node {}", round,
                   members);
@@ -232,8 +239,14 @@ Result<std::optional<RendezvousInfo>> Rendezvous::JoinCarried(int64_t round, int
   return Taken(std::move(info));
 }
 
-// Protocol (a node that held round - 1, before joining `round`): one read of r<R>/layout,
-// r<R>/next, `restarts` and `done`. A carried layout from the records round this node's
+void Rendezvous::Told(int64_t round, const RoundEnd& why) {
+  told_round_ = round;
+  told_ = why.carried;
+}
+
+// Protocol (a node that held round - 1, before joining `round`): the carried round its
+// watcher was told with round - 1's end (Told), else one read of r<R>/layout, r<R>/next,
+// `restarts` and `done`. A carried layout from the records round this node's
 // round had, which has this node (SlotIn: by its records slot, or its token if appended):
 // this node's round, no join. If that round already ended, the next one may be carried
 // too: look at it the same way (held_ moves on, so a join that follows joins the round
@@ -245,11 +258,20 @@ Result<std::optional<RendezvousInfo>> Rendezvous::TakeCarriedRound(int64_t round
   for (;;) {
     const RendezvousInfo& held = *held_;
     if (!Carries(held.group_world_size)) return std::optional<RendezvousInfo>();
-    const std::vector<std::string> keys = {RoundKey(round, "layout"), RoundKey(round, "next"),
-                                           Key("restarts"), Key("done")};
-    COHORT_ASSIGN_OR_RETURN(auto now, RequestUntilDeadline(deadline, [&](Deadline d) {
-                              return store_->Peek(keys, d);
-                            }));
+    std::vector<std::optional<std::string>> now(4);  // layout, next, restarts, done
+    if (told_ && told_round_ + 1 == round) {
+      // Told with the end (the winner wrote it in `next`): no read. Whether this round
+      // ended too is learned by its watcher's first beat, as any end.
+      now[0] = std::move(told_->layout);
+      now[2] = std::to_string(told_->restarts);
+      told_.reset();
+    } else {
+      const std::vector<std::string> keys = {RoundKey(round, "layout"), RoundKey(round, "next"),
+                                             Key("restarts"), Key("done")};
+      COHORT_ASSIGN_OR_RETURN(now, RequestUntilDeadline(deadline, [&](Deadline d) {
+                                return store_->Peek(keys, d);
+                              }));
+    }
     if (!now[0] || now[3]) return std::optional<RendezvousInfo>();
     COHORT_ASSIGN_OR_RETURN(Published published, Published::Decode(*now[0]));
     COHORT_ASSIGN_OR_RETURN(int64_t restarts, ParseCounter(now[2], "restarts"));

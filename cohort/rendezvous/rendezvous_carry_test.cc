@@ -52,6 +52,9 @@ void ExpectCarried(const LossScenario& s, const std::vector<int>& lost_slots,
     if (s.lost[i]) continue;
     ASSERT_TRUE(s.ended[i].has_value()) << "agent " << i << " saw no end; " << s.watch_error;
     EXPECT_EQ(s.ended[i]->kind, RoundEnd::Kind::kDeadNode) << s.ended[i]->Encode();
+    // The end named the carried round (its layout and the restart count) with it.
+    ASSERT_TRUE(s.ended[i]->carried.has_value()) << s.ended[i]->Encode();
+    EXPECT_EQ(s.ended[i]->carried->restarts, 1);
     ASSERT_TRUE(s.next[i] && s.next[i]->ok()) << s.next[i]->status().ToString();
     const RendezvousInfo& info = **s.next[i];
     const RendezvousInfo& before = **s.first[i];
@@ -111,6 +114,37 @@ TEST(RendezvousCarryTest, TheSurvivorsOfALostNodeFormTheNextRoundWithoutJoining)
   for (int slot = 2; slot <= 4; ++slot) {
     EXPECT_EQ((*nodes)[slot - 2].host, testing::ScenarioNode(s.AgentOfSlot(slot)).host);
   }
+}
+
+// Told the end (as an agent is by its watcher), a survivor takes the carried round from it
+// without reading the store: the round forms even when its layout key is gone by the time
+// the survivors call Next (a survivor that read it would find none and join round 1, which
+// is closed: it would wait as a late node until the join timeout).
+TEST(RendezvousCarryTest, ASurvivorToldTheEndTakesTheCarriedRoundWithoutAReadOfIt) {
+  auto store = std::make_shared<store::MemoryStore>();
+  auto drop_layout = [&] {
+    ASSERT_TRUE(store->Delete("rdzv/carry/r1/layout", Deadline::After(5s)).ok());
+  };
+  LossScenario s = RunLossScenario(On(store), CarryConfig(2, 4), 4, {3}, 30s, drop_layout);
+  ExpectCarried(s, {3}, *store);
+}
+
+TEST(RendezvousCarryTest, ACarriedEndRoundTripsWhateverItsDetailSays) {
+  RoundEnd end{RoundEnd::Kind::kDeadNode, "node 2 (h:carried:1:2:x) stopped\nsending"};
+  end.carried = RoundEnd::Carried{3, "2:8x2\n{\"host\":\"a:b\"}\ncarried:0:2"};
+  const RoundEnd back = RoundEnd::Decode(end.Encode());
+  EXPECT_EQ(back.kind, end.kind);
+  EXPECT_EQ(back.detail, end.detail);
+  ASSERT_TRUE(back.carried.has_value());
+  EXPECT_EQ(back.carried->restarts, 3);
+  EXPECT_EQ(back.carried->layout, end.carried->layout);
+  // An end that carried nothing has no carried round; a malformed one is a failure that
+  // says the whole text (as any text this layer does not know), carrying nothing.
+  EXPECT_FALSE(RoundEnd::Decode("join:host-b").carried.has_value());
+  const RoundEnd bad = RoundEnd::Decode("carried:1:999:short");
+  EXPECT_EQ(bad.kind, RoundEnd::Kind::kFailure);
+  EXPECT_EQ(bad.detail, "carried:1:999:short");
+  EXPECT_FALSE(bad.carried.has_value());
 }
 
 TEST(RendezvousCarryTest, NodesLostTogetherAreLeftOutOfOneCarriedRound) {

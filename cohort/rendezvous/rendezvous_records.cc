@@ -171,22 +171,58 @@ int RoundLayout::GroupRankOf(int global_rank) const {
 }
 
 std::string RoundEnd::Encode() const {
+  std::string text;
+  if (carried) {
+    text = fmt::format("carried:{}:{}:{}", carried->restarts, carried->layout.size(),
+                       carried->layout);
+  }
   switch (kind) {
-    case Kind::kJoin: return "join:" + detail;
-    case Kind::kDeadNode: return "dead:" + detail;
-    case Kind::kJobDone: return "done";
+    case Kind::kJoin: return text + "join:" + detail;
+    case Kind::kDeadNode: return text + "dead:" + detail;
+    case Kind::kJobDone: return text + "done";
     case Kind::kFailure: break;
   }
-  return "failure:" + detail;
+  return text + "failure:" + detail;
 }
 
-RoundEnd RoundEnd::Decode(std::string_view text) {
+namespace {
+// "carried:<restarts>:<bytes>:<layout>" at the start of `text`: the next round, and the
+// rest of the text after it (nullopt: none, or malformed).
+std::optional<RoundEnd::Carried> TakeCarried(std::string_view* text) {
+  constexpr std::string_view kPrefix = "carried:";
+  if (!StartsWith(*text, kPrefix)) return std::nullopt;
+  std::string_view rest = text->substr(kPrefix.size());
+  const size_t colon1 = rest.find(':');
+  const size_t colon2 = colon1 == std::string_view::npos ? colon1 : rest.find(':', colon1 + 1);
+  if (colon2 == std::string_view::npos) return std::nullopt;
+  auto restarts = ParseInt64(rest.substr(0, colon1));
+  auto bytes = ParseInt64(rest.substr(colon1 + 1, colon2 - colon1 - 1));
+  if (!restarts || *restarts < 0 || !bytes || *bytes < 0 ||
+      static_cast<uint64_t>(*bytes) > rest.size() - colon2 - 1) {
+    return std::nullopt;
+  }
+  RoundEnd::Carried carried{*restarts, std::string(rest.substr(colon2 + 1, *bytes))};
+  *text = rest.substr(colon2 + 1 + *bytes);
+  return carried;
+}
+
+// The reason after a carried round, if any: "join:<host>", "dead:...", "done", or a failure.
+RoundEnd ReasonOf(std::string_view text) {
+  using Kind = RoundEnd::Kind;
   auto after = [&](std::string_view prefix) { return std::string(text.substr(prefix.size())); };
   if (text == "done") return {Kind::kJobDone, ""};
   if (StartsWith(text, "join:")) return {Kind::kJoin, after("join:")};
   if (StartsWith(text, "dead:")) return {Kind::kDeadNode, after("dead:")};
   if (StartsWith(text, "failure:")) return {Kind::kFailure, after("failure:")};
   return {Kind::kFailure, std::string(text)};
+}
+}  // namespace
+
+RoundEnd RoundEnd::Decode(std::string_view text) {
+  std::optional<Carried> carried = TakeCarried(&text);
+  RoundEnd end = ReasonOf(text);
+  end.carried = std::move(carried);
+  return end;
 }
 
 std::string RoundEnd::Describe() const {
