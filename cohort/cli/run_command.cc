@@ -94,7 +94,8 @@ void AddFlags(CLI::App& app, RunFlags& f) {
   opt("--rdzv-id,--rdzv_id", f.rdzv_id, "PET_RDZV_ID", "job id shared by all nodes");
   opt("--rdzv-conf,--rdzv_conf", f.rdzv_conf, "PET_RDZV_CONF",
       "key=value,... : join_timeout, last_call_timeout, close_timeout, keep_alive_interval, "
-      "keep_alive_max_attempt, is_host, carry_start_nodes, quiet_watch_max_nodes");
+      "keep_alive_max_attempt, is_host, carry_start_nodes, quiet_start_nodes, "
+      "quiet_watch_max_nodes");
   app.add_flag("--standalone", f.standalone, "single node with its own embedded store")
       ->envname("PET_STANDALONE");
   opt("--max-restarts,--max_restarts", f.max_restarts, "PET_MAX_RESTARTS",
@@ -270,15 +271,20 @@ Status ApplyRdzvConf(const std::string& text, rendezvous::RendezvousConfig& c,
                                "to 1000", value);
       }
       keep_alive_attempts = *n;
-    } else if (key == "carry_start_nodes" || key == "quiet_watch_max_nodes") {
+    } else if (key == "carry_start_nodes" || key == "quiet_watch_max_nodes" ||
+               key == "quiet_start_nodes") {
+      const bool quiet_start = key == "quiet_start_nodes";
       auto n = ParseInt64(value);
-      if (!n || *n < 0 || *n > 1000000) {
-        return InvalidArgument("--rdzv-conf {}={} must be a node count from 0 ({}) to 1000000",
+      if (!n || *n < (quiet_start ? 1 : 0) || *n > 1000000) {
+        return InvalidArgument("--rdzv-conf {}={} must be a node count from {} to 1000000",
                                key, value,
-                               key == "carry_start_nodes" ? "never carry" : "no held watches");
+                               quiet_start                    ? "1 (every round)"
+                               : key == "carry_start_nodes" ? "0 (never carry)"
+                                                            : "0 (no held watches)");
       }
-      (key == "carry_start_nodes" ? c.carry_start_nodes : c.quiet_watch_max_nodes) =
-          static_cast<int>(*n);
+      (quiet_start                    ? c.quiet_start_nodes
+       : key == "carry_start_nodes" ? c.carry_start_nodes
+                                    : c.quiet_watch_max_nodes) = static_cast<int>(*n);
     } else if (key == "is_host") {
       auto b = ParseBool(value);
       if (!b) return InvalidArgument("--rdzv-conf is_host={} is not a boolean", value);
@@ -290,7 +296,7 @@ Status ApplyRdzvConf(const std::string& text, rendezvous::RendezvousConfig& c,
       return InvalidArgument(
           "--rdzv-conf: unknown key '{}' (known: join_timeout, last_call_timeout, "
           "close_timeout, read_timeout, keep_alive_interval, keep_alive_max_attempt, is_host, "
-          "carry_start_nodes, quiet_watch_max_nodes)",
+          "carry_start_nodes, quiet_start_nodes, quiet_watch_max_nodes)",
           key);
     }
   }

@@ -385,6 +385,7 @@ class Rendezvous {
   bool leased_ = false;  // else (not quiet) this round's r<R>/hb<S> is on a lease (LeaseKey)
   bool quiet_ = false;  // this round's steps rest between beats (Store::Await, else Idle)
   SteadyClock::time_point last_beat_;  // when this node's last beat was sent (any round)
+  int64_t awaited_round_ = -1;  // the last round that rested on a held wait (Store::Await)
   Duration quiet_period_{};        // a quiet round's beat period (0: not quiet); GraceDeadline
   int64_t watched_round_ = -1;
   int watched_slot_ = 0;       // 0: nobody left to watch (every other node finished)

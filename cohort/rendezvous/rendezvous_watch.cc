@@ -179,6 +179,12 @@ Result<std::optional<RoundEnd>> Rendezvous::BeatStep(const RendezvousInfo& info,
     if (info.group_world_size <= config_.quiet_watch_max_nodes) {
       auto ended = store_->Await(next_key, read_at, wake);
       if (ended.ok()) {
+        if (awaited_round_ != round) {
+          awaited_round_ = round;
+          COHORT_LOG_INFO(kLog, "round {}: {} nodes, quiet: this node beats every {:.1f} s and "
+                          "awaits the round's end on a watch held across its beats", round,
+                          info.group_world_size, Seconds(BeatPeriod(info)));
+        }
         if (!*ended) return std::optional<RoundEnd>();
         return std::optional<RoundEnd>(RoundEnd::Decode(**ended));
       }

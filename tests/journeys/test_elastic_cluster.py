@@ -7,8 +7,12 @@ The walk, driven only through command lines:
 1. start `cohort run --nnodes 2:3` on two hosts: every rank reports world size 2 in one round;
 2. start it on a third host mid-run: the job grows, every rank reports world size 3;
 3. SIGKILL one node (agent and worker): the survivors re-form, every rank reports 2 (on
-   etcd the round of three is carried, `--rdzv-conf carry_start_nodes=3`: the survivors
-   form it without joining, as rounds of 500 nodes and more do by default);
+   etcd the rounds run as rounds of 500 nodes and more do by default: quiet,
+   `--rdzv-conf quiet_start_nodes=2`, each node resting between its beats on a watch of the
+   round's end held across them; and the round of three is carried,
+   `carry_start_nodes=3`: the survivors form it without joining, from the end they were
+   told. Rounds below 500 nodes on etcd, with leases, are driven through `cohort run` by
+   tests/cluster's etcd leader test and tests/journeys/test_single_host.py);
 4. the job finishes on the survivors; every rank's final parameter digest is the same;
 5. `cohort bench allreduce` across the three hosts reports nranks 3 and #wrong 0.
 Needs root (ip netns); skipped otherwise.
@@ -24,6 +28,7 @@ PHASE_TIMEOUT = 90    # for one membership change to show in every rank's output
 FINISH_TIMEOUT = 300
 RDZV_CONF = ("join_timeout=60,last_call_timeout=2,keep_alive_interval=0.5,"
              "keep_alive_max_attempt=6")
+ETCD_CONF = ",quiet_start_nodes=2,carry_start_nodes=3"
 
 
 def node_env(c, i, token):
@@ -46,7 +51,7 @@ def start_node(c, i, kind, store_host, token, ckpt, nnodes, program, name):
     argv = [str(J.BIN), "run", "--nnodes", nnodes, "--nproc-per-node", "1",
             *rdzv_flags(kind, c, store_host), "--rdzv-id", c.tag + name.split("-")[0],
             "--local-addr", c.addr(i), "--max-restarts", "3", "--rdzv-conf",
-            RDZV_CONF + (",carry_start_nodes=3" if kind == "etcd" else ""),
+            RDZV_CONF + (ETCD_CONF if kind == "etcd" else ""),
             "--", *program]
     return c.start(i, argv, node_env(c, i, token), name)
 
@@ -104,7 +109,7 @@ def test_elastic_training_across_hosts(kind, cluster, tmp_path):
     assert at_kill < STEPS - 300, "the kill must land mid-run: step %d of %d" % (at_kill, STEPS)
     nodes[1].kill()
     survivors = [nodes[0], nodes[2]]
-    wait_world(survivors, 2, r3, "every rank reporting world size 2 after the kill")
+    r2b = wait_world(survivors, 2, r3, "every rank reporting world size 2 after the kill")
     if kind == "etcd":
         # Carried: the node that ended the round closed the next one for the survivors.
         logs = "".join(p.stderr + p.stdout for p in survivors)
@@ -116,6 +121,12 @@ def test_elastic_training_across_hosts(kind, cluster, tmp_path):
     digests = J.digests(output(survivors))
     assert sorted(digests) == [0, 1], output(survivors)
     assert len(set(digests.values())) == 1, "ranks ended with different parameters: %s" % digests
+    if kind == "etcd":
+        # Quiet rounds of three and of two, each node resting on a held watch of the end.
+        logs = "".join(p.stderr + p.stdout for p in survivors)
+        for rnd, world in ((r3, 3), (r2b, 2)):
+            line = "round %d: %d nodes, quiet: this node beats every" % (rnd, world)
+            assert line in logs, logs[-3000:]
     print("\n%s: rounds %d -> %d -> (kill at step %d of %d) -> 2 ranks; final digest %s" % (
         kind, r2, r3, at_kill, STEPS, digests[0]))
 
