@@ -52,6 +52,7 @@
 #include <thread>
 #include <vector>
 
+#include "cohort/base/log.h"
 #include "cohort/base/mutex.h"
 #include "cohort/base/strings.h"
 #include "cohort/rendezvous/rendezvous.h"
@@ -518,6 +519,10 @@ int main(int argc, char** argv) {
     return Serve(token);
   }
   if (mode != "agents") return Usage();
+  // Thousands of agents share this process's stderr: their per-node info lines (a node
+  // resting on a held watch, each round) would be thousands a round. COHORT_LOG_LEVEL=info
+  // shows them.
+  if (std::getenv("COHORT_LOG_LEVEL") == nullptr) cohort::log::SetLevel("warn");
   Options o;
   if (!ParseAgentFlags(argc, argv, &o)) return Usage();
   return RunAgents(o);
