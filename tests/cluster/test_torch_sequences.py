@@ -19,6 +19,14 @@ Sequences:
   the group of the next round cannot form; then node 2 is SIGKILLed: node 0's worker, the
   same process, re-forms alone (--nnodes 1:3) and finishes.
 
+The loss -> join -> loss sequence runs once on the embedded store (live/cohort) and once on
+a 3-member etcd across the hosts (elastic/cohort), whose rounds run as those of 500 nodes and
+more do by default (`--rdzv-conf quiet_start_nodes=2,carry_start_nodes=2`): quiet, each
+node resting on a held watch of the round's end; each loss carried (the survivors form the
+next round from the end they were told, without joining it) and the newcomer appended to
+the running round (its nodes do not join again). The etcd run asserts both in the agents'
+logs.
+
 Needs root (skipped otherwise).
 """
 import os
@@ -39,8 +47,14 @@ BIN = Path(os.environ.get("COHORT_BIN", REPO / "build/dev/cohort/cli/cohort"))
 JOB_TIMEOUT = 180
 # Each sequence runs both scripts and both backends, paired so that every script meets
 # every backend across the two sequences (four runs instead of eight: CI time).
-PAIRS = {"loss_join_loss": [("live", "cohort"), ("elastic", "gloo")],
-         "loss_during_a_reform": [("live", "gloo"), ("elastic", "cohort")]}
+# (On etcd the backend is cohort's: its transport names the rank a worker lost, so the agent
+# ends the round for that node and the round is carried; gloo's errors name an address, and
+# the survivors join the next round.)
+PAIRS = {"loss_join_loss": [("live", "gloo", "embedded"), ("elastic", "cohort", "etcd")],
+         "loss_during_a_reform": [("live", "cohort"), ("elastic", "gloo")]}
+RDZV_CONF = "join_timeout=60,last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=6"
+# etcd: rounds of two nodes and more quiet (held watches) and carried, as at 500 and more.
+ETCD_CONF = ",quiet_start_nodes=2,carry_start_nodes=2"
 
 pytestmark = [
     pytest.mark.skipif(netns.available() is not None, reason=str(netns.available())),
@@ -65,12 +79,15 @@ def script_argv(script, backend, ckpt, length):
             "--step-sleep", "0.02", "--backend", backend]
 
 
-def start(c, i, nnodes, script, backend, ckpt, length, name=None, extra=()):
-    argv = [str(BIN), "run", "--nnodes", nnodes, "--nproc-per-node", "1",
-            "--rdzv-endpoint", "%s:29400" % c.addr(0), "--rdzv-id", c.tag,
-            "--local-addr", c.addr(i), "--max-restarts", "3",
-            "--rdzv-conf", "join_timeout=60,last_call_timeout=1,keep_alive_interval=0.5,"
-                           "keep_alive_max_attempt=6", *extra,
+def start(c, i, nnodes, script, backend, ckpt, length, name=None, extra=(), store="embedded"):
+    if store == "etcd":  # the members netns.start_etcd runs on hosts 0-2
+        rdzv = ["--rdzv-backend", "etcd", "--rdzv-endpoint",
+                ",".join("%s:2379" % c.addr(h) for h in range(3))]
+    else:
+        rdzv = ["--rdzv-endpoint", "%s:29400" % c.addr(0)]
+    argv = [str(BIN), "run", "--nnodes", nnodes, "--nproc-per-node", "1", *rdzv,
+            "--rdzv-id", c.tag, "--local-addr", c.addr(i), "--max-restarts", "3",
+            "--rdzv-conf", RDZV_CONF + (ETCD_CONF if store == "etcd" else ""), *extra,
             "--", *script_argv(script, backend, ckpt, length)]
     return c.start(i, argv, node_env(c, i), name or "node%d" % i)
 
@@ -146,12 +163,12 @@ def assert_clean_end(procs, world):
     assert len(set(digests.values())) == 1, digests
 
 
-def three_training(c, tmp_path, nnodes, script, backend, length):
+def three_training(c, tmp_path, nnodes, script, backend, length, store="embedded"):
     """Nodes 0-2 of `c` training as one job of 3 ranks; returns (checkpoint directory,
     their processes, the round, its worker PIDs)."""
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
-    nodes = [start(c, i, nnodes, script, backend, ckpt, length) for i in range(3)]
+    nodes = [start(c, i, nnodes, script, backend, ckpt, length, store=store) for i in range(3)]
     r3, pids3 = wait_group(nodes, 3, after=-1)
     wait_training(nodes, r3)
     return ckpt, nodes, r3, pids3
@@ -161,10 +178,14 @@ def read_checkpoint(script, text):
     return ("resumed from /" in text) if script == "elastic" else ("resumed at step" in text)
 
 
-@pytest.mark.parametrize("script,backend", PAIRS["loss_join_loss"])
-def test_loss_join_loss(cluster, tmp_path, script, backend):
+@pytest.mark.parametrize("script,backend,store", PAIRS["loss_join_loss"])
+def test_loss_join_loss(cluster, tmp_path, script, backend, store):
+    if store == "etcd" and not os.path.exists(netns.ETCD):
+        pytest.skip("etcd-server not installed")
     c = cluster(3)
-    ckpt, nodes, r3, pids3 = three_training(c, tmp_path, "2:3", script, backend, 4)
+    if store == "etcd":
+        netns.start_etcd(c, 3)
+    ckpt, nodes, r3, pids3 = three_training(c, tmp_path, "2:3", script, backend, 4, store)
     t = time.monotonic()
     nodes[2].kill()
     survivors = nodes[:2]
@@ -173,7 +194,7 @@ def test_loss_join_loss(cluster, tmp_path, script, backend):
     print("\n[%s/%s] loss: re-formed as 2 in %.1f s" % (script, backend, time.monotonic() - t))
     wait_training(survivors, r2)
     t = time.monotonic()
-    newcomer = start(c, 2, "2:3", script, backend, ckpt, 4, "node2-again")
+    newcomer = start(c, 2, "2:3", script, backend, ckpt, 4, "node2-again", store=store)
     procs = survivors + [newcomer]
     r3b, pids3b = wait_group(procs, 3, after=r2, keep=frozenset(pids2))
     print("[%s/%s] join: 3 ranks in %.1f s" % (script, backend, time.monotonic() - t))
@@ -191,6 +212,16 @@ def test_loss_join_loss(cluster, tmp_path, script, backend):
     node0_pid = {pid for rank, (w, pid) in groups(nodes[:1])[r3].items()}
     for rnd in (r3, r2, r3b, r2b):
         assert node0_pid <= {p for _, p in groups(nodes + [newcomer])[rnd].values()}, rnd
+    if store == "etcd":
+        # Both losses carried, the newcomer appended, every round quiet on held watches.
+        logs = "".join(p.stderr for p in nodes + [newcomer])
+        for line in ("round %d: carried its 2 surviving node(s) into round %d" % (r3, r2),
+                     "carried its 2 node(s) into round %d with this one" % r3b,
+                     "round %d: carried its 2 surviving node(s) into round %d" % (r3b, r2b)):
+            assert line in logs, (line, logs[-4000:])
+        for rnd, world in ((r3, 3), (r2, 2), (r3b, 3)):
+            line = "round %d: %d nodes, quiet: this node beats every" % (rnd, world)
+            assert line in logs, (line, logs[-4000:])
 
 
 @pytest.mark.parametrize("script,backend", PAIRS["loss_during_a_reform"])
