@@ -236,6 +236,27 @@ Result<agent::StreamPolicy> ParseStreams(const std::string& flag, const std::str
   return p;
 }
 
+// The --rdzv-conf keys that are node counts: their least value and what it means.
+struct NodeCountKey {
+  std::string_view key;
+  int min;
+  std::string_view min_means;
+  int rendezvous::RendezvousConfig::*field;
+};
+constexpr NodeCountKey kNodeCountKeys[] = {
+    {"carry_start_nodes", 0, "never carry", &rendezvous::RendezvousConfig::carry_start_nodes},
+    {"quiet_start_nodes", 1, "every round", &rendezvous::RendezvousConfig::quiet_start_nodes},
+    {"quiet_watch_max_nodes", 0, "no held watches",
+     &rendezvous::RendezvousConfig::quiet_watch_max_nodes},
+};
+
+const NodeCountKey* FindNodeCountKey(std::string_view key) {
+  for (const auto& k : kNodeCountKeys) {
+    if (k.key == key) return &k;
+  }
+  return nullptr;
+}
+
 Status ApplyRdzvConf(const std::string& text, rendezvous::RendezvousConfig& c,
                      std::optional<bool>& is_host) {
   int64_t keep_alive_attempts = 10;
@@ -271,20 +292,13 @@ Status ApplyRdzvConf(const std::string& text, rendezvous::RendezvousConfig& c,
                                "to 1000", value);
       }
       keep_alive_attempts = *n;
-    } else if (key == "carry_start_nodes" || key == "quiet_watch_max_nodes" ||
-               key == "quiet_start_nodes") {
-      const bool quiet_start = key == "quiet_start_nodes";
+    } else if (const NodeCountKey* count = FindNodeCountKey(key)) {
       auto n = ParseInt64(value);
-      if (!n || *n < (quiet_start ? 1 : 0) || *n > 1000000) {
-        return InvalidArgument("--rdzv-conf {}={} must be a node count from {} to 1000000",
-                               key, value,
-                               quiet_start                    ? "1 (every round)"
-                               : key == "carry_start_nodes" ? "0 (never carry)"
-                                                            : "0 (no held watches)");
+      if (!n || *n < count->min || *n > 1000000) {
+        return InvalidArgument("--rdzv-conf {}={} must be a node count from {} ({}) to 1000000",
+                               key, value, count->min, count->min_means);
       }
-      (quiet_start                    ? c.quiet_start_nodes
-       : key == "carry_start_nodes" ? c.carry_start_nodes
-                                    : c.quiet_watch_max_nodes) = static_cast<int>(*n);
+      c.*(count->field) = static_cast<int>(*n);
     } else if (key == "is_host") {
       auto b = ParseBool(value);
       if (!b) return InvalidArgument("--rdzv-conf is_host={} is not a boolean", value);
