@@ -21,8 +21,10 @@ namespace cohort::rendezvous::testing {
 // DEADLINE_EXCEEDED after 20 ms. Counts the reads of more than two keys (the N records).
 // With TimeOutOnce(keys): on each thread, the first CompareSet of such a key and the first
 // Peek that reads one time out without being applied (requests etcd did not answer within
-// its timeout). With
-// OfferIdle(): it offers Idle (waits until the deadline), as etcd does: rounds go quiet.
+// its timeout). With LoseAnswerOnce(keys): on each thread, the first CompareSet of such a
+// key is applied and then times out (a request etcd applied but whose answer came too
+// late). With OfferIdle(): it offers Idle (waits until the deadline), as etcd does: rounds
+// go quiet.
 class EarlyTimeouts final : public store::Store {
  public:
   explicit EarlyTimeouts(std::shared_ptr<store::Store> base) : base_(std::move(base)) {}
@@ -31,6 +33,10 @@ class EarlyTimeouts final : public store::Store {
   void TimeOutOnce(std::set<std::string> keys) {
     MutexLock lock(&mu_);
     time_out_once_ = std::move(keys);
+  }
+  void LoseAnswerOnce(std::set<std::string> keys) {
+    MutexLock lock(&mu_);
+    lose_answer_once_ = std::move(keys);
   }
   void OfferIdle() { offer_idle_ = true; }
   Status Idle(Deadline d) override {
@@ -49,7 +55,11 @@ class EarlyTimeouts final : public store::Store {
   Result<std::string> CompareSet(std::string_view k, std::string_view e, std::string_view v,
                                  Deadline d) override {
     if (FirstTimeHere("CompareSet", {std::string(k)})) return DeadlineExceeded("injected: {}", k);
-    return base_->CompareSet(k, e, v, d);
+    auto answer = base_->CompareSet(k, e, v, d);
+    if (FirstTimeHere("CompareSet", {std::string(k)}, /*after_applying=*/true)) {
+      return DeadlineExceeded("injected after applying: {}", k);
+    }
+    return answer;
   }
   Status Wait(const std::vector<std::string>& keys, Deadline d) override {
     return base_->Wait(keys, Soon(d));
@@ -77,12 +87,15 @@ class EarlyTimeouts final : public store::Store {
 
  private:
   static Deadline Soon(Deadline d) { return d.Earlier(Deadline::AfterMs(20)); }
-  // Whether `op` of one of `keys` is to time out once on this thread, and has not yet.
-  bool FirstTimeHere(const char* op, const std::vector<std::string>& keys) {
+  // Whether `op` of one of `keys` is to time out once on this thread (before it is applied,
+  // or after), and has not yet.
+  bool FirstTimeHere(const char* op, const std::vector<std::string>& keys,
+                     bool after_applying = false) {
     MutexLock lock(&mu_);
+    const auto& once = after_applying ? lose_answer_once_ : time_out_once_;
+    const std::string tag = std::string(op) + (after_applying ? " applied " : " ");
     for (const auto& k : keys) {
-      if (time_out_once_.count(k) &&
-          done_.insert({std::this_thread::get_id(), std::string(op) + " " + k}).second) {
+      if (once.count(k) && done_.insert({std::this_thread::get_id(), tag + k}).second) {
         ++injected;
         return true;
       }
@@ -92,6 +105,7 @@ class EarlyTimeouts final : public store::Store {
   std::atomic<bool> offer_idle_{false};
   Mutex mu_;
   std::set<std::string> time_out_once_ COHORT_GUARDED_BY(mu_);
+  std::set<std::string> lose_answer_once_ COHORT_GUARDED_BY(mu_);
   std::set<std::pair<std::thread::id, std::string>> done_ COHORT_GUARDED_BY(mu_);
   std::shared_ptr<store::Store> base_;
 };

@@ -475,10 +475,11 @@ Result<bool> Rendezvous::EndRoundThen(int64_t round, const RoundEnd& why,
                                       const BeforeNext& before_next) {
   const std::string reason = why.Encode();
   std::string claim = fmt::format("{}#{}", reason, RandomHex(8));
-  // Every request here but the restart count's Add may be repeated (compare-and-sets from
-  // absent, with a claim of this call's own; a Set of the same value): one that a loaded
-  // store timed out is sent again until the layout grace, as a join's are, so that an
-  // overloaded etcd does not end with an error the node that found the round's end.
+  // Every request here may be repeated (compare-and-sets from absent, with a claim of this
+  // call's own; a Set of the same value; the restart count's compare-and-set, CountRestart):
+  // one that a loaded store timed out is sent again until the layout grace, as a join's are,
+  // so that an overloaded etcd does not end with an error the node that found the round's
+  // end (it holds the claim: no other node would write `next`, and the round could not end).
   const Deadline until = Deadline::After(config_.layout_grace);
   auto put_once = [&](const std::string& key, const std::string& value) {
     return RequestUntilDeadline(until,
@@ -491,7 +492,7 @@ Result<bool> Rendezvous::EndRoundThen(int64_t round, const RoundEnd& why,
   }
   int64_t restarts = -1;
   if (won && why.CountsAsFailure()) {
-    COHORT_ASSIGN_OR_RETURN(restarts, store_->Add(Key("restarts"), 1, CallDeadline()));
+    COHORT_ASSIGN_OR_RETURN(restarts, CountRestart(until));
   }
   if (won && expect_next > 0) {
     // Before `next`: every node that joins the next round sees it.
@@ -509,6 +510,30 @@ Result<bool> Rendezvous::EndRoundThen(int64_t round, const RoundEnd& why,
   }
   COHORT_RETURN_IF_ERROR(AdvanceRound(round, CallDeadline()));
   return won;
+}
+
+// The restart count goes up by one with a compare-and-set from the value read, not an Add:
+// a compare-and-set whose answer a loaded store lost can be sent again (the count is then
+// found already one up, the write this call made), where an Add sent again would count the
+// failure twice. Only the winner of the running round's end changes the count, and rounds
+// end one after another, so one up from the value read is this call's own write.
+Result<int64_t> Rendezvous::CountRestart(Deadline until) {
+  const std::string key = Key("restarts");
+  for (;;) {
+    COHORT_ASSIGN_OR_RETURN(auto now, RequestUntilDeadline(until, [&](Deadline d) {
+                              return store_->Peek({key}, d);
+                            }));
+    COHORT_ASSIGN_OR_RETURN(int64_t count, ParseCounter(now[0], "restarts"));
+    const std::string from = now[0].value_or(""), to = std::to_string(count + 1);
+    COHORT_ASSIGN_OR_RETURN(std::string after, RequestUntilDeadline(until, [&](Deadline d) {
+                              return store_->CompareSet(key, from, to, d);
+                            }));
+    if (after == to) return count + 1;
+    if (until.expired()) {
+      return DeadlineExceeded("the restart count kept changing under this end ({} -> {})", from,
+                              after);
+    }
+  }
 }
 
 Result<FailureRecord> Rendezvous::GetFailure(int64_t round) {

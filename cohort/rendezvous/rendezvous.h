@@ -350,6 +350,9 @@ class Rendezvous {
   // restart count after this end (-1: this end counted none); what it returns (the round
   // it carried the nodes into) is written with `next`.
   using BeforeNext = std::function<std::optional<RoundEnd::Carried>(int64_t restarts)>;
+  // The job's restart count one up (the winner of a failure's end), sent again on a timeout
+  // until `until`; returns the count after it.
+  Result<int64_t> CountRestart(Deadline until);
   Result<bool> EndRoundThen(int64_t round, const RoundEnd& why, const FailureRecord* failure,
                             int64_t expect_next, const BeforeNext& before_next);
   // WatchStep's parts (rendezvous_watch.cc): a round's first step (its will, whether it is

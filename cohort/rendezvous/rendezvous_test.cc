@@ -173,12 +173,17 @@ TEST(RendezvousTest, AnEndWhoseRequestsTimeOutOnceIsStillWritten) {
   for (int i = 0; i < 2; ++i) threads.emplace_back([&, i] { infos[i] = nodes[i]->Next(); });
   for (auto& t : threads) t.join();
   for (auto& info : infos) ASSERT_TRUE(info->ok()) << info->status().ToString();
-  store->TimeOutOnce({"rdzv/test/r0/ended_by", "rdzv/test/r0/failure", "rdzv/test/r0/next"});
+  // Each request of the end times out once unanswered (the restart count's read and its
+  // compare-and-set too), and the count's compare-and-set once more after it was applied:
+  // sent again, it must not count the failure twice.
+  store->TimeOutOnce({"rdzv/test/r0/ended_by", "rdzv/test/r0/failure", "rdzv/test/r0/next",
+                      "rdzv/test/restarts"});
+  store->LoseAnswerOnce({"rdzv/test/restarts"});
   FailureRecord failure{0, "host0", 1, 0, "boom"};
   auto won = nodes[0]->EndRound(0, {RoundEnd::Kind::kFailure, "rank 0"}, &failure);
   ASSERT_TRUE(won.ok()) << won.status().ToString();
   EXPECT_TRUE(*won);
-  EXPECT_EQ(store->injected.load(), 3);
+  EXPECT_EQ(store->injected.load(), 6);
   auto next = store->Get("rdzv/test/r0/next", Deadline::After(5s));
   ASSERT_TRUE(next.ok()) << next.status().ToString();
   EXPECT_EQ(RoundEnd::Decode(*next).kind, RoundEnd::Kind::kFailure);
