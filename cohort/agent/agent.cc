@@ -570,7 +570,13 @@ std::optional<AgentResult> Agent::Impl::EndForLostPeer(const RendezvousInfo& inf
   record.message = why.detail;
   // Without the lost node, most likely: the next round closes once the others joined, or,
   // a large round that knows which node it lost, is carried without it (docs/rendezvous.md).
-  const int lost_node = lost.peer >= 0 ? info.layout.GroupRankOf(lost.peer) : -1;
+  int lost_node = lost.peer >= 0 ? info.layout.GroupRankOf(lost.peer) : -1;
+  const std::string addr = lost.peer < 0 ? LostPeerAddressIn(lost.reason) : std::string();
+  if (!addr.empty() && o_.rdzv.carry_start_nodes > 0 &&
+      info.group_world_size >= o_.rdzv.carry_start_nodes) {
+    // gloo names the peer's address, not its rank: its node, when one node has that address.
+    lost_node = rdzv_->GroupRankAt(info, addr, Deadline::AfterMs(5000)).value_or(-1);
+  }
   auto ended = lost_node >= 0 && lost_node != info.group_rank
                    ? rdzv_->EndRoundForLostNode(info, lost_node + 1, why, record)
                    : rdzv_->EndRound(info.round, why, &record, info.group_world_size - 1);

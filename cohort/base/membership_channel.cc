@@ -1,6 +1,8 @@
 // The membership channel's files (see membership_channel.h). Thread-safety: stateless.
 #include "cohort/base/membership_channel.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <sys/inotify.h>
 #include <unistd.h>
@@ -94,6 +96,29 @@ int LostPeerIn(std::string_view reason) {
     if (rank && *rank >= 0 && *rank <= INT32_MAX) return static_cast<int>(*rank);
   }
   return -1;
+}
+
+std::string LostPeerAddressIn(std::string_view reason) {
+  auto is_ip_char = [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') ||
+           c == '.' || c == ':';
+  };
+  for (size_t open = reason.find('['); open != std::string_view::npos;
+       open = reason.find('[', open + 1)) {
+    const size_t close = reason.find(']', open + 1);
+    if (close == std::string_view::npos) break;
+    const std::string_view inside = reason.substr(open + 1, close - open - 1);
+    // A source location ("[./gloo/transport/tcp/pair.cc:589]") is not an address.
+    if (inside.empty() || !std::all_of(inside.begin(), inside.end(), is_ip_char) ||
+        inside.find_first_of(".:") == std::string_view::npos) {
+      continue;
+    }
+    const std::string_view after = reason.substr(close + 1);
+    if (after.size() >= 2 && after[0] == ':' && after[1] >= '0' && after[1] <= '9') {
+      return std::string(inside);
+    }
+  }
+  return "";
 }
 
 std::string LostPeerReport::ToJson() const { return json(*this).dump(); }

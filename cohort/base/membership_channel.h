@@ -61,6 +61,9 @@ struct LostPeerReport {
 // The peer a transport error names as "rank <N> (at <address>)" (the TCP mesh's errors for
 // a peer that closed its connection or could not be reached), -1 when it names none.
 int LostPeerIn(std::string_view reason);
+// The address a transport error names as "[<ip>]:<port>" (gloo's TCP pairs: "Read error
+// [10.0.0.3]:41234: Connection reset by peer"), without brackets or port; empty when none.
+std::string LostPeerAddressIn(std::string_view reason);
 
 namespace membership_channel {
 

@@ -231,6 +231,14 @@ TEST(MembershipChannelTest, TheLostPeerIsReadFromTheTransportsError) {
   EXPECT_EQ(LostPeerIn("rank 1 closed its connection"), -1);
   EXPECT_EQ(LostPeerIn("rank (at h)"), -1);
   EXPECT_EQ(LostPeerIn(""), -1);
+  // gloo names the peer's address only.
+  EXPECT_EQ(LostPeerAddressIn("[./gloo/transport/tcp/pair.cc:589] Read error "
+                              "[10.231.206.3]:22451: Connection reset by peer"),
+            "10.231.206.3");
+  EXPECT_EQ(LostPeerAddressIn("Connection closed by peer [fd00::3]:1234"), "fd00::3");
+  EXPECT_EQ(LostPeerAddressIn("[./gloo/transport/tcp/pair.cc:589] Timed out"), "");
+  EXPECT_EQ(LostPeerAddressIn("[10.0.0.1] no port"), "");
+  EXPECT_EQ(LostPeerAddressIn("NCCL error: remote process exited"), "");
 }
 
 TEST(MembershipChannelTest, AMessageWithoutTheAgentsSecretIsRefused) {

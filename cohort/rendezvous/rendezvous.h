@@ -276,6 +276,11 @@ class Rendezvous {
   // The records of the round's nodes, in slot order (node 0, which serves the workers'
   // torch store, admits the others' addresses). One ranged read of the round's records.
   Result<std::vector<NodeInfo>> RoundNodes(const RendezvousInfo& info, Deadline deadline);
+  // The group rank of the one node of `info`'s round whose record has address `addr` (a
+  // transport error that names a lost peer's address only: gloo), -1 when no node or more
+  // than one has it. Reads the round's records (RoundNodes): O(N) bytes, for the few agents
+  // whose workers saw the loss, in a round large enough to carry (EndRoundForLostNode).
+  Result<int> GroupRankAt(const RendezvousInfo& info, std::string_view addr, Deadline deadline);
 
   const RendezvousConfig& config() const { return config_; }
   store::Store& store() { return *store_; }

@@ -112,6 +112,18 @@ static std::optional<int64_t> SlotIn(const CarriedMembers& carried, int members,
   return record - (std::lower_bound(out.begin(), out.end(), record) - out.begin());
 }
 
+Result<int> Rendezvous::GroupRankAt(const RendezvousInfo& info, std::string_view addr,
+                                    Deadline deadline) {
+  COHORT_ASSIGN_OR_RETURN(std::vector<NodeInfo> nodes, RoundNodes(info, deadline));
+  int found = -1;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i].addr != addr) continue;
+    if (found >= 0) return -1;  // two nodes on one address: it names neither
+    found = static_cast<int>(i);
+  }
+  return found;
+}
+
 Result<bool> Rendezvous::MayCarry(int64_t round) {
   COHORT_ASSIGN_OR_RETURN(auto state, store_->Peek({RoundKey(round, "finished"), Key("standby"),
                                                     Key("done")},
