@@ -572,8 +572,7 @@ std::optional<AgentResult> Agent::Impl::EndForLostPeer(const RendezvousInfo& inf
   // a large round that knows which node it lost, is carried without it (docs/rendezvous.md).
   int lost_node = lost.peer >= 0 ? info.layout.GroupRankOf(lost.peer) : -1;
   const std::string addr = lost.peer < 0 ? LostPeerAddressIn(lost.reason) : std::string();
-  if (!addr.empty() && o_.rdzv.carry_start_nodes > 0 &&
-      info.group_world_size >= o_.rdzv.carry_start_nodes) {
+  if (!addr.empty() && rdzv_->Carries(info.group_world_size)) {
     // gloo names the peer's address, not its rank: its node, when one node has that address.
     lost_node = rdzv_->GroupRankAt(info, addr, Deadline::AfterMs(5000)).value_or(-1);
   }

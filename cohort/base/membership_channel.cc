@@ -2,6 +2,7 @@
 #include "cohort/base/membership_channel.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include <fmt/format.h>
 #include <sys/inotify.h>
@@ -100,8 +101,7 @@ int LostPeerIn(std::string_view reason) {
 
 std::string LostPeerAddressIn(std::string_view reason) {
   auto is_ip_char = [](char c) {
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') ||
-           c == '.' || c == ':';
+    return std::isxdigit(static_cast<unsigned char>(c)) || c == '.' || c == ':';
   };
   for (size_t open = reason.find('['); open != std::string_view::npos;
        open = reason.find('[', open + 1)) {

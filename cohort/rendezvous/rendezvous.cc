@@ -519,20 +519,22 @@ Result<bool> Rendezvous::EndRoundThen(int64_t round, const RoundEnd& why,
 // end one after another, so one up from the value read is this call's own write.
 Result<int64_t> Rendezvous::CountRestart(Deadline until) {
   const std::string key = Key("restarts");
+  COHORT_ASSIGN_OR_RETURN(auto now, RequestUntilDeadline(until, [&](Deadline d) {
+                            return store_->Peek({key}, d);
+                          }));
+  std::optional<std::string> from = std::move(now[0]);
   for (;;) {
-    COHORT_ASSIGN_OR_RETURN(auto now, RequestUntilDeadline(until, [&](Deadline d) {
-                              return store_->Peek({key}, d);
-                            }));
-    COHORT_ASSIGN_OR_RETURN(int64_t count, ParseCounter(now[0], "restarts"));
-    const std::string from = now[0].value_or(""), to = std::to_string(count + 1);
+    COHORT_ASSIGN_OR_RETURN(int64_t count, ParseCounter(from, "restarts"));
+    const std::string to = std::to_string(count + 1);
     COHORT_ASSIGN_OR_RETURN(std::string after, RequestUntilDeadline(until, [&](Deadline d) {
-                              return store_->CompareSet(key, from, to, d);
+                              return store_->CompareSet(key, from.value_or(""), to, d);
                             }));
     if (after == to) return count + 1;
     if (until.expired()) {
-      return DeadlineExceeded("the restart count kept changing under this end ({} -> {})", from,
-                              after);
+      return DeadlineExceeded("the restart count kept changing under this end ({} -> {})",
+                              from.value_or(""), after);
     }
+    from = std::move(after);  // the count as the store answered: go on from there
   }
 }
 

@@ -282,6 +282,9 @@ class Rendezvous {
   // whose workers saw the loss, in a round large enough to carry (EndRoundForLostNode).
   Result<int> GroupRankAt(const RendezvousInfo& info, std::string_view addr, Deadline deadline);
 
+  // Whether a round of `members` nodes is large enough to carry (carry_start_nodes).
+  bool Carries(int64_t members) const;
+
   const RendezvousConfig& config() const { return config_; }
   store::Store& store() { return *store_; }
 
@@ -331,12 +334,12 @@ class Rendezvous {
   RendezvousInfo MakeInfo(int64_t round, int64_t slot, Published published,
                           int64_t restarts) const;
   // Carried rounds (rendezvous_carry.cc). The ender of `info`'s round, for its lost peer
-  // `dead_slot`: closes the next round with the survivors and publishes its layout, which
-  // it returns (nullopt when the round is not one to carry). A node that held round - 1:
+  // `dead_slot`: closes the next round with the survivors and publishes its layout, whose
+  // text it returns (nullopt when the round is not one to carry). A node that held round - 1:
   // the carried round `round` when it is one and this node is in it (later carried rounds
   // that already ended are passed through; a carried end told by the watcher is taken
   // without a read); nullopt: join as usual.
-  Result<std::optional<Published>> CarryRound(const RendezvousInfo& info, int dead_slot);
+  Result<std::optional<std::string>> CarryRound(const RendezvousInfo& info, int dead_slot);
   Result<std::optional<RendezvousInfo>> TakeCarriedRound(int64_t round, Deadline deadline);
   // A late node at a large running round `round` of `members` (< MAX): ends it for its
   // join and carries its members into the next round with this node appended (the
@@ -344,13 +347,12 @@ class Rendezvous {
   // round is not one to carry (the caller then waits it out and joins).
   Result<std::optional<RendezvousInfo>> JoinCarried(int64_t round, int64_t members,
                                                     int64_t restarts);
-  // Whether a round of `members` nodes is large enough to carry (carry_start_nodes).
-  bool Carries(int64_t members) const;
   // Whether round `round` may be carried: no node finished, no warm spare, the job on.
   Result<bool> MayCarry(int64_t round);
   // Closes round `round` with the carried round `next` (compare-and-sets from absent, made
-  // again on a timeout within the layout grace): its member count, then its layout.
-  Status PublishCarried(int64_t round, const Published& next);
+  // again on a timeout within the layout grace): its member count, then its layout, whose
+  // text it returns (what the end's `next` carries too).
+  Result<std::string> PublishCarried(int64_t round, const Published& next);
   // EndRound, with `before_next` run by the winner just before it writes `next`, given the
   // restart count after this end (-1: this end counted none); what it returns (the round
   // it carried the nodes into) is written with `next`.

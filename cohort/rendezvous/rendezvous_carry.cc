@@ -69,7 +69,7 @@ Result<bool> Rendezvous::EndRoundForLostNode(const RendezvousInfo& info, int los
     }
     // (The count is this end's: a dead node's end counts one, so it is known here.)
     if (!*carried || restarts < 0) return std::nullopt;
-    return RoundEnd::Carried{restarts, (*carried)->Encode()};
+    return RoundEnd::Carried{restarts, std::move(**carried)};
   };
   return EndRoundThen(info.round, why, &record, info.group_world_size - 1, carry);
 }
@@ -135,7 +135,7 @@ bool Rendezvous::Carries(int64_t members) const {
   return config_.carry_start_nodes > 0 && members >= config_.carry_start_nodes;
 }
 
-Status Rendezvous::PublishCarried(int64_t round, const Published& next) {
+Result<std::string> Rendezvous::PublishCarried(int64_t round, const Published& next) {
   const Deadline until = Deadline::After(config_.layout_grace);
   const std::string count = std::to_string(next.layout.members);
   COHORT_ASSIGN_OR_RETURN(std::string closed, RequestUntilDeadline(until, [&](Deadline d) {
@@ -144,9 +144,11 @@ Status Rendezvous::PublishCarried(int64_t round, const Published& next) {
   if (closed != count) {
     return FailedPrecondition("round {} was closed already, with {}", round, closed);
   }
-  return RequestUntilDeadline(until, [&](Deadline d) {
-           return store_->CompareSet(RoundKey(round, "layout"), "", next.Encode(), d);
-         }).status();
+  std::string text = next.Encode();
+  COHORT_RETURN_IF_ERROR(RequestUntilDeadline(until, [&](Deadline d) {
+                           return store_->CompareSet(RoundKey(round, "layout"), "", text, d);
+                         }).status());
+  return text;
 }
 
 // Protocol (the winner of the round's end, before it writes `next`):
@@ -161,9 +163,9 @@ Status Rendezvous::PublishCarried(int64_t round, const Published& next) {
 //  4. CompareSet(r<R+1>/layout, "", layout): R's layout without the lost ranks, the new
 //     group rank 0's record (read from the records round when node 0 was lost), the
 //     records round with the slots of it left out, and the appended nodes still there.
-Result<std::optional<Rendezvous::Published>> Rendezvous::CarryRound(const RendezvousInfo& info,
-                                                                    int dead_slot) {
-  using Carried = std::optional<Published>;
+Result<std::optional<std::string>> Rendezvous::CarryRound(const RendezvousInfo& info,
+                                                         int dead_slot) {
+  using Carried = std::optional<std::string>;
   const int n = info.group_world_size;
   const int64_t round = info.round;
   if (!Carries(n)) return Carried();
@@ -192,10 +194,10 @@ Result<std::optional<Rendezvous::Published>> Rendezvous::CarryRound(const Rendez
   } else {
     COHORT_ASSIGN_OR_RETURN(next.master, NodeOf(info, first + 1));
   }
-  COHORT_RETURN_IF_ERROR(PublishCarried(round + 1, next));
+  COHORT_ASSIGN_OR_RETURN(std::string text, PublishCarried(round + 1, next));
   COHORT_LOG_WARN(kLog, "round {}: carried its {} surviving node(s) into round {} ({} left out)",
                   round, survivors, round + 1, lost.size());
-  return Carried(std::move(next));
+  return Carried(std::move(text));
 }
 
 // Protocol (a late node at a running round R of N < MAX nodes, N >= carry_start_nodes, that
@@ -227,14 +229,14 @@ Result<std::optional<RendezvousInfo>> Rendezvous::JoinCarried(int64_t round, int
   auto carry = [&](int64_t) -> std::optional<RoundEnd::Carried> {
     auto may = MayCarry(round);
     if (!may.ok() || !*may) return std::nullopt;
-    Status published = PublishCarried(round + 1, next);
+    auto published = PublishCarried(round + 1, next);
     if (!published.ok()) {
       COHORT_LOG_WARN(kLog, "round {}: could not carry its nodes into round {} with this one "
-                      "({}); they join it", round, round + 1, published.ToString());
+                      "({}); they join it", round, round + 1, published.status().ToString());
       return std::nullopt;
     }
     carried = true;
-    return RoundEnd::Carried{restarts, next.Encode()};  // a join counts no restart
+    return RoundEnd::Carried{restarts, std::move(*published)};  // a join counts no restart
   };
   COHORT_LOG_INFO(kLog, "round {} is running with room; joining it as its node {}", round,
                   members);
