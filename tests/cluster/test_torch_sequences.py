@@ -17,7 +17,8 @@ Sequences:
   digests on ranks 0 and 1, and no agent restarted its workers.
 - a loss during a re-form: node 2's worker is frozen (SIGSTOP) and node 1 is SIGKILLed, so
   the group of the next round cannot form; then node 2 is SIGKILLed: node 0's worker, the
-  same process, re-forms alone (--nnodes 1:3) and finishes.
+  same process, re-forms alone (--nnodes 1:3) and finishes. Once on the embedded store
+  (live/gloo), once on etcd (elastic/cohort), where both losses are carried.
 
 The loss -> join -> loss sequence runs once on the embedded store (live/cohort) and once on
 a 3-member etcd across the hosts (elastic/gloo), whose rounds run as those of 500 nodes and
@@ -51,7 +52,7 @@ JOB_TIMEOUT = 180
 # agent finds the node by its address to carry the round. cohort's transport names the rank;
 # its carried losses are walked by tests/journeys/test_elastic_cluster.py.)
 PAIRS = {"loss_join_loss": [("live", "cohort", "embedded"), ("elastic", "gloo", "etcd")],
-         "loss_during_a_reform": [("live", "gloo"), ("elastic", "cohort")]}
+         "loss_during_a_reform": [("live", "gloo", "embedded"), ("elastic", "cohort", "etcd")]}
 RDZV_CONF = "join_timeout=60,last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=6"
 # etcd: rounds of two nodes and more quiet (held watches) and carried, as at 500 and more.
 ETCD_CONF = ",quiet_start_nodes=2,carry_start_nodes=2"
@@ -224,10 +225,14 @@ def test_loss_join_loss(cluster, tmp_path, script, backend, store):
             assert line in logs, (line, logs[-4000:])
 
 
-@pytest.mark.parametrize("script,backend", PAIRS["loss_during_a_reform"])
-def test_loss_during_a_reform(cluster, tmp_path, script, backend):
+@pytest.mark.parametrize("script,backend,store", PAIRS["loss_during_a_reform"])
+def test_loss_during_a_reform(cluster, tmp_path, script, backend, store):
+    if store == "etcd" and not os.path.exists(netns.ETCD):
+        pytest.skip("etcd-server not installed")
     c = cluster(3)
-    ckpt, nodes, r3, pids3 = three_training(c, tmp_path, "1:3", script, backend, 3)
+    if store == "etcd":
+        netns.start_etcd(c, 3)
+    ckpt, nodes, r3, pids3 = three_training(c, tmp_path, "1:3", script, backend, 3, store)
     node2_pid = groups(nodes[2:])[r3]
     (frozen,) = {pid for _, pid in node2_pid.values()}
     (node0_pid,) = {pid for _, pid in groups(nodes[:1])[r3].values()}
@@ -241,6 +246,13 @@ def test_loss_during_a_reform(cluster, tmp_path, script, backend):
     print("\n[%s/%s] second loss during a re-form: node 0 alone in %.1f s" % (
         script, backend, time.monotonic() - t))
     assert_clean_end(nodes[:1], 1)
+    if store == "etcd":
+        # Both losses carried: the round of 3 into one of 2, that one (still re-forming) into
+        # node 0's round of 1.
+        logs = "".join(p.stderr for p in nodes)
+        for line in ("carried its 2 surviving node(s) into round",
+                     "carried its 1 surviving node(s) into round"):
+            assert line in logs, (line, logs[-4000:])
 
 
 def test_a_warm_spare_takes_a_lost_nodes_place(cluster, tmp_path):
