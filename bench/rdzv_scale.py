@@ -343,6 +343,8 @@ class Job:
             argv += ["--carry-start-nodes", str(self.args.carry_start_nodes)]
         if self.args.quiet_watch_max_nodes is not None:
             argv += ["--quiet-watch-max-nodes", str(self.args.quiet_watch_max_nodes)]
+        if self.args.tell_start_nodes is not None:
+            argv += ["--tell-start-nodes", str(self.args.tell_start_nodes)]
         line = Line(argv, "agents", nice=self.args.nodes_nice)
         self.groups.append((first, count, line))
         return line
@@ -791,6 +793,10 @@ def main():
                     help="quiet rounds of at most this many nodes rest on a watch of their end "
                          "held for the round (one per node); larger ones learn it at their "
                          "next beat (default: the rendezvous default, 5000; 0: never)")
+    ap.add_argument("--tell-start-nodes", type=int,
+                    help="quiet rounds of at least this many nodes are told their end by "
+                         "datagram from the node that ends them (default: the rendezvous "
+                         "default, 500; 0: never, and the nodes open no datagram socket)")
     ap.add_argument("--steady-s", type=float, default=10.0,
                     help="steady-state window; 0: measure the round only")
     ap.add_argument("--jobs", default="static,elastic",

@@ -14,7 +14,9 @@
 //                   [--run-id R] [--local-world-size L] [--heartbeat-ms H] [--dead-ms D]
 //                   [--last-call-ms C] [--join-timeout-s S] [--quiet-start-nodes Q]
 //                   [--carry-start-nodes C] [--quiet-watch-max-nodes W]
-//       Agents I..I+K-1 connect (each its own connection) and start their threads, which
+//                   [--tell-start-nodes T]
+//       Agents I..I+K-1 connect (each its own connection and datagram socket for told
+//       ends, as an agent of `cohort run`) and start their threads, which
 //       wait for `go`; then it prints {"ready": K}.
 //       stdin commands, each answered by one line:
 //         go                every agent starts its loop
@@ -74,6 +76,7 @@ struct Options {
   int quiet_start_nodes = -1;  // -1: the rendezvous default
   int carry_start_nodes = -1;  // -1: the rendezvous default
   int quiet_watch_max_nodes = -1;  // -1: the rendezvous default
+  int tell_start_nodes = -1;  // -1: the rendezvous default; 0: no told ends (no sockets)
 };
 
 // What one agent got for one round.
@@ -85,6 +88,7 @@ struct RoundRecord {
 struct Agent {
   int index = 0;
   std::shared_ptr<store::Store> store;
+  std::shared_ptr<rendezvous::RoundTell> tell;  // null: told no ends
   std::atomic<bool> stop{false};
   bool hung = false;  // guarded by Sim::mu_: takes no more steps, keeps its connection
   pthread_t thread{};
@@ -100,6 +104,9 @@ class Sim {
       auto agent = std::make_unique<Agent>();
       agent->index = o_.first + i;
       COHORT_ASSIGN_OR_RETURN(agent->store, OpenStore(agent->index));
+      if (o_.tell_start_nodes != 0) {
+        COHORT_ASSIGN_OR_RETURN(agent->tell, rendezvous::RoundTell::Open());
+      }
       agents_.push_back(std::move(agent));
     }
     return Status::Ok();
@@ -231,6 +238,7 @@ class Sim {
     Go();  // agents still at the gate see `stop`
     for (auto& a : agents_) {
       if (a->store) a->store->Abort();  // a killed agent's is gone
+      if (a->tell) a->tell->Cancel();
     }
     for (auto& a : agents_) Stop(*a);
   }
@@ -283,9 +291,11 @@ class Sim {
     if (o_.quiet_start_nodes >= 0) c.quiet_start_nodes = o_.quiet_start_nodes;
     if (o_.carry_start_nodes >= 0) c.carry_start_nodes = o_.carry_start_nodes;
     if (o_.quiet_watch_max_nodes >= 0) c.quiet_watch_max_nodes = o_.quiet_watch_max_nodes;
+    if (o_.tell_start_nodes >= 0) c.tell_start_nodes = o_.tell_start_nodes;
     rendezvous::NodeInfo self{fmt::format("node{}", a.index), "127.0.0.1", o_.local_world_size,
                               ""};
     rendezvous::Rendezvous r(a.store, c, self);
+    r.UseTell(a.tell);
     {
       MutexLock lock(&mu_);
       while (!go_) cv_.Wait(&mu_);
@@ -367,11 +377,13 @@ class Sim {
       cv_.SignalAll();  // a hung agent is parked on it
     }
     a.store->Abort();
+    if (a.tell) a.tell->Cancel();
     if (a.started) {
       pthread_join(a.thread, nullptr);
       a.started = false;
     }
     a.store.reset();
+    a.tell.reset();  // its socket closes, as a dead process's
   }
 
   Options o_;
@@ -420,7 +432,8 @@ int Usage() {
              "--token T | --etcd EP,... --prefix P)\n"
              "                [--run-id R] [--local-world-size L] [--heartbeat-ms H] "
              "[--dead-ms D] [--last-call-ms C] [--join-timeout-s S]\n"
-             "                [--quiet-start-nodes Q] [--carry-start-nodes C]\n");
+             "                [--quiet-start-nodes Q] [--carry-start-nodes C] "
+             "[--quiet-watch-max-nodes W] [--tell-start-nodes T]\n");
   return 2;
 }
 
@@ -446,6 +459,7 @@ bool ParseAgentFlags(int argc, char** argv, Options* o) {
     else if (flag == "--quiet-start-nodes") o->quiet_start_nodes = std::atoi(v.c_str());
     else if (flag == "--carry-start-nodes") o->carry_start_nodes = std::atoi(v.c_str());
     else if (flag == "--quiet-watch-max-nodes") o->quiet_watch_max_nodes = std::atoi(v.c_str());
+    else if (flag == "--tell-start-nodes") o->tell_start_nodes = std::atoi(v.c_str());
     else return false;
   }
   return o->count >= 1 && o->min_nodes >= 1 && o->max_nodes >= o->min_nodes &&

@@ -167,6 +167,7 @@ class Agent::Impl {
   int signal_fd_ = -1;
   std::shared_ptr<store::Store> store_;
   std::unique_ptr<Rendezvous> rdzv_;
+  std::shared_ptr<rendezvous::RoundTell> tell_;  // told round ends (null: none)
   // The node's snapshot directory (COHORT_SNAPSHOT_DIR), in shared memory: named with the
   // job's cookie, so the sweeper's helper removes it when the agent ends, however it ends.
   std::string snapshot_dir_;
@@ -473,6 +474,12 @@ std::optional<AgentResult> Agent::Impl::Setup() {
   }
   store_ = *store;
   rdzv_ = std::make_unique<Rendezvous>(store_, o_.rdzv, o_.self);
+  if (o_.rdzv.tell_start_nodes > 0 && o_.rdzv.max_nodes >= o_.rdzv.tell_start_nodes) {
+    auto tell = rendezvous::RoundTell::Open();  // without it, ends are learned at the beats
+    if (tell.ok()) tell_ = *tell;
+    if (!tell.ok()) COHORT_LOG_WARN(kLog, "{}", tell.status().message());
+    rdzv_->UseTell(tell_);
+  }
   // This agent's private runtime directory (membership channels, when it may offer them)
   // holds the sweeper's state too; the warm interpreter imports torch while the rendezvous
   // runs.
@@ -550,7 +557,7 @@ std::optional<AgentResult> Agent::Impl::Failed(const RendezvousInfo& info) {
   StopWorkers(SIGTERM);
   // Every node comes back after a failure: the next round closes once they all joined.
   auto ended = rdzv_->EndRound(
-      info.round, RoundEnd{RoundEnd::Kind::kFailure, fmt::format("rank {}", f.rank)}, &f,
+      info, RoundEnd{RoundEnd::Kind::kFailure, fmt::format("rank {}", f.rank)}, &f,
       info.group_world_size);
   if (!ended.ok()) {
     return AgentResult{kExitRendezvous,
@@ -578,7 +585,7 @@ std::optional<AgentResult> Agent::Impl::EndForLostPeer(const RendezvousInfo& inf
   }
   auto ended = lost_node >= 0 && lost_node != info.group_rank
                    ? rdzv_->EndRoundForLostNode(info, lost_node + 1, why, record)
-                   : rdzv_->EndRound(info.round, why, &record, info.group_world_size - 1);
+                   : rdzv_->EndRound(info, why, &record, info.group_world_size - 1);
   if (!ended.ok()) {
     StopWorkers(SIGTERM);
     return AgentResult{kExitRendezvous, fmt::format("cohort: {}; and the store is unreachable: {}",
@@ -677,7 +684,7 @@ AgentResult Agent::Impl::RunRounds() {
     // watcher lives until this node's outcome is on the store: its connection carries the
     // node's will, and once it ends the peers may take the node for gone.
     std::optional<RoundWatcher> watcher;
-    watcher.emplace(o_, *info);
+    watcher.emplace(o_, *info, tell_);
     bool retry = false;
     if (auto end = BeginRound(*info, *watcher, keep, &retry)) return *end;
     if (retry) {

@@ -11,7 +11,9 @@ namespace {
 constexpr const char* kLog = "agent";
 }  // namespace
 
-RoundWatcher::RoundWatcher(const AgentOptions& o, const rendezvous::RendezvousInfo& info) {
+RoundWatcher::RoundWatcher(const AgentOptions& o, const rendezvous::RendezvousInfo& info,
+                           std::shared_ptr<rendezvous::RoundTell> tell)
+    : tell_(std::move(tell)) {
   if (o.rdzv.max_nodes <= 1) return;
   auto ws = o.connect_store();
   if (!ws.ok()) {
@@ -25,6 +27,7 @@ RoundWatcher::RoundWatcher(const AgentOptions& o, const rendezvous::RendezvousIn
 void RoundWatcher::Watch(const AgentOptions& o, const rendezvous::RendezvousInfo& info) {
   pthread_setname_np(pthread_self(), "rdzv-watch");
   rendezvous::Rendezvous watch(store_, o.rdzv, o.self);
+  watch.UseTell(tell_);
   while (!stop_) {
     auto ended = watch.WatchStep(info, beating_.load());
     if (stop_) return;
@@ -49,7 +52,9 @@ RoundWatcher::~RoundWatcher() {
   if (!thread_.joinable()) return;
   stop_ = true;
   store_->Abort();
+  if (tell_) tell_->Cancel();
   thread_.join();
+  if (tell_) tell_->Uncancel();  // the next round's watcher waits on it again
 }
 
 }  // namespace cohort::agent

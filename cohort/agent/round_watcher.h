@@ -5,7 +5,7 @@
 // Thread-safety: the owner (the agent's monitor thread) constructs, reads fd()/why(),
 // calls StopBeating() and destroys it; the watcher thread shares with it only an eventfd,
 // two atomics and why_ under a mutex. The destructor aborts the watcher's store connection
-// and joins the thread.
+// and its wait for a told end (RoundTell::Cancel), joins the thread, then clears the cancel.
 #pragma once
 
 #include <atomic>
@@ -22,7 +22,9 @@ namespace cohort::agent {
 
 class RoundWatcher {
  public:
-  RoundWatcher(const AgentOptions& o, const rendezvous::RendezvousInfo& info);
+  // `tell` (may be null): the agent's socket for told ends (Rendezvous::UseTell).
+  RoundWatcher(const AgentOptions& o, const rendezvous::RendezvousInfo& info,
+               std::shared_ptr<rendezvous::RoundTell> tell);
   ~RoundWatcher();
   RoundWatcher(const RoundWatcher&) = delete;
   RoundWatcher& operator=(const RoundWatcher&) = delete;
@@ -47,6 +49,7 @@ class RoundWatcher {
   std::atomic<bool> stop_{false};
   std::atomic<bool> beating_{true};
   std::shared_ptr<store::Store> store_;
+  std::shared_ptr<rendezvous::RoundTell> tell_;
   std::thread thread_;
 };
 

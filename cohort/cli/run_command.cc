@@ -248,6 +248,7 @@ constexpr NodeCountKey kNodeCountKeys[] = {
     {"quiet_start_nodes", 1, "every round", &rendezvous::RendezvousConfig::quiet_start_nodes},
     {"quiet_watch_max_nodes", 0, "no held watches",
      &rendezvous::RendezvousConfig::quiet_watch_max_nodes},
+    {"tell_start_nodes", 0, "never tell", &rendezvous::RendezvousConfig::tell_start_nodes},
 };
 
 const NodeCountKey* FindNodeCountKey(std::string_view key) {

@@ -378,6 +378,7 @@ Result<Rendezvous::Published> Rendezvous::PublishLayout(int64_t round, int64_t m
     Published ours;
     ours.layout = RoundLayout::FromNodes(nodes);
     ours.master = std::move(nodes[0]);
+    ours.tell_key = RandomHex(16);
     COHORT_ASSIGN_OR_RETURN(std::string text, RequestUntilDeadline(join_deadline, [&](Deadline d) {
                               return store_->CompareSet(RoundKey(round, "layout"), "",
                                                         ours.Encode(), d);
@@ -454,6 +455,7 @@ RendezvousInfo Rendezvous::MakeInfo(int64_t round, int64_t slot, Published publi
   info.world_size = published.layout.WorldSize();
   info.layout = std::move(published.layout);
   info.carried = std::move(published.carried);
+  info.tell_key = std::move(published.tell_key);
   info.restart_count = restarts;
   info.store_prefix = fmt::format("rdzv/{}/r{}/w", config_.run_id, round);
   COHORT_LOG_DEBUG(kLog, "round {}: node {} of {}", round, info.group_rank,
@@ -467,12 +469,22 @@ RendezvousInfo Rendezvous::MakeInfo(int64_t round, int64_t slot, Published publi
 // finally advance the round counter.
 Result<bool> Rendezvous::EndRound(int64_t round, const RoundEnd& why,
                                   const FailureRecord* failure, int64_t expect_next) {
-  return EndRoundThen(round, why, failure, expect_next, nullptr);
+  COHORT_ASSIGN_OR_RETURN(auto wrote, EndRoundThen(round, why, failure, expect_next, nullptr));
+  return wrote.has_value();
 }
 
-Result<bool> Rendezvous::EndRoundThen(int64_t round, const RoundEnd& why,
-                                      const FailureRecord* failure, int64_t expect_next,
-                                      const BeforeNext& before_next) {
+Result<bool> Rendezvous::EndRound(const RendezvousInfo& info, const RoundEnd& why,
+                                  const FailureRecord* failure, int64_t expect_next) {
+  COHORT_ASSIGN_OR_RETURN(auto wrote,
+                          EndRoundThen(info.round, why, failure, expect_next, nullptr));
+  if (wrote) TellEnd(info, *wrote, info.group_rank);
+  return wrote.has_value();
+}
+
+Result<std::optional<std::string>> Rendezvous::EndRoundThen(int64_t round, const RoundEnd& why,
+                                                            const FailureRecord* failure,
+                                                            int64_t expect_next,
+                                                            const BeforeNext& before_next) {
   const std::string reason = why.Encode();
   std::string claim = fmt::format("{}#{}", reason, RandomHex(8));
   // Every request here may be repeated (compare-and-sets from absent, with a claim of this
@@ -502,14 +514,16 @@ Result<bool> Rendezvous::EndRoundThen(int64_t round, const RoundEnd& why,
   }
   RoundEnd told = why;  // what `next` says: the reason, and the round carried into
   if (won && before_next) told.carried = before_next(restarts);
+  std::optional<std::string> wrote;
   if (won) {
-    COHORT_RETURN_IF_ERROR(put_once(RoundKey(round, "next"), told.Encode()).status());
+    wrote = told.Encode();
+    COHORT_RETURN_IF_ERROR(put_once(RoundKey(round, "next"), *wrote).status());
   } else {
     // The winner sets `next`; make sure it exists before returning so callers can rely on it.
     COHORT_RETURN_IF_ERROR(store_->Wait({RoundKey(round, "next")}, CallDeadline()));
   }
   COHORT_RETURN_IF_ERROR(AdvanceRound(round, CallDeadline()));
-  return won;
+  return wrote;
 }
 
 // The restart count goes up by one with a compare-and-set from the value read, not an Add:

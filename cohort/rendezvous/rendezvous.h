@@ -54,6 +54,7 @@
 
 #include "cohort/base/status.h"
 #include "cohort/base/time.h"
+#include "cohort/rendezvous/round_tell.h"
 #include "cohort/store/store.h"
 
 namespace cohort::rendezvous {
@@ -63,6 +64,7 @@ struct NodeInfo {
   std::string addr;            // address other nodes reach this node at
   int local_world_size = 1;
   std::string boot_id;         // same host + boot id = shared memory possible
+  int tell_port = 0;           // UDP port its watcher is told a round's end at (0: none)
 
   std::string ToJson() const;
   static Result<NodeInfo> FromJson(std::string_view text);
@@ -107,6 +109,14 @@ struct RendezvousConfig {
   // spare waits, or fewer than MIN would be left; a node left out that is alive joins
   // as a late node (a re-rendezvous). 0: never.
   int carry_start_nodes = 500;
+  // Quiet rounds of at least this many nodes are told their end by datagram (RoundTell):
+  // the node that ends the round reads the round's records and sends the end to every
+  // node, whose watcher rests on its datagram socket between its beats (and in its first
+  // step) instead of asking the store nothing: the end is learned as it is written, not at
+  // the next beat (a beat period, 20 s at 10,000 nodes on etcd, later), without a watch
+  // per node on the store. Only nodes given a RoundTell (UseTell; `cohort run` does) take
+  // part. 0: never.
+  int tell_start_nodes = 500;
   // A warm spare (`cohort run --standby`): Next() joins no running round and asks for no
   // re-rendezvous; it waits for a round that loses a node and takes the place in the next
   // one (behind the survivors, never in place of one). Rounds after that as any node.
@@ -165,6 +175,8 @@ struct RendezvousInfo {
   RoundLayout layout;
   // A carried round's members (else records_round -1: this round's join records).
   CarriedMembers carried;
+  // The key a datagram telling this round's end must carry (RoundTell; empty: none).
+  std::string tell_key;
   int64_t RecordsRound() const {
     return carried.records_round >= 0 ? carried.records_round : round;
   }
@@ -245,6 +257,9 @@ class Rendezvous {
   // closing (r<R+1>/expect): its last call ends once they joined.
   Result<bool> EndRound(int64_t round, const RoundEnd& why, const FailureRecord* failure,
                         int64_t expect_next = 0);
+  // The same for `info`'s round, whose nodes the winner then tells the end (tell_start_nodes).
+  Result<bool> EndRound(const RendezvousInfo& info, const RoundEnd& why,
+                        const FailureRecord* failure, int64_t expect_next);
   // Ends `info`'s round for its lost node of slot `lost_slot` (a watcher's silent peer, or
   // the node of a peer a worker's collective lost): EndRound for a dead node (the next
   // round expects the others), whose winner first carries the others into the next round
@@ -284,6 +299,10 @@ class Rendezvous {
 
   // Whether a round of `members` nodes is large enough to carry (carry_start_nodes).
   bool Carries(int64_t members) const;
+  // This node is told its rounds' ends by datagram, and tells them, through `tell` (its
+  // port goes into this node's record: call before Next). Shared by the agent's
+  // Rendezvous objects (its own and its watcher's).
+  void UseTell(std::shared_ptr<RoundTell> tell);
 
   const RendezvousConfig& config() const { return config_; }
   store::Store& store() { return *store_; }
@@ -312,6 +331,7 @@ class Rendezvous {
     NodeInfo master;  // node 1's record
     int64_t seen = 0;  // the store's mark of the layout's write (Store::GetSince), 0: none
     CarriedMembers carried;  // a carried round's members (records_round -1: not carried)
+    std::string tell_key;    // the round's key for told ends (random, from its slot 1)
     std::string Encode() const;
     static Result<Published> Decode(std::string_view text);
   };
@@ -360,8 +380,19 @@ class Rendezvous {
   // The job's restart count one up (the winner of a failure's end), sent again on a timeout
   // until `until`; returns the count after it.
   Result<int64_t> CountRestart(Deadline until);
-  Result<bool> EndRoundThen(int64_t round, const RoundEnd& why, const FailureRecord* failure,
-                            int64_t expect_next, const BeforeNext& before_next);
+  // Returns the text this call wrote in `next` (nullopt: another node ended the round).
+  Result<std::optional<std::string>> EndRoundThen(int64_t round, const RoundEnd& why,
+                                                  const FailureRecord* failure,
+                                                  int64_t expect_next,
+                                                  const BeforeNext& before_next);
+  // Told ends (round_tell.h, rendezvous_tell.cc). Whether `info`'s round is told its end
+  // (this node has a RoundTell, the round a key and tell_start_nodes nodes); the winner's
+  // sending of `end` to every node of the round but group rank `skip` (a read of the
+  // round's records); a quiet watcher's rest until `wake` (on its datagram socket where
+  // the round is told, else Store::Idle): the end told, or nullopt at `wake`.
+  bool TellsEnd(const RendezvousInfo& info) const;
+  void TellEnd(const RendezvousInfo& info, std::string_view end, int skip);
+  Result<std::optional<RoundEnd>> RestIdle(const RendezvousInfo& info, Deadline wake);
   // WatchStep's parts (rendezvous_watch.cc): a round's first step (its will, whether it is
   // quiet), that step on a store without wills, a step with a beat, a silent peer's end.
   void BeginWatchRound(const RendezvousInfo& info);
@@ -389,6 +420,7 @@ class Rendezvous {
   std::shared_ptr<store::Store> store_;
   RendezvousConfig config_;
   NodeInfo self_;
+  std::shared_ptr<RoundTell> tell_;  // told ends (UseTell); null: none
   // Dead-node detection state (watcher thread only): the one peer this node watches.
   int64_t first_step_round_ = -1;  // the round whose first watch step was taken
   bool will_left_ = false;         // this round's will (r<R>/gone<S>) is on the store

@@ -71,7 +71,10 @@ Result<bool> Rendezvous::EndRoundForLostNode(const RendezvousInfo& info, int los
     if (!*carried || restarts < 0) return std::nullopt;
     return RoundEnd::Carried{restarts, std::move(**carried)};
   };
-  return EndRoundThen(info.round, why, &record, info.group_world_size - 1, carry);
+  COHORT_ASSIGN_OR_RETURN(auto wrote,
+                          EndRoundThen(info.round, why, &record, info.group_world_size - 1, carry));
+  if (wrote) TellEnd(info, *wrote, info.group_rank);
+  return wrote.has_value();
 }
 
 // The members of `info`'s round without the group ranks `lost` (ascending), as the next
@@ -187,6 +190,7 @@ Result<std::optional<std::string>> Rendezvous::CarryRound(const RendezvousInfo& 
   Published next;
   next.layout = info.layout.Without(lost);
   next.carried = MembersWithout(info, lost);
+  next.tell_key = info.tell_key;
   int first = 0;  // the new group rank 0, in this round's ranks
   while (std::binary_search(lost.begin(), lost.end(), first)) ++first;
   if (first == 0) {
@@ -240,9 +244,11 @@ Result<std::optional<RendezvousInfo>> Rendezvous::JoinCarried(int64_t round, int
   };
   COHORT_LOG_INFO(kLog, "round {} is running with room; joining it as its node {}", round,
                   members);
-  COHORT_RETURN_IF_ERROR(EndRoundThen(round, RoundEnd{RoundEnd::Kind::kJoin, self_.host},
-                                      nullptr, members + 1, carry)
-                             .status());
+  COHORT_ASSIGN_OR_RETURN(auto wrote,
+                          EndRoundThen(round, RoundEnd{RoundEnd::Kind::kJoin, self_.host},
+                                       nullptr, members + 1, carry));
+  // The round's nodes are told (this node is none of them).
+  if (wrote) TellEnd(MakeInfo(round, 1, now, restarts), *wrote, -1);
   if (!carried) return Taken();
   COHORT_LOG_WARN(kLog, "round {}: carried its {} node(s) into round {} with this one",
                   round, members, round + 1);

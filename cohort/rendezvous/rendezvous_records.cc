@@ -29,7 +29,8 @@ std::string SignalName(int sig) {
 }  // namespace
 
 // The records' JSON: every field by its name; a missing field keeps its default.
-NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(NodeInfo, host, addr, local_world_size, boot_id)
+NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(NodeInfo, host, addr, local_world_size, boot_id,
+                                                tell_port)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE_WITH_DEFAULT(FailureRecord, rank, host, exit_code, signal,
                                                 message)
 
@@ -235,11 +236,13 @@ std::string RoundEnd::Describe() const {
   return fmt::format("{} failed", detail);
 }
 
-// r<R>/layout: the layout's text, a newline, then node 1's record (JSON: one line); a
-// carried round's, a line "carried:<records round>:<left-out slots, comma-separated>" and
-// a line "appended:<token> <record>" per appended node.
+// r<R>/layout: the layout's text, a newline, then node 1's record (JSON: one line); the
+// round's tell key, "tell:<key>", when it has one; a carried round's, a line
+// "carried:<records round>:<left-out slots, comma-separated>" and a line
+// "appended:<token> <record>" per appended node.
 std::string Rendezvous::Published::Encode() const {
   std::string text = layout.Encode() + "\n" + master.ToJson();
+  if (!tell_key.empty()) text += "\ntell:" + tell_key;
   if (carried.records_round >= 0) {
     text += fmt::format("\ncarried:{}:{}", carried.records_round, fmt::join(carried.left_out, ","));
     for (const auto& a : carried.appended) {
@@ -284,11 +287,16 @@ Result<Rendezvous::Published> Rendezvous::Published::Decode(std::string_view tex
   Published published;
   COHORT_ASSIGN_OR_RETURN(published.layout, RoundLayout::Decode(lines[0]));
   COHORT_ASSIGN_OR_RETURN(published.master, NodeInfo::FromJson(lines[1]));
-  if (lines.size() == 2) return published;
-  auto bad = [&] { return DataLoss("malformed carried round '{}'", lines[2].substr(0, 64)); };
-  if (!StartsWith(lines[2], "carried:")) return bad();
-  COHORT_RETURN_IF_ERROR(DecodeCarried(lines[2].substr(8), &published.carried));
-  for (size_t i = 3; i < lines.size(); ++i) {
+  size_t next = 2;
+  if (next < lines.size() && StartsWith(lines[next], "tell:")) {
+    published.tell_key = std::string(lines[next].substr(5));
+    ++next;
+  }
+  if (lines.size() == next) return published;
+  auto bad = [&] { return DataLoss("malformed carried round '{}'", lines[next].substr(0, 64)); };
+  if (!StartsWith(lines[next], "carried:")) return bad();
+  COHORT_RETURN_IF_ERROR(DecodeCarried(lines[next].substr(8), &published.carried));
+  for (size_t i = next + 1; i < lines.size(); ++i) {
     std::string_view line = lines[i];
     const size_t space = line.find(' ');
     if (!StartsWith(line, "appended:") || space == std::string_view::npos) return bad();

@@ -30,9 +30,12 @@ Result<std::optional<RoundEnd>> Rendezvous::FirstStepWithoutWill(const Rendezvou
   // compete with the joins still in flight. A large round's nodes do not even watch for
   // the round's end in this step, on a store where that is a request (etcd: thousands of
   // watches at once cost it more than the joins; docs/scale.md): the beat that ends the
-  // step reads `next`, so a round that ends this early is learned up to a period late.
+  // step reads `next`, so a round that ends this early is learned up to a period late
+  // (unless it is told: RestIdle).
   if (quiet_) {
-    Status idle = store_->Idle(wake);
+    auto rested = RestIdle(info, wake);
+    if (rested.ok() && *rested) return rested;
+    Status idle = rested.status();
     if (idle.ok()) {
       if (info.slot == 1 && DeadTimeout(info) > config_.dead_timeout) {
         COHORT_LOG_WARN(kLog,
@@ -165,8 +168,9 @@ Result<std::optional<RoundEnd>> Rendezvous::BeatStep(const RendezvousInfo& info,
   // etcd, one watch for the round, opened at this first beat, where a watch per step cost
   // it more than it could give): one request per step, the round's end learned at once.
   // Above quiet_watch_max_nodes, or where the store holds no wait, it rests asking nothing
-  // and learns the end at the next beat. Otherwise the beat call waits for `next` (and a
-  // will) itself.
+  // (RestIdle): told the end by datagram where the round is told (tell_start_nodes), else
+  // learning it at the next beat. Otherwise the beat call waits for `next` (and a will)
+  // itself.
   const size_t next_at = peek.size();
   const std::string next_key = wait[0];
   if (quiet_) {
@@ -190,8 +194,7 @@ Result<std::optional<RoundEnd>> Rendezvous::BeatStep(const RendezvousInfo& info,
       }
       if (ended.status().code() != StatusCode::kFailedPrecondition) return ended.status();
     }
-    COHORT_RETURN_IF_ERROR(store_->Idle(wake));
-    return std::optional<RoundEnd>();
+    return RestIdle(info, wake);
   };
   auto beat_result =
       store_->Beat(beat ? RoundKey(round, fmt::format("hb{}", info.slot)) : std::string(), peek,
