@@ -469,22 +469,17 @@ RendezvousInfo Rendezvous::MakeInfo(int64_t round, int64_t slot, Published publi
 // finally advance the round counter.
 Result<bool> Rendezvous::EndRound(int64_t round, const RoundEnd& why,
                                   const FailureRecord* failure, int64_t expect_next) {
-  COHORT_ASSIGN_OR_RETURN(auto wrote, EndRoundThen(round, why, failure, expect_next, nullptr));
-  return wrote.has_value();
+  return EndRoundThen(round, why, failure, expect_next, nullptr, {});
 }
 
 Result<bool> Rendezvous::EndRound(const RendezvousInfo& info, const RoundEnd& why,
                                   const FailureRecord* failure, int64_t expect_next) {
-  COHORT_ASSIGN_OR_RETURN(auto wrote,
-                          EndRoundThen(info.round, why, failure, expect_next, nullptr));
-  if (wrote) TellEnd(info, *wrote, info.group_rank);
-  return wrote.has_value();
+  return EndRoundThen(info.round, why, failure, expect_next, nullptr, {&info, info.group_rank});
 }
 
-Result<std::optional<std::string>> Rendezvous::EndRoundThen(int64_t round, const RoundEnd& why,
-                                                            const FailureRecord* failure,
-                                                            int64_t expect_next,
-                                                            const BeforeNext& before_next) {
+Result<bool> Rendezvous::EndRoundThen(int64_t round, const RoundEnd& why,
+                                      const FailureRecord* failure, int64_t expect_next,
+                                      const BeforeNext& before_next, TellTo tell) {
   const std::string reason = why.Encode();
   std::string claim = fmt::format("{}#{}", reason, RandomHex(8));
   // Every request here may be repeated (compare-and-sets from absent, with a claim of this
@@ -499,6 +494,8 @@ Result<std::optional<std::string>> Rendezvous::EndRoundThen(int64_t round, const
   };
   COHORT_ASSIGN_OR_RETURN(std::string owner, put_once(RoundKey(round, "ended_by"), claim));
   bool won = owner == claim;
+  // The winner reads the records of the nodes to tell while it ends the round.
+  auto nodes = won && tell.info ? ReadForTell(*tell.info) : std::future<Nodes>();
   if (failure != nullptr) {
     COHORT_RETURN_IF_ERROR(put_once(RoundKey(round, "failure"), failure->ToJson()).status());
   }
@@ -514,16 +511,16 @@ Result<std::optional<std::string>> Rendezvous::EndRoundThen(int64_t round, const
   }
   RoundEnd told = why;  // what `next` says: the reason, and the round carried into
   if (won && before_next) told.carried = before_next(restarts);
-  std::optional<std::string> wrote;
   if (won) {
-    wrote = told.Encode();
-    COHORT_RETURN_IF_ERROR(put_once(RoundKey(round, "next"), *wrote).status());
+    const std::string end = told.Encode();
+    COHORT_RETURN_IF_ERROR(put_once(RoundKey(round, "next"), end).status());
+    if (nodes.valid()) TellEnd(*tell.info, end, tell.skip, std::move(nodes));
   } else {
     // The winner sets `next`; make sure it exists before returning so callers can rely on it.
     COHORT_RETURN_IF_ERROR(store_->Wait({RoundKey(round, "next")}, CallDeadline()));
   }
   COHORT_RETURN_IF_ERROR(AdvanceRound(round, CallDeadline()));
-  return wrote;
+  return won;
 }
 
 // The restart count goes up by one with a compare-and-set from the value read, not an Add:

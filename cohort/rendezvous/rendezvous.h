@@ -46,6 +46,7 @@
 #pragma once
 
 #include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -380,18 +381,26 @@ class Rendezvous {
   // The job's restart count one up (the winner of a failure's end), sent again on a timeout
   // until `until`; returns the count after it.
   Result<int64_t> CountRestart(Deadline until);
-  // Returns the text this call wrote in `next` (nullopt: another node ended the round).
-  Result<std::optional<std::string>> EndRoundThen(int64_t round, const RoundEnd& why,
-                                                  const FailureRecord* failure,
-                                                  int64_t expect_next,
-                                                  const BeforeNext& before_next);
+  // The winner tells the end to the nodes of `tell.info`'s round but group rank `tell.skip`
+  // (TellEnd), once `next` is written, before the round counter moves on; null: nobody.
+  struct TellTo {
+    const RendezvousInfo* info = nullptr;
+    int skip = -1;
+  };
+  Result<bool> EndRoundThen(int64_t round, const RoundEnd& why, const FailureRecord* failure,
+                            int64_t expect_next, const BeforeNext& before_next, TellTo tell);
   // Told ends (round_tell.h, rendezvous_tell.cc). Whether `info`'s round is told its end
-  // (this node has a RoundTell, the round a key and tell_start_nodes nodes); the winner's
-  // sending of `end` to every node of the round but group rank `skip` (a read of the
-  // round's records); a quiet watcher's rest until `wake` (on its datagram socket where
-  // the round is told, else Store::Idle): the end told, or nullopt at `wake`.
+  // (this node has a RoundTell, the round a key and tell_start_nodes nodes, the store rests
+  // between beats); the round's records, read on a thread of its own while the winner ends
+  // the round (an invalid future where it is not told; the thread reads only store_ and
+  // config_); the sending of `end` to every node of the round but group rank `skip`; a quiet
+  // watcher's rest until `wake` (on its datagram socket where the round is told, else
+  // Store::Idle): the end told, or nullopt at `wake`.
+  using Nodes = Result<std::vector<NodeInfo>>;
   bool TellsEnd(const RendezvousInfo& info) const;
-  void TellEnd(const RendezvousInfo& info, std::string_view end, int skip);
+  std::future<Nodes> ReadForTell(const RendezvousInfo& info);
+  void TellEnd(const RendezvousInfo& info, std::string_view end, int skip,
+               std::future<Nodes> nodes);
   Result<std::optional<RoundEnd>> RestIdle(const RendezvousInfo& info, Deadline wake);
   // WatchStep's parts (rendezvous_watch.cc): a round's first step (its will, whether it is
   // quiet), that step on a store without wills, a step with a beat, a silent peer's end.

@@ -71,10 +71,8 @@ Result<bool> Rendezvous::EndRoundForLostNode(const RendezvousInfo& info, int los
     if (!*carried || restarts < 0) return std::nullopt;
     return RoundEnd::Carried{restarts, std::move(**carried)};
   };
-  COHORT_ASSIGN_OR_RETURN(auto wrote,
-                          EndRoundThen(info.round, why, &record, info.group_world_size - 1, carry));
-  if (wrote) TellEnd(info, *wrote, info.group_rank);
-  return wrote.has_value();
+  return EndRoundThen(info.round, why, &record, info.group_world_size - 1, carry,
+                      {&info, info.group_rank});
 }
 
 // The members of `info`'s round without the group ranks `lost` (ascending), as the next
@@ -244,11 +242,10 @@ Result<std::optional<RendezvousInfo>> Rendezvous::JoinCarried(int64_t round, int
   };
   COHORT_LOG_INFO(kLog, "round {} is running with room; joining it as its node {}", round,
                   members);
-  COHORT_ASSIGN_OR_RETURN(auto wrote,
-                          EndRoundThen(round, RoundEnd{RoundEnd::Kind::kJoin, self_.host},
-                                       nullptr, members + 1, carry));
-  // The round's nodes are told (this node is none of them).
-  if (wrote) TellEnd(MakeInfo(round, 1, now, restarts), *wrote, -1);
+  const RendezvousInfo running = MakeInfo(round, 1, now, restarts);  // told (this node is none)
+  COHORT_RETURN_IF_ERROR(EndRoundThen(round, RoundEnd{RoundEnd::Kind::kJoin, self_.host},
+                                      nullptr, members + 1, carry, {&running, -1})
+                             .status());
   if (!carried) return Taken();
   COHORT_LOG_WARN(kLog, "round {}: carried its {} node(s) into round {} with this one",
                   round, members, round + 1);

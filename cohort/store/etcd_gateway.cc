@@ -128,6 +128,14 @@ int64_t RevisionClock::ReachedBy(SteadyClock::time_point at) const {
   return after == samples_.begin() ? 0 : std::prev(after)->second;
 }
 
+int64_t RevisionClock::Earliest() const {
+  MutexLock lock(&mu_);
+  // (An answer without a header, as the first one a client gets, notes revision 0.)
+  auto first = std::find_if(samples_.begin(), samples_.end(),
+                            [](const auto& s) { return s.second > 0; });
+  return first == samples_.end() ? 0 : first->second;
+}
+
 std::optional<SteadyClock::time_point> RevisionClock::DateOf(int64_t revision) const {
   MutexLock lock(&mu_);
   auto reached = std::lower_bound(samples_.begin(), samples_.end(), revision,

@@ -259,18 +259,24 @@ std::string EtcdStore::endpoint() const {
 
 Result<std::vector<bool>> EtcdStore::Silent(const std::vector<std::string>& keys,
                                             Duration quiet_for, Deadline deadline) {
-  const int64_t then = impl_->revisions.ReachedBy(SteadyClock::now() - quiet_for);
-  if (then == 0) {
+  auto cannot = [&] {
     return FailedPrecondition("this etcd client has no answer from {:.1f} s ago to date writes by",
                               std::chrono::duration<double>(quiet_for).count());
-  }
+  };
+  int64_t then = impl_->revisions.ReachedBy(SteadyClock::now() - quiet_for);
+  // A client younger than `quiet_for` still dates a key written after its earliest answer:
+  // written since (a young rendezvous round's keys, all written after the client joined).
+  const int64_t since = then != 0 ? then : impl_->revisions.Earliest();
+  if (since == 0) return cannot();
   COHORT_ASSIGN_OR_RETURN(std::vector<json> kvs,
                           impl_->ReadKvs(keys, /*keys_only=*/true, deadline));
   std::vector<bool> silent;
   silent.reserve(kvs.size());
   for (const auto& kv : kvs) {
-    silent.push_back(kv.is_null() ||
-                     (Int(kv, "lease") == 0 && Int(kv, "mod_revision") <= then));
+    const bool leased = !kv.is_null() && Int(kv, "lease") != 0;
+    const bool before = !kv.is_null() && Int(kv, "mod_revision") <= since;
+    if (then == 0 && before && !leased) return cannot();  // written before the earliest answer
+    silent.push_back(kv.is_null() || (!leased && before));
   }
   return silent;
 }

@@ -350,12 +350,15 @@ TEST_F(EtcdStoreTest, AQuietRoundLearnsItsEndAsItIsWritten) {
 
 // Silent dates keys by etcd's own order of writes: a key written before the moment
 // `quiet_for` ago is silent, one written since is not, an absent one is; a client that has
-// no answer from that long ago cannot tell (kFailedPrecondition).
+// no answer from that long ago dates only keys written after its first (kFailedPrecondition).
 TEST_F(EtcdStoreTest, SilentDatesWritesByEtcdsRevisions) {
+  ASSERT_TRUE(store_->Set("old", "1", Soon()).ok());
   auto fresh = Make();
-  auto early = fresh->Silent({"a"}, 10s, Deadline::After(5s));
-  ASSERT_FALSE(early.ok());
-  EXPECT_EQ(early.status().code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(fresh->Peek({"a"}, Soon()).ok() && store_->Set("new", "1", Soon()).ok());
+  auto early = fresh->Silent({"new", "a"}, 10s, Soon());
+  ASSERT_TRUE(early.ok()) << early.status().ToString();
+  EXPECT_EQ(*early, (std::vector<bool>{false, true}));
+  EXPECT_EQ(fresh->Silent({"old"}, 10s, Soon()).status().code(), StatusCode::kFailedPrecondition);
   ASSERT_TRUE(store_->Set("hb1", "1", Deadline::After(5s)).ok());
   // Answers at least 300 ms after that write (their revisions date it).
   const auto written = SteadyClock::now();

@@ -235,8 +235,9 @@ class Store {
   // own order of writes (not the caller's view of them): true for such a key, and for one
   // that is absent; false for one the store keeps on a lease (LeaseKey: its holder renews
   // it instead of writing it, and the store deletes it when the holder stops). Meant for many keys under one parent (a round's beat counters), which a
-  // store may read as one range. Stores that cannot date writes, or not that far back, say
-  // kFailedPrecondition (the default). The rendezvous finds every node silent at the
+  // store may read as one range. Stores that cannot date writes, or not a key written that
+  // far back, say kFailedPrecondition (the default; EtcdStore dates keys written after its
+  // earliest answer even when that answer is younger than `quiet_for`). The rendezvous finds every node silent at the
   // moment one is found dead with it (a carried round leaves them all out; rendezvous.h).
   virtual Result<std::vector<bool>> Silent(const std::vector<std::string>& keys,
                                            Duration quiet_for, Deadline deadline) {

@@ -21,12 +21,14 @@ Sequences:
   (live/gloo), once on etcd (elastic/cohort), where the first loss is carried.
 
 The loss -> join -> loss sequence runs once on the embedded store (live/cohort) and once on
-a 3-member etcd across the hosts (elastic/gloo), whose rounds run as those of 500 nodes and
-more do by default (`--rdzv-conf quiet_start_nodes=2,carry_start_nodes=2`): quiet, each
-node resting on a held watch of the round's end; each loss carried (the survivors form the
-next round from the end they were told, without joining it) and the newcomer appended to
-the running round (its nodes do not join again). The etcd run asserts both in the agents'
-logs.
+a 3-member etcd across the hosts (elastic/gloo), whose rounds run as those of more than
+5,000 nodes do by default (`--rdzv-conf quiet_start_nodes=2,carry_start_nodes=2,
+quiet_watch_max_nodes=0,tell_start_nodes=2`): quiet, each node resting between its beats
+without a watch, told each round's end by datagram by the node that ended it; each loss
+carried (the survivors form the next round from the end they were told, without joining
+it) and the newcomer appended to the running round (its nodes do not join again). The etcd
+run asserts all three in the agents' logs. (The loss during a re-form on etcd rests on
+held watches, as rounds of 500 to 5,000 nodes do.)
 
 Needs root (skipped otherwise).
 """
@@ -56,6 +58,8 @@ PAIRS = {"loss_join_loss": [("live", "cohort", "embedded"), ("elastic", "gloo", 
 RDZV_CONF = "join_timeout=60,last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=6"
 # etcd: rounds of two nodes and more quiet (held watches) and carried, as at 500 and more.
 ETCD_CONF = ",quiet_start_nodes=2,carry_start_nodes=2"
+# ... or quiet without held watches, told their ends by datagram, as above 5,000 nodes.
+TOLD_CONF = ",quiet_start_nodes=2,carry_start_nodes=2,quiet_watch_max_nodes=0,tell_start_nodes=2"
 
 pytestmark = [
     pytest.mark.skipif(netns.available() is not None, reason=str(netns.available())),
@@ -80,7 +84,8 @@ def script_argv(script, backend, ckpt, length):
             "--step-sleep", "0.02", "--backend", backend]
 
 
-def start(c, i, nnodes, script, backend, ckpt, length, name=None, extra=(), store="embedded"):
+def start(c, i, nnodes, script, backend, ckpt, length, name=None, extra=(), store="embedded",
+          conf=ETCD_CONF):
     if store == "etcd":  # the members netns.start_etcd runs on hosts 0-2
         rdzv = ["--rdzv-backend", "etcd", "--rdzv-endpoint",
                 ",".join("%s:2379" % c.addr(h) for h in range(3))]
@@ -88,7 +93,7 @@ def start(c, i, nnodes, script, backend, ckpt, length, name=None, extra=(), stor
         rdzv = ["--rdzv-endpoint", "%s:29400" % c.addr(0)]
     argv = [str(BIN), "run", "--nnodes", nnodes, "--nproc-per-node", "1", *rdzv,
             "--rdzv-id", c.tag, "--local-addr", c.addr(i), "--max-restarts", "3",
-            "--rdzv-conf", RDZV_CONF + (ETCD_CONF if store == "etcd" else ""), *extra,
+            "--rdzv-conf", RDZV_CONF + (conf if store == "etcd" else ""), *extra,
             "--", *script_argv(script, backend, ckpt, length)]
     return c.start(i, argv, node_env(c, i), name or "node%d" % i)
 
@@ -164,12 +169,14 @@ def assert_clean_end(procs, world):
     assert len(set(digests.values())) == 1, digests
 
 
-def three_training(c, tmp_path, nnodes, script, backend, length, store="embedded"):
+def three_training(c, tmp_path, nnodes, script, backend, length, store="embedded",
+                   conf=ETCD_CONF):
     """Nodes 0-2 of `c` training as one job of 3 ranks; returns (checkpoint directory,
     their processes, the round, its worker PIDs)."""
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
-    nodes = [start(c, i, nnodes, script, backend, ckpt, length, store=store) for i in range(3)]
+    nodes = [start(c, i, nnodes, script, backend, ckpt, length, store=store, conf=conf)
+             for i in range(3)]
     r3, pids3 = wait_group(nodes, 3, after=-1)
     wait_training(nodes, r3)
     return ckpt, nodes, r3, pids3
@@ -186,7 +193,8 @@ def test_loss_join_loss(cluster, tmp_path, script, backend, store):
     c = cluster(3)
     if store == "etcd":
         netns.start_etcd(c, 3)
-    ckpt, nodes, r3, pids3 = three_training(c, tmp_path, "2:3", script, backend, 4, store)
+    ckpt, nodes, r3, pids3 = three_training(c, tmp_path, "2:3", script, backend, 4, store,
+                                            TOLD_CONF)
     t = time.monotonic()
     nodes[2].kill()
     survivors = nodes[:2]
@@ -195,7 +203,8 @@ def test_loss_join_loss(cluster, tmp_path, script, backend, store):
     print("\n[%s/%s] loss: re-formed as 2 in %.1f s" % (script, backend, time.monotonic() - t))
     wait_training(survivors, r2)
     t = time.monotonic()
-    newcomer = start(c, 2, "2:3", script, backend, ckpt, 4, "node2-again", store=store)
+    newcomer = start(c, 2, "2:3", script, backend, ckpt, 4, "node2-again", store=store,
+                     conf=TOLD_CONF)
     procs = survivors + [newcomer]
     r3b, pids3b = wait_group(procs, 3, after=r2, keep=frozenset(pids2))
     print("[%s/%s] join: 3 ranks in %.1f s" % (script, backend, time.monotonic() - t))
@@ -214,15 +223,25 @@ def test_loss_join_loss(cluster, tmp_path, script, backend, store):
     for rnd in (r3, r2, r3b, r2b):
         assert node0_pid <= {p for _, p in groups(nodes + [newcomer])[rnd].values()}, rnd
     if store == "etcd":
-        # Both losses carried, the newcomer appended, every round quiet on held watches.
+        # Both losses carried and the newcomer appended, each end sent by datagram to the
+        # round's other nodes by the node that wrote it (the killed node's host still takes
+        # its datagram: 2 of 2).
         logs = "".join(p.stderr for p in nodes + [newcomer])
         for line in ("round %d: carried its 2 surviving node(s) into round %d" % (r3, r2),
                      "carried its 2 node(s) into round %d with this one" % r3b,
                      "round %d: carried its 2 surviving node(s) into round %d" % (r3b, r2b)):
             assert line in logs, (line, logs[-4000:])
-        for rnd, world in ((r3, 3), (r2, 2), (r3b, 3)):
-            line = "round %d: %d nodes, quiet: this node beats every" % (rnd, world)
+        for rnd in (r3, r2, r3b):
+            line = "round %d: told its end to 2 of its 2 other nodes by datagram" % rnd
             assert line in logs, (line, logs[-4000:])
+        # The join's end reached the two nodes of the round of two by datagram (their
+        # workers lost no peer; a node learns it by its beat only when the beat's read of
+        # `next` comes in the millisecond before the datagram, one beat in 0.75 s), and
+        # every round rested without a held watch.
+        survivors_logs = [p.stderr for p in survivors]
+        told = [log for log in survivors_logs if "round %d: told its end by datagram" % r2 in log]
+        assert told, [log[-2000:] for log in survivors_logs]
+        assert "on a watch held across its beats" not in logs, logs[-4000:]
 
 
 @pytest.mark.parametrize("script,backend,store", PAIRS["loss_during_a_reform"])
