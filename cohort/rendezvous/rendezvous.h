@@ -374,10 +374,11 @@ class Rendezvous {
   // again on a timeout within the layout grace): its member count, then its layout, whose
   // text it returns (what the end's `next` carries too).
   Result<std::string> PublishCarried(int64_t round, const Published& next);
-  // EndRound, with `before_next` run by the winner just before it writes `next`, given the
-  // restart count after this end (-1: this end counted none); what it returns (the round
-  // it carried the nodes into) is written with `next`.
-  using BeforeNext = std::function<std::optional<RoundEnd::Carried>(int64_t restarts)>;
+  // EndRound, with `before_next` run by the winner before it writes `next` (while its
+  // other requests of the end are in flight); what it returns (the round it carried the
+  // nodes into) is written with `next`, its restart count replaced by the count after this
+  // end where this end counted one.
+  using BeforeNext = std::function<std::optional<RoundEnd::Carried>()>;
   // The job's restart count one up (the winner of a failure's end), sent again on a timeout
   // until `until`; returns the count after it.
   Result<int64_t> CountRestart(Deadline until);

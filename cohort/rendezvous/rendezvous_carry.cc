@@ -60,16 +60,16 @@ static Duration TwoBeatPeriods(const RendezvousConfig& c, int n) {
 Result<bool> Rendezvous::EndRoundForLostNode(const RendezvousInfo& info, int lost_slot,
                                              const RoundEnd& why, const FailureRecord& record) {
   // A large round is carried: the survivors need not join the next.
-  auto carry = [&](int64_t restarts) -> std::optional<RoundEnd::Carried> {
+  auto carry = [&]() -> std::optional<RoundEnd::Carried> {
     auto carried = CarryRound(info, lost_slot);
     if (!carried.ok()) {
       COHORT_LOG_WARN(kLog, "round {}: could not carry the survivors into round {} ({}); they "
                       "join it", info.round, info.round + 1, carried.status().ToString());
       return std::nullopt;
     }
-    // (The count is this end's: a dead node's end counts one, so it is known here.)
-    if (!*carried || restarts < 0) return std::nullopt;
-    return RoundEnd::Carried{restarts, std::move(**carried)};
+    if (!*carried) return std::nullopt;
+    // (The restart count is set by EndRoundThen: a dead node's end counts one.)
+    return RoundEnd::Carried{0, std::move(**carried)};
   };
   return EndRoundThen(info.round, why, &record, info.group_world_size - 1, carry,
                       {&info, info.group_rank});
@@ -228,7 +228,7 @@ Result<std::optional<RendezvousInfo>> Rendezvous::JoinCarried(int64_t round, int
   if (next.carried.records_round < 0) next.carried.records_round = round;
   next.carried.appended.push_back({RandomHex(16), self_});
   bool carried = false;
-  auto carry = [&](int64_t) -> std::optional<RoundEnd::Carried> {
+  auto carry = [&]() -> std::optional<RoundEnd::Carried> {
     auto may = MayCarry(round);
     if (!may.ok() || !*may) return std::nullopt;
     auto published = PublishCarried(round + 1, next);
