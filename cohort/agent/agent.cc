@@ -476,8 +476,11 @@ std::optional<AgentResult> Agent::Impl::Setup() {
   rdzv_ = std::make_unique<Rendezvous>(store_, o_.rdzv, o_.self);
   if (o_.rdzv.tell_start_nodes > 0 && o_.rdzv.max_nodes >= o_.rdzv.tell_start_nodes) {
     auto tell = rendezvous::RoundTell::Open();  // without it, ends are learned at the beats
-    if (tell.ok()) tell_ = *tell;
-    if (!tell.ok()) COHORT_LOG_WARN(kLog, "{}", tell.status().message());
+    if (tell.ok()) {
+      tell_ = *tell;
+    } else {
+      COHORT_LOG_WARN(kLog, "{}", tell.status().message());
+    }
     rdzv_->UseTell(tell_);
   }
   // This agent's private runtime directory (membership channels, when it may offer them)

@@ -130,10 +130,7 @@ int64_t RevisionClock::ReachedBy(SteadyClock::time_point at) const {
 
 int64_t RevisionClock::Earliest() const {
   MutexLock lock(&mu_);
-  // (An answer without a header, as the first one a client gets, notes revision 0.)
-  auto first = std::find_if(samples_.begin(), samples_.end(),
-                            [](const auto& s) { return s.second > 0; });
-  return first == samples_.end() ? 0 : first->second;
+  return samples_.empty() ? 0 : samples_.front().second;  // (Note keeps no revision 0)
 }
 
 std::optional<SteadyClock::time_point> RevisionClock::DateOf(int64_t revision) const {

@@ -82,7 +82,8 @@ class RevisionClock {
   void Note(SteadyClock::time_point at, int64_t revision);
   // The highest revision an answer received at or before `at` carried; 0: none that old.
   int64_t ReachedBy(SteadyClock::time_point at) const;
-  // The revision of the earliest answer kept (0: none yet): a write above it came after.
+  // The revision of the earliest sample kept (0: none yet; the highest of the answers in its
+  // kSampleEvery window): a write above it came after those answers.
   int64_t Earliest() const;
   // When the write at `revision` happened, estimated between the answers around it (the
   // last one below it and the first one that reached it) in proportion to their revisions,
