@@ -469,15 +469,18 @@ RendezvousInfo Rendezvous::MakeInfo(int64_t round, int64_t slot, Published publi
 // finally advance the round counter.
 Result<bool> Rendezvous::EndRound(int64_t round, const RoundEnd& why,
                                   const FailureRecord* failure, int64_t expect_next) {
-  return EndRoundThen(round, why, failure, expect_next, nullptr, {});
+  COHORT_ASSIGN_OR_RETURN(Ended ended, EndRoundThen(round, why, failure, expect_next, nullptr, {}));
+  return ended.won;
 }
 
 Result<bool> Rendezvous::EndRound(const RendezvousInfo& info, const RoundEnd& why,
                                   const FailureRecord* failure, int64_t expect_next) {
-  return EndRoundThen(info.round, why, failure, expect_next, nullptr, {&info, info.group_rank});
+  COHORT_ASSIGN_OR_RETURN(Ended ended, EndRoundThen(info.round, why, failure, expect_next,
+                                                    nullptr, {&info, info.group_rank}));
+  return ended.won;
 }
 
-Result<bool> Rendezvous::EndRoundThen(int64_t round, const RoundEnd& why,
+Result<Rendezvous::Ended> Rendezvous::EndRoundThen(int64_t round, const RoundEnd& why,
                                       const FailureRecord* failure, int64_t expect_next,
                                       const BeforeNext& before_next, TellTo tell) {
   const std::string reason = why.Encode();
@@ -501,7 +504,7 @@ Result<bool> Rendezvous::EndRoundThen(int64_t round, const RoundEnd& why,
     // The winner sets `next`; make sure it exists before returning so callers can rely on it.
     COHORT_RETURN_IF_ERROR(store_->Wait({RoundKey(round, "next")}, CallDeadline()));
     COHORT_RETURN_IF_ERROR(AdvanceRound(round, CallDeadline()));
-    return false;
+    return Ended{};
   }
   // The winner's requests before `next` that do not depend on one another go at once, each
   // on a thread of its own but the carry (they read only store_ and config_): on a loaded
@@ -526,19 +529,37 @@ Result<bool> Rendezvous::EndRoundThen(int64_t round, const RoundEnd& why,
       });
     });
   }
-  RoundEnd told = why;  // what `next` says: the reason, and the round carried into
-  if (before_next) told.carried = before_next();
+  std::optional<Carry> carry = before_next ? before_next() : std::nullopt;
   if (failure_put.valid()) COHORT_RETURN_IF_ERROR(failure_put.get());
   if (expect_put.valid()) COHORT_RETURN_IF_ERROR(expect_put.get());
   if (count.valid()) {
     COHORT_ASSIGN_OR_RETURN(int64_t restarts, count.get());
-    if (told.carried) told.carried->restarts = restarts;  // the count after this end
+    if (carry) carry->restarts = restarts;  // the count after this end
   }
-  const std::string end = told.Encode();
-  COHORT_RETURN_IF_ERROR(put_once(RoundKey(round, "next"), end).status());
+  RoundEnd told = why;  // what `next` says: the reason, and the round carried into
+  Ended ended{true, false};
+  if (carry) {
+    told.carried = RoundEnd::Carried{carry->restarts, carry->layout};
+    auto published = RequestUntilDeadline(until, [&](Deadline d) {
+      return store_->CreateAll(
+          {RoundKey(round + 1, "closed"), RoundKey(round + 1, "layout"), RoundKey(round, "next")},
+          {std::to_string(carry->members), carry->layout, told.Encode()}, d);
+    });
+    ended.carried = published.ok() && *published;
+    if (!ended.carried) {
+      COHORT_LOG_WARN(kLog, "round {}: could not carry its nodes into round {} ({}); they join "
+                      "it", round, round + 1,
+                      published.ok() ? "it was closed already" : published.status().ToString());
+      told.carried.reset();
+    }
+  }
+  std::string end = told.Encode();
+  if (!ended.carried) {
+    COHORT_ASSIGN_OR_RETURN(end, put_once(RoundKey(round, "next"), end));
+  }
   if (nodes.valid()) TellEnd(*tell.info, end, tell.skip, std::move(nodes));
   COHORT_RETURN_IF_ERROR(AdvanceRound(round, CallDeadline()));
-  return true;
+  return ended;
 }
 
 // The restart count goes up by one with a compare-and-set from the value read, not an Add:

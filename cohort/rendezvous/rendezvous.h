@@ -354,13 +354,21 @@ class Rendezvous {
                                   Deadline join_deadline);
   RendezvousInfo MakeInfo(int64_t round, int64_t slot, Published published,
                           int64_t restarts) const;
-  // Carried rounds (rendezvous_carry.cc). The ender of `info`'s round, for its lost peer
-  // `dead_slot`: closes the next round with the survivors and publishes its layout, whose
-  // text it returns (nullopt when the round is not one to carry). A node that held round - 1:
-  // the carried round `round` when it is one and this node is in it (later carried rounds
-  // that already ended are passed through; a carried end told by the watcher is taken
-  // without a read); nullopt: join as usual.
-  Result<std::optional<std::string>> CarryRound(const RendezvousInfo& info, int dead_slot);
+  // Carried rounds (rendezvous_carry.cc). A carried round as the end that makes it
+  // publishes it: its member count (r<R+1>/closed), its layout record (r<R+1>/layout, and
+  // in `next`) and the job's restart count after the end (EndRoundThen fills it in where
+  // the end counts one).
+  struct Carry {
+    int64_t members = 0;
+    std::string layout;
+    int64_t restarts = 0;
+  };
+  // The ender of `info`'s round, for its lost peer `dead_slot`: the round of the survivors
+  // to carry them into (nullopt when the round is not one to carry). A node that held
+  // round - 1: the carried round `round` when it is one and this node is in it (later
+  // carried rounds that already ended are passed through; a carried end told by the
+  // watcher is taken without a read); nullopt: join as usual.
+  Result<std::optional<Carry>> CarryRound(const RendezvousInfo& info, int dead_slot);
   Result<std::optional<RendezvousInfo>> TakeCarriedRound(int64_t round, Deadline deadline);
   // A late node at a large running round `round` of `members` (< MAX): ends it for its
   // join and carries its members into the next round with this node appended (the
@@ -370,15 +378,11 @@ class Rendezvous {
                                                     int64_t restarts);
   // Whether round `round` may be carried: no node finished, no warm spare, the job on.
   Result<bool> MayCarry(int64_t round);
-  // Closes round `round` with the carried round `next` (compare-and-sets from absent, made
-  // again on a timeout within the layout grace): its member count, then its layout, whose
-  // text it returns (what the end's `next` carries too).
-  Result<std::string> PublishCarried(int64_t round, const Published& next);
-  // EndRound, with `before_next` run by the winner before it writes `next` (while its
-  // other requests of the end are in flight); what it returns (the round it carried the
-  // nodes into) is written with `next`, its restart count replaced by the count after this
-  // end where this end counted one.
-  using BeforeNext = std::function<std::optional<RoundEnd::Carried>()>;
+  // EndRound, with `before_next` run by the winner while its other requests of the end
+  // are in flight; the round it returns is written with `next` in one request
+  // (Store::CreateAll: r<R+1>/closed, r<R+1>/layout, r<R>/next, none of which may exist),
+  // else (another node closed R + 1 first) `next` alone, uncarried.
+  using BeforeNext = std::function<std::optional<Carry>()>;
   // The job's restart count one up (the winner of a failure's end), sent again on a timeout
   // until `until`; returns the count after it.
   Result<int64_t> CountRestart(Deadline until);
@@ -388,8 +392,13 @@ class Rendezvous {
     const RendezvousInfo* info = nullptr;
     int skip = -1;
   };
-  Result<bool> EndRoundThen(int64_t round, const RoundEnd& why, const FailureRecord* failure,
-                            int64_t expect_next, const BeforeNext& before_next, TellTo tell);
+  // Whether this node won the end (wrote `next`), and whether `next` carried a round.
+  struct Ended {
+    bool won = false;
+    bool carried = false;
+  };
+  Result<Ended> EndRoundThen(int64_t round, const RoundEnd& why, const FailureRecord* failure,
+                             int64_t expect_next, const BeforeNext& before_next, TellTo tell);
   // Told ends (round_tell.h, rendezvous_tell.cc). Whether `info`'s round is told its end
   // (this node has a RoundTell, the round a key and tell_start_nodes nodes, the store rests
   // between beats); the round's records, read on a thread of its own while the winner ends

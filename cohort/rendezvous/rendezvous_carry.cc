@@ -1,13 +1,14 @@
 // Carried rounds (RendezvousConfig::carry_start_nodes; docs/rendezvous.md): a large round
 // that loses a node is followed by a round of its survivors that nobody joins. The node
 // that ends the round for the lost node closes the next one and publishes its layout
-// (CarryRound, before the end's `next` is written); each survivor then takes it with one
+// (CarryRound; written with the end's `next` in one request); each survivor then takes it with one
 // read (TakeCarriedRound, from Next) and keeps its order. A node that arrives at a large
 // running round carries it the same way with itself appended (JoinCarried). Joining was the cost: at 10,000
 // nodes on etcd every node's join txn and layout watch at once after each loss, which
 // took longer than the round before it and made etcd lose its leader (docs/scale.md).
 // Thread-safety: see rendezvous.h; this file keeps no global state.
 #include <algorithm>
+#include <future>
 #include <optional>
 
 #include "cohort/base/log.h"
@@ -60,19 +61,26 @@ static Duration TwoBeatPeriods(const RendezvousConfig& c, int n) {
 Result<bool> Rendezvous::EndRoundForLostNode(const RendezvousInfo& info, int lost_slot,
                                              const RoundEnd& why, const FailureRecord& record) {
   // A large round is carried: the survivors need not join the next.
-  auto carry = [&]() -> std::optional<RoundEnd::Carried> {
+  int64_t survivors = 0;
+  auto carry = [&]() -> std::optional<Carry> {
     auto carried = CarryRound(info, lost_slot);
     if (!carried.ok()) {
       COHORT_LOG_WARN(kLog, "round {}: could not carry the survivors into round {} ({}); they "
                       "join it", info.round, info.round + 1, carried.status().ToString());
       return std::nullopt;
     }
-    if (!*carried) return std::nullopt;
-    // (The restart count is set by EndRoundThen: a dead node's end counts one.)
-    return RoundEnd::Carried{0, std::move(**carried)};
+    if (*carried) survivors = (*carried)->members;
+    return std::move(*carried);  // (its restart count is set by EndRoundThen: a loss counts one)
   };
-  return EndRoundThen(info.round, why, &record, info.group_world_size - 1, carry,
-                      {&info, info.group_rank});
+  COHORT_ASSIGN_OR_RETURN(Ended ended,
+                          EndRoundThen(info.round, why, &record, info.group_world_size - 1, carry,
+                                       {&info, info.group_rank}));
+  if (ended.carried) {
+    COHORT_LOG_WARN(kLog, "round {}: carried its {} surviving node(s) into round {} ({} left "
+                    "out)", info.round, survivors, info.round + 1,
+                    info.group_world_size - survivors);
+  }
+  return ended.won;
 }
 
 // The members of `info`'s round without the group ranks `lost` (ascending), as the next
@@ -136,48 +144,34 @@ bool Rendezvous::Carries(int64_t members) const {
   return config_.carry_start_nodes > 0 && members >= config_.carry_start_nodes;
 }
 
-Result<std::string> Rendezvous::PublishCarried(int64_t round, const Published& next) {
-  const Deadline until = Deadline::After(config_.layout_grace);
-  const std::string count = std::to_string(next.layout.members);
-  COHORT_ASSIGN_OR_RETURN(std::string closed, RequestUntilDeadline(until, [&](Deadline d) {
-                            return store_->CompareSet(RoundKey(round, "closed"), "", count, d);
-                          }));
-  if (closed != count) {
-    return FailedPrecondition("round {} was closed already, with {}", round, closed);
-  }
-  std::string text = next.Encode();
-  COHORT_RETURN_IF_ERROR(RequestUntilDeadline(until, [&](Deadline d) {
-                           return store_->CompareSet(RoundKey(round, "layout"), "", text, d);
-                         }).status());
-  return text;
-}
-
-// Protocol (the winner of the round's end, before it writes `next`):
+// Protocol (the winner of the round's end, while its other requests of the end are in
+// flight; EndRoundThen publishes what this returns):
 //  1. Carry only a round of at least carry_start_nodes that MayCarry (no node finished:
 //     r<R>/finished; no warm spare waits: `standby`, as a spare takes a lost node's place in
 //     a joined round; the job not over), with at least MIN survivors, and at most half the
-//     nodes lost (more is a store or network fault, not lost nodes: join as usual).
+//     nodes lost (more is a store or network fault, not lost nodes: join as usual). The
+//     two reads (MayCarry's, and LostWith's below) go at once.
 //  2. Lost: the dead peer and every node silent with it (LostWith); not carried on a store
 //     that cannot tell which.
-//  3. CompareSet(r<R+1>/closed, "", survivors): nobody can join R+1 (a node that arrives
-//     finds it running and asks for a re-rendezvous, as a late node).
-//  4. CompareSet(r<R+1>/layout, "", layout): R's layout without the lost ranks, the new
-//     group rank 0's record (read from the records round when node 0 was lost), the
-//     records round with the slots of it left out, and the appended nodes still there.
-Result<std::optional<std::string>> Rendezvous::CarryRound(const RendezvousInfo& info,
-                                                         int dead_slot) {
-  using Carried = std::optional<std::string>;
+//  3. The next round: R's layout without the lost ranks, the new group rank 0's record
+//     (read from the records round when node 0 was lost), the records round with the slots
+//     of it left out, and the appended nodes still there. EndRoundThen writes its member
+//     count in r<R+1>/closed (nobody can join R+1: a node that arrives finds it running and
+//     asks for a re-rendezvous, as a late node), its layout and `next` in one request.
+Result<std::optional<Rendezvous::Carry>> Rendezvous::CarryRound(const RendezvousInfo& info,
+                                                               int dead_slot) {
+  using Carried = std::optional<Carry>;
   const int n = info.group_world_size;
   const int64_t round = info.round;
   if (!Carries(n)) return Carried();
-  COHORT_ASSIGN_OR_RETURN(bool may, MayCarry(round));
-  if (!may) return Carried();
+  auto may = std::async(std::launch::async, [this, round] { return MayCarry(round); });
   std::vector<std::string> beats;
   beats.reserve(n);
   for (int slot = 1; slot <= n; ++slot) beats.push_back(RoundKey(round, fmt::format("hb{}", slot)));
   auto found = LostWith(*store_, beats, RoundKey(round, "layout"), info.slot, dead_slot,
                         TwoBeatPeriods(config_, n), round);
-  if (!found) return Carried();
+  COHORT_ASSIGN_OR_RETURN(bool may_carry, may.get());
+  if (!found || !may_carry) return Carried();
   const std::vector<int>& lost = *found;
   const int survivors = n - static_cast<int>(lost.size());
   if (survivors < config_.min_nodes || 2 * lost.size() > static_cast<size_t>(n)) {
@@ -196,20 +190,17 @@ Result<std::optional<std::string>> Rendezvous::CarryRound(const RendezvousInfo& 
   } else {
     COHORT_ASSIGN_OR_RETURN(next.master, NodeOf(info, first + 1));
   }
-  COHORT_ASSIGN_OR_RETURN(std::string text, PublishCarried(round + 1, next));
-  COHORT_LOG_WARN(kLog, "round {}: carried its {} surviving node(s) into round {} ({} left out)",
-                  round, survivors, round + 1, lost.size());
-  return Carried(std::move(text));
+  return Carried(Carry{next.layout.members, next.Encode(), 0});
 }
 
 // Protocol (a late node at a running round R of N < MAX nodes, N >= carry_start_nodes, that
 // held no round of this job: it has no place in R's records):
 //  1. Read R's layout (one Peek: its members, and its carried members when R was carried;
 //     none: R's carrier died before publishing it, join as usual).
-//  2. EndRound(R, join:<host>), and as its winner, before `next`: MayCarry(R), then close
-//     R + 1 with N + 1 nodes and publish its layout: R's, with this node appended (its record
-//     inline, under a random token: the only place it has one). Every member of R keeps its
-//     slot; this node is the last rank.
+//  2. EndRound(R, join:<host>), and as its winner: MayCarry(R), then R + 1 closed with N + 1
+//     nodes and its layout, written with `next` (EndRoundThen): R's, with this node appended
+//     (its record inline, under a random token: the only place it has one). Every member of
+//     R keeps its slot; this node is the last rank.
 //  3. Lost the end to another node (another joiner, a failure): nullopt (wait it out, join).
 // Several nodes arriving at once thus join one at a time (each carries the round the one
 // before it formed); the round's own nodes never join again.
@@ -227,26 +218,18 @@ Result<std::optional<RendezvousInfo>> Rendezvous::JoinCarried(int64_t round, int
   next.layout.Append(self_.local_world_size);
   if (next.carried.records_round < 0) next.carried.records_round = round;
   next.carried.appended.push_back({RandomHex(16), self_});
-  bool carried = false;
-  auto carry = [&]() -> std::optional<RoundEnd::Carried> {
+  auto carry = [&]() -> std::optional<Carry> {
     auto may = MayCarry(round);
     if (!may.ok() || !*may) return std::nullopt;
-    auto published = PublishCarried(round + 1, next);
-    if (!published.ok()) {
-      COHORT_LOG_WARN(kLog, "round {}: could not carry its nodes into round {} with this one "
-                      "({}); they join it", round, round + 1, published.status().ToString());
-      return std::nullopt;
-    }
-    carried = true;
-    return RoundEnd::Carried{restarts, std::move(*published)};  // a join counts no restart
+    return Carry{next.layout.members, next.Encode(), restarts};  // a join counts no restart
   };
   COHORT_LOG_INFO(kLog, "round {} is running with room; joining it as its node {}", round,
                   members);
   const RendezvousInfo running = MakeInfo(round, 1, now, restarts);  // told (this node is none)
-  COHORT_RETURN_IF_ERROR(EndRoundThen(round, RoundEnd{RoundEnd::Kind::kJoin, self_.host},
-                                      nullptr, members + 1, carry, {&running, -1})
-                             .status());
-  if (!carried) return Taken();
+  COHORT_ASSIGN_OR_RETURN(Ended ended,
+                          EndRoundThen(round, RoundEnd{RoundEnd::Kind::kJoin, self_.host},
+                                       nullptr, members + 1, carry, {&running, -1}));
+  if (!ended.carried) return Taken();
   COHORT_LOG_WARN(kLog, "round {}: carried its {} node(s) into round {} with this one",
                   round, members, round + 1);
   RendezvousInfo info = MakeInfo(round + 1, members + 1, std::move(next), restarts);

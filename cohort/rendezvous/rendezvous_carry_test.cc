@@ -1,11 +1,13 @@
 // Carried rounds (RendezvousConfig::carry_start_nodes) on a MemoryStore: the survivors of a
 // lost node form the next round without joining it, in their old order, with every node
 // lost together left out at once; a node left out that comes back joins as a late node; a
-// small round still re-joins. The same on a real etcd: etcd_store_test.cc.
+// small round still re-joins; an end whose next round another node closed first is not
+// carried. The same on a real etcd: etcd_store_test.cc.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <functional>
+#include <memory>
 #include <set>
 #include <thread>
 
@@ -201,6 +203,42 @@ TEST(RendezvousCarryTest, ASmallerRoundIsJoinedAgain) {
   auto tickets = store->Peek({"rdzv/carry/r1/slot"}, Deadline::After(5s));
   ASSERT_TRUE(tickets.ok());
   EXPECT_EQ((*tickets)[0], "3");
+}
+
+// The end writes the carried round's `closed`, its layout and `next` together or not at
+// all: when another node closed the next round first, the end is written uncarried (its
+// survivors join) and neither key of the round it would have carried is touched.
+TEST(RendezvousCarryTest, AnEndWhoseNextRoundWasClosedFirstIsNotCarried) {
+  auto store = std::make_shared<store::MemoryStore>();
+  const auto config = CarryConfig(2, 3);
+  std::vector<std::unique_ptr<Rendezvous>> nodes;
+  for (int i = 0; i < 3; ++i) {
+    nodes.push_back(std::make_unique<Rendezvous>(store, config, testing::ScenarioNode(i)));
+  }
+  std::vector<std::optional<Result<RendezvousInfo>>> round0(3);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 3; ++i) threads.emplace_back([&, i] { round0[i] = nodes[i]->Next(); });
+  for (auto& t : threads) t.join();
+  for (auto& r : round0) ASSERT_TRUE(r && r->ok()) << r->status().ToString();
+  ASSERT_TRUE(store->Set("rdzv/carry/r1/closed", "7", Deadline::After(5s)).ok());
+  const RendezvousInfo& info = **round0[0];
+  const int lost_slot = info.slot == 3 ? 2 : 3;
+  FailureRecord lost{0, "gone", 1, 0, "lost"};
+  auto won = nodes[0]->EndRoundForLostNode(
+      info, lost_slot, RoundEnd{RoundEnd::Kind::kDeadNode, "node lost"}, lost);
+  ASSERT_TRUE(won.ok()) << won.status().ToString();
+  EXPECT_TRUE(*won);
+  auto now = store->Peek({"rdzv/carry/r0/next", "rdzv/carry/r1/closed", "rdzv/carry/r1/layout",
+                          "rdzv/carry/restarts"},
+                         Deadline::After(5s));
+  ASSERT_TRUE(now.ok());
+  ASSERT_TRUE((*now)[0].has_value());
+  const RoundEnd end = RoundEnd::Decode(*(*now)[0]);
+  EXPECT_EQ(end.kind, RoundEnd::Kind::kDeadNode) << *(*now)[0];
+  EXPECT_FALSE(end.carried.has_value()) << *(*now)[0];
+  EXPECT_EQ((*now)[1], "7");
+  EXPECT_FALSE((*now)[2].has_value());
+  EXPECT_EQ((*now)[3], "1");
 }
 
 // A node that arrives at a large running round is appended to it (carried with its

@@ -350,6 +350,32 @@ Result<std::string> EtcdStore::CompareSet(std::string_view key, std::string_view
   return current.value_or(std::string());
 }
 
+Result<bool> EtcdStore::CreateAll(const std::vector<std::string>& keys,
+                                   const std::vector<std::string>& values, Deadline deadline) {
+  if (keys.size() != values.size() || keys.empty()) {
+    return InvalidArgument("{} keys and {} values to create", keys.size(), values.size());
+  }
+  json compare = json::array(), success = json::array(), failure = json::array();
+  for (size_t n = 0; n < keys.size(); ++n) {
+    const std::string k = B64(impl_->Full(keys[n]));
+    compare.push_back(AbsentCompare(k));
+    success.push_back({{"request_put", {{"key", k}, {"value", B64(values[n])}}}});
+    failure.push_back({{"request_range", {{"key", k}}}});
+  }
+  json txn = {{"compare", compare}, {"success", success}, {"failure", failure}};
+  COHORT_ASSIGN_OR_RETURN(json r, impl_->Post("/v3/kv/txn", txn, deadline));
+  if (r.value("succeeded", false)) return true;
+  if (!r.contains("responses") || r["responses"].size() != keys.size()) {
+    return DataLoss("etcd txn failed without a range response per key");
+  }
+  for (size_t n = 0; n < keys.size(); ++n) {
+    COHORT_ASSIGN_OR_RETURN(auto now,
+                            RangeValue(r["responses"][n].value("response_range", json::object())));
+    if (now != values[n]) return false;
+  }
+  return true;  // written already with these values: an earlier copy of this call
+}
+
 Status EtcdStore::Wait(const std::vector<std::string>& keys, Deadline deadline) {
   if (impl_->aborted) return Cancelled("etcd store client aborted");
   // One key: watch at once (the watch reads the key once it is set up), which saves a read

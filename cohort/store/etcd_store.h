@@ -134,6 +134,11 @@ class EtcdStore final : public Store {
   Result<std::vector<bool>> Silent(const std::vector<std::string>& keys, Duration quiet_for,
                                    Deadline deadline) override;
 
+  // One txn: every key absent -> put each; else a range of each, whose values are compared
+  // with `values` (a txn applied whose answer was lost is found written: true).
+  Result<bool> CreateAll(const std::vector<std::string>& keys,
+                         const std::vector<std::string>& values, Deadline deadline) override;
+
   // Deletes every key under this store's prefix (a finished job's keys); returns how many.
   Result<int64_t> DeleteAll(Deadline deadline);
 

@@ -244,6 +244,24 @@ class Store {
     (void)keys, (void)quiet_for, (void)deadline;
     return FailedPrecondition("this store does not date its writes");
   }
+
+  // Writes each of `keys` with its value of `values` if none of the keys exists, in one
+  // step where the store has one (etcd: one txn); true when the keys then hold `values` (a
+  // call sent again after a lost answer finds its own values: true), false when a key held
+  // something else. A carried round's end writes its three keys with one request this way
+  // (docs/rendezvous.md). The default is a compare-and-set from absent per key, in order,
+  // stopping at the first key that holds something else: the keys before it stay written.
+  virtual Result<bool> CreateAll(const std::vector<std::string>& keys,
+                                 const std::vector<std::string>& values, Deadline deadline) {
+    if (keys.size() != values.size()) {
+      return InvalidArgument("{} keys but {} values to create", keys.size(), values.size());
+    }
+    for (size_t i = 0; i < keys.size(); ++i) {
+      COHORT_ASSIGN_OR_RETURN(std::string now, CompareSet(keys[i], "", values[i], deadline));
+      if (now != values[i]) return false;
+    }
+    return true;
+  }
 };
 
 // Wraps a store and prefixes every key with "<prefix>/". NumKeys counts the whole store.
@@ -355,6 +373,10 @@ class PrefixStore final : public Store {
   Result<std::vector<bool>> Silent(const std::vector<std::string>& keys, Duration quiet_for,
                                    Deadline deadline) override {
     return base_->Silent(Keys(keys), quiet_for, deadline);
+  }
+  Result<bool> CreateAll(const std::vector<std::string>& keys,
+                         const std::vector<std::string>& values, Deadline deadline) override {
+    return base_->CreateAll(Keys(keys), values, deadline);
   }
 
   const std::shared_ptr<Store>& base() const { return base_; }

@@ -235,6 +235,26 @@ TEST_P(StoreContract, CompareSet) {
   EXPECT_FALSE(*store_->Check({"missing"}, Soon()));
 }
 
+// CreateAll writes keys that are all absent, finds its own values written when sent again,
+// and writes nothing when its first key holds something else. etcd writes them in one txn,
+// so a key held further on leaves the keys before it unwritten too (the default, a
+// compare-and-set per key in order, has written those).
+TEST_P(StoreContract, CreateAllWritesOnlyKeysThatAreAllAbsent) {
+  EXPECT_TRUE(*store_->CreateAll({"closed", "layout", "next"}, {"2", "L", "N"}, Soon()));
+  EXPECT_EQ(*store_->Peek({"closed", "layout", "next"}, Soon()),
+            (std::vector<std::optional<std::string>>{"2", "L", "N"}));
+  EXPECT_TRUE(*store_->CreateAll({"closed", "layout", "next"}, {"2", "L", "N"}, Soon()));
+  EXPECT_FALSE(*store_->CreateAll({"closed", "other"}, {"3", "O"}, Soon()));
+  EXPECT_EQ(*store_->Peek({"closed", "other"}, Soon()),
+            (std::vector<std::optional<std::string>>{"2", std::nullopt}));
+  EXPECT_FALSE(*store_->CreateAll({"first", "next"}, {"F", "M"}, Soon()));
+  const bool one_step = GetParam() == "etcd";
+  EXPECT_EQ(store_->Peek({"first"}, Soon())->at(0).has_value(), !one_step);
+  EXPECT_EQ(*store_->Get("next", Soon()), "N");
+  EXPECT_EQ(store_->CreateAll({"a"}, {"1", "2"}, Soon()).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST_P(StoreContract, WaitAndGetAreWokenByAnotherClient) {
   auto writer = factory_->Make();
   std::thread t([&] {
