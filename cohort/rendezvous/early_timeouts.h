@@ -1,4 +1,4 @@
-// Test helper (rendezvous_test.cc): EarlyTimeouts, a store wrapper that times requests
+// Test helper (rendezvous_test.cc, rendezvous_carry_test.cc): EarlyTimeouts, a store wrapper that times requests
 // out as a loaded etcd does (below).
 // Thread-safety: as the Store it wraps; its injection state is guarded by a mutex.
 #pragma once
@@ -24,7 +24,7 @@ namespace cohort::rendezvous::testing {
 // its timeout). With LoseAnswerOnce(keys): on each thread, the first CompareSet of such a
 // key is applied and then times out (a request etcd applied but whose answer came too
 // late). With OfferIdle(): it offers Idle (waits until the deadline), as etcd does: rounds
-// go quiet.
+// go quiet. Counts the Gets (and so the default GetSince's waits) of the key CountGets names.
 class EarlyTimeouts final : public store::Store {
  public:
   explicit EarlyTimeouts(std::shared_ptr<store::Store> base) : base_(std::move(base)) {}
@@ -48,7 +48,18 @@ class EarlyTimeouts final : public store::Store {
   Status Set(std::string_view k, std::string_view v, Deadline d) override {
     return base_->Set(k, v, d);
   }
-  Result<std::string> Get(std::string_view k, Deadline d) override { return base_->Get(k, Soon(d)); }
+  void CountGets(std::string key) {
+    MutexLock lock(&mu_);
+    counted_key_ = std::move(key);
+  }
+  std::atomic<int> counted_gets{0};
+  Result<std::string> Get(std::string_view k, Deadline d) override {
+    {
+      MutexLock lock(&mu_);
+      if (k == counted_key_) ++counted_gets;
+    }
+    return base_->Get(k, Soon(d));
+  }
   Result<int64_t> Add(std::string_view k, int64_t delta, Deadline d) override {
     return base_->Add(k, delta, d);
   }
@@ -106,6 +117,7 @@ class EarlyTimeouts final : public store::Store {
   Mutex mu_;
   std::set<std::string> time_out_once_ COHORT_GUARDED_BY(mu_);
   std::set<std::string> lose_answer_once_ COHORT_GUARDED_BY(mu_);
+  std::string counted_key_ COHORT_GUARDED_BY(mu_);
   std::set<std::pair<std::thread::id, std::string>> done_ COHORT_GUARDED_BY(mu_);
   std::shared_ptr<store::Store> base_;
 };

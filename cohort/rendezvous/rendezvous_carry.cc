@@ -195,8 +195,9 @@ Result<std::optional<Rendezvous::Carry>> Rendezvous::CarryRound(const Rendezvous
 
 // Protocol (a late node at a running round R of N < MAX nodes, N >= carry_start_nodes, that
 // held no round of this job: it has no place in R's records):
-//  1. Read R's layout (one Peek: its members, and its carried members when R was carried;
-//     none: R's carrier died before publishing it, join as usual).
+//  1. Read R's layout (its members, and its carried members when R was carried), waiting for
+//     it up to the layout grace (GraceDeadline) as R's own nodes do; none by then: join as
+//     usual.
 //  2. EndRound(R, join:<host>), and as its winner: MayCarry(R), then R + 1 closed with N + 1
 //     nodes and its layout, written with `next` (EndRoundThen): R's, with this node appended
 //     (its record inline, under a random token: the only place it has one). Every member of
@@ -208,12 +209,15 @@ Result<std::optional<RendezvousInfo>> Rendezvous::JoinCarried(int64_t round, int
                                                               int64_t restarts) {
   using Taken = std::optional<RendezvousInfo>;
   if (!Carries(members) || members >= config_.max_nodes) return Taken();
-  // (A read, not a wait: a round closed by a carrier that died before its layout has none,
-  // and is ended for this node's join all the same.)
-  COHORT_ASSIGN_OR_RETURN(auto text, store_->Peek({RoundKey(round, "layout")}, CallDeadline()));
-  if (!text[0]) return Taken();
-  COHORT_ASSIGN_OR_RETURN(Published now, Published::Decode(*text[0]));
-  if (now.layout.members != members) return Taken();
+  // A wait, as a member of the round waits for its layout: a round just closed has none
+  // until its slot 1 publishes it (seconds on a loaded etcd), and a late node that ended it
+  // meanwhile made every one of its nodes join again (10,000 at once, docs/scale.md). A
+  // layout that does not come within the grace (a round closed by a carrier that died
+  // before it, on a store without CreateAll's one step) is ended for this node's join.
+  COHORT_ASSIGN_OR_RETURN(std::optional<Published> read,
+                          ReadPublished(round, 0, GraceDeadline(Deadline::Infinite())));
+  if (!read || read->layout.members != members) return Taken();
+  const Published& now = *read;
   Published next = now;
   next.layout.Append(self_.local_world_size);
   if (next.carried.records_round < 0) next.carried.records_round = round;

@@ -2,7 +2,7 @@
 // lost node form the next round without joining it, in their old order, with every node
 // lost together left out at once; a node left out that comes back joins as a late node; a
 // small round still re-joins; an end whose next round another node closed first is not
-// carried. The same on a real etcd: etcd_store_test.cc.
+// carried; a node arriving before a round's layout waits for it. The same on a real etcd: etcd_store_test.cc.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 #include <set>
 #include <thread>
 
+#include "cohort/rendezvous/early_timeouts.h"
 #include "cohort/rendezvous/loss_scenario.h"
 #include "cohort/rendezvous/rendezvous.h"
 #include "cohort/store/memory_store.h"
@@ -239,6 +240,58 @@ TEST(RendezvousCarryTest, AnEndWhoseNextRoundWasClosedFirstIsNotCarried) {
   EXPECT_EQ((*now)[1], "7");
   EXPECT_FALSE((*now)[2].has_value());
   EXPECT_EQ((*now)[3], "1");
+}
+
+// A node that arrives at a large round closed a moment ago, before its slot 1 published the
+// layout, waits for the layout and is appended (before, it ended the round uncarried and
+// every node joined again: 10,000 at once on a loaded etcd, docs/scale.md).
+TEST(RendezvousCarryTest, ANodeArrivingBeforeTheLayoutWaitsForItAndIsAppended) {
+  auto store = std::make_shared<store::MemoryStore>();
+  auto carry = CarryConfig(2, 6);
+  carry.carry_start_nodes = 4;
+  carry.last_call = 2s;  // round 0: all four
+  std::vector<std::unique_ptr<Rendezvous>> agents;
+  for (int i = 0; i < 4; ++i) {
+    agents.push_back(std::make_unique<Rendezvous>(store, carry, testing::ScenarioNode(i)));
+  }
+  auto late_store = std::make_shared<testing::EarlyTimeouts>(store);
+  agents.push_back(std::make_unique<Rendezvous>(late_store, carry, testing::ScenarioNode(4)));
+  std::vector<std::optional<Result<RendezvousInfo>>> first(4), second(5);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) threads.emplace_back([&, i] { first[i] = agents[i]->Next(); });
+  for (auto& t : threads) t.join();
+  threads.clear();
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(first[i]->ok()) << first[i]->status().ToString();
+  // The layout is not there yet when node 4 arrives; it comes once node 4 waits for it.
+  const std::string layout_key = "rdzv/carry/r0/layout";
+  auto layout = store->Get(layout_key, Deadline::After(5s));
+  ASSERT_TRUE(layout.ok());
+  ASSERT_TRUE(*store->Delete(layout_key, Deadline::After(5s)));
+  late_store->CountGets(layout_key);
+  threads.emplace_back([&] { second[4] = agents[4]->Next(); });
+  const Deadline give_up = Deadline::After(30s);
+  while (late_store->counted_gets == 0 && !give_up.expired()) std::this_thread::yield();
+  EXPECT_GT(late_store->counted_gets, 0) << "node 4 did not wait for the layout";
+  ASSERT_TRUE(store->Set(layout_key, *layout, Deadline::After(5s)).ok());
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      auto end = WatchToEnd(store, carry, i, **first[i]);
+      ASSERT_TRUE(end.has_value());
+      EXPECT_EQ(end->kind, RoundEnd::Kind::kJoin) << end->Encode();
+      EXPECT_TRUE(end->carried.has_value()) << end->Encode();
+      second[i] = agents[i]->Next();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(second[i] && second[i]->ok()) << second[i]->status().ToString();
+    EXPECT_EQ((*second[i])->round, 1);
+    EXPECT_EQ((*second[i])->group_world_size, 5);
+    EXPECT_EQ((*second[i])->group_rank, i == 4 ? 4 : (*first[i])->group_rank);
+  }
+  auto tickets = store->Peek({"rdzv/carry/r1/slot"}, Deadline::After(5s));
+  ASSERT_TRUE(tickets.ok());
+  EXPECT_FALSE((*tickets)[0].has_value()) << "a node joined the carried round";
 }
 
 // A node that arrives at a large running round is appended to it (carried with its
