@@ -495,6 +495,7 @@ Result<Rendezvous::Ended> Rendezvous::EndRoundThen(int64_t round, const RoundEnd
     return RequestUntilDeadline(until,
                                 [&](Deadline d) { return store_->CompareSet(key, "", value, d); });
   };
+  const auto start = SteadyClock::now();
   COHORT_ASSIGN_OR_RETURN(std::string owner, put_once(RoundKey(round, "ended_by"), claim));
   const std::string failure_key = RoundKey(round, "failure");
   if (owner != claim) {
@@ -529,6 +530,7 @@ Result<Rendezvous::Ended> Rendezvous::EndRoundThen(int64_t round, const RoundEnd
       });
     });
   }
+  const double claim_s = SecondsSince(start);
   std::optional<Carry> carry = before_next ? before_next() : std::nullopt;
   if (failure_put.valid()) COHORT_RETURN_IF_ERROR(failure_put.get());
   if (expect_put.valid()) COHORT_RETURN_IF_ERROR(expect_put.get());
@@ -536,6 +538,7 @@ Result<Rendezvous::Ended> Rendezvous::EndRoundThen(int64_t round, const RoundEnd
     COHORT_ASSIGN_OR_RETURN(int64_t restarts, count.get());
     if (carry) carry->restarts = restarts;  // the count after this end
   }
+  const double requests_s = SecondsSince(start) - claim_s;
   RoundEnd told = why;  // what `next` says: the reason, and the round carried into
   Ended ended{true, false};
   if (carry) {
@@ -557,9 +560,21 @@ Result<Rendezvous::Ended> Rendezvous::EndRoundThen(int64_t round, const RoundEnd
   if (!ended.carried) {
     COHORT_ASSIGN_OR_RETURN(end, put_once(RoundKey(round, "next"), end));
   }
+  LogEndWritten(round, claim_s, requests_s, SecondsSince(start) - claim_s - requests_s);
   if (nodes.valid()) TellEnd(*tell.info, end, tell.skip, std::move(nodes));
   COHORT_RETURN_IF_ERROR(AdvanceRound(round, CallDeadline()));
   return ended;
+}
+
+// How long the winner took to write `next` after it found the end: a warning past a second
+// (every node of the round waits that long; on etcd, a loaded cluster), else info.
+void Rendezvous::LogEndWritten(int64_t round, double claim_s, double requests_s,
+                               double write_s) {
+  const double total = claim_s + requests_s + write_s;
+  const auto level = total > 1.0 ? spdlog::level::warn : spdlog::level::info;
+  log::Get(kLog)->log(level, "round {}: its end written in {:.2f} s (the claim {:.2f} s, the "
+                      "requests and reads at once {:.2f} s, `next` {:.2f} s)", round, total,
+                      claim_s, requests_s, write_s);
 }
 
 // The restart count goes up by one with a compare-and-set from the value read, not an Add:
