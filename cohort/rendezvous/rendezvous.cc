@@ -532,6 +532,7 @@ Result<Rendezvous::Ended> Rendezvous::EndRoundThen(int64_t round, const RoundEnd
   }
   const double claim_s = SecondsSince(start);
   std::optional<Carry> carry = before_next ? before_next() : std::nullopt;
+  const double carry_s = SecondsSince(start) - claim_s;
   if (failure_put.valid()) COHORT_RETURN_IF_ERROR(failure_put.get());
   if (expect_put.valid()) COHORT_RETURN_IF_ERROR(expect_put.get());
   if (count.valid()) {
@@ -560,7 +561,7 @@ Result<Rendezvous::Ended> Rendezvous::EndRoundThen(int64_t round, const RoundEnd
   if (!ended.carried) {
     COHORT_ASSIGN_OR_RETURN(end, put_once(RoundKey(round, "next"), end));
   }
-  LogEndWritten(round, claim_s, requests_s, SecondsSince(start) - claim_s - requests_s);
+  LogEndWritten(round, {claim_s, carry_s, requests_s, SecondsSince(start) - claim_s - requests_s});
   if (nodes.valid()) TellEnd(*tell.info, end, tell.skip, std::move(nodes));
   COHORT_RETURN_IF_ERROR(AdvanceRound(round, CallDeadline()));
   return ended;
@@ -568,13 +569,13 @@ Result<Rendezvous::Ended> Rendezvous::EndRoundThen(int64_t round, const RoundEnd
 
 // How long the winner took to write `next` after it found the end: a warning past a second
 // (every node of the round waits that long; on etcd, a loaded cluster), else info.
-void Rendezvous::LogEndWritten(int64_t round, double claim_s, double requests_s,
-                               double write_s) {
-  const double total = claim_s + requests_s + write_s;
+void Rendezvous::LogEndWritten(int64_t round, const EndTimes& t) {
+  const double total = t.claim_s + t.requests_s + t.write_s;
   const auto level = total > 1.0 ? spdlog::level::warn : spdlog::level::info;
   log::Get(kLog)->log(level, "round {}: its end written in {:.2f} s (the claim {:.2f} s, the "
-                      "requests and reads at once {:.2f} s, `next` {:.2f} s)", round, total,
-                      claim_s, requests_s, write_s);
+                      "requests and reads at once {:.2f} s of which the carry's {:.2f} s, "
+                      "`next` {:.2f} s)", round, total, t.claim_s, t.requests_s, t.carry_s,
+                      t.write_s);
 }
 
 // The restart count goes up by one with a compare-and-set from the value read, not an Add:

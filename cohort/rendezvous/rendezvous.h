@@ -399,7 +399,12 @@ class Rendezvous {
   };
   Result<Ended> EndRoundThen(int64_t round, const RoundEnd& why, const FailureRecord* failure,
                              int64_t expect_next, const BeforeNext& before_next, TellTo tell);
-  void LogEndWritten(int64_t round, double claim_s, double requests_s, double write_s);
+  // The winner's times for an end, in seconds: its claim, the carry (before_next), every
+  // request and read before `next` (the carry's among them), and the write of `next`.
+  struct EndTimes {
+    double claim_s, carry_s, requests_s, write_s;
+  };
+  void LogEndWritten(int64_t round, const EndTimes& times);
   // Told ends (round_tell.h, rendezvous_tell.cc). Whether `info`'s round is told its end
   // (this node has a RoundTell, the round a key and tell_start_nodes nodes, the store rests
   // between beats); the round's records, read on a thread of its own while the winner ends
