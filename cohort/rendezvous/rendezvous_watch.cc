@@ -167,9 +167,11 @@ Result<std::optional<RoundEnd>> Rendezvous::BeatStep(const RendezvousInfo& info,
   // step's end on a wait for `next` that the store holds across the steps (Store::Await:
   // etcd, one watch for the round, opened at this first beat, where a watch per step cost
   // it more than it could give): one request per step, the round's end learned at once.
-  // Above quiet_watch_max_nodes, or where the store holds no wait, it rests asking nothing
-  // (RestIdle): told the end by datagram where the round is told (tell_start_nodes), else
-  // learning it at the next beat. Otherwise the beat call waits for `next` (and a will)
+  // Where the round is told its end by datagram (tell_start_nodes), above
+  // quiet_watch_max_nodes, or where the store holds no wait, it rests asking nothing
+  // (RestIdle): told the end by datagram where the round is told, else learning it at the
+  // next beat. (Told rounds held the watch too until 2026-12-06: at 5,000 nodes the watches
+  // cost etcd 0.7 GB and made every end slower, docs/scale.md.) Otherwise the beat call waits for `next` (and a will)
   // itself.
   const size_t next_at = peek.size();
   const std::string next_key = wait[0];
@@ -180,7 +182,7 @@ Result<std::optional<RoundEnd>> Rendezvous::BeatStep(const RendezvousInfo& info,
   int64_t read_at = 0;  // the store revision the beat read `next` absent at
   auto rest = [&]() -> Result<std::optional<RoundEnd>> {
     if (!quiet_) return std::optional<RoundEnd>();
-    if (info.group_world_size <= config_.quiet_watch_max_nodes) {
+    if (info.group_world_size <= config_.quiet_watch_max_nodes && !TellsEnd(info)) {
       auto ended = store_->Await(next_key, read_at, wake);
       if (ended.ok()) {
         if (awaited_round_ != round) {

@@ -22,6 +22,8 @@
 #include <thread>
 #include <vector>
 
+#include "cohort/store/etcd_store_internal.h"
+
 namespace cohort::store {
 namespace {
 
@@ -443,6 +445,88 @@ TEST(EtcdOverloadTest, ALeaderlessClusterIsAskedAgainAtTheFleetsPace) {
   }
   EXPECT_GE(asked[10000], 1);
   EXPECT_LE(asked[10000], 10) << "one client alone asked " << asked[1] << " times";
+}
+
+// A stand-in gateway that holds keys (full names) and answers ranges over them, counting
+// the ranges and txns it was sent.
+class KeysGateway {
+ public:
+  explicit KeysGateway(std::map<std::string, std::string> kvs) : kvs_(std::move(kvs)) {
+    server_.http().Post("/v3/kv/range", [this](const httplib::Request& req,
+                                                httplib::Response& res) {
+      const json q = json::parse(req.body);
+      const std::string from = *etcd::UnB64(q.value("key", std::string()));
+      const std::string to = *etcd::UnB64(q.value("range_end", std::string()));
+      std::lock_guard<std::mutex> lock(mu_);
+      ++ranges_;
+      spans_.emplace_back(from, to);
+      json kvs = json::array();
+      for (auto it = kvs_.lower_bound(from); it != kvs_.end() && it->first < to; ++it) {
+        kvs.push_back(
+            {{"key", etcd::B64(it->first)}, {"mod_revision", "3"}, {"create_revision", "3"}});
+      }
+      const size_t limit = std::stoul(q.value("limit", std::string("0")));
+      const bool more = limit > 0 && kvs.size() > limit;
+      if (more) kvs.erase(kvs.begin() + static_cast<std::ptrdiff_t>(limit), kvs.end());
+      res.set_content(json{{"header", {{"revision", "9"}}}, {"kvs", kvs}, {"more", more}}.dump(),
+                      "application/json");
+    });
+    server_.http().Post("/v3/kv/txn", [this](const httplib::Request&, httplib::Response& res) {
+      ++txns_;
+      AnswerEtcdError(res, 500, 2, "not served here");
+    });
+    server_.Serve();
+  }
+  Result<std::unique_ptr<EtcdStore>> Connect() {
+    EtcdStoreOptions options;
+    options.endpoints = {server_.endpoint()};
+    options.prefix = "job";
+    return EtcdStore::Connect(options, Soon());
+  }
+  int ranges() const { return ranges_; }
+  int txns() const { return txns_; }
+  std::vector<std::pair<std::string, std::string>> spans() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return spans_;
+  }
+
+ private:
+  std::map<std::string, std::string> kvs_;
+  std::mutex mu_;
+  std::vector<std::pair<std::string, std::string>> spans_;
+  std::atomic<int> ranges_{0}, txns_{0};
+  LoopbackServer server_;
+};
+
+// A round's beat keys and its layout are read with one range from the smallest to the
+// largest: their common prefix (r0/) holds the round's join markers too, more than twice
+// as many keys, and a range over it fell back to a txn per 128 keys (79 at 10,000 nodes).
+TEST(EtcdReadTest, ManyKeysAreReadWithOneRangeOverTheirSpan) {
+  const std::string root = "/cohort/job/";
+  std::map<std::string, std::string> held;
+  std::vector<std::string> keys;
+  for (int slot = 1; slot <= 300; ++slot) {
+    held[root + fmt::format("r0/slot/t/{:04}", slot)] = "record";  // join markers
+    keys.push_back(fmt::format("r0/hb{}", slot));
+    if (slot != 7) held[root + keys.back()] = "1";  // node 7 never beat
+  }
+  held[root + "r0/layout"] = "layout";
+  held[root + "r0/closed"] = "300";
+  held[root + "r0/slot/ticket"] = "";
+  held[root + "r0/ended_by"] = "dead:...";  // the end that reads them has claimed it
+  keys.push_back("r0/layout");
+  KeysGateway gateway(held);
+  auto store = gateway.Connect();
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const int ranges_before = gateway.ranges(), txns_before = gateway.txns();
+  auto present = (*store)->Check({keys}, Soon());
+  ASSERT_TRUE(present.ok()) << present.status().ToString();
+  EXPECT_FALSE(*present);  // hb7 is absent
+  EXPECT_EQ(gateway.ranges() - ranges_before, 1);
+  EXPECT_EQ(gateway.txns() - txns_before, 0);
+  const auto span = gateway.spans().back();
+  EXPECT_EQ(span.first, root + "r0/hb1");
+  EXPECT_EQ(span.second, root + std::string("r0/layout") + std::string(1, '\0'));
 }
 
 }  // namespace

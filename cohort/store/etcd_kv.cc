@@ -1,12 +1,14 @@
 // EtcdStore's key-value requests on the gateway (etcd_store_internal.h): reads of one key
-// and of many (one txn of ranges, or one range over their common prefix), watches and the
-// blocking gets built on them (Get, Wait, MultiGet, GetSince, a beat's wait), and puts.
+// and of many (one txn of ranges, or one range from the smallest key to the largest),
+// watches and the blocking gets built on them (Get, Wait, MultiGet, GetSince, a beat's
+// wait), and puts.
 //
 // Thread-safety: every function here may be called from any thread at once; each request
 // takes its own connection from the pool (a watch drops it when the stream ends).
 #include <curl/curl.h>
 
 #include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "cohort/base/json_bounded.h"
@@ -48,8 +50,8 @@ Result<std::vector<json>> EtcdStore::Impl::ReadKvs(const std::vector<std::string
                                                    bool keys_only, Deadline deadline,
                                                    int64_t* revision) {
   if (keys.size() >= kPrefixReadMinKeys) {
-    COHORT_ASSIGN_OR_RETURN(auto by_prefix, ReadByPrefix(keys, keys_only, deadline, revision));
-    if (by_prefix) return std::move(*by_prefix);
+    COHORT_ASSIGN_OR_RETURN(auto by_span, ReadBySpan(keys, keys_only, deadline, revision));
+    if (by_span) return std::move(*by_span);
   }
   std::vector<json> out;
   for (size_t start = 0; start < keys.size(); start += kMaxTxnOps) {
@@ -73,22 +75,21 @@ Result<std::vector<json>> EtcdStore::Impl::ReadKvs(const std::vector<std::string
   return out;
 }
 
-// ReadKvs through one range over the keys' longest common prefix, limited to twice the
-// number of keys; nullopt when the prefix holds more than that.
-Result<std::optional<std::vector<json>>> EtcdStore::Impl::ReadByPrefix(
+// ReadKvs through one range from the smallest of the keys to the largest (inclusive),
+// limited to twice the number of keys; nullopt when the span holds more than that. (Until
+// 2026-12-06 the range was the keys' common prefix: a round's beat keys and its layout share
+// only r<R>/, which holds the round's join markers too, twice the limit at any size, so a
+// lost node's `Silent` read fell back to a txn per 128 keys: 79 one after another at
+// 10,000 nodes, seconds on a loaded etcd; docs/scale.md.)
+Result<std::optional<std::vector<json>>> EtcdStore::Impl::ReadBySpan(
     const std::vector<std::string>& keys, bool keys_only, Deadline deadline,
     int64_t* revision) {
   std::vector<std::string> full;
   for (const auto& k : keys) full.push_back(Full(k));
-  std::string prefix = full[0];
-  for (const auto& k : full) {
-    size_t n = 0;
-    while (n < prefix.size() && n < k.size() && prefix[n] == k[n]) ++n;
-    prefix.resize(n);
-  }
+  const auto [first, last] = std::minmax_element(full.begin(), full.end());
   const size_t limit = 2 * keys.size();
-  json range = {{"key", B64(prefix)},
-                {"range_end", B64(PrefixEnd(prefix))},
+  json range = {{"key", B64(*first)},
+                {"range_end", B64(*last + std::string(1, '\0'))},  // the key right after it
                 {"limit", std::to_string(limit)}};
   if (keys_only) range["keys_only"] = true;
   COHORT_ASSIGN_OR_RETURN(json r, Post("/v3/kv/range", range, deadline));

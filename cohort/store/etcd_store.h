@@ -127,8 +127,8 @@ class EtcdStore final : public Store {
   Result<std::optional<std::string>> Await(std::string_view key, int64_t since,
                                            Deadline deadline) override;
 
-  // One keys-only read of the keys (a range over their common prefix, as Peek's) and their
-  // mod revisions against the revision an answer to this client carried `quiet_for` ago (a
+  // One keys-only read of the keys (a range from the smallest to the largest, as Peek's)
+  // and their mod revisions against the revision an answer to this client carried `quiet_for` ago (a
   // key on a lease is not silent): kFailedPrecondition until this client has an answer that
   // old.
   Result<std::vector<bool>> Silent(const std::vector<std::string>& keys, Duration quiet_for,

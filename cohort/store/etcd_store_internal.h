@@ -304,7 +304,7 @@ struct EtcdStore::Impl {
                                                            int64_t* revision = nullptr);
   Result<std::vector<json>> ReadKvs(const std::vector<std::string>& keys, bool keys_only,
                                     Deadline deadline, int64_t* revision = nullptr);
-  Result<std::optional<std::vector<json>>> ReadByPrefix(const std::vector<std::string>& keys,
+  Result<std::optional<std::vector<json>>> ReadBySpan(const std::vector<std::string>& keys,
                                                         bool keys_only, Deadline deadline,
                                                         int64_t* revision);
 
