@@ -1,5 +1,5 @@
-// Test helper (rendezvous_test.cc, rendezvous_carry_test.cc): EarlyTimeouts, a store wrapper that times requests
-// out as a loaded etcd does (below).
+// Test helper (rendezvous_test.cc, rendezvous_carry_test.cc): EarlyTimeouts, a store
+// wrapper that times requests out as a loaded etcd does (below).
 // Thread-safety: as the Store it wraps; its injection state is guarded by a mutex.
 #pragma once
 

@@ -567,12 +567,10 @@ Result<Rendezvous::Ended> Rendezvous::EndRoundThen(int64_t round, const RoundEnd
   return ended;
 }
 
-// How long the winner took to write `next` after it found the end: a warning past a second
-// (every node of the round waits that long; on etcd, a loaded cluster), else info.
+// How long the winner took to write `next` after it found the end (LevelOfEndTaking).
 void Rendezvous::LogEndWritten(int64_t round, const EndTimes& t) {
   const double total = t.claim_s + t.requests_s + t.write_s;
-  const auto level = total > 1.0 ? spdlog::level::warn : spdlog::level::info;
-  log::Get(kLog)->log(level, "round {}: its end written in {:.2f} s (the claim {:.2f} s, the "
+  log::Get(kLog)->log(LevelOfEndTaking(total), "round {}: its end written in {:.2f} s (the claim {:.2f} s, the "
                       "requests and reads at once {:.2f} s of which the carry's {:.2f} s, "
                       "`next` {:.2f} s)", round, total, t.claim_s, t.requests_s, t.carry_s,
                       t.write_s);

@@ -1,11 +1,12 @@
 // Carried rounds (RendezvousConfig::carry_start_nodes; docs/rendezvous.md): a large round
 // that loses a node is followed by a round of its survivors that nobody joins. The node
 // that ends the round for the lost node closes the next one and publishes its layout
-// (CarryRound; written with the end's `next` in one request); each survivor then takes it with one
-// read (TakeCarriedRound, from Next) and keeps its order. A node that arrives at a large
-// running round carries it the same way with itself appended (JoinCarried). Joining was the cost: at 10,000
-// nodes on etcd every node's join txn and layout watch at once after each loss, which
-// took longer than the round before it and made etcd lose its leader (docs/scale.md).
+// (CarryRound; written with the end's `next` in one request); each survivor then takes it
+// with one read (TakeCarriedRound, from Next) and keeps its order. A node that arrives at a
+// large running round carries it the same way with itself appended (JoinCarried). Joining
+// was the cost: at 10,000 nodes on etcd every node's join txn and layout watch at once
+// after each loss, which took longer than the round before it and made etcd lose its
+// leader (docs/scale.md).
 // Thread-safety: see rendezvous.h; this file keeps no global state.
 #include <algorithm>
 #include <future>

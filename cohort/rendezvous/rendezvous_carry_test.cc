@@ -2,7 +2,8 @@
 // lost node form the next round without joining it, in their old order, with every node
 // lost together left out at once; a node left out that comes back joins as a late node; a
 // small round still re-joins; an end whose next round another node closed first is not
-// carried; a node arriving before a round's layout waits for it. The same on a real etcd: etcd_store_test.cc.
+// carried; a node arriving before a round's layout waits for it. The same on a real etcd:
+// etcd_store_test.cc.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -87,6 +88,13 @@ void ExpectCarried(const LossScenario& s, const std::vector<int>& lost_slots,
 
 std::function<std::shared_ptr<store::Store>()> On(std::shared_ptr<store::Store> store) {
   return [store] { return store; };
+}
+
+// Runs body(0) .. body(n - 1) on threads of their own, at once, and joins them.
+void RunEach(int n, const std::function<void(int)>& body) {
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) threads.emplace_back(body, i);
+  for (auto& t : threads) t.join();
 }
 
 // Watches `info`'s round on a watcher of its own (as an agent's) until it ends.
@@ -217,9 +225,7 @@ TEST(RendezvousCarryTest, AnEndWhoseNextRoundWasClosedFirstIsNotCarried) {
     nodes.push_back(std::make_unique<Rendezvous>(store, config, testing::ScenarioNode(i)));
   }
   std::vector<std::optional<Result<RendezvousInfo>>> round0(3);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < 3; ++i) threads.emplace_back([&, i] { round0[i] = nodes[i]->Next(); });
-  for (auto& t : threads) t.join();
+  RunEach(3, [&](int i) { round0[i] = nodes[i]->Next(); });
   for (auto& r : round0) ASSERT_TRUE(r && r->ok()) << r->status().ToString();
   ASSERT_TRUE(store->Set("rdzv/carry/r1/closed", "7", Deadline::After(5s)).ok());
   const RendezvousInfo& info = **round0[0];
@@ -257,10 +263,7 @@ TEST(RendezvousCarryTest, ANodeArrivingBeforeTheLayoutWaitsForItAndIsAppended) {
   auto late_store = std::make_shared<testing::EarlyTimeouts>(store);
   agents.push_back(std::make_unique<Rendezvous>(late_store, carry, testing::ScenarioNode(4)));
   std::vector<std::optional<Result<RendezvousInfo>>> first(4), second(5);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < 4; ++i) threads.emplace_back([&, i] { first[i] = agents[i]->Next(); });
-  for (auto& t : threads) t.join();
-  threads.clear();
+  RunEach(4, [&](int i) { first[i] = agents[i]->Next(); });
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(first[i]->ok()) << first[i]->status().ToString();
   // The layout is not there yet when node 4 arrives; it comes once node 4 waits for it.
   const std::string layout_key = "rdzv/carry/r0/layout";
@@ -268,6 +271,7 @@ TEST(RendezvousCarryTest, ANodeArrivingBeforeTheLayoutWaitsForItAndIsAppended) {
   ASSERT_TRUE(layout.ok());
   ASSERT_TRUE(*store->Delete(layout_key, Deadline::After(5s)));
   late_store->CountGets(layout_key);
+  std::vector<std::thread> threads;
   threads.emplace_back([&] { second[4] = agents[4]->Next(); });
   const Deadline give_up = Deadline::After(30s);
   while (late_store->counted_gets == 0 && !give_up.expired()) std::this_thread::yield();
@@ -307,15 +311,10 @@ TEST(RendezvousCarryTest, ANodeArrivingAtALargeRoundIsAppendedToIt) {
   for (int i = 0; i < 5; ++i) {
     agents.push_back(std::make_unique<Rendezvous>(store, carry, testing::ScenarioNode(i)));
   }
-  auto run = [](int n, const std::function<void(int)>& body) {
-    std::vector<std::thread> threads;
-    for (int i = 0; i < n; ++i) threads.emplace_back(body, i);
-    for (auto& t : threads) t.join();
-  };
-  run(4, [&](int i) { first[i] = agents[i]->Next(); });
+  RunEach(4, [&](int i) { first[i] = agents[i]->Next(); });
   for (int i = 0; i < 4; ++i) ASSERT_TRUE(first[i]->ok()) << first[i]->status().ToString();
   // Node 4 arrives: round 1 is round 0's four and it, as rank 4.
-  run(5, [&](int i) {
+  RunEach(5, [&](int i) {
     if (i == 4) {
       second[4] = agents[4]->Next();
       return;
@@ -341,7 +340,7 @@ TEST(RendezvousCarryTest, ANodeArrivingAtALargeRoundIsAppendedToIt) {
   // Round 1 loses the node of round-0 slot 2: round 2 keeps the appended node, now rank 3.
   int lost = 0;
   while ((*first[lost])->slot != 2) ++lost;
-  run(5, [&](int i) {
+  RunEach(5, [&](int i) {
     if (i == lost) return;
     auto end = WatchToEnd(store, carry, i, **second[i]);
     ASSERT_TRUE(end.has_value());

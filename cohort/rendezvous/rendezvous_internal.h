@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include <spdlog/spdlog.h>
+
 #include "cohort/base/backoff.h"
 #include "cohort/base/status.h"
 #include "cohort/base/strings.h"
@@ -19,6 +21,12 @@
 namespace cohort::rendezvous {
 
 inline constexpr const char* kLog = "rdzv";
+
+// The level of a line that says how long an end took: a warning past a second (every node
+// of the round waits that long), else info.
+inline spdlog::level::level_enum LevelOfEndTaking(double seconds) {
+  return seconds > 1.0 ? spdlog::level::warn : spdlog::level::info;
+}
 
 inline bool IsTimeout(const Status& s) { return s.code() == StatusCode::kDeadlineExceeded; }
 template <typename T>

@@ -55,8 +55,8 @@ void Rendezvous::TellEnd(const RendezvousInfo& info, std::string_view end, int s
     if (static_cast<int>(g) != skip && node.tell_port > 0) to.push_back({node.addr, node.tell_port});
   }
   const int sent = tell_->Send(config_.run_id, info.round, info.tell_key, end, to);
-  const double took = SecondsSince(start);  // past a second, a warning (as LogEndWritten's)
-  log::Get(kLog)->log(took > 1.0 ? spdlog::level::warn : spdlog::level::info,
+  const double took = SecondsSince(start);
+  log::Get(kLog)->log(LevelOfEndTaking(took),
                       "round {}: told its end to {} of its {} other nodes by datagram in "
                       "{:.2f} s (waited {:.2f} s for their records)", info.round, sent,
                       info.group_world_size - (skip >= 0 ? 1 : 0), took, read_s);

@@ -171,8 +171,8 @@ Result<std::optional<RoundEnd>> Rendezvous::BeatStep(const RendezvousInfo& info,
   // quiet_watch_max_nodes, or where the store holds no wait, it rests asking nothing
   // (RestIdle): told the end by datagram where the round is told, else learning it at the
   // next beat. (Told rounds held the watch too until 2026-12-06: at 5,000 nodes the watches
-  // cost etcd 0.7 GB and made every end slower, docs/scale.md.) Otherwise the beat call waits for `next` (and a will)
-  // itself.
+  // cost etcd 0.7 GB and made every end slower, docs/scale.md.) Otherwise the beat call
+  // waits for `next` (and a will) itself.
   const size_t next_at = peek.size();
   const std::string next_key = wait[0];
   if (quiet_) {

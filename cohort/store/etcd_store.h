@@ -128,9 +128,9 @@ class EtcdStore final : public Store {
                                            Deadline deadline) override;
 
   // One keys-only read of the keys (a range from the smallest to the largest, as Peek's)
-  // and their mod revisions against the revision an answer to this client carried `quiet_for` ago (a
-  // key on a lease is not silent): kFailedPrecondition until this client has an answer that
-  // old.
+  // and their mod revisions against the revision an answer to this client carried
+  // `quiet_for` ago (a key on a lease is not silent): kFailedPrecondition until this client
+  // has an answer that old.
   Result<std::vector<bool>> Silent(const std::vector<std::string>& keys, Duration quiet_for,
                                    Deadline deadline) override;
 
