@@ -94,8 +94,8 @@ void AddFlags(CLI::App& app, RunFlags& f) {
   opt("--rdzv-id,--rdzv_id", f.rdzv_id, "PET_RDZV_ID", "job id shared by all nodes");
   opt("--rdzv-conf,--rdzv_conf", f.rdzv_conf, "PET_RDZV_CONF",
       "key=value,... : join_timeout, last_call_timeout, close_timeout, keep_alive_interval, "
-      "keep_alive_max_attempt, is_host, carry_start_nodes, quiet_start_nodes, "
-      "quiet_watch_max_nodes");
+      "keep_alive_max_attempt, layout_grace, is_host, carry_start_nodes, quiet_start_nodes, "
+      "quiet_watch_max_nodes, tell_start_nodes");
   app.add_flag("--standalone", f.standalone, "single node with its own embedded store")
       ->envname("PET_STANDALONE");
   opt("--max-restarts,--max_restarts", f.max_restarts, "PET_MAX_RESTARTS",
@@ -284,6 +284,8 @@ Status ApplyRdzvConf(const std::string& text, rendezvous::RendezvousConfig& c,
       COHORT_RETURN_IF_ERROR(dur(c.join_timeout, 0.001, kWeek));
     } else if (key == "last_call_timeout") {
       COHORT_RETURN_IF_ERROR(dur(c.last_call, 0, 3600));
+    } else if (key == "layout_grace") {
+      COHORT_RETURN_IF_ERROR(dur(c.layout_grace, 1, 3600));
     } else if (key == "keep_alive_interval") {
       COHORT_RETURN_IF_ERROR(dur(c.heartbeat_interval, 0.01, 3600));
     } else if (key == "keep_alive_max_attempt") {
@@ -310,8 +312,9 @@ Status ApplyRdzvConf(const std::string& text, rendezvous::RendezvousConfig& c,
     } else {
       return InvalidArgument(
           "--rdzv-conf: unknown key '{}' (known: join_timeout, last_call_timeout, "
-          "close_timeout, read_timeout, keep_alive_interval, keep_alive_max_attempt, is_host, "
-          "carry_start_nodes, quiet_start_nodes, quiet_watch_max_nodes)",
+          "close_timeout, read_timeout, keep_alive_interval, keep_alive_max_attempt, "
+          "layout_grace, is_host, carry_start_nodes, quiet_start_nodes, "
+          "quiet_watch_max_nodes, tell_start_nodes)",
           key);
     }
   }

@@ -58,7 +58,7 @@ Result<Rendezvous::JobState> Rendezvous::ReadJobState(Deadline retry_until) {
                           }));
   JobState s;
   s.done = values[0];
-  COHORT_ASSIGN_OR_RETURN(s.restarts, ParseCounter(values[1], "restarts"));
+  COHORT_ASSIGN_OR_RETURN(s.restarts, ParseRestarts(values[1]));
   COHORT_ASSIGN_OR_RETURN(s.round, ParseCounter(values[2], "round"));
   if (values[3]) s.round = std::max(s.round, last_round_);
   if (values[4]) s.round = std::max(s.round, last_round_ + 1);
@@ -130,8 +130,7 @@ Result<RendezvousInfo> Rendezvous::Next() {
       COHORT_ASSIGN_OR_RETURN(state, ReadJobState(join_deadline));
     } else {
       COHORT_ASSIGN_OR_RETURN(state.restarts,
-                              ParseCounter(joined.read.empty() ? std::nullopt : joined.read[0],
-                                           "restarts"));
+                              ParseRestarts(joined.read.empty() ? std::nullopt : joined.read[0]));
     }
     if (state.done) {
       return FailedPrecondition("job '{}' is already over ({})", config_.run_id, *state.done);
@@ -490,22 +489,26 @@ Result<Rendezvous::Ended> Rendezvous::EndRoundThen(int64_t round, const RoundEnd
   // one that a loaded store timed out is sent again until the layout grace, as a join's are,
   // so that an overloaded etcd does not end with an error the node that found the round's
   // end (it holds the claim: no other node would write `next`, and the round could not end).
-  const Deadline until = Deadline::After(config_.layout_grace);
+  Deadline until = Deadline::After(config_.layout_grace);
   auto put_once = [&](const std::string& key, const std::string& value) {
     return RequestUntilDeadline(until,
                                 [&](Deadline d) { return store_->CompareSet(key, "", value, d); });
   };
-  const auto start = SteadyClock::now();
+  auto start = SteadyClock::now();
   COHORT_ASSIGN_OR_RETURN(std::string owner, put_once(RoundKey(round, "ended_by"), claim));
   const std::string failure_key = RoundKey(round, "failure");
   if (owner != claim) {
     if (failure != nullptr) {
       COHORT_RETURN_IF_ERROR(put_once(failure_key, failure->ToJson()).status());
     }
-    // The winner sets `next`; make sure it exists before returning so callers can rely on it.
-    COHORT_RETURN_IF_ERROR(store_->Wait({RoundKey(round, "next")}, CallDeadline()));
-    COHORT_RETURN_IF_ERROR(AdvanceRound(round, CallDeadline()));
-    return Ended{};
+    // The winner sets `next`; it exists before this returns, so callers can rely on it.
+    COHORT_ASSIGN_OR_RETURN(bool took_over, AwaitEndOrTakeOver(round, owner, claim));
+    if (!took_over) {
+      COHORT_RETURN_IF_ERROR(AdvanceRound(round, CallDeadline()));
+      return Ended{};
+    }
+    until = Deadline::After(config_.layout_grace);  // this node's requests as the winner's
+    start = SteadyClock::now();
   }
   // The winner's requests before `next` that do not depend on one another go at once, each
   // on a thread of its own but the carry (they read only store_ and config_): on a loaded
@@ -522,7 +525,7 @@ Result<Rendezvous::Ended> Rendezvous::EndRoundThen(int64_t round, const RoundEnd
       return put_once(failure_key, record).status();
     });
   }
-  if (why.CountsAsFailure()) count = at_once([&] { return CountRestart(until); });
+  if (why.CountsAsFailure()) count = at_once([&] { return CountRestart(round, until); });
   if (expect_next > 0) {  // before `next`: every node that joins the next round sees it
     expect_put = at_once([&] {
       return RequestUntilDeadline(until, [&](Deadline d) {
@@ -576,29 +579,65 @@ void Rendezvous::LogEndWritten(int64_t round, const EndTimes& t) {
                       t.write_s);
 }
 
-// The restart count goes up by one with a compare-and-set from the value read, not an Add:
-// a compare-and-set whose answer a loaded store lost can be sent again (the count is then
-// found already one up, the write this call made), where an Add sent again would count the
-// failure twice. Only the winner of the running round's end changes the count, and rounds
-// end one after another, so one up from the value read is this call's own write.
-Result<int64_t> Rendezvous::CountRestart(Deadline until) {
+// The restart count goes up by one with a compare-and-set from the value read, not an Add,
+// and names the round whose end counted it ("N@R", RestartCount): a compare-and-set whose
+// answer a loaded store lost can be sent again (the count is then found already counted
+// for this round, the write this call made), where an Add sent again would count the
+// failure twice; and a node that took over the end of a winner that died after counting
+// finds the count made (EndRoundThen). Only the running round's winners change the count,
+// and rounds end one after another.
+Result<int64_t> Rendezvous::CountRestart(int64_t round, Deadline until) {
   const std::string key = Key("restarts");
   COHORT_ASSIGN_OR_RETURN(auto now, RequestUntilDeadline(until, [&](Deadline d) {
                             return store_->Peek({key}, d);
                           }));
   std::optional<std::string> from = std::move(now[0]);
   for (;;) {
-    COHORT_ASSIGN_OR_RETURN(int64_t count, ParseCounter(from, "restarts"));
-    const std::string to = std::to_string(count + 1);
+    COHORT_ASSIGN_OR_RETURN(RestartCount count, RestartCount::Parse(from));
+    if (count.round == round) return count.count;  // this round's end counted it already
+    const std::string to = RestartCount{count.count + 1, round}.Encode();
     COHORT_ASSIGN_OR_RETURN(std::string after, RequestUntilDeadline(until, [&](Deadline d) {
                               return store_->CompareSet(key, from.value_or(""), to, d);
                             }));
-    if (after == to) return count + 1;
+    if (after == to) return count.count + 1;
     if (until.expired()) {
       return DeadlineExceeded("the restart count kept changing under this end ({} -> {})",
                               from.value_or(""), after);
     }
     from = std::move(after);  // the count as the store answered: go on from there
+  }
+}
+
+// A loser waits for the winner's `next` up to the layout grace: the winner's requests are
+// sent again only until the layout grace from its claim, which came before this node lost
+// it. No `next` by then: the winner died, or lost the store, after its claim, and the
+// round would never end (every node's wait for `next` failing, watchers blocked in it
+// taken for dead by theirs). The first loser to replace the stale claim with its own
+// (a compare-and-set from it) ends the round in the winner's place; the others wait for
+// it as for any winner. A winner that was only slow and writes after all is harmless:
+// `next` and a carried round are created once (what the store holds is what every node
+// reads), and the restart count is counted once per round (CountRestart).
+// Returns whether this node took the end over; waits at most the join timeout in all.
+Result<bool> Rendezvous::AwaitEndOrTakeOver(int64_t round, std::string owner,
+                                           const std::string& claim) {
+  const std::string next = RoundKey(round, "next");
+  const Deadline give_up = Deadline::After(config_.join_timeout);
+  for (;;) {
+    Status waited = store_->Wait({next}, Deadline::After(config_.layout_grace).Earlier(give_up));
+    if (waited.ok()) return false;
+    if (!IsTimeout(waited) || give_up.expired()) return waited;
+    COHORT_ASSIGN_OR_RETURN(std::string now, RequestUntilDeadline(CallDeadline(), [&](Deadline d) {
+                              return store_->CompareSet(RoundKey(round, "ended_by"), owner,
+                                                        claim, d);
+                            }));
+    if (now == claim) {
+      COHORT_LOG_WARN(kLog, "round {}: the node that claimed its end ({}) wrote no `next` "
+                      "within the layout grace of {:.0f} s; this node ends the round in its "
+                      "place", round, owner,
+                      std::chrono::duration<double>(config_.layout_grace).count());
+      return true;
+    }
+    owner = std::move(now);  // another loser took it over first: wait for that one
   }
 }
 

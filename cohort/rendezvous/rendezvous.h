@@ -21,11 +21,14 @@
 //   r<R>/closed      member count N of round R, set once by CompareSet (first writer wins)
 //   r<R>/expect      how many nodes round R expects (set when R-1 ended): its last call ends
 //                    once they joined
+//   r<R>/ended_by    the claim of round R's end: the node that writes `next` (a claim
+//                    whose `next` did not come within the layout grace is taken over)
 //   r<R>/next        why round R ends (RoundEnd::Encode), first writer wins
 //   r<R>/master_port the round's MASTER_PORT, published by node 0's agent (MasterPortKey)
 //   r<R>/failure     JSON summary of the failure that ended round R
 //   r<R>/finished<S> slot S finished successfully (not a dead node)
-//   restarts         job-wide count of rounds ended by a failure
+//   restarts         job-wide count of rounds ended by a failure, and the last round
+//                    whose end counted one ("N@R")
 //   standby          how many warm spares (--standby) have waited for a place
 //   r<R>/spares      claims of the places round R-1's lost nodes left (warm spares)
 //   done             the job is over ("succeeded" or "failed: ...")
@@ -385,9 +388,14 @@ class Rendezvous {
   // (Store::CreateAll: r<R+1>/closed, r<R+1>/layout, r<R>/next, none of which may exist),
   // else (another node closed R + 1 first) `next` alone, uncarried.
   using BeforeNext = std::function<std::optional<Carry>()>;
-  // The job's restart count one up (the winner of a failure's end), sent again on a timeout
-  // until `until`; returns the count after it.
-  Result<int64_t> CountRestart(Deadline until);
+  // The job's restart count one up for the end of `round` (its winner, where the end is a
+  // failure), once however often it is called, sent again on a timeout until `until`;
+  // returns the count after it.
+  Result<int64_t> CountRestart(int64_t round, Deadline until);
+  // A loser of `round`'s end (the claim is `owner`'s) waits for `next`; past the layout
+  // grace without it, takes the stale claim over for `claim`: true when it did (it then
+  // ends the round as the winner).
+  Result<bool> AwaitEndOrTakeOver(int64_t round, std::string owner, const std::string& claim);
   // The winner tells the end to the nodes of `tell.info`'s round but group rank `tell.skip`
   // (TellEnd), once `next` is written, before the round counter moves on; null: nobody.
   struct TellTo {

@@ -279,7 +279,7 @@ Result<std::optional<RendezvousInfo>> Rendezvous::TakeCarriedRound(int64_t round
     }
     if (!now[0] || now[3]) return std::optional<RendezvousInfo>();
     COHORT_ASSIGN_OR_RETURN(Published published, Published::Decode(*now[0]));
-    COHORT_ASSIGN_OR_RETURN(int64_t restarts, ParseCounter(now[2], "restarts"));
+    COHORT_ASSIGN_OR_RETURN(int64_t restarts, ParseRestarts(now[2]));
     if (published.carried.records_round < 0 || restarts > config_.max_restarts) {
       return std::optional<RendezvousInfo>();
     }

@@ -140,6 +140,28 @@ TEST(RendezvousCarryTest, ASurvivorToldTheEndTakesTheCarriedRoundWithoutAReadOfI
   ExpectCarried(s, {3}, *store);
 }
 
+// A node that claimed round 0's end, counted its restart and died before writing `next`
+// (its claim and count seeded as it left them): the survivors that find the lost node lose
+// the claim to it, wait for its `next` a layout grace, and one of them takes the end over.
+// The round is carried as by any winner, and the failure counted once, not twice.
+TEST(RendezvousCarryTest, AClaimWhoseNextNeverComesIsTakenOverAndCountedOnce) {
+  auto store = std::make_shared<store::MemoryStore>();
+  ASSERT_TRUE(store->MultiSet({"rdzv/carry/r0/ended_by", "rdzv/carry/restarts"},
+                              {"dead:node 9 (gone)#5ca1ab1e", "1@0"}, Deadline::After(5s))
+                  .ok());
+  auto config = CarryConfig(2, 4);
+  config.layout_grace = 500ms;  // well within the dead timeout: the waiting loser's peers
+                                // do not take it for dead meanwhile
+  LossScenario s = RunLossScenario(On(store), config, 4, {3}, 30s);
+  ExpectCarried(s, {3}, *store);
+  auto claim = store->Get("rdzv/carry/r0/ended_by", Deadline::After(5s));
+  ASSERT_TRUE(claim.ok());
+  EXPECT_NE(*claim, "dead:node 9 (gone)#5ca1ab1e") << "the stale claim was taken over";
+  auto restarts = store->Get("rdzv/carry/restarts", Deadline::After(5s));
+  ASSERT_TRUE(restarts.ok());
+  EXPECT_EQ(*restarts, "1@0");
+}
+
 TEST(RendezvousCarryTest, ACarriedEndRoundTripsWhateverItsDetailSays) {
   RoundEnd end{RoundEnd::Kind::kDeadNode, "node 2 (h:carried:1:2:x) stopped\nsending"};
   end.carried = RoundEnd::Carried{3, "2:8x2\n{\"host\":\"a:b\"}\ncarried:0:2"};
@@ -245,7 +267,7 @@ TEST(RendezvousCarryTest, AnEndWhoseNextRoundWasClosedFirstIsNotCarried) {
   EXPECT_FALSE(end.carried.has_value()) << *(*now)[0];
   EXPECT_EQ((*now)[1], "7");
   EXPECT_FALSE((*now)[2].has_value());
-  EXPECT_EQ((*now)[3], "1");
+  EXPECT_EQ((*now)[3], "1@0");  // one restart, by round 0's end
 }
 
 // A node that arrives at a large round closed a moment ago, before its slot 1 published the

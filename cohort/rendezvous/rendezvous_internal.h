@@ -1,8 +1,8 @@
 // What rendezvous.cc (rounds: joins, ends, the job's end), rendezvous_watch.cc (liveness:
 // heartbeats and dead-node detection) and rendezvous_carry.cc (carried rounds) share: the
 // log channel, the test for a store call that timed out, store calls made again until a
-// deadline, a quiet round's dead timeout and a counter's parse. Internal to the rendezvous: include it from those files
-// only.
+// deadline, a quiet round's dead timeout and the parse of a counter and of the restart count.
+// Internal to the rendezvous: include it from those files only.
 // Thread-safety: pure functions.
 #pragma once
 
@@ -72,6 +72,34 @@ inline Result<int64_t> ParseCounter(const std::optional<std::string>& v, std::st
   auto n = ParseInt64(*v);
   if (!n) return DataLoss("rendezvous counter '{}' holds '{}', not a number", name, *v);
   return *n;
+}
+
+// The job-wide restart count (key `restarts`): "N@R", N failures counted, the last by the
+// end of round R; absent, none. CountRestart counts each round's end once, whoever writes
+// it: a node that took over a stale claim (EndRoundThen) finds the count of the winner
+// that died after counting. (A bare "N" is read as N counted by no round.)
+struct RestartCount {
+  int64_t count = 0;
+  int64_t round = -1;  // the round whose end counted last (-1: none known)
+
+  std::string Encode() const { return std::to_string(count) + "@" + std::to_string(round); }
+  static Result<RestartCount> Parse(const std::optional<std::string>& v) {
+    if (!v) return RestartCount{};
+    const auto at = v->find('@');
+    auto count = ParseInt64(std::string_view(*v).substr(0, at));
+    auto round = at == std::string::npos ? std::optional<int64_t>(-1)
+                                         : ParseInt64(std::string_view(*v).substr(at + 1));
+    if (!count || !round) {
+      return DataLoss("the rendezvous restart count holds '{}', not N@round", *v);
+    }
+    return RestartCount{*count, *round};
+  }
+};
+
+// The restart count's N as read.
+inline Result<int64_t> ParseRestarts(const std::optional<std::string>& v) {
+  COHORT_ASSIGN_OR_RETURN(RestartCount c, RestartCount::Parse(v));
+  return c.count;
 }
 
 }  // namespace cohort::rendezvous

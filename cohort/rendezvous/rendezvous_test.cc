@@ -69,6 +69,27 @@ std::vector<Result<RendezvousInfo>> JoinAll(std::shared_ptr<store::Store> store,
   return JoinAll([&] { return store; }, config, n);
 }
 
+// `n` agents over `store`, each on a Rendezvous of its own (used by one thread at a time).
+std::vector<std::unique_ptr<Rendezvous>> Agents(std::shared_ptr<store::Store> store,
+                                                const RendezvousConfig& config, int n) {
+  std::vector<std::unique_ptr<Rendezvous>> nodes;
+  for (int i = 0; i < n; ++i) nodes.push_back(std::make_unique<Rendezvous>(store, config, Node(i)));
+  return nodes;
+}
+
+// Next() on every agent at once; their results in agent order.
+std::vector<Result<RendezvousInfo>> NextOnEach(std::vector<std::unique_ptr<Rendezvous>>& nodes) {
+  std::vector<std::optional<Result<RendezvousInfo>>> results(nodes.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    threads.emplace_back([&, i] { results[i] = nodes[i]->Next(); });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<Result<RendezvousInfo>> out;
+  for (auto& r : results) out.push_back(std::move(*r));
+  return out;
+}
+
 TEST(RendezvousTest, TwoHundredFiftySixAgentsJoinAtOnce) {
   auto store = std::make_shared<store::MemoryStore>();
   constexpr int kAgents = 256;
@@ -165,14 +186,8 @@ TEST(RendezvousTest, OthersPublishTheLayoutWhenSlotOneStalls) {
 // not lost to an error on the node that found it.
 TEST(RendezvousTest, AnEndWhoseRequestsTimeOutOnceIsStillWritten) {
   auto store = std::make_shared<EarlyTimeouts>(std::make_shared<store::MemoryStore>());
-  auto config = Config(2, 2);
-  std::vector<std::optional<Result<RendezvousInfo>>> infos(2);
-  std::vector<std::unique_ptr<Rendezvous>> nodes;
-  for (int i = 0; i < 2; ++i) nodes.push_back(std::make_unique<Rendezvous>(store, config, Node(i)));
-  std::vector<std::thread> threads;
-  for (int i = 0; i < 2; ++i) threads.emplace_back([&, i] { infos[i] = nodes[i]->Next(); });
-  for (auto& t : threads) t.join();
-  for (auto& info : infos) ASSERT_TRUE(info->ok()) << info->status().ToString();
+  auto nodes = Agents(store, Config(2, 2), 2);
+  for (auto& info : NextOnEach(nodes)) ASSERT_TRUE(info.ok()) << info.status().ToString();
   // Each request of the end times out once unanswered (the restart count's read and its
   // compare-and-set too), and the count's compare-and-set once more after it was applied:
   // sent again, it must not count the failure twice.
@@ -189,7 +204,49 @@ TEST(RendezvousTest, AnEndWhoseRequestsTimeOutOnceIsStillWritten) {
   EXPECT_EQ(RoundEnd::Decode(*next).kind, RoundEnd::Kind::kFailure);
   auto restarts = store->Get("rdzv/test/restarts", Deadline::After(5s));
   ASSERT_TRUE(restarts.ok());
-  EXPECT_EQ(*restarts, "1") << "one restart counted";
+  EXPECT_EQ(*restarts, "1@0") << "one restart counted, by round 0's end";
+}
+
+// A claim of round 0's end whose `next` never comes (its node died after claiming, before
+// counting): two nodes that find a failure lose the claim to it, and past the layout grace
+// exactly one of them takes it over; both return once `next` is written, the failure
+// counted once.
+TEST(RendezvousTest, TwoLosersOfAStaleClaimAgreeOnOneTakerAndOneEnd) {
+  auto store = std::make_shared<store::MemoryStore>();
+  auto config = Config(3, 3);
+  config.layout_grace = 300ms;
+  auto nodes = Agents(store, config, 3);
+  for (auto& info : NextOnEach(nodes)) ASSERT_TRUE(info.ok()) << info.status().ToString();
+  ASSERT_TRUE(store->Set("rdzv/test/r0/ended_by", "failure:rank 5#0dead", Deadline::After(5s)).ok());
+  std::vector<std::optional<Result<bool>>> won(2);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i) {
+    threads.emplace_back([&, i] {
+      FailureRecord failure{i, "host" + std::to_string(i), 1, 0, "boom"};
+      won[i] = nodes[i]->EndRound(0, {RoundEnd::Kind::kFailure, "rank " + std::to_string(i)},
+                                  &failure);
+    });
+  }
+  for (auto& t : threads) t.join();
+  int winners = 0;
+  for (auto& w : won) {
+    ASSERT_TRUE(w->ok()) << w->status().ToString();
+    winners += **w ? 1 : 0;
+  }
+  EXPECT_EQ(winners, 1);
+  auto next = store->Get("rdzv/test/r0/next", Deadline::After(5s));
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ(RoundEnd::Decode(*next).kind, RoundEnd::Kind::kFailure);
+  auto state = store->Peek({"rdzv/test/restarts", "rdzv/test/round"}, Deadline::After(5s));
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ((*state)[0], "1@0") << "one restart counted, by round 0's end";
+  EXPECT_EQ((*state)[1], "1") << "the round counter moved on";
+  // The round that follows forms as after any end.
+  for (auto& info : NextOnEach(nodes)) {
+    ASSERT_TRUE(info.ok()) << info.status().ToString();
+    EXPECT_EQ(info->round, 1);
+    EXPECT_EQ(info->restart_count, 1);
+  }
 }
 
 TEST(RendezvousTest, EarlyStoreTimeoutsDoNotMakeNodesTakeOverFromSlotOne) {

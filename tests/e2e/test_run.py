@@ -258,7 +258,7 @@ def _closed_port():
     "unreachable_endpoint", "port_in_use", "master_port_range", "metrics_port_range",
     "stop_grace_nan", "log_merge_negative", "join_timeout_inf", "join_timeout_nan",
     "join_timeout_huge", "keep_alive_zero", "keep_alive_huge", "carry_negative",
-    "quiet_watch_negative", "quiet_start_zero", "monitor_interval_zero",
+    "quiet_watch_negative", "quiet_start_zero", "layout_grace_zero", "monitor_interval_zero",
     "standby_one_node",
 ])
 def test_bad_input(cohort, launcher, marker, tmp_path, case):
@@ -296,7 +296,7 @@ def test_bad_input(cohort, launcher, marker, tmp_path, case):
             args, rc, needle = ["--stop-grace", "nan", *echo], 3, "--stop-grace"
         elif case == "log_merge_negative":
             args, rc, needle = ["--log-merge-ms", "-1", *echo], 3, "--log-merge-ms"
-        elif case.startswith(("join_timeout", "keep_alive", "carry", "quiet_")):
+        elif case.startswith(("join_timeout", "keep_alive", "carry", "quiet_", "layout_")):
             # Before: inf/nan/1e300 timed out at once (a deadline overflowed into the past),
             # 0 or 1e300 beats were taken (agents spun, or never beat).
             conf = {"join_timeout_inf": "join_timeout=inf", "join_timeout_nan": "join_timeout=nan",
@@ -305,7 +305,8 @@ def test_bad_input(cohort, launcher, marker, tmp_path, case):
                     "keep_alive_huge": "keep_alive_interval=1e300",
                     "carry_negative": "carry_start_nodes=-1",
                     "quiet_watch_negative": "quiet_watch_max_nodes=-1",
-                    "quiet_start_zero": "quiet_start_nodes=0"}[case]
+                    "quiet_start_zero": "quiet_start_nodes=0",
+                    "layout_grace_zero": "layout_grace=0"}[case]
             args = ["--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
                     "127.0.0.1:%d" % _closed_port(), "--rdzv-conf", conf, *echo]
             rc, needle = 3, conf

@@ -109,16 +109,16 @@ class Etcd:
                      "--trusted-ca-file", self.tls["ca.crt"], "--client-cert-auth"]
         self.endpoint = "127.0.0.1:%d" % self.client_port
         self.proc = e2e_util.Proc(argv, dict(os.environ), self.work, "etcd")
-        e2e_util.wait_for(lambda: self._ctl("endpoint", "health").returncode == 0, 30,
+        e2e_util.wait_for(lambda: self.ctl("endpoint", "health").returncode == 0, 30,
                           what="etcd healthy")
         self.password = None
         if auth:
             self.password = "pw-" + os.urandom(4).hex()
-            self._ctl("role", "add", "root")  # exists already on some etcd versions
+            self.ctl("role", "add", "root")  # exists already on some etcd versions
             for args in (("user", "add", "root:" + self.password),
                          ("user", "grant-role", "root", "root"), ("auth", "enable")):
                 password, self.password = self.password, None  # auth is not on yet
-                r = self._ctl(*args)
+                r = self.ctl(*args)
                 self.password = password
                 assert r.returncode == 0, "etcdctl %s: %s" % (" ".join(args), r.stderr)
 
@@ -138,7 +138,8 @@ class Etcd:
         return {n: str(d / n) for n in ("ca.crt", "server.crt", "server.key", "client.crt",
                                         "client.key")}
 
-    def _ctl(self, *args):
+    def ctl(self, *args):
+        """etcdctl against this member (its TLS files and user): the CompletedProcess."""
         argv = [ETCDCTL, "--endpoints", ("https://" if self.tls else "http://") + self.endpoint,
                 "--command-timeout", "5s"]
         if self.tls:

@@ -8,7 +8,13 @@ Whatever they typed, the two workers must form ONE job of two ranks: every rank 
 world size 2 in the same rendezvous round, and the final parameters of both ranks have the
 same digest as a reference two-rank run (same seed, same world size: cohort-train is
 deterministic and bit-identical across transports for two ranks).
+
+And one fault on etcd: a round's end claimed by a node that died before writing it (the
+claim put with etcdctl) is taken over after the layout grace; the job restarts once and
+finishes.
 """
+import os
+import signal
 import subprocess
 import uuid
 
@@ -135,3 +141,48 @@ def test_two_agents_on_etcd(security, procs, tmp_path, reference, etcd_factory):
     assert top.returncode == 0, top.stderr
     assert "nodes 2 (running 0, lost 0, unreachable 0, finished 2, failed 0)" in top.stdout, \
         top.stdout
+
+
+def test_an_end_claimed_by_a_node_that_died_is_taken_over(procs, tmp_path, etcd_factory):
+    """A node that claims the end of a round and dies before writing it leaves its claim in
+    etcd (put here with etcdctl, as such a node leaves it). The job must not wait on it for
+    ever: two agents on etcd train (`--rdzv-conf layout_grace=2`), the claim of their round
+    is put, and one worker is SIGKILLed. Its agent loses the claim, waits the layout grace
+    for the end, takes it over and ends the round; both agents restart their workers from
+    the checkpoint (one restart, counted once) and the job finishes as one job of two ranks
+    with equal digests."""
+    etcd = etcd_factory()
+    rdzv_id = "j" + uuid.uuid4().hex[:8]
+    ckpt = tmp_path / "ckpt"
+    flags = ["--nnodes", "2", "--nproc-per-node", "1", "--max-restarts", "3",
+             "--rdzv-backend", "etcd", "--rdzv-endpoint", etcd.endpoint, "--rdzv-id", rdzv_id,
+             "--rdzv-conf", "layout_grace=2"]
+    agents = [procs.start([J.BIN, "run", *flags, "--", *J.train_args(ckpt, 1000)],
+                          name="agent%d" % i) for i in range(2)]
+    out = lambda: "".join(p.stdout for p in agents)  # noqa: E731
+    try:
+        J.wait_until(lambda: J.complete_round(out(), 2) is not None and J.max_step(out()) >= 20,
+                     TIMEOUT, "one job of two training")
+    except AssertionError as e:
+        raise AssertionError("%s\n%s" % (e, J.describe(agents)))
+    rnd = J.complete_round(out(), 2)
+    key = "/cohort/%s/rdzv/%s/r%d/ended_by" % (rdzv_id, rdzv_id, rnd)
+    put = etcd.ctl("put", key, "dead:node 7 (a node that died)#0dead0")
+    assert put.returncode == 0, put.stderr
+    workers = [pid for pid, cmd in J.e2e_util.marker_pids(str(ckpt))
+               if cmd.startswith(str(J.TRAIN))]
+    assert len(workers) == 2, workers
+    os.kill(workers[0], signal.SIGKILL)
+    for p in agents:
+        assert p.wait(TIMEOUT) == 0, J.describe(agents)
+    err = "".join(p.stderr for p in agents)
+    assert "wrote no `next` within the layout grace of 2 s; this node ends the round in " \
+        "its place" in err, err[-4000:]
+    text = out()
+    after = J.complete_round(text, 2, after=rnd)
+    assert after is not None, text[-4000:]
+    d = J.digests(text)
+    assert sorted(d) == [0, 1] and d[0] == d[1], d
+    restarts = etcd.ctl("get", "--print-value-only", "/cohort/%s/rdzv/%s/restarts" % (
+        rdzv_id, rdzv_id))
+    assert restarts.stdout.strip() == "1@%d" % rnd, restarts.stdout
