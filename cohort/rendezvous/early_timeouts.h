@@ -24,7 +24,8 @@ namespace cohort::rendezvous::testing {
 // its timeout). With LoseAnswerOnce(keys): on each thread, the first CompareSet of such a
 // key is applied and then times out (a request etcd applied but whose answer came too
 // late). With OfferIdle(): it offers Idle (waits until the deadline), as etcd does: rounds
-// go quiet. Counts the Gets (and so the default GetSince's waits) of the key CountGets names.
+// go quiet. With SlowBeats(d): every beat answers d late. Counts the Gets (and so the
+// default GetSince's waits) of the key CountGets names.
 class EarlyTimeouts final : public store::Store {
  public:
   explicit EarlyTimeouts(std::shared_ptr<store::Store> base) : base_(std::move(base)) {}
@@ -39,6 +40,17 @@ class EarlyTimeouts final : public store::Store {
     lose_answer_once_ = std::move(keys);
   }
   void OfferIdle() { offer_idle_ = true; }
+  // Every beat answered `d` late (a store that applies beats slowly); 0: at once.
+  void SlowBeats(Duration d) { slow_beats_ns_ = d.count(); }
+  Result<BeatResult> Beat(std::string_view beat_key, const std::vector<std::string>& peek_keys,
+                          const std::vector<std::string>& wait_keys, Deadline d) override {
+    const Duration slow{slow_beats_ns_.load()};
+    if (slow > Duration{}) {
+      std::this_thread::sleep_for(std::min(slow, d.remaining()));
+      if (d.expired()) return DeadlineExceeded("injected: a slow beat");
+    }
+    return store::Store::Beat(beat_key, peek_keys, wait_keys, d);
+  }
   Status Idle(Deadline d) override {
     if (!offer_idle_) return store::Store::Idle(d);
     std::this_thread::sleep_for(d.remaining());  // what Idle is: no request, no wake-up
@@ -114,6 +126,7 @@ class EarlyTimeouts final : public store::Store {
     return false;
   }
   std::atomic<bool> offer_idle_{false};
+  std::atomic<int64_t> slow_beats_ns_{0};
   Mutex mu_;
   std::set<std::string> time_out_once_ COHORT_GUARDED_BY(mu_);
   std::set<std::string> lose_answer_once_ COHORT_GUARDED_BY(mu_);

@@ -157,6 +157,7 @@ Result<RendezvousInfo> Rendezvous::Next() {
       continue;
     }
     const int64_t slot = joined.ticket;
+    joined_time_ = SteadyClock::now();
     std::optional<Published> published;
     if (slot != 1) {
       // Step 4.
@@ -378,6 +379,7 @@ Result<Rendezvous::Published> Rendezvous::PublishLayout(int64_t round, int64_t m
     ours.layout = RoundLayout::FromNodes(nodes);
     ours.master = std::move(nodes[0]);
     ours.tell_key = RandomHex(16);
+    ours.pace = StartPace(round, members);
     COHORT_ASSIGN_OR_RETURN(std::string text, RequestUntilDeadline(join_deadline, [&](Deadline d) {
                               return store_->CompareSet(RoundKey(round, "layout"), "",
                                                         ours.Encode(), d);
@@ -389,6 +391,38 @@ Result<Rendezvous::Published> Rendezvous::PublishLayout(int64_t round, int64_t m
                     published->layout.members, members);
   }
   return std::move(*published);
+}
+
+// A quiet round's beats start at the pace its formation says the store can take: its N
+// joins came in T s, and its beats at pace 1 would be N per beat period (QuietDeadTimeout /
+// 4); the pace is the least power of two, at most 4, that brings the beats within the joins'
+// rate N / T (a join is two requests: about half what the store applied meanwhile). At
+// 5,000 nodes on etcd limited to half a core, the joins came at about 200 a second and the
+// beats at 500 a second stopped etcd within seconds of round 0 closing, before any node could
+// raise the pace (FollowPace: the raise is a write, which etcd no longer answered); at
+// 10,000 nodes on etcd on two shared cores, 330-550 joins a second. A round whose nodes
+// came slowly (T counts from slot 1's join) beats slower than it need for as long as it and
+// the rounds carried from it run (its pace setters lower the pace to this one at most).
+int64_t Rendezvous::StartPace(int64_t round, int64_t members) const {
+  constexpr int64_t kMaxStartPace = 4;
+  if (members < config_.quiet_start_nodes || config_.quiet_beats_per_s <= 0) return 1;
+  const double formed_s = std::chrono::duration<double>(SteadyClock::now() - joined_time_).count();
+  if (formed_s <= 0) return 1;
+  const double joins_per_s = static_cast<double>(members) / formed_s;
+  const double period_s = std::max(
+      std::chrono::duration<double>(config_.heartbeat_interval).count(),
+      std::chrono::duration<double>(QuietDeadTimeout(config_, static_cast<int>(members))).count() /
+          4);
+  const double beats_per_s = static_cast<double>(members) / period_s;
+  int64_t pace = 1;
+  while (pace < kMaxStartPace && beats_per_s / static_cast<double>(pace) > joins_per_s) pace *= 2;
+  if (pace > 1) {
+    COHORT_LOG_WARN(kLog, "round {}: its {} nodes joined in {:.1f} s ({:.0f} a second); they "
+                    "beat {} times less often than {:.0f} a second until the store answers "
+                    "their beats quickly (pace {})", round, members, formed_s, joins_per_s,
+                    pace, beats_per_s, pace);
+  }
+  return pace;
 }
 
 Result<std::vector<NodeInfo>> Rendezvous::RoundNodes(const RendezvousInfo& info,
@@ -455,6 +489,7 @@ RendezvousInfo Rendezvous::MakeInfo(int64_t round, int64_t slot, Published publi
   info.layout = std::move(published.layout);
   info.carried = std::move(published.carried);
   info.tell_key = std::move(published.tell_key);
+  info.pace = published.pace;
   info.restart_count = restarts;
   info.store_prefix = fmt::format("rdzv/{}/r{}/w", config_.run_id, round);
   COHORT_LOG_DEBUG(kLog, "round {}: node {} of {}", round, info.group_rank,

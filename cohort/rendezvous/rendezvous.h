@@ -19,6 +19,9 @@
 //                    ("appended:<token> <record>": it arrived at a running round)
 //   r<R>/publisher   the slot that publishes the layout in place of a silent slot 1
 //   r<R>/closed      member count N of round R, set once by CompareSet (first writer wins)
+//   r<R>/pace        a quiet round's pace: its beat period and dead timeout times it
+//                    (absent: 1), set by a few of its nodes as the store answers
+//                    their beats (Rendezvous::FollowPace)
 //   r<R>/expect      how many nodes round R expects (set when R-1 ended): its last call ends
 //                    once they joined
 //   r<R>/ended_by    the claim of round R's end: the node that writes `next` (a claim
@@ -183,6 +186,9 @@ struct RendezvousInfo {
   CarriedMembers carried;
   // The key a datagram telling this round's end must carry (RoundTell; empty: none).
   std::string tell_key;
+  // A quiet round's pace to start at (Rendezvous::FollowPace; its slot 1 chose it from how
+  // fast the round formed, or the round it was carried from had it).
+  int64_t pace = 1;
   int64_t RecordsRound() const {
     return carried.records_round >= 0 ? carried.records_round : round;
   }
@@ -338,6 +344,7 @@ class Rendezvous {
     int64_t seen = 0;  // the store's mark of the layout's write (Store::GetSince), 0: none
     CarriedMembers carried;  // a carried round's members (records_round -1: not carried)
     std::string tell_key;    // the round's key for told ends (random, from its slot 1)
+    int64_t pace = 1;        // the pace its quiet beats start at (StartPace; "pace:K")
     std::string Encode() const;
     static Result<Published> Decode(std::string_view text);
   };
@@ -357,6 +364,11 @@ class Rendezvous {
   // round's publisher key publishes in its place.
   Result<Published> PublishLayout(int64_t round, int64_t members, int64_t slot,
                                   Deadline join_deadline);
+  // The pace a round of `members` nodes that formed since this node joined it starts at.
+  int64_t StartPace(int64_t round, int64_t members) const;
+  // The pace of `info`'s round as this node knows it: its watcher's (FollowPace), else the
+  // one the round started at.
+  int64_t RoundPace(const RendezvousInfo& info) const;
   RendezvousInfo MakeInfo(int64_t round, int64_t slot, Published published,
                           int64_t restarts) const;
   // Carried rounds (rendezvous_carry.cc). A carried round as the end that makes it
@@ -447,6 +459,10 @@ class Rendezvous {
   // How often a watcher beats: the liveness period with a will, dead timeout / 3 on a lease
   // (its TTL), else dead timeout / 4 (at least the heartbeat interval).
   Duration BeatPeriod(const RendezvousInfo& info) const;
+  // A quiet round's pace (r<R>/pace) as `read` with this node's beat, which the store
+  // answered in `took` (Duration::max(): not at all); a pace setter raises or lowers it.
+  void FollowPace(const RendezvousInfo& info, const std::optional<std::string>& read,
+                  Duration took);
   std::string PeerHost(const RendezvousInfo& info, int slot);
   // The record of the node at `slot` of `info`'s round: its records round's (one read), or
   // the one a carried round keeps for an appended node.
@@ -464,6 +480,11 @@ class Rendezvous {
   SteadyClock::time_point last_beat_;  // when this node's last beat was sent (any round)
   int64_t awaited_round_ = -1;  // the last round that rested on a held wait (Store::Await)
   Duration quiet_period_{};        // a quiet round's beat period (0: not quiet); GraceDeadline
+  int64_t pace_ = 1;               // this round's pace as read (FollowPace); 1: none
+  std::string pace_value_;         // r<R>/pace as read ("" absent)
+  SteadyClock::time_point pace_seen_;  // when pace_ last changed, as this node saw it
+  int calm_beats_ = 0;             // a pace setter's beats in a row answered quickly
+  SteadyClock::time_point joined_time_;  // when this node's last join was answered
   int64_t watched_round_ = -1;
   int watched_slot_ = 0;       // 0: nobody left to watch (every other node finished)
   std::string watched_beat_;   // its counter as last read

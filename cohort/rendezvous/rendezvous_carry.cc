@@ -53,7 +53,10 @@ static std::optional<std::vector<int>> LostWith(store::Store& store,
 
 // Two beat periods of a round of `n` nodes beating counters (Rendezvous::BeatPeriod without
 // a will or a lease, from the configuration alone: the agent's own Rendezvous ends rounds
-// for a worker's lost peer, and keeps no watcher state).
+// for a worker's lost peer, and keeps no watcher state), at pace 1: the caller multiplies
+// by the round's pace as it knows it (RoundPace: the agent's own Rendezvous knows only the
+// pace the round started at, so a node that beats at a pace raised since may be left out of
+// a round it carries, and joins it).
 static Duration TwoBeatPeriods(const RendezvousConfig& c, int n) {
   const Duration dead = n >= c.quiet_start_nodes ? QuietDeadTimeout(c, n) : c.dead_timeout;
   return 2 * std::max(c.heartbeat_interval, dead / 4);
@@ -170,7 +173,7 @@ Result<std::optional<Rendezvous::Carry>> Rendezvous::CarryRound(const Rendezvous
   beats.reserve(n);
   for (int slot = 1; slot <= n; ++slot) beats.push_back(RoundKey(round, fmt::format("hb{}", slot)));
   auto found = LostWith(*store_, beats, RoundKey(round, "layout"), info.slot, dead_slot,
-                        TwoBeatPeriods(config_, n), round);
+                        TwoBeatPeriods(config_, n) * RoundPace(info), round);
   COHORT_ASSIGN_OR_RETURN(bool may_carry, may.get());
   if (!found || !may_carry) return Carried();
   const std::vector<int>& lost = *found;
@@ -184,6 +187,7 @@ Result<std::optional<Rendezvous::Carry>> Rendezvous::CarryRound(const Rendezvous
   next.layout = info.layout.Without(lost);
   next.carried = MembersWithout(info, lost);
   next.tell_key = info.tell_key;
+  next.pace = info.pace;  // the start pace: the formation's measure of the store
   int first = 0;  // the new group rank 0, in this round's ranks
   while (std::binary_search(lost.begin(), lost.end(), first)) ++first;
   if (first == 0) {

@@ -243,6 +243,7 @@ std::string RoundEnd::Describe() const {
 std::string Rendezvous::Published::Encode() const {
   std::string text = layout.Encode() + "\n" + master.ToJson();
   if (!tell_key.empty()) text += "\ntell:" + tell_key;
+  if (pace > 1) text += fmt::format("\npace:{}", pace);
   if (carried.records_round >= 0) {
     text += fmt::format("\ncarried:{}:{}", carried.records_round, fmt::join(carried.left_out, ","));
     for (const auto& a : carried.appended) {
@@ -290,6 +291,12 @@ Result<Rendezvous::Published> Rendezvous::Published::Decode(std::string_view tex
   size_t next = 2;
   if (next < lines.size() && StartsWith(lines[next], "tell:")) {
     published.tell_key = std::string(lines[next].substr(5));
+    ++next;
+  }
+  if (next < lines.size() && StartsWith(lines[next], "pace:")) {
+    auto pace = ParseInt64(lines[next].substr(5));
+    if (!pace || *pace < 1) return DataLoss("malformed pace '{}'", lines[next].substr(0, 64));
+    published.pace = *pace;
     ++next;
   }
   if (lines.size() == next) return published;

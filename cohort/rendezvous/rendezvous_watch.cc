@@ -17,6 +17,8 @@ namespace {
 constexpr int kWatchWindow = 64;
 // How long a watcher's step waits when it only reads a suspect peer's counter.
 constexpr auto kLookNow = std::chrono::milliseconds(50);
+// The largest pace of a quiet round (FollowPace).
+constexpr int64_t kMaxPace = 16;
 
 double Seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
 }  // namespace
@@ -97,6 +99,10 @@ void Rendezvous::BeginWatchRound(const RendezvousInfo& info) {
   // then bounded by quiet_beats_per_s from the first step on (the first beats are spread
   // too).
   quiet_ = !will_left_ && info.group_world_size >= config_.quiet_start_nodes;
+  pace_ = std::clamp<int64_t>(info.pace, 1, kMaxPace);
+  pace_value_.clear();
+  pace_seen_ = SteadyClock::now();
+  calm_beats_ = 0;
   // Without a will, a lease where the store keeps them (etcd): the beats renew it instead
   // of writing a counter, and the store itself deletes a silent node's key. Not in a quiet
   // round: at 10,000 nodes on etcd, leases (each node's grant, then a renewal and a read
@@ -177,6 +183,7 @@ Result<std::optional<RoundEnd>> Rendezvous::BeatStep(const RendezvousInfo& info,
   const std::string next_key = wait[0];
   if (quiet_) {
     peek.push_back(next_key);
+    peek.push_back(RoundKey(round, "pace"));  // at next_at + 1 (FollowPace)
     wait.clear();
   }
   int64_t read_at = 0;  // the store revision the beat read `next` absent at
@@ -198,15 +205,23 @@ Result<std::optional<RoundEnd>> Rendezvous::BeatStep(const RendezvousInfo& info,
     }
     return RestIdle(info, wake);
   };
+  const auto sent = SteadyClock::now();
   auto beat_result =
       store_->Beat(beat ? RoundKey(round, fmt::format("hb{}", info.slot)) : std::string(), peek,
                    wait, wake);
   if (beat) last_beat_ = now;
   // An answer that came after the step's deadline (a loaded store or client) tells nothing
   // about the peer: judge it at the next step.
-  if (IsTimeout(beat_result.status())) return std::optional<RoundEnd>();
+  if (IsTimeout(beat_result.status())) {
+    if (quiet_) FollowPace(info, std::nullopt, Duration::max());
+    return std::optional<RoundEnd>();
+  }
   COHORT_ASSIGN_OR_RETURN(store::Store::BeatResult step, std::move(beat_result));
   read_at = step.revision;
+  if (quiet_) {
+    FollowPace(info, step.peeked[next_at + 1],
+               std::chrono::duration_cast<Duration>(SteadyClock::now() - sent));
+  }
   if (quiet_ && step.peeked[next_at]) {
     return std::optional<RoundEnd>(RoundEnd::Decode(*step.peeked[next_at]));
   }
@@ -231,7 +246,83 @@ Result<std::optional<RoundEnd>> Rendezvous::BeatStep(const RendezvousInfo& info,
 // A quiet round's beats, N per beat period, stay within quiet_beats_per_s: its period is at
 // least N / that rate, and the dead timeout at least four periods.
 Duration Rendezvous::DeadTimeout(const RendezvousInfo& info) const {
-  return quiet_ ? QuietDeadTimeout(config_, info.group_world_size) : config_.dead_timeout;
+  return quiet_ ? QuietDeadTimeout(config_, info.group_world_size) * pace_ : config_.dead_timeout;
+}
+
+// A quiet round's pace: its beat period and dead timeout are the configured ones times
+// r<R>/pace (absent: 1), which every node reads with each beat. quiet_beats_per_s is what a
+// store on its own cores applies; a slowed one (etcd on a fraction of a core, a member
+// compacting, a noisy neighbour) may apply less, and then its queue grows, every answer
+// comes later, and the beats it has not applied yet are taken for dead nodes (at 5,000
+// nodes on etcd limited to one core, the elastic job's round 0 formed and etcd stopped
+// answering for minutes once its beats began; docs/scale.md). So about kPaceSetters of the
+// round's nodes (slots spread over it) double the pace when the store took more than a
+// quarter of a beat period to answer a beat (or did not answer it), at most once per beat
+// period, up to kMaxPace; and halve it after kCalmBeats beats in a row answered within a
+// thirty-second of a period, no sooner than two periods after it last changed, down to the
+// pace the round started at at most (StartPace: what its formation says the store applies;
+// at 5,000 nodes on etcd limited to half a core, pace 4 from round 0's joins, halved to 1
+// by calm beats, brought back the beats that stopped etcd, and a raise is a write that etcd
+// then no longer answers). Raising is
+// safe at once: a watcher that has not read it yet judges its peer by a shorter deadline
+// only until its own next beat, a period at most, while the peer beats a period (the new
+// one) apart at most: within four of the old. Halving waits until every node beat once at
+// the pace before (two periods): a peer then beats at most two new periods apart, within
+// the new dead timeout of four. A round starts at the pace its layout names (StartPace; a
+// carried round: the start pace of the round it was carried from), and r<R>/pace absent
+// means it.
+void Rendezvous::FollowPace(const RendezvousInfo& info, const std::optional<std::string>& read,
+                            Duration took) {
+  constexpr int kPaceSetters = 8;
+  constexpr int kCalmBeats = 4;
+  const auto now = SteadyClock::now();
+  const int64_t round = info.round;
+  auto take = [&](int64_t pace, std::string value) {
+    if (pace == pace_) return;
+    pace_ = pace;
+    pace_value_ = std::move(value);
+    pace_seen_ = now;
+    quiet_period_ = BeatPeriod(info);
+  };
+  if (read) {
+    auto pace = ParseInt64(*read);
+    if (pace && *pace >= 1 && *pace <= kMaxPace) take(*pace, *read);
+  }
+  const int n = info.group_world_size;
+  if ((info.slot - 1) % std::max(1, n / kPaceSetters) != 0) return;
+  const Duration period = BeatPeriod(info);
+  int64_t to = pace_;
+  if (took > period / 4) {
+    calm_beats_ = 0;
+    if (pace_ < kMaxPace && now - pace_seen_ >= period) to = 2 * pace_;
+  } else if (took < period / 32) {
+    if (++calm_beats_ >= kCalmBeats && pace_ > info.pace && now - pace_seen_ >= 2 * period) {
+      to = std::max(pace_ / 2, info.pace);
+    }
+  } else {
+    calm_beats_ = 0;
+  }
+  if (to == pace_) return;
+  calm_beats_ = 0;
+  const std::string value = std::to_string(to);
+  auto set = store_->CompareSet(RoundKey(round, "pace"), pace_value_, value,
+                                Deadline::After(period / 2));
+  if (!set.ok()) return;  // a store that slow: the next beat tries again
+  const int64_t before = pace_;
+  auto pace = ParseInt64(*set);
+  if (!pace || *pace < 1 || *pace > kMaxPace) return;
+  take(*pace, *set);
+  if (*set != value) return;  // another node changed it first: followed
+  log::Get(kLog)->log(to > before ? spdlog::level::warn : spdlog::level::info,
+                      "round {}: the store answered a beat in {}; its {} nodes now beat every "
+                      "{:.1f} s (pace {}), a silent node found after {:.0f} s", round,
+                      took == Duration::max() ? std::string("no time (timed out)")
+                                              : fmt::format("{:.2f} s", Seconds(took)),
+                      n, Seconds(BeatPeriod(info)), to, Seconds(DeadTimeout(info)));
+}
+
+int64_t Rendezvous::RoundPace(const RendezvousInfo& info) const {
+  return first_step_round_ == info.round ? pace_ : info.pace;
 }
 
 Duration Rendezvous::LivenessPeriod() const {

@@ -1,0 +1,164 @@
+// A quiet round's pace (Rendezvous::FollowPace): a store that answers beats slowly makes the
+// round beat less often, and one that answers quickly again brings the pace back, without
+// a live node ever taken for dead. Agents as threads over one MemoryStore.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "cohort/rendezvous/early_timeouts.h"
+#include "cohort/rendezvous/rendezvous.h"
+#include "cohort/store/memory_store.h"
+
+namespace cohort::rendezvous {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::EarlyTimeouts;
+
+// Four nodes, quiet from two: a dead timeout of 1 s, so beats every 250 ms at pace 1.
+RendezvousConfig PaceConfig() {
+  RendezvousConfig c;
+  c.run_id = "pace";
+  c.min_nodes = 4;
+  c.max_nodes = 4;
+  c.join_timeout = 20s;
+  c.last_call = 200ms;
+  c.heartbeat_interval = 50ms;
+  c.dead_timeout = 1s;
+  c.quiet_start_nodes = 2;
+  c.quiet_beats_per_s = 16;  // 4 nodes: the quiet dead timeout is 1 s too
+  c.tell_start_nodes = 0;
+  c.quiet_watch_max_nodes = 0;
+  return c;
+}
+
+NodeInfo Node(int i) {
+  NodeInfo n;
+  n.host = "host" + std::to_string(i);
+  n.addr = "10.0.0." + std::to_string(i);
+  return n;
+}
+
+// Each node's watcher steps through `info`'s round until `pace` reads as wanted (then a
+// little longer, so every node beats at it) or `limit`; any end it saw (a node taken for
+// dead) is returned in `ends`.
+void WatchUntil(std::vector<std::unique_ptr<Rendezvous>>& watchers,
+                const std::vector<RendezvousInfo>& infos, store::Store& store,
+                const std::function<bool(const std::optional<std::string>&)>& wanted,
+                Duration limit, std::vector<std::string>& ends) {
+  const Deadline give_up = Deadline::After(limit);
+  std::atomic<bool> reached{false};
+  std::optional<Deadline> stop;
+  std::vector<std::thread> threads;
+  Mutex mu;
+  for (size_t i = 0; i < watchers.size(); ++i) {
+    threads.emplace_back([&, i] {
+      while (!give_up.expired()) {
+        auto step = watchers[i]->WatchStep(infos[i]);
+        if (!step.ok() || *step) {
+          MutexLock lock(&mu);
+          ends.push_back(step.ok() ? (*step)->Encode() : step.status().ToString());
+          return;
+        }
+        if (reached) return;
+      }
+    });
+  }
+  while (!give_up.expired() && !reached) {
+    auto pace = store.Peek({"rdzv/pace/r0/pace"}, Deadline::After(1s));
+    if (pace.ok() && wanted((*pace)[0])) {
+      if (!stop) stop = Deadline::After(2s);  // every node beats at it a few times
+      if (stop->expired()) reached = true;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  reached = true;
+  for (auto& t : threads) t.join();
+}
+
+TEST(RendezvousPaceTest, SlowBeatsSlowTheRoundAndQuickOnesBringItBackWithNoNodeTakenForDead) {
+  auto store = std::make_shared<EarlyTimeouts>(std::make_shared<store::MemoryStore>());
+  store->OfferIdle();
+  const auto config = PaceConfig();
+  std::vector<std::unique_ptr<Rendezvous>> agents, watchers;
+  std::vector<std::optional<Result<RendezvousInfo>>> joined(4);
+  for (int i = 0; i < 4; ++i) {
+    agents.push_back(std::make_unique<Rendezvous>(store, config, Node(i)));
+    watchers.push_back(std::make_unique<Rendezvous>(store, config, Node(i)));
+  }
+  {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 4; ++i) threads.emplace_back([&, i] { joined[i] = agents[i]->Next(); });
+    for (auto& t : threads) t.join();
+  }
+  std::vector<RendezvousInfo> infos;
+  for (auto& j : joined) {
+    ASSERT_TRUE(j->ok()) << j->status().ToString();
+    infos.push_back(**j);
+  }
+  // Beats answered 100 ms late: more than a quarter of the 250 ms period.
+  store->SlowBeats(100ms);
+  std::vector<std::string> ends;
+  auto raised = [&](const std::optional<std::string>& p) {
+    return p && *p != std::to_string(infos[0].pace);
+  };
+  WatchUntil(watchers, infos, *store, raised, 20s, ends);
+  EXPECT_TRUE(ends.empty()) << ends[0];
+  auto pace = store->Peek({"rdzv/pace/r0/pace"}, Deadline::After(1s));
+  ASSERT_TRUE(pace.ok());
+  ASSERT_TRUE((*pace)[0].has_value()) << "the slow beats did not raise the pace";
+  const int64_t slowed = std::stoll(*(*pace)[0]);
+  EXPECT_GE(slowed, 2);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(watchers[i]->DeadTimeout(infos[i]), config.dead_timeout * slowed) << "node " << i;
+  }
+  // Answered at once again: the pace comes back to the one the round started at (1 unless
+  // this machine took longer than a beat period to form it: StartPace), halving after calm
+  // beats.
+  store->SlowBeats(Duration{});
+  const int64_t start = infos[0].pace;
+  const std::string start_text = std::to_string(start);
+  auto back = [&](const std::optional<std::string>& p) { return p == start_text; };
+  WatchUntil(watchers, infos, *store, back, 60s, ends);
+  EXPECT_TRUE(ends.empty()) << ends[0];
+  pace = store->Peek({"rdzv/pace/r0/pace"}, Deadline::After(1s));
+  ASSERT_TRUE(pace.ok());
+  EXPECT_EQ((*pace)[0], start_text);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(watchers[i]->DeadTimeout(infos[i]), config.dead_timeout * start) << "node " << i;
+  }
+}
+
+// A round whose nodes came slowly (the last a second after the others: 4 joins a second,
+// where its beats at pace 1 would come 16 a second) starts at the largest start pace, 4:
+// every node reads it with the layout and beats at it from its first step.
+TEST(RendezvousPaceTest, ARoundThatFormedSlowlyStartsAtASlowerPace) {
+  auto store = std::make_shared<EarlyTimeouts>(std::make_shared<store::MemoryStore>());
+  store->OfferIdle();
+  const auto config = PaceConfig();
+  std::vector<std::optional<Result<RendezvousInfo>>> joined(4);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      if (i == 3) std::this_thread::sleep_for(1s);  // the late one
+      Rendezvous agent(store, config, Node(i));
+      joined[i] = agent.Next();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(joined[i]->ok()) << joined[i]->status().ToString();
+    const RendezvousInfo& info = **joined[i];
+    EXPECT_EQ(info.pace, 4) << "node " << i;
+    Rendezvous watcher(store, config, Node(i));
+    auto step = watcher.WatchStep(info);  // the first step of a quiet round: rests
+    ASSERT_TRUE(step.ok()) << step.status().ToString();
+    EXPECT_EQ(watcher.DeadTimeout(info), 4 * config.dead_timeout) << "node " << i;
+  }
+}
+
+}  // namespace
+}  // namespace cohort::rendezvous
