@@ -395,12 +395,13 @@ Result<Rendezvous::Published> Rendezvous::PublishLayout(int64_t round, int64_t m
 
 // A quiet round's beats start at the pace its formation says the store can take: its N
 // joins came in T s, and its beats at pace 1 would be N per beat period (QuietDeadTimeout /
-// 4); the pace is the least power of two, at most 4, that brings the beats within the joins'
-// rate N / T (a join is two requests: about half what the store applied meanwhile). At
-// 5,000 nodes on etcd limited to half a core, the joins came at about 200 a second and the
-// beats at 500 a second stopped etcd within seconds of round 0 closing, before any node could
+// 4); the pace is the least power of two, at most 4, that brings the beats within twice the
+// joins' rate N / T (a join is two requests: about what the store applied meanwhile). At
+// 5,000 nodes on etcd limited to half a core, the joins came at 45-94 a second and the beats
+// at 500 a second stopped etcd within seconds of round 0 closing, before any node could
 // raise the pace (FollowPace: the raise is a write, which etcd no longer answered); at
-// 10,000 nodes on etcd on two shared cores, 330-550 joins a second. A round whose nodes
+// 10,000 nodes on etcd on two shared cores, 330-550 joins a second (pace 1), and 5,000 on
+// one core 390 (pace 1). A round whose nodes
 // came slowly (T counts from slot 1's join) beats slower than it need for as long as it and
 // the rounds carried from it run (its pace setters lower the pace to this one at most).
 int64_t Rendezvous::StartPace(int64_t round, int64_t members) const {
@@ -415,7 +416,9 @@ int64_t Rendezvous::StartPace(int64_t round, int64_t members) const {
           4);
   const double beats_per_s = static_cast<double>(members) / period_s;
   int64_t pace = 1;
-  while (pace < kMaxStartPace && beats_per_s / static_cast<double>(pace) > joins_per_s) pace *= 2;
+  while (pace < kMaxStartPace && beats_per_s / static_cast<double>(pace) > 2 * joins_per_s) {
+    pace *= 2;
+  }
   if (pace > 1) {
     COHORT_LOG_WARN(kLog, "round {}: its {} nodes joined in {:.1f} s ({:.0f} a second); they "
                     "beat {} times less often than {:.0f} a second until the store answers "

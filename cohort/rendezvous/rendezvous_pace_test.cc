@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cohort/rendezvous/early_timeouts.h"
+#include "cohort/rendezvous/loss_scenario.h"
 #include "cohort/rendezvous/rendezvous.h"
 #include "cohort/store/memory_store.h"
 
@@ -35,12 +36,7 @@ RendezvousConfig PaceConfig() {
   return c;
 }
 
-NodeInfo Node(int i) {
-  NodeInfo n;
-  n.host = "host" + std::to_string(i);
-  n.addr = "10.0.0." + std::to_string(i);
-  return n;
-}
+NodeInfo Node(int i) { return testing::ScenarioNode(i); }
 
 // Each node's watcher steps through `info`'s round until `pace` reads as wanted (then a
 // little longer, so every node beats at it) or `limit`; any end it saw (a node taken for
