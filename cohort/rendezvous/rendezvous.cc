@@ -401,9 +401,11 @@ Result<Rendezvous::Published> Rendezvous::PublishLayout(int64_t round, int64_t m
 // at 500 a second stopped etcd within seconds of round 0 closing, before any node could
 // raise the pace (FollowPace: the raise is a write, which etcd no longer answered); at
 // 10,000 nodes on etcd on two shared cores, 330-550 joins a second (pace 1), and 5,000 on
-// one core 390 (pace 1). A round whose nodes
-// came slowly (T counts from slot 1's join) beats slower than it need for as long as it and
-// the rounds carried from it run (its pace setters lower the pace to this one at most).
+// one core 390 (pace 1). A round whose nodes came slowly (T counts from slot 1's join) beats
+// slower than it need for as long as it and the rounds carried from it run (its pace
+// setters lower the pace to this one at most). Logged at info: slot 1 does not know whether
+// the round will be quiet (a store with wills is not; its watchers log the period they beat
+// at when it is).
 int64_t Rendezvous::StartPace(int64_t round, int64_t members) const {
   constexpr int64_t kMaxStartPace = 4;
   if (members < config_.quiet_start_nodes || config_.quiet_beats_per_s <= 0) return 1;
@@ -420,7 +422,7 @@ int64_t Rendezvous::StartPace(int64_t round, int64_t members) const {
     pace *= 2;
   }
   if (pace > 1) {
-    COHORT_LOG_WARN(kLog, "round {}: its {} nodes joined in {:.1f} s ({:.0f} a second); they "
+    COHORT_LOG_INFO(kLog, "round {}: its {} nodes joined in {:.1f} s ({:.0f} a second); they "
                     "beat {} times less often than {:.0f} a second until the store answers "
                     "their beats quickly (pace {})", round, members, formed_s, joins_per_s,
                     pace, beats_per_s, pace);

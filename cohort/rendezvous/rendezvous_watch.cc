@@ -42,11 +42,12 @@ Result<std::optional<RoundEnd>> Rendezvous::FirstStepWithoutWill(const Rendezvou
       if (info.slot == 1 && DeadTimeout(info) > config_.dead_timeout) {
         COHORT_LOG_WARN(kLog,
                         "round {}: {} nodes beat every {:.1f} s (at most {} beats a second "
-                        "in all), so a silent node is found after {:.0f} s, not the dead "
+                        "in all{}), so a silent node is found after {:.0f} s, not the dead "
                         "timeout of {:.0f} s",
                         round, info.group_world_size, Seconds(BeatPeriod(info)),
-                        config_.quiet_beats_per_s, Seconds(DeadTimeout(info)),
-                        Seconds(config_.dead_timeout));
+                        config_.quiet_beats_per_s,
+                        pace_ > 1 ? fmt::format(", divided by the round's pace {}", pace_) : "",
+                        Seconds(DeadTimeout(info)), Seconds(config_.dead_timeout));
       }
       watched_change_ = SteadyClock::now();
       return std::optional<RoundEnd>();
