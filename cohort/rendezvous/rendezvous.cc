@@ -412,10 +412,8 @@ int64_t Rendezvous::StartPace(int64_t round, int64_t members) const {
   const double formed_s = std::chrono::duration<double>(SteadyClock::now() - joined_time_).count();
   if (formed_s <= 0) return 1;
   const double joins_per_s = static_cast<double>(members) / formed_s;
-  const double period_s = std::max(
-      std::chrono::duration<double>(config_.heartbeat_interval).count(),
-      std::chrono::duration<double>(QuietDeadTimeout(config_, static_cast<int>(members))).count() /
-          4);
+  const double period_s =
+      std::chrono::duration<double>(CounterBeatPeriod(config_, static_cast<int>(members))).count();
   const double beats_per_s = static_cast<double>(members) / period_s;
   int64_t pace = 1;
   while (pace < kMaxStartPace && beats_per_s / static_cast<double>(pace) > 2 * joins_per_s) {
@@ -613,10 +611,10 @@ Result<Rendezvous::Ended> Rendezvous::EndRoundThen(int64_t round, const RoundEnd
 // How long the winner took to write `next` after it found the end (LevelOfEndTaking).
 void Rendezvous::LogEndWritten(int64_t round, const EndTimes& t) {
   const double total = t.claim_s + t.requests_s + t.write_s;
-  log::Get(kLog)->log(LevelOfEndTaking(total), "round {}: its end written in {:.2f} s (the claim {:.2f} s, the "
-                      "requests and reads at once {:.2f} s of which the carry's {:.2f} s, "
-                      "`next` {:.2f} s)", round, total, t.claim_s, t.requests_s, t.carry_s,
-                      t.write_s);
+  log::Get(kLog)->log(LevelOfEndTaking(total),
+                      "round {}: its end written in {:.2f} s (the claim {:.2f} s, the requests "
+                      "and reads at once {:.2f} s of which the carry's {:.2f} s, `next` {:.2f} "
+                      "s)", round, total, t.claim_s, t.requests_s, t.carry_s, t.write_s);
 }
 
 // The restart count goes up by one with a compare-and-set from the value read, not an Add,

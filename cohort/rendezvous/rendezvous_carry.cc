@@ -51,16 +51,6 @@ static std::optional<std::vector<int>> LostWith(store::Store& store,
   return lost;
 }
 
-// Two beat periods of a round of `n` nodes beating counters (Rendezvous::BeatPeriod without
-// a will or a lease, from the configuration alone: the agent's own Rendezvous ends rounds
-// for a worker's lost peer, and keeps no watcher state), at pace 1: the caller multiplies
-// by the round's pace as it knows it (RoundPace: the agent's own Rendezvous knows only the
-// pace the round started at, so a node that beats at a pace raised since may be left out of
-// a round it carries, and joins it).
-static Duration TwoBeatPeriods(const RendezvousConfig& c, int n) {
-  const Duration dead = n >= c.quiet_start_nodes ? QuietDeadTimeout(c, n) : c.dead_timeout;
-  return 2 * std::max(c.heartbeat_interval, dead / 4);
-}
 
 Result<bool> Rendezvous::EndRoundForLostNode(const RendezvousInfo& info, int lost_slot,
                                              const RoundEnd& why, const FailureRecord& record) {
@@ -172,8 +162,12 @@ Result<std::optional<Rendezvous::Carry>> Rendezvous::CarryRound(const Rendezvous
   std::vector<std::string> beats;
   beats.reserve(n);
   for (int slot = 1; slot <= n; ++slot) beats.push_back(RoundKey(round, fmt::format("hb{}", slot)));
+  // Silent: two beat periods at the round's pace as this node knows it (RoundPace: the
+  // agent's own Rendezvous, which ends rounds for a worker's lost peer and keeps no watcher
+  // state, knows only the pace the round started at, so a node that beats at a pace raised
+  // since may be left out, and joins the carried round as a late node).
   auto found = LostWith(*store_, beats, RoundKey(round, "layout"), info.slot, dead_slot,
-                        TwoBeatPeriods(config_, n) * RoundPace(info), round);
+                        2 * CounterBeatPeriod(config_, n) * RoundPace(info), round);
   COHORT_ASSIGN_OR_RETURN(bool may_carry, may.get());
   if (!found || !may_carry) return Carried();
   const std::vector<int>& lost = *found;

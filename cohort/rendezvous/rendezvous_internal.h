@@ -66,6 +66,14 @@ inline Duration QuietDeadTimeout(const RendezvousConfig& c, int n) {
   return std::max(c.dead_timeout, 4 * period);
 }
 
+// The beat period of a round of `n` nodes beating counters, at pace 1 (Rendezvous::BeatPeriod
+// without a will or a lease, from the configuration alone): a quarter of its dead timeout,
+// at least the heartbeat interval.
+inline Duration CounterBeatPeriod(const RendezvousConfig& c, int n) {
+  const Duration dead = n >= c.quiet_start_nodes ? QuietDeadTimeout(c, n) : c.dead_timeout;
+  return std::max(c.heartbeat_interval, dead / 4);
+}
+
 // A rendezvous counter's value as read (absent = 0).
 inline Result<int64_t> ParseCounter(const std::optional<std::string>& v, std::string_view name) {
   if (!v) return int64_t{0};
