@@ -278,17 +278,19 @@ void Rendezvous::FollowPace(const RendezvousInfo& info, const std::optional<std:
   constexpr int kCalmBeats = 4;
   const auto now = SteadyClock::now();
   const int64_t round = info.round;
-  auto take = [&](int64_t pace, std::string value) {
-    if (pace == pace_) return;
-    pace_ = pace;
-    pace_value_ = std::move(value);
+  // Follows r<R>/pace as the store holds it: its text is what a change compares with (even
+  // when its number is the pace this node has: a node that missed a change and its return
+  // would otherwise compare with a text the store no longer holds, and never set it).
+  auto take = [&](const std::string& value) {
+    auto pace = ParseInt64(value);
+    if (!pace || *pace < 1 || *pace > kMaxPace) return;
+    pace_value_ = value;
+    if (*pace == pace_) return;
+    pace_ = *pace;
     pace_seen_ = now;
     quiet_period_ = BeatPeriod(info);
   };
-  if (read) {
-    auto pace = ParseInt64(*read);
-    if (pace && *pace >= 1 && *pace <= kMaxPace) take(*pace, *read);
-  }
+  if (read) take(*read);
   const int n = info.group_world_size;
   if ((info.slot - 1) % std::max(1, n / kPaceSetters) != 0) return;
   const Duration period = BeatPeriod(info);
@@ -310,9 +312,7 @@ void Rendezvous::FollowPace(const RendezvousInfo& info, const std::optional<std:
                                 Deadline::After(period / 2));
   if (!set.ok()) return;  // a store that slow: the next beat tries again
   const int64_t before = pace_;
-  auto pace = ParseInt64(*set);
-  if (!pace || *pace < 1 || *pace > kMaxPace) return;
-  take(*pace, *set);
+  take(*set);
   if (*set != value) return;  // another node changed it first: followed
   log::Get(kLog)->log(to > before ? spdlog::level::warn : spdlog::level::info,
                       "round {}: the store answered a beat in {}; its {} nodes now beat every "
