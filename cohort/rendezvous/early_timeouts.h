@@ -106,6 +106,11 @@ class EarlyTimeouts final : public store::Store {
                   Deadline d) override {
     return base_->MultiSet(keys, values, d);
   }
+  // Dated by the base store (CreateAll stays the default here: through CompareSet above).
+  Result<std::vector<bool>> Silent(const std::vector<std::string>& keys, Duration quiet_for,
+                                   Deadline d) override {
+    return base_->Silent(keys, quiet_for, d);
+  }
   void Abort() override { base_->Abort(); }
 
  private:

@@ -540,7 +540,7 @@ Result<Rendezvous::Ended> Rendezvous::EndRoundThen(int64_t round, const RoundEnd
       COHORT_RETURN_IF_ERROR(put_once(failure_key, failure->ToJson()).status());
     }
     // The winner sets `next`; it exists before this returns, so callers can rely on it.
-    COHORT_ASSIGN_OR_RETURN(bool took_over, AwaitEndOrTakeOver(round, owner, claim));
+    COHORT_ASSIGN_OR_RETURN(bool took_over, AwaitEndOrTakeOver(round, owner, claim, tell.info));
     if (!took_over) {
       COHORT_RETURN_IF_ERROR(AdvanceRound(round, CallDeadline()));
       return Ended{};
@@ -655,15 +655,32 @@ Result<int64_t> Rendezvous::CountRestart(int64_t round, Deadline until) {
 // it as for any winner. A winner that was only slow and writes after all is harmless:
 // `next` and a carried round are created once (what the store holds is what every node
 // reads), and the restart count is counted once per round (CountRestart).
+// A loser that watches `held`'s round (its watcher found the round's end) beats while it
+// waits, once a beat period: else its own watcher took it for dead after the dead timeout,
+// and the node that took the end over found it silent and left it out of the carried
+// round (it joined the next as a late node).
 // Returns whether this node took the end over; waits at most the join timeout in all.
 Result<bool> Rendezvous::AwaitEndOrTakeOver(int64_t round, std::string owner,
-                                           const std::string& claim) {
+                                           const std::string& claim,
+                                           const RendezvousInfo* held) {
   const std::string next = RoundKey(round, "next");
   const Deadline give_up = Deadline::After(config_.join_timeout);
+  const bool beats = held != nullptr && held->round == round && first_step_round_ == round &&
+                     held->group_world_size > 1;
+  Deadline grace = Deadline::After(config_.layout_grace).Earlier(give_up);
   for (;;) {
-    Status waited = store_->Wait({next}, Deadline::After(config_.layout_grace).Earlier(give_up));
+    Deadline wait_until = grace;
+    if (beats) {
+      auto beat = store_->Beat(RoundKey(round, fmt::format("hb{}", held->slot)), {next}, {},
+                               CallDeadline().Earlier(grace));
+      if (beat.ok() && beat->peeked[0]) return false;
+      wait_until = grace.Earlier(Deadline::After(BeatPeriod(*held)));
+    }
+    Status waited = store_->Wait({next}, wait_until);
     if (waited.ok()) return false;
-    if (!IsTimeout(waited) || give_up.expired()) return waited;
+    if (!IsTimeout(waited)) return waited;
+    if (!grace.expired()) continue;  // the next beat
+    if (give_up.expired()) return waited;
     COHORT_ASSIGN_OR_RETURN(std::string now, RequestUntilDeadline(CallDeadline(), [&](Deadline d) {
                               return store_->CompareSet(RoundKey(round, "ended_by"), owner,
                                                         claim, d);
@@ -676,6 +693,7 @@ Result<bool> Rendezvous::AwaitEndOrTakeOver(int64_t round, std::string owner,
       return true;
     }
     owner = std::move(now);  // another loser took it over first: wait for that one
+    grace = Deadline::After(config_.layout_grace).Earlier(give_up);
   }
 }
 

@@ -369,6 +369,9 @@ class Rendezvous {
   // The pace of `info`'s round as this node knows it: its watcher's (FollowPace), else the
   // one the round started at.
   int64_t RoundPace(const RendezvousInfo& info) const;
+  // The pace of `info`'s round for finding its silent nodes: RoundPace, or the store's when
+  // this node does not watch the round (one read).
+  int64_t PaceNow(const RendezvousInfo& info);
   RendezvousInfo MakeInfo(int64_t round, int64_t slot, Published published,
                           int64_t restarts) const;
   // Carried rounds (rendezvous_carry.cc). A carried round as the end that makes it
@@ -404,10 +407,11 @@ class Rendezvous {
   // failure), once however often it is called, sent again on a timeout until `until`;
   // returns the count after it.
   Result<int64_t> CountRestart(int64_t round, Deadline until);
-  // A loser of `round`'s end (the claim is `owner`'s) waits for `next`; past the layout
-  // grace without it, takes the stale claim over for `claim`: true when it did (it then
-  // ends the round as the winner).
-  Result<bool> AwaitEndOrTakeOver(int64_t round, std::string owner, const std::string& claim);
+  // A loser of `round`'s end (the claim is `owner`'s) waits for `next`, beating for `held`'s
+  // slot when it watches that round; past the layout grace without it, takes the stale
+  // claim over for `claim`: true when it did (it then ends the round as the winner).
+  Result<bool> AwaitEndOrTakeOver(int64_t round, std::string owner, const std::string& claim,
+                                  const RendezvousInfo* held);
   // The winner tells the end to the nodes of `tell.info`'s round but group rank `tell.skip`
   // (TellEnd), once `next` is written, before the round counter moves on; null: nobody.
   struct TellTo {

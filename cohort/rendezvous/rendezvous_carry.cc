@@ -127,6 +127,18 @@ Result<int> Rendezvous::GroupRankAt(const RendezvousInfo& info, std::string_view
   return found;
 }
 
+// The pace `info`'s round beats at: its watcher's (FollowPace: read with each beat) when this
+// node watches the round, else the store's r<R>/pace, never below the start pace. (An
+// agent's own Rendezvous ends rounds for its worker's lost peer and watches none: with the
+// start pace alone, a node beating at a pace raised since looked silent and was left out
+// of the carried round, to join it again as a late node.) Unread: the start pace.
+int64_t Rendezvous::PaceNow(const RendezvousInfo& info) {
+  if (first_step_round_ == info.round) return RoundPace(info);
+  auto read = store_->Peek({RoundKey(info.round, "pace")}, CallDeadline());
+  if (!read.ok() || !(*read)[0]) return info.pace;
+  return std::max(info.pace, ParsePace(*(*read)[0]).value_or(info.pace));
+}
+
 Result<bool> Rendezvous::MayCarry(int64_t round) {
   COHORT_ASSIGN_OR_RETURN(auto state, store_->Peek({RoundKey(round, "finished"), Key("standby"),
                                                     Key("done")},
@@ -162,12 +174,9 @@ Result<std::optional<Rendezvous::Carry>> Rendezvous::CarryRound(const Rendezvous
   std::vector<std::string> beats;
   beats.reserve(n);
   for (int slot = 1; slot <= n; ++slot) beats.push_back(RoundKey(round, fmt::format("hb{}", slot)));
-  // Silent: two beat periods at the round's pace as this node knows it (RoundPace: the
-  // agent's own Rendezvous, which ends rounds for a worker's lost peer and keeps no watcher
-  // state, knows only the pace the round started at, so a node that beats at a pace raised
-  // since may be left out, and joins the carried round as a late node).
+  // Silent: two beat periods at the round's pace (a live node beats once a period).
   auto found = LostWith(*store_, beats, RoundKey(round, "layout"), info.slot, dead_slot,
-                        2 * CounterBeatPeriod(config_, n) * RoundPace(info), round);
+                        2 * CounterBeatPeriod(config_, n) * PaceNow(info), round);
   COHORT_ASSIGN_OR_RETURN(bool may_carry, may.get());
   if (!found || !may_carry) return Carried();
   const std::vector<int>& lost = *found;
@@ -211,8 +220,8 @@ Result<std::optional<RendezvousInfo>> Rendezvous::JoinCarried(int64_t round, int
   // A wait, as a member of the round waits for its layout: a round just closed has none
   // until its slot 1 publishes it (seconds on a loaded etcd), and a late node that ended it
   // meanwhile made every one of its nodes join again (10,000 at once, docs/scale.md). A
-  // layout that does not come within the grace (a round closed by a carrier that died
-  // before it, on a store without CreateAll's one step) is ended for this node's join.
+  // layout that does not come within the grace (a round closed by a store or client fault
+  // between its keys) is ended for this node's join.
   COHORT_ASSIGN_OR_RETURN(std::optional<Published> read,
                           ReadPublished(round, 0, GraceDeadline(Deadline::Infinite())));
   if (!read || read->layout.members != members) return Taken();

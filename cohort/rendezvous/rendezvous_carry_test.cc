@@ -143,15 +143,16 @@ TEST(RendezvousCarryTest, ASurvivorToldTheEndTakesTheCarriedRoundWithoutAReadOfI
 // A node that claimed round 0's end, counted its restart and died before writing `next`
 // (its claim and count seeded as it left them): the survivors that find the lost node lose
 // the claim to it, wait for its `next` a layout grace, and one of them takes the end over.
-// The round is carried as by any winner, and the failure counted once, not twice.
+// The round is carried as by any winner, and the failure counted once, not twice. The
+// grace is longer than the dead timeout: a loser beats while it waits, so no watcher takes
+// it for dead and the taker carries it (one that did not was left out of the carried round).
 TEST(RendezvousCarryTest, AClaimWhoseNextNeverComesIsTakenOverAndCountedOnce) {
   auto store = std::make_shared<store::MemoryStore>();
   ASSERT_TRUE(store->MultiSet({"rdzv/carry/r0/ended_by", "rdzv/carry/restarts"},
                               {"dead:node 9 (gone)#5ca1ab1e", "1@0"}, Deadline::After(5s))
                   .ok());
   auto config = CarryConfig(2, 4);
-  config.layout_grace = 500ms;  // well within the dead timeout: the waiting loser's peers
-                                // do not take it for dead meanwhile
+  config.layout_grace = 4s;  // twice the dead timeout
   LossScenario s = RunLossScenario(On(store), config, 4, {3}, 30s);
   ExpectCarried(s, {3}, *store);
   auto claim = store->Get("rdzv/carry/r0/ended_by", Deadline::After(5s));

@@ -74,6 +74,16 @@ inline Duration CounterBeatPeriod(const RendezvousConfig& c, int n) {
   return std::max(c.heartbeat_interval, dead / 4);
 }
 
+// The largest pace of a quiet round (Rendezvous::FollowPace).
+constexpr int64_t kMaxPace = 16;
+
+// r<R>/pace's text as a pace (nullopt: not a number from 1 to kMaxPace).
+inline std::optional<int64_t> ParsePace(std::string_view text) {
+  auto pace = ParseInt64(text);
+  if (!pace || *pace < 1 || *pace > kMaxPace) return std::nullopt;
+  return pace;
+}
+
 // A rendezvous counter's value as read (absent = 0).
 inline Result<int64_t> ParseCounter(const std::optional<std::string>& v, std::string_view name) {
   if (!v) return int64_t{0};

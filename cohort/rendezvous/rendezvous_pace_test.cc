@@ -3,6 +3,7 @@
 // a live node ever taken for dead. Agents as threads over one MemoryStore.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -75,26 +76,33 @@ void WatchUntil(std::vector<std::unique_ptr<Rendezvous>>& watchers,
   for (auto& t : threads) t.join();
 }
 
-TEST(RendezvousPaceTest, SlowBeatsSlowTheRoundAndQuickOnesBringItBackWithNoNodeTakenForDead) {
-  auto store = std::make_shared<EarlyTimeouts>(std::make_shared<store::MemoryStore>());
-  store->OfferIdle();
-  const auto config = PaceConfig();
-  std::vector<std::unique_ptr<Rendezvous>> agents, watchers;
+// Four nodes, each an agent's Rendezvous and a watcher's, form round 0 at once: `infos` by
+// node.
+void FormRound(const std::shared_ptr<store::Store>& store, const RendezvousConfig& config,
+               std::vector<std::unique_ptr<Rendezvous>>& agents,
+               std::vector<std::unique_ptr<Rendezvous>>& watchers,
+               std::vector<RendezvousInfo>& infos) {
   std::vector<std::optional<Result<RendezvousInfo>>> joined(4);
   for (int i = 0; i < 4; ++i) {
     agents.push_back(std::make_unique<Rendezvous>(store, config, Node(i)));
     watchers.push_back(std::make_unique<Rendezvous>(store, config, Node(i)));
   }
-  {
-    std::vector<std::thread> threads;
-    for (int i = 0; i < 4; ++i) threads.emplace_back([&, i] { joined[i] = agents[i]->Next(); });
-    for (auto& t : threads) t.join();
-  }
-  std::vector<RendezvousInfo> infos;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) threads.emplace_back([&, i] { joined[i] = agents[i]->Next(); });
+  for (auto& t : threads) t.join();
   for (auto& j : joined) {
     ASSERT_TRUE(j->ok()) << j->status().ToString();
     infos.push_back(**j);
   }
+}
+
+TEST(RendezvousPaceTest, SlowBeatsSlowTheRoundAndQuickOnesBringItBackWithNoNodeTakenForDead) {
+  auto store = std::make_shared<EarlyTimeouts>(std::make_shared<store::MemoryStore>());
+  store->OfferIdle();
+  const auto config = PaceConfig();
+  std::vector<std::unique_ptr<Rendezvous>> agents, watchers;
+  std::vector<RendezvousInfo> infos;
+  ASSERT_NO_FATAL_FAILURE(FormRound(store, config, agents, watchers, infos));
   // Beats answered 100 ms late: more than a quarter of the 250 ms period.
   store->SlowBeats(100ms);
   std::vector<std::string> ends;
@@ -153,6 +161,76 @@ TEST(RendezvousPaceTest, ARoundThatFormedSlowlyStartsAtASlowerPace) {
     auto step = watcher.WatchStep(info);  // the first step of a quiet round: rests
     ASSERT_TRUE(step.ok()) << step.status().ToString();
     EXPECT_EQ(watcher.DeadTimeout(info), 4 * config.dead_timeout) << "node " << i;
+  }
+}
+
+// An agent ends a carried round for its worker's lost peer on a Rendezvous of its own, which
+// watches no round: it finds who else is silent at the pace the store holds, not the one the
+// round started at. Here the round beats at pace 4 (every second); at the start pace its
+// nodes would look silent after half a second and be left out of the carried round.
+TEST(RendezvousPaceTest, AnAgentEndingARoundForItsWorkersLostPeerJudgesSilenceAtTheStoresPace) {
+  auto store = std::make_shared<EarlyTimeouts>(std::make_shared<store::MemoryStore>());
+  store->OfferIdle();
+  auto config = PaceConfig();
+  config.min_nodes = 2;
+  config.carry_start_nodes = 4;
+  config.max_restarts = 5;
+  std::vector<std::unique_ptr<Rendezvous>> agents, watchers;
+  std::vector<RendezvousInfo> infos;
+  ASSERT_NO_FATAL_FAILURE(FormRound(store, config, agents, watchers, infos));
+  const auto formed = SteadyClock::now();
+  // A pace setter raised it (beats answered in 100 ms keep it there: neither slow nor calm
+  // at a 1 s period).
+  ASSERT_TRUE(store->Set("rdzv/pace/r0/pace", "4", Deadline::After(1s)).ok());
+  store->SlowBeats(100ms);
+  std::vector<std::atomic<bool>> at_pace(4);
+  std::vector<std::optional<RoundEnd>> ends(4);
+  std::vector<std::string> errors(4);
+  std::vector<std::thread> threads;
+  const Deadline give_up = Deadline::After(20s);
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&, i] {
+      while (!ends[i] && !give_up.expired()) {
+        auto step = watchers[i]->WatchStep(infos[i]);
+        if (!step.ok()) {
+          errors[i] = step.status().ToString();
+          return;
+        }
+        ends[i] = *step;
+        if (watchers[i]->DeadTimeout(infos[i]) == 4 * config.dead_timeout) at_pace[i] = true;
+      }
+    });
+  }
+  // Every node beats at pace 4, and the round is older than two beat periods at pace 1.
+  while (!give_up.expired()) {
+    bool all = SteadyClock::now() - formed > 2500ms;
+    for (auto& a : at_pace) all = all && a;
+    if (all) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  int ender = 0, lost = 0;
+  for (int i = 0; i < 4; ++i) {
+    if (infos[i].slot == 1) ender = i;
+    if (infos[i].slot == 2) lost = i;
+  }
+  FailureRecord record{2, Node(lost).host, 1, 0, "its worker's peer exited"};
+  auto won = agents[ender]->EndRoundForLostNode(
+      infos[ender], 2, RoundEnd{RoundEnd::Kind::kDeadNode, "a worker's peer lost"}, record);
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE(won.ok()) << won.status().ToString();
+  EXPECT_TRUE(*won);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(errors[i].empty()) << "node " << i << ": " << errors[i];
+    ASSERT_TRUE(ends[i].has_value()) << "node " << i << " saw no end";
+    EXPECT_EQ(ends[i]->detail, "a worker's peer lost") << ends[i]->Encode();
+    if (i == lost) continue;
+    ASSERT_TRUE(ends[i]->carried.has_value()) << ends[i]->Encode();
+    agents[i]->Told(0, *ends[i]);
+    auto next = agents[i]->Next();
+    ASSERT_TRUE(next.ok()) << next.status().ToString();
+    EXPECT_EQ(next->round, 1) << "node " << i << " was left out";
+    EXPECT_EQ(next->group_world_size, 3);
+    EXPECT_EQ(next->carried.left_out, std::vector<int>{2});
   }
 }
 

@@ -17,8 +17,6 @@ namespace {
 constexpr int kWatchWindow = 64;
 // How long a watcher's step waits when it only reads a suspect peer's counter.
 constexpr auto kLookNow = std::chrono::milliseconds(50);
-// The largest pace of a quiet round (FollowPace).
-constexpr int64_t kMaxPace = 16;
 
 double Seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
 }  // namespace
@@ -282,8 +280,8 @@ void Rendezvous::FollowPace(const RendezvousInfo& info, const std::optional<std:
   // when its number is the pace this node has: a node that missed a change and its return
   // would otherwise compare with a text the store no longer holds, and never set it).
   auto take = [&](const std::string& value) {
-    auto pace = ParseInt64(value);
-    if (!pace || *pace < 1 || *pace > kMaxPace) return;
+    auto pace = ParsePace(value);
+    if (!pace) return;
     pace_value_ = value;
     if (*pace == pace_) return;
     pace_ = *pace;

@@ -155,6 +155,26 @@ Status FileStore::MultiSet(const std::vector<std::string>& keys,
   });
 }
 
+Result<bool> FileStore::CreateAll(const std::vector<std::string>& keys,
+                                   const std::vector<std::string>& values, Deadline) {
+  if (keys.size() != values.size()) {
+    return InvalidArgument("{} keys but {} values to create", keys.size(), values.size());
+  }
+  return Mutate([&]() COHORT_REQUIRES(mu_) -> Result<bool> {
+    KvState scratch;
+    for (const auto& k : keys) {
+      if (const std::string* v = state_.Find(k)) scratch.Set(k, *v);
+    }
+    const bool fresh = keys.empty() || scratch.Find(keys.front()) == nullptr;
+    if (!scratch.CreateAll(keys, values)) return false;
+    if (!fresh) return true;  // sent again: its values are there
+    std::string records;
+    for (size_t i = 0; i < keys.size(); ++i) records += Record(kRecordSet, keys[i], values[i]);
+    COHORT_RETURN_IF_ERROR(WriteRecords(records));
+    return true;
+  });
+}
+
 Result<bool> FileStore::Check(const std::vector<std::string>& keys, Deadline) {
   return Mutate(
       [&]() COHORT_REQUIRES(mu_) -> Result<bool> { return state_.ContainsAll(keys); });

@@ -26,6 +26,9 @@ class FileStore final : public Store {
   ~FileStore() override;
 
   COHORT_STORE_METHODS(override);  // the Store interface (store.h)
+  // In one step, under the file lock (KvState::CreateAll).
+  Result<bool> CreateAll(const std::vector<std::string>& keys,
+                         const std::vector<std::string>& values, Deadline deadline) override;
 
  private:
   FileStore(std::string path, int fd, int abort_fd);

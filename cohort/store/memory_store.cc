@@ -56,6 +56,22 @@ Result<std::string> MemoryStore::CompareSet(std::string_view key, std::string_vi
   return result;
 }
 
+Result<bool> MemoryStore::CreateAll(const std::vector<std::string>& keys,
+                                     const std::vector<std::string>& values, Deadline) {
+  if (keys.size() != values.size()) {
+    return InvalidArgument("{} keys but {} values to create", keys.size(), values.size());
+  }
+  MutexLock lock(&mu_);
+  if (aborted_) return Cancelled("store aborted");
+  const bool fresh = keys.empty() || state_.Find(keys.front()) == nullptr;
+  const bool created = state_.CreateAll(keys, values);
+  if (created && fresh) {
+    for (const auto& k : keys) Written(k);
+    changed_.SignalAll();
+  }
+  return created;
+}
+
 Status MemoryStore::Wait(const std::vector<std::string>& keys, Deadline deadline) {
   MutexLock lock(&mu_);
   return WaitLocked(keys, deadline);

@@ -18,6 +18,9 @@ class MemoryStore final : public Store {
   // Dated by this store's clock: when each key was last written.
   Result<std::vector<bool>> Silent(const std::vector<std::string>& keys, Duration quiet_for,
                                    Deadline deadline) override;
+  // In one step (KvState::CreateAll).
+  Result<bool> CreateAll(const std::vector<std::string>& keys,
+                         const std::vector<std::string>& values, Deadline deadline) override;
 
  private:
   // Waits until every key exists; kCancelled after Abort().

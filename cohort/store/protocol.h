@@ -11,7 +11,7 @@ namespace cohort::store::protocol {
 
 inline constexpr std::string_view kMagic = "cohort-store";
 // 2: BEAT waits for any of a list of keys; WILL.
-inline constexpr uint32_t kVersion = 2;
+inline constexpr uint32_t kVersion = 3;
 inline constexpr uint32_t kDefaultMaxFrame = 64u << 20;  // 64 MiB
 // The largest frame a client may send before it has authenticated (HELLO: magic, version
 // and token): a stranger cannot make the server allocate more than this per connection.
@@ -37,6 +37,7 @@ enum class Op : uint8_t {
   kBeat = 14,
   kAppend = 15,
   kWill = 16,
+  kCreateAll = 17,
 };
 
 inline std::string_view OpName(Op op) {
@@ -57,6 +58,7 @@ inline std::string_view OpName(Op op) {
     case Op::kBeat: return "BEAT";
     case Op::kAppend: return "APPEND";
     case Op::kWill: return "WILL";
+    case Op::kCreateAll: return "CREATE_ALL";
   }
   return "UNKNOWN";
 }

@@ -246,11 +246,13 @@ class Store {
   }
 
   // Writes each of `keys` with its value of `values` if none of the keys exists, in one
-  // step where the store has one (etcd: one txn); true when the keys then hold `values` (a
-  // call sent again after a lost answer finds its own values: true), false when a key held
-  // something else. A carried round's end writes its three keys with one request this way
-  // (docs/rendezvous.md). The default is a compare-and-set from absent per key, in order,
-  // stopping at the first key that holds something else: the keys before it stay written.
+  // step (etcd: one txn; the embedded store: one CREATE_ALL; the memory and file stores:
+  // under their lock); true when the keys then hold `values` (a call sent again after a
+  // lost answer finds its own values: true), false when a key held something else (nothing
+  // written). A carried round's end writes its three keys with one request this way
+  // (docs/rendezvous.md). The default, for a store without such a step, is a compare-and-set
+  // from absent per key, in order, stopping at the first key that holds something else: the
+  // keys before it stay written.
   virtual Result<bool> CreateAll(const std::vector<std::string>& keys,
                                  const std::vector<std::string>& values, Deadline deadline) {
     if (keys.size() != values.size()) {

@@ -390,6 +390,9 @@ class StoreServer::Impl {
         Send(conn, std::move(OkResponse(id).Finish()));
         for (const auto& k : keys) Notify(k);
         return;
+      case Op::kCreateAll:
+        if (!HandleCreateAll(conn, r, id)) return malformed();
+        return;
       case Op::kPing:
         Send(conn, std::move(OkResponse(id).Finish()));
         return;
@@ -504,6 +507,23 @@ class StoreServer::Impl {
     Send(conn, std::move(OkResponse(id).I64(*ticket).Finish()));
     Notify(key);
     Notify(record);
+    return true;
+  }
+
+  // CREATE_ALL: every key written when none exists, in this one step (KvState::CreateAll).
+  bool HandleCreateAll(const std::shared_ptr<Connection>& conn, net::Reader& r, uint64_t id) {
+    std::vector<std::string> keys, values;
+    if (!r.StrList(&keys, protocol::kMaxKeysPerRequest) ||
+        !r.StrList(&values, protocol::kMaxKeysPerRequest) || !r.AtEnd() ||
+        keys.size() != values.size()) {
+      return false;
+    }
+    const bool fresh = keys.empty() || state_.Find(keys.front()) == nullptr;
+    const bool created = state_.CreateAll(keys, values);
+    Send(conn, std::move(OkResponse(id).U8(created ? 1 : 0).Finish()));
+    if (created && fresh) {
+      for (const auto& k : keys) Notify(k);
+    }
     return true;
   }
 

@@ -426,6 +426,19 @@ Status TcpStore::MultiSet(const std::vector<std::string>& keys,
   return call.Run(deadline);
 }
 
+Result<bool> TcpStore::CreateAll(const std::vector<std::string>& keys,
+                                  const std::vector<std::string>& values, Deadline deadline) {
+  if (keys.size() != values.size()) {
+    return InvalidArgument("{} keys but {} values to create", keys.size(), values.size());
+  }
+  Call call(this, Op::kCreateAll);
+  call.writer().StrList(keys).StrList(values);
+  COHORT_RETURN_IF_ERROR(call.Run(deadline));
+  uint8_t created;
+  if (!call.reader().U8(&created)) return DataLoss("malformed CREATE_ALL response");
+  return created != 0;
+}
+
 Result<int64_t> TcpStore::Append(std::string_view ticket_key, std::string_view record_prefix,
                                  std::string_view value, Deadline deadline) {
   Call call(this, Op::kAppend);

@@ -57,6 +57,9 @@ class TcpStore final : public Store {
   ~TcpStore() override;
 
   COHORT_STORE_METHODS(override);  // the Store interface (store.h)
+  // In one request (CREATE_ALL), applied by the server in one step.
+  Result<bool> CreateAll(const std::vector<std::string>& keys,
+                         const std::vector<std::string>& values, Deadline deadline) override;
   Result<BeatResult> Beat(std::string_view beat_key, const std::vector<std::string>& peek_keys,
                           const std::vector<std::string>& wait_keys, Deadline deadline) override;
   // Leaves the will on this connection, and again on every connection this client opens

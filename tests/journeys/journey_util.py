@@ -194,6 +194,24 @@ class Processes:
             p.kill()
 
 
+def workers_of(run_id):
+    """{pid: environment} of the live worker processes of the job `run_id`: those whose
+    environment has TORCHELASTIC_RUN_ID=run_id and a RANK (what `cohort run` gives each
+    worker; its agent has neither). Workers forked by the warm interpreter show its
+    environment, not theirs: run with --no-preload to find them."""
+    found = {}
+    for pid in e2e_util.pids_with_env("TORCHELASTIC_RUN_ID=%s" % run_id):
+        try:
+            with open("/proc/%d/environ" % pid, "rb") as f:
+                raw = f.read()
+        except OSError:
+            continue
+        env = dict(e.split("=", 1) for e in raw.decode(errors="replace").split("\0") if "=" in e)
+        if "RANK" in env:
+            found[pid] = env
+    return found
+
+
 def wait_until(pred, timeout, what):
     return e2e_util.wait_for(pred, timeout, what=what)
 

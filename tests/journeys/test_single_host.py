@@ -11,9 +11,10 @@ deterministic and bit-identical across transports for two ranks).
 
 And one fault on etcd: a round's end claimed by a node that died before writing it (the
 claim put with etcdctl) is taken over after the layout grace; the job restarts once and
-finishes.
+finishes, with cohort-train and with a PyTorch script (examples/fashion_ddp.py).
 """
 import os
+import re
 import signal
 import subprocess
 import uuid
@@ -183,6 +184,60 @@ def test_an_end_claimed_by_a_node_that_died_is_taken_over(procs, tmp_path, etcd_
     assert after is not None, text[-4000:]
     d = J.digests(text)
     assert sorted(d) == [0, 1] and d[0] == d[1], d
+    restarts = etcd.ctl("get", "--print-value-only", "/cohort/%s/rdzv/%s/restarts" % (
+        rdzv_id, rdzv_id))
+    assert restarts.stdout.strip() == "1@%d" % rnd, restarts.stdout
+
+
+def test_a_pytorch_script_goes_on_after_a_stale_end_claim_is_taken_over(procs, tmp_path,
+                                                                         etcd_factory):
+    """The same fault with the user's own PyTorch script (examples/fashion_ddp.py: DDP on
+    gloo, Fashion-MNIST, a checkpoint each epoch): two agents on etcd, the stale claim put
+    once both workers train in one round of two, one worker SIGKILLed. The round is taken
+    over after the layout grace, both agents restart their workers (restart 1, counted once
+    in etcd), the script resumes from its checkpoint and both ranks end with equal
+    parameters."""
+    etcd = etcd_factory()
+    rdzv_id = "j" + uuid.uuid4().hex[:8]
+    ckpt = tmp_path / "fashion.pt"
+    script = [J.REPO / "examples" / "fashion_ddp.py", "--epochs", "6", "--limit", "2000",
+              "--batch", "16", "--ckpt", ckpt, "--step-sleep", "0.01"]
+    # --no-preload: each worker execs the script itself, so that the test finds it by its
+    # environment (a worker forked by the warm interpreter shows the interpreter's).
+    flags = ["--nnodes", "2", "--nproc-per-node", "1", "--max-restarts", "3",
+             "--rdzv-backend", "etcd", "--rdzv-endpoint", etcd.endpoint, "--rdzv-id", rdzv_id,
+             "--rdzv-conf", "layout_grace=2", "--no-preload"]
+    agents = [procs.start([J.BIN, "run", *flags, "--", *script], name="agent%d" % i)
+              for i in range(2)]
+    workers = {}
+
+    def training():  # both ranks of one round of two, one epoch checkpointed
+        workers.clear()
+        workers.update(J.workers_of(rdzv_id))
+        return ckpt.exists() and len(workers) == 2 and \
+            {e.get("WORLD_SIZE") for e in workers.values()} == {"2"} and \
+            len({e.get("COHORT_ROUND") for e in workers.values()}) == 1
+    try:
+        J.wait_until(training, TIMEOUT, "one job of two training with a checkpoint")
+    except AssertionError as e:
+        raise AssertionError("%s\n%s" % (e, J.describe(agents)))
+    rnd = int(next(iter(workers.values()))["COHORT_ROUND"])
+    key = "/cohort/%s/rdzv/%s/r%d/ended_by" % (rdzv_id, rdzv_id, rnd)
+    put = etcd.ctl("put", key, "dead:node 7 (a node that died)#0dead0")
+    assert put.returncode == 0, put.stderr
+    os.kill(min(workers), signal.SIGKILL)
+    for p in agents:
+        assert p.wait(TIMEOUT) == 0, J.describe(agents)
+    err = "".join(p.stderr for p in agents)
+    assert "wrote no `next` within the layout grace of 2 s; this node ends the round in " \
+        "its place" in err, err[-4000:]
+    restarted = [int(r) for r in re.findall(
+        r"round (\d+): restarting the workers \(restart 1 of 3\), world size 2", err)]
+    assert len(restarted) == 2 and restarted[0] == restarted[1] > rnd, err[-4000:]
+    text = "".join(p.stdout for p in agents)
+    d = dict(re.findall(r"^\[rank\d+\]: rank (\d) digest ([0-9a-f]{8})$", text, re.M))
+    assert sorted(d) == ["0", "1"] and d["0"] == d["1"], text[-4000:]
+    assert "epoch 5 loss" in text, text[-4000:]
     restarts = etcd.ctl("get", "--print-value-only", "/cohort/%s/rdzv/%s/restarts" % (
         rdzv_id, rdzv_id))
     assert restarts.stdout.strip() == "1@%d" % rnd, restarts.stdout
