@@ -719,7 +719,9 @@ def on_fresh_store(backend, args, out, run, what=""):
     except (RuntimeError, OSError) as e:
         if args.check:
             raise
-        out["error"] = what + str(e)[:300]  # reported under the table; the run goes on
+        # Reported under the table; the run goes on (a job's error after another's joins it).
+        error = what + str(e)[:300]
+        out["error"] = out["error"] + "; " + error if "error" in out else error
     finally:
         store.stop()
 
