@@ -111,6 +111,16 @@ std::optional<RoundEnd> WatchToEnd(std::shared_ptr<store::Store> store,
   return std::nullopt;
 }
 
+// A store where a node claimed round 0's end, counted its restart and died before writing
+// `next` (its claim and count as it left them).
+std::shared_ptr<store::MemoryStore> StoreWithAStaleClaim() {
+  auto store = std::make_shared<store::MemoryStore>();
+  auto seeded = store->MultiSet({"rdzv/carry/r0/ended_by", "rdzv/carry/restarts"},
+                                {"dead:node 9 (gone)#5ca1ab1e", "1@0"}, Deadline::After(5s));
+  EXPECT_TRUE(seeded.ok()) << seeded.ToString();
+  return store;
+}
+
 TEST(RendezvousCarryTest, TheSurvivorsOfALostNodeFormTheNextRoundWithoutJoining) {
   auto store = std::make_shared<store::MemoryStore>();
   const auto config = CarryConfig(2, 4);
@@ -147,10 +157,7 @@ TEST(RendezvousCarryTest, ASurvivorToldTheEndTakesTheCarriedRoundWithoutAReadOfI
 // grace is longer than the dead timeout: a loser beats while it waits, so no watcher takes
 // it for dead and the taker carries it (one that did not was left out of the carried round).
 TEST(RendezvousCarryTest, AClaimWhoseNextNeverComesIsTakenOverAndCountedOnce) {
-  auto store = std::make_shared<store::MemoryStore>();
-  ASSERT_TRUE(store->MultiSet({"rdzv/carry/r0/ended_by", "rdzv/carry/restarts"},
-                              {"dead:node 9 (gone)#5ca1ab1e", "1@0"}, Deadline::After(5s))
-                  .ok());
+  auto store = StoreWithAStaleClaim();
   auto config = CarryConfig(2, 4);
   config.layout_grace = 4s;  // twice the dead timeout
   LossScenario s = RunLossScenario(On(store), config, 4, {3}, 30s);
@@ -161,6 +168,44 @@ TEST(RendezvousCarryTest, AClaimWhoseNextNeverComesIsTakenOverAndCountedOnce) {
   auto restarts = store->Get("rdzv/carry/restarts", Deadline::After(5s));
   ASSERT_TRUE(restarts.ok());
   EXPECT_EQ(*restarts, "1@0");
+}
+
+// After a takeover the job goes on as after any end: the carried round it made loses
+// another node, whose watcher ends it (no stale claim there) and carries the survivors
+// again. Both losses are left out, the restart count is 2, counted by round 1's end.
+TEST(RendezvousCarryTest, ARoundCarriedByATakeoverIsCarriedAgainAtTheNextLoss) {
+  auto store = StoreWithAStaleClaim();
+  auto config = CarryConfig(2, 5);
+  config.carry_start_nodes = 4;  // round 1 (4 nodes) is carried too
+  config.layout_grace = 1s;
+  LossScenario s = RunLossScenario(On(store), config, 5, {3}, 30s);
+  ExpectCarried(s, {3}, *store);
+  const int second = s.AgentOfSlot(5);  // round 0's slot 5: round 1's slot 4
+  std::vector<std::optional<Result<RendezvousInfo>>> again(5);
+  RunEach(5, [&](int i) {
+    if (s.lost[i] || i == second) return;
+    auto end = WatchToEnd(store, config, i, **s.next[i]);
+    ASSERT_TRUE(end.has_value()) << "agent " << i << " saw no end of round 1";
+    EXPECT_EQ(end->kind, RoundEnd::Kind::kDeadNode) << end->Encode();
+    s.agents[i]->Told(1, *end);
+    again[i] = s.agents[i]->Next();
+  });
+  std::set<int> ranks;
+  for (int i = 0; i < 5; ++i) {
+    if (s.lost[i] || i == second) continue;
+    ASSERT_TRUE(again[i] && again[i]->ok()) << again[i]->status().ToString();
+    const RendezvousInfo& info = **again[i];
+    EXPECT_EQ(info.round, 2);
+    EXPECT_EQ(info.group_world_size, 3);
+    EXPECT_EQ(info.restart_count, 2);
+    EXPECT_EQ(info.carried.records_round, 0);
+    EXPECT_EQ(info.carried.left_out, (std::vector<int>{3, 5}));
+    ranks.insert(info.group_rank);
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 2}));
+  auto restarts = store->Get("rdzv/carry/restarts", Deadline::After(5s));
+  ASSERT_TRUE(restarts.ok());
+  EXPECT_EQ(*restarts, "2@1");
 }
 
 TEST(RendezvousCarryTest, ACarriedEndRoundTripsWhateverItsDetailSays) {
