@@ -669,15 +669,17 @@ Result<bool> Rendezvous::AwaitEndOrTakeOver(int64_t round, std::string owner,
                      held->group_world_size > 1;
   Deadline grace = Deadline::After(config_.layout_grace).Earlier(give_up);
   for (;;) {
-    Deadline wait_until = grace;
-    if (beats) {
-      auto beat = store_->Beat(RoundKey(round, fmt::format("hb{}", held->slot)), {next}, {},
-                               CallDeadline().Earlier(grace));
-      if (beat.ok() && beat->peeked[0]) return false;
-      wait_until = grace.Earlier(Deadline::After(BeatPeriod(*held)));
+    Status waited;
+    if (beats) {  // one beat a period, each waiting for `next` until the next one is due
+      auto beat = store_->Beat(RoundKey(round, fmt::format("hb{}", held->slot)), {}, {next},
+                               grace.Earlier(Deadline::After(BeatPeriod(*held))));
+      if (beat.ok() && beat->waited) return false;
+      waited = beat.ok() ? DeadlineExceeded("no `next` for round {} yet", round)
+                         : beat.status();
+    } else {
+      waited = store_->Wait({next}, grace);
+      if (waited.ok()) return false;
     }
-    Status waited = store_->Wait({next}, wait_until);
-    if (waited.ok()) return false;
     if (!IsTimeout(waited)) return waited;
     if (!grace.expired()) continue;  // the next beat
     if (give_up.expired()) return waited;

@@ -366,11 +366,8 @@ class Rendezvous {
                                   Deadline join_deadline);
   // The pace a round of `members` nodes that formed since this node joined it starts at.
   int64_t StartPace(int64_t round, int64_t members) const;
-  // The pace of `info`'s round as this node knows it: its watcher's (FollowPace), else the
-  // one the round started at.
-  int64_t RoundPace(const RendezvousInfo& info) const;
-  // The pace of `info`'s round for finding its silent nodes: RoundPace, or the store's when
-  // this node does not watch the round (one read).
+  // The pace of `info`'s round for finding its silent nodes: its watcher's (FollowPace) when
+  // this node watches the round, else the store's (one read).
   int64_t PaceNow(const RendezvousInfo& info);
   RendezvousInfo MakeInfo(int64_t round, int64_t slot, Published published,
                           int64_t restarts) const;

@@ -133,7 +133,7 @@ Result<int> Rendezvous::GroupRankAt(const RendezvousInfo& info, std::string_view
 // start pace alone, a node beating at a pace raised since looked silent and was left out
 // of the carried round, to join it again as a late node.) Unread: the start pace.
 int64_t Rendezvous::PaceNow(const RendezvousInfo& info) {
-  if (first_step_round_ == info.round) return RoundPace(info);
+  if (first_step_round_ == info.round) return pace_;
   auto read = store_->Peek({RoundKey(info.round, "pace")}, CallDeadline());
   if (!read.ok() || !(*read)[0]) return info.pace;
   return std::max(info.pace, ParsePace(*(*read)[0]).value_or(info.pace));

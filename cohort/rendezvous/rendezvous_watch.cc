@@ -320,10 +320,6 @@ void Rendezvous::FollowPace(const RendezvousInfo& info, const std::optional<std:
                       n, Seconds(BeatPeriod(info)), to, Seconds(DeadTimeout(info)));
 }
 
-int64_t Rendezvous::RoundPace(const RendezvousInfo& info) const {
-  return first_step_round_ == info.round ? pace_ : info.pace;
-}
-
 Duration Rendezvous::LivenessPeriod() const {
   return std::max(config_.heartbeat_interval, config_.dead_timeout / 3);
 }

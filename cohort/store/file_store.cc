@@ -165,9 +165,8 @@ Result<bool> FileStore::CreateAll(const std::vector<std::string>& keys,
     for (const auto& k : keys) {
       if (const std::string* v = state_.Find(k)) scratch.Set(k, *v);
     }
-    const bool fresh = keys.empty() || scratch.Find(keys.front()) == nullptr;
-    if (!scratch.CreateAll(keys, values)) return false;
-    if (!fresh) return true;  // sent again: its values are there
+    const KvState::Created created = scratch.CreateAll(keys, values);
+    if (created != KvState::Created::kWritten) return created == KvState::Created::kHeld;
     std::string records;
     for (size_t i = 0; i < keys.size(); ++i) records += Record(kRecordSet, keys[i], values[i]);
     COHORT_RETURN_IF_ERROR(WriteRecords(records));

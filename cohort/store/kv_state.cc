@@ -38,17 +38,17 @@ std::string KvState::CompareSet(std::string_view key, std::string_view expected,
   return it->second;
 }
 
-bool KvState::CreateAll(const std::vector<std::string>& keys,
-                        const std::vector<std::string>& values) {
+KvState::Created KvState::CreateAll(const std::vector<std::string>& keys,
+                                    const std::vector<std::string>& values) {
   bool none = true, own = true;
   for (size_t i = 0; i < keys.size() && i < values.size(); ++i) {
     const std::string* v = Find(keys[i]);
     none = none && v == nullptr;
     own = own && v != nullptr && *v == values[i];
   }
-  if (!none) return own;
+  if (!none) return own ? Created::kHeld : Created::kRefused;
   for (size_t i = 0; i < keys.size() && i < values.size(); ++i) Set(keys[i], values[i]);
-  return true;
+  return Created::kWritten;
 }
 
 }  // namespace cohort::store

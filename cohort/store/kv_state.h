@@ -43,9 +43,11 @@ class KvState {
   // Adds `delta` to the decimal value of `key` (missing = 0); fails when the value is not
   // an integer.
   Result<int64_t> Add(std::string_view key, int64_t delta);
-  // Store::CreateAll in one step: writes every key when none exists; true then, and when
-  // every key already holds its value (a request sent again); else false, nothing written.
-  bool CreateAll(const std::vector<std::string>& keys, const std::vector<std::string>& values);
+  // Store::CreateAll in one step: writes every key when none exists (kWritten); kHeld when
+  // every key already holds its value (a request sent again: nothing to write); else
+  // kRefused, nothing written. Store::CreateAll's answer is `!= kRefused`.
+  enum class Created { kWritten, kHeld, kRefused };
+  Created CreateAll(const std::vector<std::string>& keys, const std::vector<std::string>& values);
   // Returns the value after the operation (see Store::CompareSet).
   std::string CompareSet(std::string_view key, std::string_view expected,
                          std::string_view desired);

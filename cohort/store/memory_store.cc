@@ -63,13 +63,12 @@ Result<bool> MemoryStore::CreateAll(const std::vector<std::string>& keys,
   }
   MutexLock lock(&mu_);
   if (aborted_) return Cancelled("store aborted");
-  const bool fresh = keys.empty() || state_.Find(keys.front()) == nullptr;
-  const bool created = state_.CreateAll(keys, values);
-  if (created && fresh) {
+  const KvState::Created created = state_.CreateAll(keys, values);
+  if (created == KvState::Created::kWritten) {
     for (const auto& k : keys) Written(k);
     changed_.SignalAll();
   }
-  return created;
+  return created != KvState::Created::kRefused;
 }
 
 Status MemoryStore::Wait(const std::vector<std::string>& keys, Deadline deadline) {

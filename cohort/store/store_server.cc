@@ -518,10 +518,10 @@ class StoreServer::Impl {
         keys.size() != values.size()) {
       return false;
     }
-    const bool fresh = keys.empty() || state_.Find(keys.front()) == nullptr;
-    const bool created = state_.CreateAll(keys, values);
-    Send(conn, std::move(OkResponse(id).U8(created ? 1 : 0).Finish()));
-    if (created && fresh) {
+    const KvState::Created created = state_.CreateAll(keys, values);
+    Send(conn, std::move(
+                   OkResponse(id).U8(created != KvState::Created::kRefused ? 1 : 0).Finish()));
+    if (created == KvState::Created::kWritten) {
       for (const auto& k : keys) Notify(k);
     }
     return true;
