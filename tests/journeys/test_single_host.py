@@ -195,12 +195,13 @@ def test_a_pytorch_script_goes_on_after_a_stale_end_claim_is_taken_over(procs, t
     gloo, Fashion-MNIST, a checkpoint each epoch): two agents on etcd, the stale claim put
     once both workers train in one round of two, one worker SIGKILLed. The round is taken
     over after the layout grace, both agents restart their workers (restart 1, counted once
-    in etcd), the script resumes from its checkpoint and both ranks end with equal
-    parameters."""
+    in etcd) and the script resumes from its checkpoint; then the other node's worker is
+    SIGKILLed in the round the takeover made (a second loss, as a long job meets): restart
+    2, and both ranks end with equal parameters."""
     etcd = etcd_factory()
     rdzv_id = "j" + uuid.uuid4().hex[:8]
     ckpt = tmp_path / "fashion.pt"
-    script = [J.REPO / "examples" / "fashion_ddp.py", "--epochs", "6", "--limit", "2000",
+    script = [J.REPO / "examples" / "fashion_ddp.py", "--epochs", "8", "--limit", "2000",
               "--batch", "16", "--ckpt", ckpt, "--step-sleep", "0.01"]
     # --no-preload: each worker execs the script itself, so that the test finds it by its
     # environment (a worker forked by the warm interpreter shows the interpreter's).
@@ -211,21 +212,27 @@ def test_a_pytorch_script_goes_on_after_a_stale_end_claim_is_taken_over(procs, t
               for i in range(2)]
     workers = {}
 
-    def training():  # both ranks of one round of two, one epoch checkpointed
+    def training(after):  # both ranks of one round of two after `after`, a checkpoint written
         workers.clear()
         workers.update(J.workers_of(rdzv_id))
-        return ckpt.exists() and len(workers) == 2 and \
-            {e.get("WORLD_SIZE") for e in workers.values()} == {"2"} and \
-            len({e.get("COHORT_ROUND") for e in workers.values()}) == 1
-    try:
-        J.wait_until(training, TIMEOUT, "one job of two training with a checkpoint")
-    except AssertionError as e:
-        raise AssertionError("%s\n%s" % (e, J.describe(agents)))
-    rnd = int(next(iter(workers.values()))["COHORT_ROUND"])
+        rounds = {int(e.get("COHORT_ROUND", -1)) for e in workers.values()}
+        return ckpt.exists() and len(workers) == 2 and len(rounds) == 1 and \
+            rounds.pop() > after and {e.get("WORLD_SIZE") for e in workers.values()} == {"2"}
+
+    def kill_one_in_a_round_after(after, pick):
+        try:
+            J.wait_until(lambda: training(after), TIMEOUT, "one job of two training")
+        except AssertionError as e:
+            raise AssertionError("%s\n%s" % (e, J.describe(agents)))
+        now = int(next(iter(workers.values()))["COHORT_ROUND"])
+        return now, pick(workers)
+    rnd, victim = kill_one_in_a_round_after(-1, min)
     key = "/cohort/%s/rdzv/%s/r%d/ended_by" % (rdzv_id, rdzv_id, rnd)
     put = etcd.ctl("put", key, "dead:node 7 (a node that died)#0dead0")
     assert put.returncode == 0, put.stderr
-    os.kill(min(workers), signal.SIGKILL)
+    os.kill(victim, signal.SIGKILL)
+    rnd2, victim = kill_one_in_a_round_after(rnd, max)
+    os.kill(victim, signal.SIGKILL)
     for p in agents:
         assert p.wait(TIMEOUT) == 0, J.describe(agents)
     err = "".join(p.stderr for p in agents)
@@ -233,11 +240,14 @@ def test_a_pytorch_script_goes_on_after_a_stale_end_claim_is_taken_over(procs, t
         "its place" in err, err[-4000:]
     restarted = [int(r) for r in re.findall(
         r"round (\d+): restarting the workers \(restart 1 of 3\), world size 2", err)]
-    assert len(restarted) == 2 and restarted[0] == restarted[1] > rnd, err[-4000:]
+    assert len(restarted) == 2 and restarted[0] == restarted[1] == rnd2 > rnd, err[-4000:]
+    again = [int(r) for r in re.findall(
+        r"round (\d+): restarting the workers \(restart 2 of 3\), world size 2", err)]
+    assert len(again) == 2 and again[0] == again[1] > rnd2, err[-4000:]
     text = "".join(p.stdout for p in agents)
     d = dict(re.findall(r"^\[rank\d+\]: rank (\d) digest ([0-9a-f]{8})$", text, re.M))
     assert sorted(d) == ["0", "1"] and d["0"] == d["1"], text[-4000:]
-    assert "epoch 5 loss" in text, text[-4000:]
+    assert "epoch 7 loss" in text, text[-4000:]
     restarts = etcd.ctl("get", "--print-value-only", "/cohort/%s/rdzv/%s/restarts" % (
         rdzv_id, rdzv_id))
-    assert restarts.stdout.strip() == "1@%d" % rnd, restarts.stdout
+    assert restarts.stdout.strip() == "2@%d" % rnd2, restarts.stdout
