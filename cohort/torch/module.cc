@@ -10,6 +10,7 @@
 
 #include "cohort/base/membership_channel.h"
 #include "cohort/base/worker_env.h"
+#include "cohort/torch/exit_gate.h"
 #include "cohort/torch/process_group.h"
 #include "cohort/torch/progress.h"
 #include "cohort/torch/snapshots.h"
@@ -99,6 +100,13 @@ PYBIND11_MODULE(_C, m) {
       py::arg("group"), py::arg("why"), py::call_guard<py::gil_scoped_release>(),
       "Fails the group's pending operations ('membership changed: <why>') and closes its "
       "connections: a rank blocked on a peer that left returns at once.");
+  m.def(
+      "close_at_exit",
+      [] { cohort::torch_backend::ExitGate::Get().Close(cohort::Deadline::AfterMs(5000)); },
+      py::call_guard<py::gil_scoped_release>(),
+      "From atexit: the backend's threads stop freeing tensors (a free may need the GIL, "
+      "which the interpreter stops lending once it finalizes); waits up to 5 s for frees "
+      "begun.");
   BindChannel(m);
   cohort::torch_backend::BindSnapshots(m);
   m.def(

@@ -13,6 +13,7 @@
 #include "cohort/base/strings.h"
 #include "cohort/metrics/exporter.h"
 #include "cohort/metrics/registry.h"
+#include "cohort/torch/exit_gate.h"
 
 namespace cohort::torch_backend {
 
@@ -363,7 +364,7 @@ void Executor::RunTaken(Item& item) {
     if (queue_.empty()) drained = std::chrono::duration<double>(SteadyClock::now() - last_push_).count();
   }
   item.first->Complete(error);
-  item.first.reset();
+  ReleaseThroughGate(item.first);  // may be the last reference, the caller gone
   cv_.SignalAll();
   if (drained >= 0) WaitMeter::Get().Add(drained);
 }
@@ -393,7 +394,7 @@ std::exception_ptr Executor::Run(Item& item) {
   } catch (...) {
     error = std::current_exception();
   }
-  item.second = nullptr;  // release captured tensors before waking the caller
+  ReleaseThroughGate(item.second);  // the captured tensors, before waking the caller
   return error;
 }
 

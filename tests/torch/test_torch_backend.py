@@ -18,6 +18,7 @@ WORKER = HERE / "collectives_worker.py"
 DDP = HERE / "ddp_fashion.py"
 PEER_DEATH = HERE / "peer_death.py"
 COMM_LOOP = HERE / "comm_loop.py"
+EXIT_WHILE_HELD = HERE / "exit_while_held.py"
 
 
 def rank_results(text, world):
@@ -136,6 +137,27 @@ def test_a_dead_or_stuck_peer_fails_the_survivor(cohort, pydir, need_torch, laun
     assert "rank 0" in m.group(2) and re.search(r"\b(rank|peer) 1\b", m.group(2)), m.group(2)
     assert "then:" in procs[0].stdout, procs[0].stdout
     procs[1].kill()
+
+
+def test_a_script_that_leaves_while_the_backend_holds_its_tensor_exits_at_once(
+        pydir, need_torch, launcher, tmp_path):
+    """A script that issued an all_reduce, dropped it and left: the backend's thread held
+    the tensor's last reference and waited for the GIL to free it while the interpreter
+    exited. Rank 0 ends with status 0 at once (it hung, or aborted with "terminate called
+    without an active exception")."""
+    flag = tmp_path / "flag"
+    flag.write_bytes(b"\0")
+    port = U.free_port()
+    procs = [launcher.start([U.SYS_PY, EXIT_WHILE_HELD, launcher.marker], name="rank%d" % rank,
+                            env=U.clean_env(PYTHONPATH=pydir, RANK=rank, WORLD_SIZE=2,
+                                            LOCAL_RANK=rank, MASTER_ADDR="127.0.0.1",
+                                            MASTER_PORT=port, FLAG_FILE=flag))
+             for rank in range(2)]
+    for p in procs:
+        p.wait(30)
+    assert [p.p.returncode for p in procs] == [0, 0], "\n".join(p.describe() for p in procs)
+    assert "rank 0 leaving" in procs[0].stdout and "rank 1 done" in procs[1].stdout
+    assert "terminate called" not in procs[0].stderr, procs[0].describe()
 
 
 def test_a_python_jobs_communication_shows_in_the_job_view(cohort, need_torch, launcher,

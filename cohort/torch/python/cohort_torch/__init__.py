@@ -8,6 +8,8 @@ plain script) add the directory that holds it, e.g.
 PYTHONPATH=build/dev/cohort/cli/python. See docs/torch-backend.md; for keeping the workers
 through a node loss or join, cohort_torch.live (docs/multinode.md).
 """
+import atexit as _atexit
+
 import torch.distributed as _dist
 
 from . import _C
@@ -42,6 +44,11 @@ def topology(group=None):
     pg = group if group is not None else _dist.distributed_c10d._get_default_group()
     return _C.topology(pg)
 
+
+# Before the interpreter finalizes (atexit runs first): from then on the backend's threads
+# leave the tensors they still hold to the exiting process rather than free them, which
+# would need the GIL and abort the process (cohort/torch/exit_gate.h).
+_atexit.register(_C.close_at_exit)
 
 if BACKEND.upper() not in _dist.Backend._plugins:
     _dist.Backend.register_backend(BACKEND, _C.create_process_group)
