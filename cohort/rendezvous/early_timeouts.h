@@ -25,7 +25,10 @@ namespace cohort::rendezvous::testing {
 // key is applied and then times out (a request etcd applied but whose answer came too
 // late). With OfferIdle(): it offers Idle (waits until the deadline), as etcd does: rounds
 // go quiet. With SlowBeats(d): every beat answers d late. Counts the Gets (and so the
-// default GetSince's waits) of the key CountGets names.
+// default GetSince's waits) of the key CountGets names. With GatherCompareSets(key, n): the
+// first n CompareSets of `key` are held until all n have come (up to 10 s, past their
+// deadlines: the store still holds the value each compares with), then applied in turn: n
+// nodes changing it at once; `gathered` says whether they met.
 class EarlyTimeouts final : public store::Store {
  public:
   explicit EarlyTimeouts(std::shared_ptr<store::Store> base) : base_(std::move(base)) {}
@@ -40,6 +43,12 @@ class EarlyTimeouts final : public store::Store {
     lose_answer_once_ = std::move(keys);
   }
   void OfferIdle() { offer_idle_ = true; }
+  std::atomic<bool> gathered{false};
+  void GatherCompareSets(std::string key, int n) {
+    MutexLock lock(&mu_);
+    gather_key_ = std::move(key);
+    gather_left_ = n;
+  }
   // Every beat answered `d` late (a store that applies beats slowly); 0: at once.
   void SlowBeats(Duration d) { slow_beats_ns_ = d.count(); }
   Result<BeatResult> Beat(std::string_view beat_key, const std::vector<std::string>& peek_keys,
@@ -78,6 +87,7 @@ class EarlyTimeouts final : public store::Store {
   Result<std::string> CompareSet(std::string_view k, std::string_view e, std::string_view v,
                                  Deadline d) override {
     if (FirstTimeHere("CompareSet", {std::string(k)})) return DeadlineExceeded("injected: {}", k);
+    Gather(k);
     auto answer = base_->CompareSet(k, e, v, d);
     if (FirstTimeHere("CompareSet", {std::string(k)}, /*after_applying=*/true)) {
       return DeadlineExceeded("injected after applying: {}", k);
@@ -130,7 +140,26 @@ class EarlyTimeouts final : public store::Store {
     }
     return false;
   }
+  // Holds a CompareSet of the gathered key until the last of the n comes (10 s at most).
+  void Gather(std::string_view k) {
+    MutexLock lock(&mu_);
+    if (gather_left_ == 0 || k != gather_key_) return;
+    if (--gather_left_ == 0) {
+      gathered = gather_waiting_ > 0;
+      all_came_.SignalAll();
+      return;
+    }
+    ++gather_waiting_;
+    const Deadline limit = Deadline::AfterMs(10000);
+    while (gather_left_ > 0 && all_came_.WaitUntil(&mu_, limit)) {
+    }
+    --gather_waiting_;
+  }
   std::atomic<bool> offer_idle_{false};
+  std::string gather_key_ COHORT_GUARDED_BY(mu_);
+  int gather_left_ COHORT_GUARDED_BY(mu_) = 0;
+  int gather_waiting_ COHORT_GUARDED_BY(mu_) = 0;
+  CondVar all_came_;
   std::atomic<int64_t> slow_beats_ns_{0};
   Mutex mu_;
   std::set<std::string> time_out_once_ COHORT_GUARDED_BY(mu_);

@@ -20,8 +20,8 @@
 //   r<R>/publisher   the slot that publishes the layout in place of a silent slot 1
 //   r<R>/closed      member count N of round R, set once by CompareSet (first writer wins)
 //   r<R>/pace        a quiet round's pace: its beat period and dead timeout times it
-//                    (absent: 1), set by a few of its nodes as the store answers
-//                    their beats (Rendezvous::FollowPace)
+//                    (absent: the start pace), "K by slot S", set by a few of its nodes
+//                    as the store answers their beats (Rendezvous::FollowPace)
 //   r<R>/expect      how many nodes round R expects (set when R-1 ended): its last call ends
 //                    once they joined
 //   r<R>/ended_by    the claim of round R's end: the node that writes `next` (a claim

@@ -77,11 +77,17 @@ inline Duration CounterBeatPeriod(const RendezvousConfig& c, int n) {
 // The largest pace of a quiet round (Rendezvous::FollowPace).
 constexpr int64_t kMaxPace = 16;
 
-// r<R>/pace's text as a pace (nullopt: not a number from 1 to kMaxPace).
+// r<R>/pace's text as a pace (nullopt: not a number from 1 to kMaxPace). The text is
+// "K by slot S": the pace and the slot of the setter that wrote it (PaceText), so that of
+// two setters changing it at once only the one whose compare-and-set wrote it says so; a
+// bare "K" reads too.
 inline std::optional<int64_t> ParsePace(std::string_view text) {
-  auto pace = ParseInt64(text);
+  auto pace = ParseInt64(text.substr(0, text.find(' ')));
   if (!pace || *pace < 1 || *pace > kMaxPace) return std::nullopt;
   return pace;
+}
+inline std::string PaceText(int64_t pace, int slot) {
+  return fmt::format("{} by slot {}", pace, slot);
 }
 
 // A rendezvous counter's value as read (absent = 0).

@@ -2,16 +2,22 @@
 // round beat less often, and one that answers quickly again brings the pace back, without
 // a live node ever taken for dead. Agents as threads over one MemoryStore.
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <optional>
+#include <regex>
+#include <sstream>
 #include <thread>
 #include <vector>
 
 #include "cohort/rendezvous/early_timeouts.h"
 #include "cohort/rendezvous/loss_scenario.h"
+#include "cohort/base/log.h"
 #include "cohort/rendezvous/rendezvous.h"
+#include "cohort/rendezvous/rendezvous_internal.h"
 #include "cohort/store/memory_store.h"
 
 namespace cohort::rendezvous {
@@ -38,6 +44,44 @@ RendezvousConfig PaceConfig() {
 }
 
 NodeInfo Node(int i) { return testing::ScenarioNode(i); }
+
+// The rendezvous log's lines while it lives (info and above): attach it before the nodes'
+// threads start, destroy it after they are joined (a logger's sinks are not guarded).
+class RendezvousLog {
+ public:
+  RendezvousLog() : logger_(log::Get(kLog)), level_(logger_->level()) {
+    sink_ = std::make_shared<spdlog::sinks::ostream_sink_mt>(lines_);
+    logger_->sinks().push_back(sink_);
+    logger_->set_level(spdlog::level::info);
+  }
+  ~RendezvousLog() {
+    auto& sinks = logger_->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
+    logger_->set_level(level_);
+  }
+  // The pace each "now beat every ... (pace K)" line announced, in order.
+  std::vector<int64_t> PaceChanges() {
+    logger_->flush();
+    std::vector<int64_t> out;
+    const std::string text = lines_.str();
+    const std::regex change(R"(now beat every [0-9.]+ s \(pace ([0-9]+)\))");
+    for (std::sregex_iterator m(text.begin(), text.end(), change), end; m != end; ++m) {
+      out.push_back(std::stoll((*m)[1]));
+    }
+    return out;
+  }
+
+ private:
+  std::shared_ptr<spdlog::logger> logger_;
+  spdlog::level::level_enum level_;
+  std::ostringstream lines_;
+  spdlog::sink_ptr sink_;
+};
+
+// r<R>/pace as a pace (0: absent or not one).
+int64_t PaceOf(const std::optional<std::string>& text) {
+  return text ? ParsePace(*text).value_or(0) : 0;
+}
 
 // Each node's watcher steps through `info`'s round until `pace` reads as wanted (then a
 // little longer, so every node beats at it) or `limit`; any end it saw (a node taken for
@@ -102,19 +146,22 @@ TEST(RendezvousPaceTest, SlowBeatsSlowTheRoundAndQuickOnesBringItBackWithNoNodeT
   const auto config = PaceConfig();
   std::vector<std::unique_ptr<Rendezvous>> agents, watchers;
   std::vector<RendezvousInfo> infos;
+  RendezvousLog log;
   ASSERT_NO_FATAL_FAILURE(FormRound(store, config, agents, watchers, infos));
-  // Beats answered 100 ms late: more than a quarter of the 250 ms period.
+  // Beats answered 100 ms late: more than a quarter of the 250 ms period. Two setters
+  // raise the pace at once (their compare-and-sets held until both came).
+  store->GatherCompareSets("rdzv/pace/r0/pace", 2);
   store->SlowBeats(100ms);
   std::vector<std::string> ends;
   auto raised = [&](const std::optional<std::string>& p) {
-    return p && *p != std::to_string(infos[0].pace);
+    return PaceOf(p) > infos[0].pace;
   };
   WatchUntil(watchers, infos, *store, raised, 20s, ends);
   EXPECT_TRUE(ends.empty()) << ends[0];
   auto pace = store->Peek({"rdzv/pace/r0/pace"}, Deadline::After(1s));
   ASSERT_TRUE(pace.ok());
   ASSERT_TRUE((*pace)[0].has_value()) << "the slow beats did not raise the pace";
-  const int64_t slowed = std::stoll(*(*pace)[0]);
+  const int64_t slowed = PaceOf((*pace)[0]);
   EXPECT_GE(slowed, 2);
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(watchers[i]->DeadTimeout(infos[i]), config.dead_timeout * slowed) << "node " << i;
@@ -124,15 +171,25 @@ TEST(RendezvousPaceTest, SlowBeatsSlowTheRoundAndQuickOnesBringItBackWithNoNodeT
   // beats.
   store->SlowBeats(Duration{});
   const int64_t start = infos[0].pace;
-  const std::string start_text = std::to_string(start);
-  auto back = [&](const std::optional<std::string>& p) { return p == start_text; };
+  auto back = [&](const std::optional<std::string>& p) { return PaceOf(p) == start; };
   WatchUntil(watchers, infos, *store, back, 60s, ends);
   EXPECT_TRUE(ends.empty()) << ends[0];
   pace = store->Peek({"rdzv/pace/r0/pace"}, Deadline::After(1s));
   ASSERT_TRUE(pace.ok());
-  EXPECT_EQ((*pace)[0], start_text);
+  EXPECT_EQ(PaceOf((*pace)[0]), start);
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(watchers[i]->DeadTimeout(infos[i]), config.dead_timeout * start) << "node " << i;
+  }
+  // Every node sets the pace here (four nodes, about eight setters): each change is logged
+  // by the one setter that wrote it, so no two changes in a row name the same pace (the two
+  // setters that raised it at once both logged it, until 2026-12-07).
+  const std::vector<int64_t> changes = log.PaceChanges();
+  EXPECT_TRUE(store->gathered) << "no two setters raised the pace at once";
+  ASSERT_GE(changes.size(), 2u);
+  EXPECT_GT(changes.front(), start);
+  EXPECT_EQ(changes.back(), start);
+  for (size_t i = 1; i < changes.size(); ++i) {
+    EXPECT_NE(changes[i], changes[i - 1]) << "change " << i << " logged twice";
   }
 }
 

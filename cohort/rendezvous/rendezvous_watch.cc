@@ -305,13 +305,13 @@ void Rendezvous::FollowPace(const RendezvousInfo& info, const std::optional<std:
   }
   if (to == pace_) return;
   calm_beats_ = 0;
-  const std::string value = std::to_string(to);
+  const std::string value = PaceText(to, info.slot);
   auto set = store_->CompareSet(RoundKey(round, "pace"), pace_value_, value,
                                 Deadline::After(period / 2));
   if (!set.ok()) return;  // a store that slow: the next beat tries again
   const int64_t before = pace_;
   take(*set);
-  if (*set != value) return;  // another node changed it first: followed
+  if (*set != value) return;  // another setter changed it first (even to `to`): followed
   log::Get(kLog)->log(to > before ? spdlog::level::warn : spdlog::level::info,
                       "round {}: the store answered a beat in {}; its {} nodes now beat every "
                       "{:.1f} s (pace {}), a silent node found after {:.0f} s", round,
