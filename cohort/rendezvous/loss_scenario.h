@@ -47,11 +47,15 @@ inline NodeInfo ScenarioNode(int i) {
 // `connect` gives each agent and each watcher its own store. Gives up watching after
 // `watch_limit` (the scenario's result then says which survivors saw no end). Each survivor
 // tells its agent the end its watcher saw (Rendezvous::Told), runs `before_next`, then
-// calls Next.
+// calls Next. A survivor for which `goes_silent(its round-0 info)` turns true, asked before
+// each of its watcher's steps, stops there (a node lost later than the others) and counts
+// as lost.
 inline LossScenario RunLossScenario(const std::function<std::shared_ptr<store::Store>()>& connect,
                                     const RendezvousConfig& config, int n,
                                     const std::vector<int>& lost_slots, Duration watch_limit,
-                                    const std::function<void()>& before_next = nullptr) {
+                                    const std::function<void()>& before_next = nullptr,
+                                    const std::function<bool(const RendezvousInfo&)>&
+                                        goes_silent = nullptr) {
   LossScenario s;
   s.first.resize(n);
   s.ended.resize(n);
@@ -71,10 +75,15 @@ inline LossScenario RunLossScenario(const std::function<std::shared_ptr<store::S
     if (agent >= 0) s.lost[agent] = true;
   }
   const Deadline give_up = Deadline::After(watch_limit);
+  std::vector<char> silenced(n, 0);  // by agent, each written by its own thread
   run_all([&](int i) {
     if (s.lost[i] || !s.first[i] || !s.first[i]->ok()) return;
     Rendezvous watcher(connect(), config, ScenarioNode(i));
     while (!s.ended[i] && !give_up.expired()) {
+      if (goes_silent && goes_silent(**s.first[i])) {
+        silenced[i] = 1;
+        return;
+      }
       auto step = watcher.WatchStep(**s.first[i]);
       if (!step.ok()) {
         s.watch_error = step.status().ToString();
@@ -87,6 +96,9 @@ inline LossScenario RunLossScenario(const std::function<std::shared_ptr<store::S
     if (before_next) before_next();
     s.next[i] = s.agents[i]->Next();
   });
+  for (int i = 0; i < n; ++i) {
+    if (silenced[i]) s.lost[i] = true;
+  }
   return s;
 }
 

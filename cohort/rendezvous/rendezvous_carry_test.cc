@@ -8,11 +8,13 @@
 
 #include <algorithm>
 #include <functional>
+#include <regex>
 #include <memory>
 #include <set>
 #include <thread>
 
 #include "cohort/rendezvous/early_timeouts.h"
+#include "cohort/rendezvous/log_capture.h"
 #include "cohort/rendezvous/loss_scenario.h"
 #include "cohort/rendezvous/rendezvous.h"
 #include "cohort/store/memory_store.h"
@@ -121,6 +123,12 @@ std::shared_ptr<store::MemoryStore> StoreWithAStaleClaim() {
   return store;
 }
 
+// The job's restart count as the store holds it (the error, if it cannot be read).
+std::string Restarts(store::Store& store) {
+  auto restarts = store.Get("rdzv/carry/restarts", Deadline::After(5s));
+  return restarts.ok() ? *restarts : restarts.status().ToString();
+}
+
 TEST(RendezvousCarryTest, TheSurvivorsOfALostNodeFormTheNextRoundWithoutJoining) {
   auto store = std::make_shared<store::MemoryStore>();
   const auto config = CarryConfig(2, 4);
@@ -165,9 +173,7 @@ TEST(RendezvousCarryTest, AClaimWhoseNextNeverComesIsTakenOverAndCountedOnce) {
   auto claim = store->Get("rdzv/carry/r0/ended_by", Deadline::After(5s));
   ASSERT_TRUE(claim.ok());
   EXPECT_NE(*claim, "dead:node 9 (gone)#5ca1ab1e") << "the stale claim was taken over";
-  auto restarts = store->Get("rdzv/carry/restarts", Deadline::After(5s));
-  ASSERT_TRUE(restarts.ok());
-  EXPECT_EQ(*restarts, "1@0");
+  EXPECT_EQ(Restarts(*store), "1@0");
 }
 
 // After a takeover the job goes on as after any end: the carried round it made loses
@@ -203,9 +209,7 @@ TEST(RendezvousCarryTest, ARoundCarriedByATakeoverIsCarriedAgainAtTheNextLoss) {
     ranks.insert(info.group_rank);
   }
   EXPECT_EQ(ranks, (std::set<int>{0, 1, 2}));
-  auto restarts = store->Get("rdzv/carry/restarts", Deadline::After(5s));
-  ASSERT_TRUE(restarts.ok());
-  EXPECT_EQ(*restarts, "2@1");
+  EXPECT_EQ(Restarts(*store), "2@1");
 }
 
 TEST(RendezvousCarryTest, ACarriedEndRoundTripsWhateverItsDetailSays) {
@@ -232,28 +236,43 @@ TEST(RendezvousCarryTest, NodesLostTogetherAreLeftOutOfOneCarriedRound) {
   ExpectCarried(s, {2, 4}, *store);
 }
 
-TEST(RendezvousCarryTest, ANodeLeftOutThatComesBackJoinsAsALateNode) {
-  auto store = std::make_shared<store::MemoryStore>();
-  const auto config = CarryConfig(2, 4);
-  LossScenario s = RunLossScenario(On(store), config, 4, {2}, 30s);
-  ExpectCarried(s, {2}, *store);
-  // The "lost" node was only slow: its Next finds round 1 carried without it and asks for
-  // a re-rendezvous (as a late node); the survivors' round 1 ends for it, and all four
-  // join round 2.
-  const int back = s.AgentOfSlot(2);
+// A node lost while the survivors wait out a stale claim: slot 5 stops once a watcher has
+// said it found slot 3 lost (it then claims the end, loses it to the stale claim and
+// waits). The node that takes the end over finds both silent: one carried round of the
+// three others, both left out, the failure counted once.
+TEST(RendezvousCarryTest, ANodeLostWhileAStaleClaimIsWaitedOutIsLeftOutOfTheTakeoversRound) {
+  auto store = StoreWithAStaleClaim();
+  auto config = CarryConfig(2, 5);
+  config.layout_grace = 4s;  // twice the dead timeout: slot 5 is silent by then
+  testing::RendezvousLog log;
+  const std::regex found_lost(R"(round 0: node 2 \()");  // slot 3
+  LossScenario s = RunLossScenario(On(store), config, 5, {3}, 30s, nullptr,
+                                   [&](const RendezvousInfo& first) {
+                                     return first.slot == 5 && log.Said(found_lost);
+                                   });
+  ASSERT_TRUE(s.lost[s.AgentOfSlot(5)]) << "slot 5 never stopped";
+  ExpectCarried(s, {3, 5}, *store);
+  EXPECT_TRUE(log.Said(std::regex("wrote no `next` within the layout grace")));
+  EXPECT_EQ(Restarts(*store), "1@0");
+}
+
+// The node of `slot`, left out of round 1, comes back: its Next finds round 1 carried
+// without it and asks for a re-rendezvous (as a late node); the survivors' round 1 ends for
+// the join, and all four form round 2 with ranks 0-3.
+void ExpectTheLeftOutNodeJoinsRound2(LossScenario& s, std::shared_ptr<store::Store> store,
+                                     const RendezvousConfig& config, int slot) {
+  const int back = s.AgentOfSlot(slot);
   std::vector<std::optional<Result<RendezvousInfo>>> again(4);
-  std::vector<std::thread> threads;
-  threads.emplace_back([&] { again[back] = s.agents[back]->Next(); });
-  for (int i = 0; i < 4; ++i) {
-    if (i == back) continue;
-    threads.emplace_back([&, i] {
-      auto end = WatchToEnd(store, config, i, **s.next[i]);
-      ASSERT_TRUE(end.has_value());
-      EXPECT_EQ(end->kind, RoundEnd::Kind::kJoin) << end->Encode();
+  RunEach(4, [&](int i) {
+    if (i == back) {
       again[i] = s.agents[i]->Next();
-    });
-  }
-  for (auto& t : threads) t.join();
+      return;
+    }
+    auto end = WatchToEnd(store, config, i, **s.next[i]);
+    ASSERT_TRUE(end.has_value()) << "agent " << i << " saw no end of round 1";
+    EXPECT_EQ(end->kind, RoundEnd::Kind::kJoin) << end->Encode();
+    again[i] = s.agents[i]->Next();
+  });
   std::set<int> ranks;
   for (auto& r : again) {
     ASSERT_TRUE(r && r->ok()) << r->status().ToString();
@@ -262,7 +281,28 @@ TEST(RendezvousCarryTest, ANodeLeftOutThatComesBackJoinsAsALateNode) {
     EXPECT_TRUE((*r)->carried.left_out.empty());
     ranks.insert((*r)->group_rank);
   }
-  EXPECT_EQ(ranks.size(), 4u);
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 2, 3}));
+}
+
+// The "lost" node was only slow: it joins the next round as a late node.
+TEST(RendezvousCarryTest, ANodeLeftOutThatComesBackJoinsAsALateNode) {
+  auto store = std::make_shared<store::MemoryStore>();
+  const auto config = CarryConfig(2, 4);
+  LossScenario s = RunLossScenario(On(store), config, 4, {2}, 30s);
+  ExpectCarried(s, {2}, *store);
+  ExpectTheLeftOutNodeJoinsRound2(s, store, config, 2);
+}
+
+// The same after a takeover: the round it carried ends for the join as any round does; a
+// join is not a failure (the restart count stays as the takeover's end left it).
+TEST(RendezvousCarryTest, ARoundCarriedByATakeoverEndsForANodeThatJoins) {
+  auto store = StoreWithAStaleClaim();
+  auto config = CarryConfig(2, 4);
+  config.layout_grace = 1s;
+  LossScenario s = RunLossScenario(On(store), config, 4, {2}, 30s);
+  ExpectCarried(s, {2}, *store);
+  ExpectTheLeftOutNodeJoinsRound2(s, store, config, 2);
+  EXPECT_EQ(Restarts(*store), "1@0");
 }
 
 TEST(RendezvousCarryTest, ASmallerRoundIsJoinedAgain) {

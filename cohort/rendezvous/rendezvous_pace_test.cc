@@ -2,20 +2,18 @@
 // round beat less often, and one that answers quickly again brings the pace back, without
 // a live node ever taken for dead. Agents as threads over one MemoryStore.
 #include <gtest/gtest.h>
-#include <spdlog/sinks/ostream_sink.h>
 
 #include <algorithm>
 #include <atomic>
 #include <memory>
 #include <optional>
 #include <regex>
-#include <sstream>
 #include <thread>
 #include <vector>
 
 #include "cohort/rendezvous/early_timeouts.h"
+#include "cohort/rendezvous/log_capture.h"
 #include "cohort/rendezvous/loss_scenario.h"
-#include "cohort/base/log.h"
 #include "cohort/rendezvous/rendezvous.h"
 #include "cohort/rendezvous/rendezvous_internal.h"
 #include "cohort/store/memory_store.h"
@@ -45,38 +43,16 @@ RendezvousConfig PaceConfig() {
 
 NodeInfo Node(int i) { return testing::ScenarioNode(i); }
 
-// The rendezvous log's lines while it lives (info and above): attach it before the nodes'
-// threads start, destroy it after they are joined (a logger's sinks are not guarded).
-class RendezvousLog {
- public:
-  RendezvousLog() : logger_(log::Get(kLog)), level_(logger_->level()) {
-    sink_ = std::make_shared<spdlog::sinks::ostream_sink_mt>(lines_);
-    logger_->sinks().push_back(sink_);
-    logger_->set_level(spdlog::level::info);
+// The pace each "now beat every ... (pace K)" line of `log` announced, in order.
+std::vector<int64_t> PaceChanges(testing::RendezvousLog& log) {
+  std::vector<int64_t> out;
+  const std::regex change(R"(now beat every [0-9.]+ s \(pace ([0-9]+)\))");
+  for (const auto& line : log.Lines()) {
+    std::smatch m;
+    if (std::regex_search(line, m, change)) out.push_back(std::stoll(m[1]));
   }
-  ~RendezvousLog() {
-    auto& sinks = logger_->sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
-    logger_->set_level(level_);
-  }
-  // The pace each "now beat every ... (pace K)" line announced, in order.
-  std::vector<int64_t> PaceChanges() {
-    logger_->flush();
-    std::vector<int64_t> out;
-    const std::string text = lines_.str();
-    const std::regex change(R"(now beat every [0-9.]+ s \(pace ([0-9]+)\))");
-    for (std::sregex_iterator m(text.begin(), text.end(), change), end; m != end; ++m) {
-      out.push_back(std::stoll((*m)[1]));
-    }
-    return out;
-  }
-
- private:
-  std::shared_ptr<spdlog::logger> logger_;
-  spdlog::level::level_enum level_;
-  std::ostringstream lines_;
-  spdlog::sink_ptr sink_;
-};
+  return out;
+}
 
 // r<R>/pace as a pace (0: absent or not one).
 int64_t PaceOf(const std::optional<std::string>& text) {
@@ -146,7 +122,7 @@ TEST(RendezvousPaceTest, SlowBeatsSlowTheRoundAndQuickOnesBringItBackWithNoNodeT
   const auto config = PaceConfig();
   std::vector<std::unique_ptr<Rendezvous>> agents, watchers;
   std::vector<RendezvousInfo> infos;
-  RendezvousLog log;
+  testing::RendezvousLog log;
   ASSERT_NO_FATAL_FAILURE(FormRound(store, config, agents, watchers, infos));
   // Beats answered 100 ms late: more than a quarter of the 250 ms period. Two setters
   // raise the pace at once (their compare-and-sets held until both came).
@@ -183,7 +159,7 @@ TEST(RendezvousPaceTest, SlowBeatsSlowTheRoundAndQuickOnesBringItBackWithNoNodeT
   // Every node sets the pace here (four nodes, about eight setters): each change is logged
   // by the one setter that wrote it, so no two changes in a row name the same pace (the two
   // setters that raised it at once both logged it, until 2026-12-07).
-  const std::vector<int64_t> changes = log.PaceChanges();
+  const std::vector<int64_t> changes = PaceChanges(log);
   EXPECT_TRUE(store->gathered) << "no two setters raised the pace at once";
   ASSERT_GE(changes.size(), 2u);
   EXPECT_GT(changes.front(), start);
