@@ -1,12 +1,14 @@
-// Test helper (rendezvous_test.cc, etcd_store_test.cc): a round of N agents that loses some
-// of them, as agents would live it. Every agent joins round 0 on its own Rendezvous and
-// store connection; the agents in `lost_slots` (round 0's slots) then go silent, and every
-// other one watches the round (its watcher on a connection of its own, as an agent's)
-// until the round ends and calls Next again on the Rendezvous that held round 0.
+// Test helper (the rendezvous tests, etcd_store_test.cc): agents that join a round at once
+// (JoinAll), and a round of N agents that loses some of them, as agents would live it
+// (RunLossScenario): every agent joins round 0 on its own Rendezvous and store
+// connection; the agents in `lost_slots` (round 0's slots) then go silent, and every other
+// one watches the round (its watcher on a connection of its own, as an agent's) until the
+// round ends and calls Next again on the Rendezvous that held round 0.
 // Thread-safety: one call at a time; it runs and joins its own threads.
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -42,6 +44,46 @@ inline NodeInfo ScenarioNode(int i) {
   n.addr = "10.0.0." + std::to_string(i);
   n.local_world_size = 2;
   return n;
+}
+
+// A small round's configuration: beats every 50 ms, a node silent for 300 ms is dead.
+inline RendezvousConfig JoinConfig(int min_nodes, int max_nodes) {
+  using namespace std::chrono_literals;
+  RendezvousConfig c;
+  c.run_id = "test";
+  c.min_nodes = min_nodes;
+  c.max_nodes = max_nodes;
+  c.join_timeout = 20s;
+  c.last_call = 200ms;
+  c.heartbeat_interval = 50ms;
+  c.dead_timeout = 300ms;
+  c.max_restarts = 3;
+  return c;
+}
+
+// Runs Next() on `n` agents at once, each on the store `connect` gives it, and returns their
+// results in agent order.
+inline std::vector<Result<RendezvousInfo>> JoinAll(
+    const std::function<std::shared_ptr<store::Store>()>& connect,
+    const RendezvousConfig& config, int n) {
+  std::vector<std::optional<Result<RendezvousInfo>>> results(n);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      Rendezvous r(connect(), config, ScenarioNode(i));
+      results[i] = r.Next();
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::vector<Result<RendezvousInfo>> out;
+  for (auto& r : results) out.push_back(std::move(*r));
+  return out;
+}
+
+// The same, all agents on one (in-process) store.
+inline std::vector<Result<RendezvousInfo>> JoinAll(std::shared_ptr<store::Store> store,
+                                                   const RendezvousConfig& config, int n) {
+  return JoinAll([&] { return store; }, config, n);
 }
 
 // `connect` gives each agent and each watcher its own store. Gives up watching after

@@ -346,31 +346,35 @@ Result<std::optional<Rendezvous::Published>> Rendezvous::ReadPublished(int64_t r
 // once and publishes the layout (first writer wins). Any other node here took over after
 // the grace: it gives slot 1 the grace once more, now that the round is closed; then one
 // node, the first to claim r<R>/publisher, publishes in its place and the others give it a
-// grace too (every node past the grace reading the N records would cost N^2); past that,
-// any node publishes.
+// grace too (every node past the grace reading the N records would cost N^2). A claimant
+// that has not published by then is replaced the same way, one node per grace: the first
+// to move the claim from it to itself (a compare-and-set from the claimant read). (Past
+// the claimant's grace every node published until 2026-12-07: at 10,000 nodes on an etcd
+// slowed until it lost its leader, thousands of nodes each read the 10,000 records.)
 Result<Rendezvous::Published> Rendezvous::PublishLayout(int64_t round, int64_t members,
                                                         int64_t slot, Deadline join_deadline) {
   std::optional<Published> published;
+  std::string claimant;  // r<R>/publisher as last read ("": none); slot 1 publishes anyway
   if (slot != 1) {
     COHORT_ASSIGN_OR_RETURN(published, ReadPublished(round, 0, GraceDeadline(join_deadline)));
-    if (!published) {
-      const std::string me = std::to_string(slot);
-      COHORT_ASSIGN_OR_RETURN(std::string publisher,
-                              RequestUntilDeadline(join_deadline, [&](Deadline d) {
-                                return store_->CompareSet(RoundKey(round, "publisher"), "", me,
-                                                          d);
+    const std::string me = std::to_string(slot);
+    while (!published) {
+      COHORT_ASSIGN_OR_RETURN(std::string now, RequestUntilDeadline(join_deadline, [&](Deadline d) {
+                                return store_->CompareSet(RoundKey(round, "publisher"),
+                                                          claimant, me, d);
                               }));
-      if (publisher != me) {
-        // The claimant gets one grace too; should it die as well, this node publishes (the
-        // layout's compare-and-set keeps the first writer's).
-        COHORT_ASSIGN_OR_RETURN(published,
-                                ReadPublished(round, 0, GraceDeadline(join_deadline)));
-      }
+      if (now == me) break;
+      // The claimant gets one grace; should it not publish either, the claim moves on.
+      claimant = std::move(now);
+      COHORT_ASSIGN_OR_RETURN(published, ReadPublished(round, 0, GraceDeadline(join_deadline)));
     }
   }
   if (!published) {
     if (slot != 1) {
-      COHORT_LOG_WARN(kLog, "round {}: node 1 did not publish the layout; publishing it", round);
+      COHORT_LOG_WARN(kLog, "round {}: slot 1 did not publish the layout{}; publishing it",
+                      round, claimant.empty() ? std::string()
+                                              : fmt::format(" (nor slot {}, which took it over)",
+                                                            claimant));
     }
     // Bounded by the join's deadline, not one call's: N records are N/1,000 range requests
     // on etcd, and under a 10,000-node join's load they took slot 1 over 30 s (it failed).

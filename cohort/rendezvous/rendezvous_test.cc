@@ -13,6 +13,7 @@
 
 #include "cohort/base/mutex.h"
 #include "cohort/rendezvous/early_timeouts.h"
+#include "cohort/rendezvous/loss_scenario.h"
 #include "cohort/store/memory_store.h"
 #include "cohort/store/store_server.h"
 #include "cohort/store/tcp_store.h"
@@ -22,52 +23,13 @@ namespace {
 
 using namespace std::chrono_literals;
 using testing::EarlyTimeouts;
+using testing::JoinAll;
 
 RendezvousConfig Config(int min_nodes, int max_nodes) {
-  RendezvousConfig c;
-  c.run_id = "test";
-  c.min_nodes = min_nodes;
-  c.max_nodes = max_nodes;
-  c.join_timeout = 20s;
-  c.last_call = 200ms;
-  c.heartbeat_interval = 50ms;
-  c.dead_timeout = 300ms;
-  c.max_restarts = 3;
-  return c;
+  return testing::JoinConfig(min_nodes, max_nodes);
 }
 
-NodeInfo Node(int i) {
-  NodeInfo n;
-  n.host = "host" + std::to_string(i);
-  n.addr = "10.0.0." + std::to_string(i);
-  n.local_world_size = 2;
-  return n;
-}
-
-// Runs Next() on `n` agents at once, each on the store `connect` gives it, and returns their
-// results in agent order.
-std::vector<Result<RendezvousInfo>> JoinAll(
-    const std::function<std::shared_ptr<store::Store>()>& connect,
-    const RendezvousConfig& config, int n) {
-  std::vector<std::optional<Result<RendezvousInfo>>> results(n);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < n; ++i) {
-    threads.emplace_back([&, i] {
-      Rendezvous r(connect(), config, Node(i));
-      results[i] = r.Next();
-    });
-  }
-  for (auto& t : threads) t.join();
-  std::vector<Result<RendezvousInfo>> out;
-  for (auto& r : results) out.push_back(std::move(*r));
-  return out;
-}
-
-// The same, all agents on one (in-process) store.
-std::vector<Result<RendezvousInfo>> JoinAll(std::shared_ptr<store::Store> store,
-                                            const RendezvousConfig& config, int n) {
-  return JoinAll([&] { return store; }, config, n);
-}
+NodeInfo Node(int i) { return testing::ScenarioNode(i); }
 
 // `n` agents over `store`, each on a Rendezvous of its own (used by one thread at a time).
 std::vector<std::unique_ptr<Rendezvous>> Agents(std::shared_ptr<store::Store> store,
@@ -247,129 +209,6 @@ TEST(RendezvousTest, TwoLosersOfAStaleClaimAgreeOnOneTakerAndOneEnd) {
     EXPECT_EQ(info->round, 1);
     EXPECT_EQ(info->restart_count, 1);
   }
-}
-
-TEST(RendezvousTest, EarlyStoreTimeoutsDoNotMakeNodesTakeOverFromSlotOne) {
-  auto store = std::make_shared<EarlyTimeouts>(std::make_shared<store::MemoryStore>());
-  auto config = Config(4, 4);
-  // Three nodes join at once; the fourth 300 ms later: the others' reads time out (in the
-  // store) many times meanwhile, well within the layout grace.
-  std::vector<std::optional<Result<RendezvousInfo>>> results(4);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < 4; ++i) {
-    threads.emplace_back([&, i] {
-      if (i == 3) std::this_thread::sleep_for(300ms);  // a late node, not synchronisation
-      results[i] = Rendezvous(store, config, Node(i)).Next();
-    });
-  }
-  for (auto& t : threads) t.join();
-  std::set<int> ranks;
-  for (auto& r : results) {
-    ASSERT_TRUE(r->ok()) << r->status().ToString();
-    EXPECT_EQ((*r)->group_world_size, 4);
-    ranks.insert((*r)->group_rank);
-  }
-  EXPECT_EQ(ranks.size(), 4u);
-  EXPECT_EQ(store->record_reads, 1) << "a node other than slot 1 read the N records";
-}
-
-TEST(RendezvousTest, OneNodeTakesOverFromAStalledSlotOne) {
-  auto memory = std::make_shared<store::MemoryStore>();
-  auto store = std::make_shared<EarlyTimeouts>(memory);
-  auto config = Config(6, 6);
-  config.layout_grace = 200ms;
-  // Slot 1 joins (ticket and record) and then never gets further.
-  const Deadline d = Deadline::AfterMs(5000);
-  ASSERT_EQ(*memory->Append("rdzv/test/r0/slot", "rdzv/test/r0/node", Node(9).ToJson(), d), 1);
-  auto results = JoinAll(store, config, 5);
-  for (auto& r : results) {
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    EXPECT_EQ(r->WorldSize(), 12);
-    EXPECT_EQ(r->master.host, "host9");
-  }
-  EXPECT_EQ(store->record_reads, 1) << "more than one node read the N records";
-}
-
-// Nodes that take over from a stalled slot 1 on a loaded store (etcd at 10,000 nodes): a
-// request that times out (the closing, the last call's read, the publisher's claim, the
-// layout's write) is made again, it does not end the node.
-TEST(RendezvousTest, NodesTakingOverThroughStoreTimeoutsStillFormTheRound) {
-  auto memory = std::make_shared<store::MemoryStore>();
-  auto store = std::make_shared<EarlyTimeouts>(memory);
-  store->TimeOutOnce({"rdzv/test/r0/closed", "rdzv/test/r0/publisher", "rdzv/test/r0/layout"});
-  auto config = Config(3, 8);  // elastic: the last call's read of `closed`, then a count
-  config.layout_grace = 200ms;
-  config.last_call = 100ms;
-  const Deadline d = Deadline::AfterMs(5000);
-  ASSERT_EQ(*memory->Append("rdzv/test/r0/slot", "rdzv/test/r0/node", Node(9).ToJson(), d), 1);
-  auto results = JoinAll(store, config, 5);
-  std::set<int> ranks;
-  for (auto& r : results) {
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    EXPECT_EQ(r->group_world_size, 6);
-    EXPECT_EQ(r->master.host, "host9");
-    ranks.insert(r->group_rank);
-  }
-  EXPECT_EQ(ranks, (std::set<int>{1, 2, 3, 4, 5}));
-  EXPECT_GE(store->injected.load(), 5) << "the takeover met no timeout";
-  EXPECT_EQ(store->record_reads, 1) << "more than one node read the N records";
-}
-
-// A quiet round's nodes learn its end up to a beat period apart, so the next round fills
-// over that long at least: its nodes give slot 1 the layout grace plus that period before
-// they take over (at 10,000 nodes on etcd, 30 s + 20 s; with 30 s alone the first joiners
-// took over from a slot 1 that was only waiting for the late learners).
-TEST(RendezvousTest, AfterAQuietRoundSlotOneGetsTheGracePlusItsBeatPeriod) {
-  auto memory = std::make_shared<store::MemoryStore>();
-  auto store = std::make_shared<EarlyTimeouts>(memory);
-  store->OfferIdle();
-  auto config = Config(2, 3);
-  config.quiet_start_nodes = 2;
-  config.quiet_beats_per_s = 4;  // two nodes: a beat period of 500 ms
-  config.layout_grace = 100ms;
-  std::vector<std::unique_ptr<Rendezvous>> nodes;
-  for (int i = 0; i < 2; ++i) nodes.push_back(std::make_unique<Rendezvous>(store, config, Node(i)));
-  std::vector<std::optional<Result<RendezvousInfo>>> first(2);
-  {
-    std::vector<std::thread> threads;
-    for (int i = 0; i < 2; ++i) threads.emplace_back([&, i] { first[i] = nodes[i]->Next(); });
-    for (auto& t : threads) t.join();
-  }
-  for (int i = 0; i < 2; ++i) {
-    ASSERT_TRUE(first[i]->ok()) << first[i]->status().ToString();
-    ASSERT_EQ((*first[i])->group_world_size, 2);
-    auto step = nodes[i]->WatchStep(**first[i]);  // the first step of a quiet round: rests
-    ASSERT_TRUE(step.ok()) << step.status().ToString();
-    ASSERT_FALSE(step->has_value());
-    ASSERT_GT(nodes[i]->DeadTimeout(**first[i]), config.dead_timeout) << "the round is not quiet";
-  }
-  ASSERT_TRUE(nodes[0]->EndRound(0, {RoundEnd::Kind::kJoin, "host9"}, nullptr).ok());
-  // Round 1's slot 1 joins and then never gets further.
-  const Deadline d = Deadline::AfterMs(5000);
-  ASSERT_EQ(*memory->Append("rdzv/test/r1/slot", "rdzv/test/r1/node", Node(9).ToJson(), d), 1);
-  std::vector<std::optional<Result<RendezvousInfo>>> second(2);
-  std::vector<double> took(2);
-  {
-    std::vector<std::thread> threads;
-    for (int i = 0; i < 2; ++i) {
-      threads.emplace_back([&, i] {
-        const auto start = SteadyClock::now();
-        second[i] = nodes[i]->Next();
-        took[i] = SecondsSince(start);
-      });
-    }
-    for (auto& t : threads) t.join();
-  }
-  for (int i = 0; i < 2; ++i) {
-    ASSERT_TRUE(second[i]->ok()) << second[i]->status().ToString();
-    EXPECT_EQ((*second[i])->round, 1);
-    EXPECT_EQ((*second[i])->group_world_size, 3);
-    EXPECT_EQ((*second[i])->master.host, "host9");
-    // Taking over means at least one grace (two for the node that did not publish): 600 ms
-    // each, where the layout grace alone is 100 ms.
-    EXPECT_GE(took[i], 0.6) << "node " << i << " took over before the grace and the period";
-  }
-  EXPECT_EQ(store->record_reads, 1) << "more than one node read the N records";
 }
 
 TEST(RendezvousTest, ElasticRoundClosesAfterLastCall) {
