@@ -4,7 +4,6 @@
 #pragma once
 
 #include <atomic>
-#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -29,8 +28,7 @@ namespace cohort::rendezvous::testing {
 // default GetSince's waits) of the key CountGets names. With GatherCompareSets(key, n): the
 // first n CompareSets of `key` are held until all n have come (up to 10 s, past their
 // deadlines: the store still holds the value each compares with), then applied in turn: n
-// nodes changing it at once; `gathered` says whether they met. With WhenCompareSet(key, f):
-// f runs (once, on the caller's thread) before the first CompareSet of `key` is applied.
+// nodes changing it at once; `gathered` says whether they met.
 class EarlyTimeouts final : public store::Store {
  public:
   explicit EarlyTimeouts(std::shared_ptr<store::Store> base) : base_(std::move(base)) {}
@@ -45,11 +43,6 @@ class EarlyTimeouts final : public store::Store {
     lose_answer_once_ = std::move(keys);
   }
   void OfferIdle() { offer_idle_ = true; }
-  void WhenCompareSet(std::string key, std::function<void()> f) {
-    MutexLock lock(&mu_);
-    observed_key_ = std::move(key);
-    on_compare_set_ = std::move(f);
-  }
   std::atomic<bool> gathered{false};
   void GatherCompareSets(std::string key, int n) {
     MutexLock lock(&mu_);
@@ -95,7 +88,6 @@ class EarlyTimeouts final : public store::Store {
                                  Deadline d) override {
     if (FirstTimeHere("CompareSet", {std::string(k)})) return DeadlineExceeded("injected: {}", k);
     Gather(k);
-    Observe(k);
     auto answer = base_->CompareSet(k, e, v, d);
     if (FirstTimeHere("CompareSet", {std::string(k)}, /*after_applying=*/true)) {
       return DeadlineExceeded("injected after applying: {}", k);
@@ -163,19 +155,7 @@ class EarlyTimeouts final : public store::Store {
     }
     --gather_waiting_;
   }
-  void Observe(std::string_view k) {
-    std::function<void()> f;
-    {
-      MutexLock lock(&mu_);
-      if (!on_compare_set_ || k != observed_key_) return;
-      f = std::move(on_compare_set_);
-      on_compare_set_ = nullptr;
-    }
-    f();
-  }
   std::atomic<bool> offer_idle_{false};
-  std::string observed_key_ COHORT_GUARDED_BY(mu_);
-  std::function<void()> on_compare_set_ COHORT_GUARDED_BY(mu_);
   std::string gather_key_ COHORT_GUARDED_BY(mu_);
   int gather_left_ COHORT_GUARDED_BY(mu_) = 0;
   int gather_waiting_ COHORT_GUARDED_BY(mu_) = 0;

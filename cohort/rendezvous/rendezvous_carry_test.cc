@@ -29,12 +29,8 @@ using testing::RunLossScenario;
 // Beats every 500 ms, a node silent for 2 s is dead: a live thread is never two periods
 // late here, so only the nodes the test silences are taken for lost.
 RendezvousConfig CarryConfig(int min_nodes, int max_nodes) {
-  RendezvousConfig c;
+  RendezvousConfig c = testing::JoinConfig(min_nodes, max_nodes);
   c.run_id = "carry";
-  c.min_nodes = min_nodes;
-  c.max_nodes = max_nodes;
-  c.join_timeout = 20s;
-  c.last_call = 200ms;
   c.heartbeat_interval = 100ms;
   c.dead_timeout = 2s;
   c.max_restarts = 5;

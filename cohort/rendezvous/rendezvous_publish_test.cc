@@ -25,7 +25,6 @@ namespace {
 using namespace std::chrono_literals;
 using testing::EarlyTimeouts;
 using testing::JoinAll;
-
 using testing::JoinConfig;
 using testing::ScenarioNode;
 

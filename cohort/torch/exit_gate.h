@@ -13,6 +13,8 @@
 // Thread-safety: every member may be called from any thread.
 #pragma once
 
+#include <utility>
+
 #include "cohort/base/mutex.h"
 #include "cohort/base/time.h"
 
